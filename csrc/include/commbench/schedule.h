@@ -1,0 +1,80 @@
+// Algorithm schedules: which chunk of the buffer goes to which peer at which step, and which chunk
+// gets reduced. Pure index arithmetic with no transport and no arithmetic on data, so the host (MPI)
+// and device (NCCL) executors walk the very same schedule.
+#pragma once
+
+#include <cstddef>
+
+namespace commbench {
+
+// A contiguous range of elements [begin, begin + count).
+struct Span {
+  std::size_t begin;
+  std::size_t count;
+};
+
+// Splits n elements into `parts` nearly equal ranges; the first n % parts ranges hold one extra
+// element, so any n (0, 1, fewer than parts, not divisible) is covered exactly once.
+inline Span split_part(std::size_t n, int parts, int index) {
+  const std::size_t p = static_cast<std::size_t>(parts), i = static_cast<std::size_t>(index);
+  const std::size_t base = n / p, extra = n % p;
+  return Span{i * base + (i < extra ? i : extra), base + (i < extra ? 1 : 0)};
+}
+
+inline int wrap(int i, int p) { return ((i % p) + p) % p; }
+
+// Ring all-reduce = reduce-scatter then all-gather over p chunks, 2(p-1) steps. At every step each
+// rank sends one chunk to its right neighbour and receives one from its left neighbour.
+struct RingStep {
+  int send_peer;
+  int recv_peer;
+  int send_chunk;
+  int recv_chunk;
+  bool reduce;  // true: the received chunk is combined into ours; false: it overwrites ours
+};
+
+struct RingSchedule {
+  int rank;
+  int size;
+
+  int steps() const { return size > 1 ? 2 * (size - 1) : 0; }
+  Span chunk(std::size_t n, int c) const { return split_part(n, size, c); }
+
+  RingStep step(int s) const {
+    const int right = wrap(rank + 1, size), left = wrap(rank - 1, size);
+    if (s < size - 1) {
+      // Reduce-scatter: after step s, chunk (rank - s - 1) holds the partial result of s + 2 ranks;
+      // after p - 1 steps, rank r owns the complete chunk (r + 1) mod p.
+      return RingStep{right, left, wrap(rank - s, size), wrap(rank - s - 1, size), true};
+    }
+    // All-gather: pass the completed chunks around the ring.
+    const int g = s - (size - 1);
+    return RingStep{right, left, wrap(rank + 1 - g, size), wrap(rank - g, size), false};
+  }
+};
+
+// Binary tree rooted at rank 0 (children 2r+1, 2r+2). The all-reduce reduces towards the root and
+// then broadcasts back, both pipelined in chunks so that interior ranks forward chunk k while their
+// children already send chunk k + 1.
+struct TreeSchedule {
+  int rank;
+  int size;
+  std::size_t chunk_elems;  // pipeline granularity, at least 1
+
+  int parent() const { return rank == 0 ? -1 : (rank - 1) / 2; }
+  int num_children() const {
+    int c = 0;
+    for (int k = 1; k <= 2; ++k) c += (2 * rank + k < size) ? 1 : 0;
+    return c;
+  }
+  int child(int k) const { return 2 * rank + 1 + k; }
+  std::size_t num_chunks(std::size_t n) const {
+    return n == 0 ? 0 : (n + chunk_elems - 1) / chunk_elems;
+  }
+  Span chunk(std::size_t n, std::size_t k) const {
+    const std::size_t b = k * chunk_elems;
+    return Span{b, (n - b) < chunk_elems ? (n - b) : chunk_elems};
+  }
+};
+
+}  // namespace commbench
