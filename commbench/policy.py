@@ -24,11 +24,13 @@ class Policy:
         return d
 
 
-def measure(timer: Callable[[int], np.ndarray], policy: Policy) -> np.ndarray:
+def measure(timer: Callable[[int], np.ndarray], policy: Policy,
+            first: Optional[np.ndarray] = None) -> np.ndarray:
     """Runs warm-up and timed iterations through timer(n), which returns n per-iteration seconds
     already reduced over ranks; because every rank sees the same samples, every rank chooses the
-    same iteration count."""
-    first = timer(1)
+    same iteration count. `first` is an iteration already run (the untimed correctness check),
+    which then counts as the first warm-up iteration."""
+    first = timer(1) if first is None else first
     if policy.iters:
         if policy.warmup > 1:
             timer(policy.warmup - 1)

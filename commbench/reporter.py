@@ -51,7 +51,7 @@ class Reporter:
     def add(self, record: dict, block: str, size_label: str) -> None:
         self.file.add(record)
         click.echo(output.row(record))
-        for flag in sample_flags(record["time_us"], self.clock_floor_s):
+        for flag in sample_flags(record["samples_us"], self.clock_floor_s):
             self.flagged.setdefault((block, flag), []).append((size_label, record["time_us"]))
         if self._progress is not None:
             self._progress.advance(self._task)
@@ -69,10 +69,10 @@ class Reporter:
         click.echo(f"# results: {self.file.path}")
         for (block, flag), hits in self.flagged.items():
             what, remedy = FLAG_TEXT[flag]
-            worst_size, t = max(hits, key=lambda h: h[1]["cv"])
+            worst_size, t = max(hits, key=lambda h: h[1]["max"] / max(h[1]["median"], 1e-9))
             click.echo(f"warning: {block}: {what} at {', '.join(s for s, _ in hits)} (e.g. {worst_size}: "
-                       f"min {t['min']:.2f} / median {t['median']:.2f} / max {t['max']:.2f} us, CV "
-                       f"{t['cv']:.0%}); remedy: {remedy}", err=True)
+                       f"min {t['min']:.2f} / median {t['median']:.2f} / p99 {t['p99']:.2f} / max "
+                       f"{t['max']:.2f} us); remedy: {remedy}", err=True)
         for w in self.warnings:
             click.echo(f"warning: {w}", err=True)
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 # Thresholds for warnings; each warning names a remedy.
-HIGH_CV = 0.10
+NOISY_SPREAD = 0.10  # interquartile range / median; robust, unlike CV, to a few long outliers
+OUTLIER_Z = 14.0  # modified z-score beyond which a sample is an outlier (as hyperfine)
+OUTLIER_SHARE = 0.01
 TIMER_FLOOR_FACTOR = 20.0
 
 
@@ -30,18 +32,27 @@ def summarize(samples_s: np.ndarray) -> dict[str, float]:
 
 # What each flag means and what to do about it.
 FLAG_TEXT = {
-    "high_cv": (f"coefficient of variation above {HIGH_CV:.0%}",
-                "stop other load on the node, raise --budget-ms or --iters, or pin ranks to cores"),
+    "noisy": (f"interquartile range above {NOISY_SPREAD:.0%} of the median",
+              "stop other load on the node, raise --budget-ms or --iters, or pin ranks to cores"),
+    "outliers": (f"more than {OUTLIER_SHARE:.0%} of iterations are outliers (modified z-score > {OUTLIER_Z:.0f})",
+                 "look for interference (other jobs, daemons, interrupts, frequency changes); the median "
+                 "headline is robust to them, the mean and max are not"),
     "timer_floor": (f"median within {TIMER_FLOOR_FACTOR:.0f}x of the clock step",
                     "timer resolution distorts these sizes; read them as upper bounds"),
 }
 
 
-def sample_flags(time_us: dict[str, float], clock_floor_s: float) -> list[str]:
-    """Flags (keys of FLAG_TEXT) raised by one (impl, size) measurement."""
+def sample_flags(samples_us, clock_floor_s: float) -> list[str]:
+    """Flags (keys of FLAG_TEXT) raised by the per-iteration samples of one (impl, size)."""
+    us = np.asarray(samples_us, dtype=np.float64)
+    median = float(np.median(us))
     flags = []
-    if time_us["cv"] > HIGH_CV:
-        flags.append("high_cv")
-    if time_us["median"] < TIMER_FLOOR_FACTOR * clock_floor_s * 1e6:
+    q1, q3 = np.percentile(us, [25, 75])
+    if median > 0 and (q3 - q1) / median > NOISY_SPREAD:
+        flags.append("noisy")
+    mad = float(np.median(np.abs(us - median)))
+    if mad > 0 and np.count_nonzero(0.6745 * (us - median) / mad > OUTLIER_Z) > OUTLIER_SHARE * us.size:
+        flags.append("outliers")
+    if median < TIMER_FLOOR_FACTOR * clock_floor_s * 1e6:
         flags.append("timer_floor")
     return flags

@@ -87,10 +87,11 @@ def run_allreduce(world: World, cfg: RunConfig, impls: list, reporter) -> int:
             send = torch.empty(count, dtype=dtype)
             recv = send if cfg.in_place else torch.full((count,), _STALE, dtype=dtype)
             _host.fill_pattern(send, code, world.rank, world.size)
-            impl.times(world, send, recv, code, 1, cfg.chunk_bytes)
+            checked = impl.times(world, send, recv, code, 1, cfg.chunk_bytes)
             wrong = world.sum(int(_host.count_wrong(recv, code, world.size)))
             total_wrong += wrong
-            samples = measure(lambda n: impl.times(world, send, recv, code, n, cfg.chunk_bytes), cfg.policy)
+            samples = measure(lambda n: impl.times(world, send, recv, code, n, cfg.chunk_bytes), cfg.policy,
+                              first=checked)
             del send, recv
             if reporter:
                 reporter.add(record("allreduce", impl.name, cfg.dtype, cfg.redop, world.size, size, count,

@@ -1,0 +1,101 @@
+import copy
+import json
+import os
+
+import numpy as np
+import pytest
+
+from commbench import results
+from commbench.errors import CommbenchError
+from commbench.sweep import record
+
+
+def header():
+    return {
+        "tool": {"name": "commbench", "version": "0.1.0", "git_commit": None},
+        "created": "2026-11-21T00:00:00+00:00",
+        "argv": ["commbench", "allreduce"],
+        "config": {"op": "allreduce", "impls": ["ring"], "sizes": [1024], "dtype": "float32", "redop": "sum",
+                   "in_place": False, "policy": {"warmup": 5}},
+        "machine": {"hosts": ["h"], "ranks": 2, "launcher": "mpi", "cpu_model": "cpu", "cores": 2,
+                    "memory_bytes": 1, "os": "Linux", "python": "3.11", "torch": "2", "mpi": "Open MPI"},
+        "env": {"OMPI_X": "1"},
+    }
+
+
+def rec(size=1024):
+    return record("allreduce", "ring", "float32", "sum", 2, size, size // 4,
+                  np.array([1e-6, 2e-6, 3e-6]), 0, in_place=False)
+
+
+def test_round_trip(tmp_path):
+    path = str(tmp_path / "r.json")
+    f = results.ResultFile(path, header())
+    f.add(rec(1024))
+    f.add(rec(2048))
+    f.finish()
+    df = results.load(path)
+    assert list(df["size_bytes"]) == [1024, 2048]
+    assert df["time_us_median"].iloc[0] == pytest.approx(2.0)
+    assert df["busbw_gbps"].iloc[0] == pytest.approx(1024 / 2e-6 / 1e9)
+    assert df.attrs["meta"]["status"] == "complete"
+    assert df["samples_us"].iloc[1] == [1.0, 2.0, 3.0]
+
+
+def test_rows_are_on_disk_after_each_add(tmp_path):
+    path = str(tmp_path / "r.json")
+    f = results.ResultFile(path, header())
+    f.add(rec())
+    with open(path) as fh:
+        doc = json.load(fh)
+    assert doc["status"] == "running" and len(doc["results"]) == 1
+    results.validate(doc)
+
+
+def test_never_overwrites(tmp_path):
+    path = tmp_path / "r.json"
+    path.write_text("precious")
+    with pytest.raises(CommbenchError, match="already exists"):
+        results.ResultFile(str(path), header())
+    assert path.read_text() == "precious"
+
+
+def _bad(tmp_path, mutate):
+    f = results.ResultFile(str(tmp_path / f"r{len(list(tmp_path.iterdir()))}.json"), header())
+    f.add(rec())
+    doc = copy.deepcopy(f.doc)
+    mutate(doc)
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(doc))
+    with pytest.raises(CommbenchError) as e:
+        results.load(str(bad))
+    return str(e.value)
+
+
+def test_validation_names_the_first_bad_field(tmp_path):
+    msg = _bad(tmp_path, lambda d: d["results"][0]["time_us"].__setitem__("median", "fast"))
+    assert "results/0/time_us/median" in msg
+    msg = _bad(tmp_path, lambda d: d.pop("schema_version"))
+    assert "schema_version" in msg
+    msg = _bad(tmp_path, lambda d: d["results"][0].__setitem__("wrong", -1))
+    assert "results/0/wrong" in msg
+
+
+def test_load_rejects_non_json(tmp_path):
+    p = tmp_path / "x.json"
+    p.write_text("{not json")
+    with pytest.raises(CommbenchError, match="not JSON"):
+        results.load(str(p))
+    with pytest.raises(CommbenchError, match="cannot read"):
+        results.load(str(tmp_path / "missing.json"))
+
+
+def test_schema_ships_with_the_package():
+    assert results.schema()["properties"]["schema_version"]["const"] == results.SCHEMA_VERSION
+
+
+def test_env_allowlist_never_takes_everything():
+    from commbench.machine import recorded_env
+    env = {"NCCL_DEBUG": "INFO", "AWS_SECRET_ACCESS_KEY": "x", "HOME": "/root", "OMPI_MCA_btl": "self",
+           "CUDA_VISIBLE_DEVICES": "0", "GITHUB_TOKEN": "t"}
+    assert recorded_env(env) == {"CUDA_VISIBLE_DEVICES": "0", "NCCL_DEBUG": "INFO", "OMPI_MCA_btl": "self"}

@@ -1,0 +1,95 @@
+import numpy as np
+import pytest
+
+from commbench.policy import Policy, measure
+from commbench.spec import COLLECTIVES
+from commbench.stats import sample_flags, summarize
+
+
+def test_summary_matches_numpy():
+    rng = np.random.default_rng(1)
+    s = rng.uniform(1e-6, 5e-6, size=1001)
+    t = summarize(s)
+    us = s * 1e6
+    assert t["median"] == pytest.approx(np.median(us))
+    assert t["mean"] == pytest.approx(us.mean())
+    assert t["min"] == pytest.approx(us.min()) and t["max"] == pytest.approx(us.max())
+    assert t["p95"] == pytest.approx(np.percentile(us, 95))
+    assert t["p99"] == pytest.approx(np.percentile(us, 99))
+    assert t["stdev"] == pytest.approx(us.std(ddof=1))
+    assert t["cv"] == pytest.approx(us.std(ddof=1) / us.mean())
+
+
+def test_single_sample_has_zero_spread():
+    t = summarize(np.array([2e-6]))
+    assert t["stdev"] == 0 and t["cv"] == 0 and t["median"] == pytest.approx(2.0)
+
+
+@pytest.mark.parametrize("op,p,factor", [
+    ("allreduce", 2, 1.0), ("allreduce", 4, 1.5), ("allreduce", 8, 1.75),
+    ("reduce_scatter", 4, 0.75), ("allgather", 8, 0.875), ("alltoall", 2, 0.5),
+    ("broadcast", 8, 1.0), ("reduce", 3, 1.0), ("sendrecv", 2, 1.0),
+])
+def test_busbw_factors(op, p, factor):
+    algbw, busbw = COLLECTIVES[op].bandwidths(1_000_000, 1e-3, p)
+    assert algbw == pytest.approx(1.0)
+    assert busbw == pytest.approx(factor)
+
+
+def test_busbw_is_undefined_on_one_rank():
+    assert COLLECTIVES["allreduce"].bandwidths(1 << 20, 1e-3, 1)[1] is None
+
+
+def test_flags():
+    rng = np.random.default_rng(0)
+    calm = 1000 + rng.uniform(-5, 5, size=200)  # microseconds
+    assert sample_flags(calm, 20e-9) == []
+    spiky = calm.copy()
+    spiky[:10] = 50_000  # 5% of iterations hit by interference
+    assert sample_flags(spiky, 20e-9) == ["outliers"]
+    wide = 1000 + rng.uniform(-300, 300, size=200)
+    assert sample_flags(wide, 20e-9) == ["noisy"]
+    assert "timer_floor" in sample_flags(np.full(10, 0.1), 20e-9)
+
+
+class FakeTimer:
+    """Stands in for a native loop: each iteration takes `per_iter` seconds."""
+
+    def __init__(self, per_iter):
+        self.per_iter = per_iter
+        self.calls = []
+
+    def __call__(self, n):
+        self.calls.append(n)
+        return np.full(n, self.per_iter)
+
+
+def test_policy_reuses_an_iteration_already_run():
+    t = FakeTimer(0.5)
+    out = measure(t, Policy(warmup=5, budget_ms=200), first=np.array([0.5]))
+    assert len(out) == 5 and t.calls == [5]
+
+
+def test_policy_many_iterations_for_small_messages():
+    t = FakeTimer(1e-6)
+    out = measure(t, Policy(warmup=5, budget_ms=100, min_iters=5, max_iters=2000))
+    assert len(out) == 2000 and t.calls == [1, 4, 2000]
+
+
+def test_policy_few_iterations_for_large_messages():
+    t = FakeTimer(0.5)
+    out = measure(t, Policy(warmup=5, budget_ms=200, min_iters=5, max_iters=2000))
+    # Warm-up stops after the first iteration (half the budget is already spent).
+    assert len(out) == 5 and t.calls == [1, 5]
+
+
+def test_policy_budget_in_between():
+    t = FakeTimer(1e-3)
+    out = measure(t, Policy(warmup=3, budget_ms=100))
+    assert len(out) == 100 and t.calls == [1, 2, 100]
+
+
+def test_policy_fixed_iterations():
+    t = FakeTimer(1.0)
+    out = measure(t, Policy(warmup=3, iters=7))
+    assert len(out) == 7 and t.calls == [1, 2, 7]
