@@ -1,0 +1,196 @@
+"""The command line as a user types it: errors, standalone runs, MPI and torchrun launches."""
+
+import glob
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+
+import pytest
+
+from commbench import results
+from conftest import COMMBENCH, commbench, mpi_env, mpirun
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["allreduce", "--sizes", "1Q"], "bad size '1Q'"),
+    (["allreduce", "--sizes", "8-1"], "start exceeds the end"),
+    (["allreduce", "--impl", "ring,bogus"], "unknown impl 'bogus'"),
+    (["allreduce", "--dtype", "float8"], "unknown dtype 'float8'"),
+    (["allreduce", "--op", "avg"], "unknown op 'avg'"),
+    (["allreduce", "--chunk", "1", "--dtype", "float64"], "smaller than one float64 element"),
+    (["allreduce", "--min-iters", "10", "--max-iters", "5"], "exceeds --max-iters"),
+    (["p2p", "--sizes", "x"], "bad size 'x'"),
+])
+def test_bad_input_is_one_line_and_exit_2(args, needle, workdir):
+    r = commbench(args, cwd=workdir)
+    assert r.returncode == 2
+    assert needle in r.stderr
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert not os.path.exists(os.path.join(workdir, "commbench-results"))
+
+
+def test_click_usage_errors_exit_2(workdir):
+    r = commbench(["allreduce", "--iters", "zero"], cwd=workdir)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+
+
+def test_more_memory_than_the_host_has_is_refused(workdir):
+    r = commbench(["allreduce", "--sizes", "4T", "--impl", "ring", "--np", "2"], cwd=workdir)
+    assert r.returncode == 2
+    assert "GiB is available" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_standalone_run_as_typed(workdir):
+    r = commbench(["allreduce", "--sizes", "1K-64K:x4", "--impl", "mpi,ring,tree,gloo",
+                   "--budget-ms", "20"], cwd=workdir)
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    for impl in ("mpi", "ring", "tree", "gloo"):
+        assert f"# impl {impl}:" in out
+    assert "2 rank(s) on 1 host(s)" in out and "launcher: standalone" in out
+    rows = [l.split() for l in out.splitlines() if l.strip() and not l.startswith("#")]
+    assert len(rows) == 4 * 4
+    assert {r[0] for r in rows} == {"1024", "4096", "16384", "65536"}
+    assert all(r[8] == "0" for r in rows)  # #wrong
+    if os.geteuid() == 0:
+        assert "OMPI_ALLOW_RUN_AS_ROOT=1" in r.stderr
+    files = glob.glob(os.path.join(workdir, "commbench-results", "*_allreduce.json"))
+    assert len(files) == 1
+    df = results.load(files[0])
+    assert len(df) == 16 and set(df["impl"]) == {"mpi", "ring", "tree", "gloo"}
+    assert (df["ranks"] == 2).all() and (df["wrong"] == 0).all()
+    # busbw = algbw * 2(p-1)/p = algbw for two ranks; time is the median of the samples.
+    assert (abs(df["busbw_gbps"] - df["algbw_gbps"]) < 1e-9).all()
+    meta = df.attrs["meta"]
+    assert meta["status"] == "complete" and meta["machine"]["launcher"] == "standalone"
+    assert meta["machine"]["mpi"].startswith("Open MPI")
+    assert all(k.startswith(("NCCL_", "UCX_", "OMPI_", "MPICH_", "I_MPI_", "CUDA_", "TORCH_", "GLOO_"))
+               for k in meta["env"])
+
+
+def test_existing_output_is_never_overwritten(workdir):
+    out = os.path.join(workdir, "keep.json")
+    with open(out, "w") as f:
+        f.write("precious")
+    r = commbench(["allreduce", "--sizes", "1K", "--impl", "ring", "-o", out], cwd=workdir)
+    assert r.returncode == 2 and "already exists" in r.stderr
+    assert open(out).read() == "precious"
+
+
+def test_one_rank_reports_busbw_as_na(workdir):
+    out = os.path.join(workdir, "one.json")
+    r = commbench(["allreduce", "--np", "1", "--sizes", "4K", "--impl", "ring,mpi", "-o", out], cwd=workdir)
+    assert r.returncode == 0, r.stderr
+    rows = [l.split() for l in r.stdout.splitlines() if l.strip() and not l.startswith("#")]
+    assert all(row[7] == "n/a" for row in rows)
+    assert results.load(out)["busbw_gbps"].isna().all()
+
+
+def test_mpirun_three_ranks_odd_sizes_exact(workdir):
+    out = os.path.join(workdir, "three.json")
+    r = mpirun(3, [COMMBENCH, "allreduce", "--impl", "ring,tree", "--sizes", "4,12,1004,40004,1M-3M:+1M",
+                   "--dtype", "float32", "--chunk", "4K", "--budget-ms", "20", "-o", out], cwd=workdir)
+    assert r.returncode == 0, r.stderr
+    df = results.load(out)
+    assert (df["ranks"] == 3).all() and (df["wrong"] == 0).all()
+    assert sorted(set(df["count"])) == [1, 3, 251, 10001, 262144, 524288, 786432]
+    assert df.attrs["meta"]["machine"]["launcher"] == "mpi"
+    # busbw = algbw * 2(p-1)/p with p = 3.
+    assert ((df["busbw_gbps"] / df["algbw_gbps"] - 4 / 3).abs() < 1e-9).all()
+
+
+@pytest.mark.parametrize("dtype,op", [("bfloat16", "prod"), ("float16", "max"), ("int64", "min"), ("float64", "sum")])
+def test_mpirun_dtypes_and_ops_in_place(dtype, op, workdir):
+    out = os.path.join(workdir, "d.json")
+    r = mpirun(4, [COMMBENCH, "allreduce", "--impl", "mpi,ring,tree", "--sizes", "6,1000,65538", "--dtype",
+                   dtype, "--op", op, "--in-place", "--iters", "3", "--warmup", "1", "-o", out], cwd=workdir)
+    assert r.returncode == 0, r.stderr
+    df = results.load(out)
+    assert (df["wrong"] == 0).all() and (df["iterations"] == 3).all() and (df["dtype"] == dtype).all()
+
+
+def test_p2p_all_pairs(workdir):
+    out = os.path.join(workdir, "p2p.json")
+    r = mpirun(3, [COMMBENCH, "p2p", "--sizes", "1,1K,64K", "--pairs", "all", "--budget-ms", "10", "-o", out],
+               cwd=workdir)
+    assert r.returncode == 0, r.stderr
+    df = results.load(out)
+    pairs = {tuple(p) for p in df["pair"]}
+    assert pairs == {(0, 1), (0, 2), (1, 2)}
+    assert set(df["op"]) == {"pingpong", "bandwidth"} and (df["wrong"] == 0).all()
+    assert len(df) == 3 * 2 * 3
+    bw = df[df["op"] == "bandwidth"]
+    assert (bw["algbw_gbps"] > 0).all()
+
+
+def test_p2p_standalone_default_pair(workdir):
+    r = commbench(["p2p", "--sizes", "8,1M", "--budget-ms", "10"], cwd=workdir)
+    assert r.returncode == 0, r.stderr
+    assert "# impl mpi pingpong 0->1" in r.stdout and "# impl mpi bandwidth 0->1" in r.stdout
+
+
+def test_p2p_bad_pair_is_refused(workdir):
+    r = commbench(["p2p", "--pairs", "0:5"], cwd=workdir)
+    assert r.returncode == 2 and "bad pair '0:5'" in r.stderr and "Traceback" not in r.stderr
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _torchrun_env(rank, world, port):
+    env = mpi_env()
+    env.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
+               MASTER_PORT=str(port))
+    return env
+
+
+def test_torchrun_style_gloo_two_processes(workdir):
+    port = _free_port()
+    out = os.path.join(workdir, "tr.json")
+    procs = [subprocess.Popen([COMMBENCH, "allreduce", "--sizes", "1K,1M", "--budget-ms", "20", "-o", out],
+                              env=_torchrun_env(r, 2, port), cwd=workdir, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for r in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    assert "# impl gloo:" in outs[0][0] and "launcher: torchrun" in outs[0][0]
+    df = results.load(out)
+    assert list(df["impl"]) == ["gloo", "gloo"] and (df["wrong"] == 0).all() and (df["ranks"] == 2).all()
+
+
+def test_torchrun_style_mpi_impl_says_it_needs_mpi(workdir):
+    port = _free_port()
+    procs = [subprocess.Popen([COMMBENCH, "allreduce", "--impl", "ring", "--sizes", "1K"],
+                              env=_torchrun_env(r, 2, port), cwd=workdir, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for r in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [2, 2]
+    assert "needs an MPI launch" in outs[0][1] and "Traceback" not in outs[0][1]
+
+
+def test_failure_midway_keeps_measured_rows(workdir):
+    """Kill a rank in the middle of a sweep: the rows measured before stay in the result file."""
+    out = os.path.join(workdir, "mid.json")
+    proc = subprocess.Popen([COMMBENCH, "allreduce", "--impl", "ring", "--sizes", "1K-256M", "--budget-ms", "50",
+                             "-o", out], env=mpi_env(), cwd=workdir, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.time() + 120
+    rows = 0
+    while time.time() < deadline and rows < 3:
+        time.sleep(0.2)
+        try:
+            rows = len(json.load(open(out))["results"])
+        except (OSError, ValueError):
+            rows = 0
+    assert rows >= 3
+    victims = subprocess.run(["pgrep", "-f", "--", f"-m commbench allreduce.*{out}"], capture_output=True, text=True)
+    os.kill(int(victims.stdout.split()[-1]), signal.SIGKILL)
+    proc.communicate(timeout=120)
+    assert proc.returncode != 0
+    df = results.load(out)
+    assert len(df) >= 3 and (df["wrong"] == 0).all()
