@@ -1,0 +1,73 @@
+/* Reference timings in the style of the OSU micro-benchmarks, to measure commbench's own overhead.
+ *
+ *   osu_like allreduce ITERS WARMUP   4-byte MPI_Allreduce, timed per iteration with a barrier after
+ *                                     each (as osu_allreduce); prints the median of the per-iteration
+ *                                     maximum over ranks, and the mean.
+ *   osu_like pingpong ITERS WARMUP    8-byte ping-pong between ranks 0 and 1 (as osu_latency): the
+ *                                     loop's total time / (2 * ITERS), plus the per-iteration median.
+ */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int cmp_double(const void* a, const void* b) {
+  const double x = *(const double*)a, y = *(const double*)b;
+  return (x > y) - (x < y);
+}
+
+static double median(double* v, int n) {
+  qsort(v, (size_t)n, sizeof(double), cmp_double);
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (argc != 4) {
+    if (rank == 0) fprintf(stderr, "usage: osu_like allreduce|pingpong ITERS WARMUP\n");
+    MPI_Finalize();
+    return 2;
+  }
+  const int iters = atoi(argv[2]), warmup = atoi(argv[3]);
+  double* t = calloc((size_t)iters, sizeof(double));
+  if (strcmp(argv[1], "allreduce") == 0) {
+    float in = 1.0f, out = 0.0f;
+    double sum = 0.0;
+    for (int i = 0; i < warmup + iters; ++i) {
+      const double t0 = MPI_Wtime();
+      MPI_Allreduce(&in, &out, 1, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+      const double dt = MPI_Wtime() - t0;
+      if (i >= warmup) {
+        t[i - warmup] = dt;
+      }
+      MPI_Barrier(MPI_COMM_WORLD);
+    }
+    MPI_Allreduce(MPI_IN_PLACE, t, iters, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    for (int i = 0; i < iters; ++i) sum += t[i];
+    if (rank == 0)
+      printf("allreduce 4 median_us %.4f mean_us %.4f\n", median(t, iters) * 1e6, sum / iters * 1e6);
+  } else {
+    char buf[8] = {0};
+    double start = 0.0;
+    for (int i = 0; i < warmup + iters; ++i) {
+      if (i == warmup) start = MPI_Wtime();
+      const double t0 = MPI_Wtime();
+      if (rank == 0) {
+        MPI_Send(buf, 8, MPI_CHAR, 1, 1, MPI_COMM_WORLD);
+        MPI_Recv(buf, 8, MPI_CHAR, 1, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      } else if (rank == 1) {
+        MPI_Recv(buf, 8, MPI_CHAR, 0, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        MPI_Send(buf, 8, MPI_CHAR, 0, 1, MPI_COMM_WORLD);
+      }
+      if (i >= warmup) t[i - warmup] = (MPI_Wtime() - t0) / 2;
+    }
+    const double total = MPI_Wtime() - start;
+    if (rank == 0)
+      printf("pingpong 8 median_us %.4f mean_us %.4f\n", median(t, iters) * 1e6, total / (2.0 * iters) * 1e6);
+  }
+  free(t);
+  MPI_Finalize();
+  return 0;
+}

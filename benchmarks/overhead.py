@@ -1,0 +1,89 @@
+"""commbench's measurement overhead against a C program that times like the OSU benchmarks, and the
+bandwidth of our ring and tree beside MPI_Allreduce. Prints measured figures side by side.
+
+    .venv/bin/python benchmarks/overhead.py [--iters 20000] [--repeats 3]
+
+The ratio commbench / C compares medians of per-iteration times at 4 B (all-reduce) and 8 B
+(ping-pong); the target is <= 1.10. Repeats interleave the two programs and keep each one's best
+median, so that drift in the machine's load does not favour either.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+BIN = os.path.dirname(sys.executable)
+
+
+def env():
+    e = dict(os.environ)
+    if os.geteuid() == 0:
+        e["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
+        e["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
+    return e
+
+
+def mpirun(args):
+    r = subprocess.run([os.path.join(BIN, "mpirun"), "--np", "2", *args], capture_output=True, text=True, env=env())
+    if r.returncode != 0:
+        sys.exit(f"failed: {' '.join(args)}\n{r.stderr}")
+    return r.stdout
+
+
+def build_reference():
+    out = os.path.join(HERE, "build", "osu_like")
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    subprocess.run([os.path.join(BIN, "mpicc"), "-O2", "-o", out, os.path.join(HERE, "osu_like.c")], check=True)
+    return out
+
+
+def reference(exe, test, iters):
+    fields = mpirun([exe, test, str(iters), "200"]).split()
+    return float(fields[3]), float(fields[5])  # median, mean
+
+
+def commbench_json(args, tmp):
+    path = os.path.join(tmp, f"r{len(os.listdir(tmp))}.json")
+    mpirun([os.path.join(BIN, "commbench"), *args, "--warmup", "200", "-o", path])
+    with open(path) as f:
+        return json.load(f)["results"]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--iters", type=int, default=20000)
+    ap.add_argument("--repeats", type=int, default=3)
+    opts = ap.parse_args()
+    exe = build_reference()
+    best = {"c_ar": [], "cb_ar": [], "c_pp": [], "cb_pp": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        for _ in range(opts.repeats):
+            best["c_ar"].append(reference(exe, "allreduce", opts.iters))
+            best["cb_ar"].append(commbench_json(["allreduce", "--impl", "mpi", "--sizes", "4", "--iters",
+                                                 str(opts.iters)], tmp)[0]["time_us"])
+            best["c_pp"].append(reference(exe, "pingpong", opts.iters))
+            pp = commbench_json(["p2p", "--sizes", "8", "--iters", str(opts.iters)], tmp)
+            best["cb_pp"].append(next(r for r in pp if r["op"] == "pingpong")["time_us"])
+        print(f"# overhead, 2 ranks, {opts.iters} iterations, best of {opts.repeats} runs (us)")
+        print(f"{'test':<22}{'C median':>10}{'C mean':>10}{'commbench':>11}{'ratio':>8}")
+        for name, c, cb in (("allreduce 4 B (mpi)", "c_ar", "cb_ar"), ("ping-pong 8 B", "c_pp", "cb_pp")):
+            c_med = min(m for m, _ in best[c])
+            c_mean = min(m for _, m in best[c])
+            cb_med = min(t["median"] for t in best[cb])
+            print(f"{name:<22}{c_med:>10.3f}{c_mean:>10.3f}{cb_med:>11.3f}{cb_med / c_med:>8.2f}")
+
+        rows = commbench_json(["allreduce", "--impl", "ring,tree,mpi", "--sizes", "1M-256M:x4"], tmp)
+        print("\n# all-reduce busbw (GB/s), 2 ranks, float32")
+        impls = list(dict.fromkeys(r["impl"] for r in rows))
+        print(f"{'size':>10}" + "".join(f"{i:>9}" for i in impls))
+        for size in sorted({r["size_bytes"] for r in rows}):
+            cells = {r["impl"]: r["busbw_gbps"] for r in rows if r["size_bytes"] == size}
+            print(f"{size >> 20:>9}M" + "".join(f"{cells[i]:>9.2f}" for i in impls))
+
+
+if __name__ == "__main__":
+    main()
