@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 from setuptools import setup
-from torch.utils.cpp_extension import BuildExtension, CppExtension
+from torch.utils.cpp_extension import BuildExtension, CppExtension, library_paths
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -69,7 +69,8 @@ def host_extension() -> CppExtension:
         library_dirs=lib_dirs,
         libraries=libs,
         extra_compile_args={"cxx": cxx},
-        extra_link_args=link,
+        # torch's own run path, so the module imports even before torch does.
+        extra_link_args=link + [f"-Wl,-rpath,{d}" for d in library_paths()],
     )
 
 

@@ -56,7 +56,7 @@ def commbench_json(args, tmp):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--iters", type=int, default=20000)
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=5)
     opts = ap.parse_args()
     exe = build_reference()
     best = {"c_ar": [], "cb_ar": [], "c_pp": [], "cb_pp": []}

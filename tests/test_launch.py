@@ -1,0 +1,36 @@
+import os
+
+import pytest
+
+from commbench.world import detect_launcher, standalone_command
+
+
+@pytest.mark.parametrize("env,expected", [
+    ({}, None),
+    ({"OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_RANK": "0"}, "mpi"),  # Open MPI mpirun
+    ({"PMI_RANK": "0", "PMI_SIZE": "2"}, "mpi"),  # MPICH hydra, srun --mpi=pmi2
+    ({"PMIX_RANK": "1"}, "mpi"),  # srun --mpi=pmix, prterun
+    ({"SLURM_STEP_ID": "0", "SLURM_PROCID": "3", "SLURM_STEP_NUM_TASKS": "8"}, "mpi"),  # plain srun
+    ({"SLURM_PROCID": "0", "SLURM_JOB_ID": "7"}, None),  # a batch script is not a launch
+    ({"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "h", "MASTER_PORT": "1"}, "torchrun"),
+    ({"RANK": "0", "WORLD_SIZE": "2", "OMPI_COMM_WORLD_SIZE": "2"}, "mpi"),
+])
+def test_detect_launcher(env, expected):
+    assert detect_launcher(env) == expected
+
+
+def test_standalone_command_sets_root_variables_only_for_root():
+    argv, env, notes = standalone_command(["allreduce", "--sizes", "1K"], 2, cores=2)
+    assert argv[1:3] == ["--np", "2"] and argv[-3:] == ["allreduce", "--sizes", "1K"]
+    assert "--oversubscribe" not in argv
+    assert env["COMMBENCH_STANDALONE"] == "1"
+    if os.geteuid() == 0:
+        assert env["OMPI_ALLOW_RUN_AS_ROOT"] == "1" and env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] == "1"
+        assert notes and "root" in notes[0]
+    else:
+        assert "OMPI_ALLOW_RUN_AS_ROOT" not in env and not notes
+
+
+def test_standalone_oversubscribes_beyond_the_cores():
+    argv, _, _ = standalone_command(["p2p"], 8, cores=2)
+    assert "--oversubscribe" in argv and argv[argv.index("--bind-to") + 1] == "none"
