@@ -67,7 +67,8 @@ def mpi_version() -> Optional[str]:
         from . import _host
     except ImportError:
         return None
-    return _host.mpi_library_version().strip().split("\n")[0].rstrip(", ")
+    # First line only, without Open MPI's build details ("Open MPI v5.0.11, package: ...").
+    return _host.mpi_library_version().strip().split("\n")[0].split(", package:")[0].rstrip(", ")
 
 
 def describe(hosts: list[str], ranks: int, launcher: str) -> dict:

@@ -287,7 +287,8 @@ std::string mpi_library_version() {
   char text[MPI_MAX_LIBRARY_VERSION_STRING];
   int len = 0;
   MPI_Get_library_version(text, &len);
-  return std::string(text, static_cast<std::size_t>(len));
+  // Some libraries count the terminating NUL in len.
+  return std::string(text, strnlen(text, static_cast<std::size_t>(len)));
 }
 
 }  // namespace
