@@ -1,21 +1,54 @@
-"""Builds commbench's native extension commbench._host (C++17 sources, built as C++20 as torch requires; -O3) against the MPI library that
-mpi4py uses.
+"""Builds commbench's native extensions:
+
+- commbench._host (always): timed loops over MPI, linked against the MPI library that mpi4py uses.
+- commbench._cuda (whenever a CUDA toolkit and a CUDA build of torch are present, whether or not a
+  GPU is visible): NCCL collectives, device ring/tree, copies. NCCL comes from the nvidia-nccl wheel
+  that torch depends on.
+
+Our sources are C++17; torch 2.14's headers need C++20, which torch's build helper selects.
 
 Environment switches:
-  MPICC=/path/to/mpicc   take compile and link flags from this MPI compiler wrapper instead
-  COMMBENCH_VEC_REPORT=1 print the compiler's vectorisation report for the reduction loops
+  MPICC=/path/to/mpicc       take MPI compile and link flags from this compiler wrapper
+  CUDA_HOME=/path            CUDA toolkit (default: /usr/local/cuda, then the directory above nvcc)
+  NCCL_HOME=/path            NCCL include/ and lib/ (default: the nvidia-nccl wheel)
+  TORCH_CUDA_ARCH_LIST=...   GPU targets (default "8.0;9.0+PTX": Ampere, Hopper, and PTX)
+  COMMBENCH_SKIP_CUDA=1      do not build commbench._cuda
+  COMMBENCH_VEC_REPORT=1     print the compiler's vectorisation report for the reduction loops
 """
 
+import glob
 import os
+import shutil
 
 import shlex
 import subprocess
 import sys
 
 from setuptools import setup
-from torch.utils.cpp_extension import BuildExtension, CppExtension, library_paths
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def find_cuda_home():
+    """$CUDA_HOME, then /usr/local/cuda, then the prefix of the nvcc on PATH; None without a toolkit."""
+    candidates = [os.environ.get("CUDA_HOME"), "/usr/local/cuda"]
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        candidates.append(os.path.dirname(os.path.dirname(os.path.realpath(nvcc))))
+    for c in candidates:
+        if c and os.access(os.path.join(c, "bin", "nvcc"), os.X_OK):
+            return c
+    return None
+
+
+# torch.utils.cpp_extension reads CUDA_HOME when it is imported, and guesses it from `which nvcc`
+# otherwise, which can point at a wrapper outside the toolkit.
+CUDA_HOME = find_cuda_home()
+if CUDA_HOME:
+    os.environ["CUDA_HOME"] = CUDA_HOME
+
+import torch  # noqa: E402
+from torch.utils.cpp_extension import BuildExtension, CppExtension, CUDAExtension, library_paths  # noqa: E402
 
 
 def mpi_wrapper() -> str:
@@ -65,7 +98,8 @@ def host_extension() -> CppExtension:
     return CppExtension(
         "commbench._host",
         ["csrc/host/module.cpp"],
-        include_dirs=[os.path.join(HERE, "csrc", "include"), os.path.join(HERE, "csrc", "host"), *incs],
+        include_dirs=[os.path.join(HERE, "csrc", "include"), os.path.join(HERE, "csrc", "common"),
+                      os.path.join(HERE, "csrc", "host"), *incs],
         library_dirs=lib_dirs,
         libraries=libs,
         extra_compile_args={"cxx": cxx},
@@ -74,4 +108,49 @@ def host_extension() -> CppExtension:
     )
 
 
-setup(ext_modules=[host_extension()], cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)})
+def nccl_paths():
+    """(include dir, library dir, link argument) of NCCL."""
+    if os.environ.get("NCCL_HOME"):
+        home = os.environ["NCCL_HOME"]
+        return os.path.join(home, "include"), os.path.join(home, "lib"), "-lnccl"
+    import nvidia.nccl
+    base = list(nvidia.nccl.__path__)[0]
+    libs = sorted(glob.glob(os.path.join(base, "lib", "libnccl.so*")))
+    if not libs:
+        sys.exit(f"commbench setup: no libnccl in {base}/lib; install nvidia-nccl or set NCCL_HOME")
+    # The wheel ships only the versioned library (libnccl.so.2), so name the file.
+    return os.path.join(base, "include"), os.path.join(base, "lib"), f"-l:{os.path.basename(libs[0])}"
+
+
+def cuda_extension():
+    """commbench._cuda, or None (with the reason) when it cannot or should not be built."""
+    if os.environ.get("COMMBENCH_SKIP_CUDA") == "1":
+        return None, "COMMBENCH_SKIP_CUDA=1"
+    if CUDA_HOME is None:
+        return None, "no CUDA toolkit (set CUDA_HOME)"
+    if torch.version.cuda is None:
+        return None, f"torch {torch.__version__} is a CPU build"
+    os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "8.0;9.0+PTX")
+    nccl_inc, nccl_lib, nccl_link = nccl_paths()
+    ext = CUDAExtension(
+        "commbench._cuda",
+        ["csrc/cuda/module.cpp", "csrc/cuda/kernels.cu"],
+        include_dirs=[os.path.join(HERE, "csrc", "include"), os.path.join(HERE, "csrc", "common"),
+                      os.path.join(HERE, "csrc", "cuda"), nccl_inc],
+        library_dirs=[nccl_lib],
+        extra_compile_args={"cxx": ["-O3", "-Wall", "-Wextra", "-Wno-unused-parameter"],
+                            "nvcc": ["-O3", "--expt-relaxed-constexpr"]},
+        extra_link_args=[nccl_link, f"-Wl,-rpath,{nccl_lib}", f"-Wl,-rpath,{os.path.join(CUDA_HOME, 'lib64')}"]
+        + [f"-Wl,-rpath,{d}" for d in library_paths()],
+    )
+    return ext, None
+
+
+extensions = [host_extension()]
+cuda_ext, why_not = cuda_extension()
+if cuda_ext is not None:
+    extensions.append(cuda_ext)
+else:
+    print(f"commbench setup: not building commbench._cuda: {why_not}")
+
+setup(ext_modules=extensions, cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)})

@@ -17,6 +17,7 @@
 #include "commbench/reduce.h"
 #include "commbench/schedule.h"
 #include "mpi_transport.h"
+#include "torch_dispatch.h"
 
 namespace commbench {
 namespace {
@@ -45,30 +46,6 @@ at::Tensor time_iterations(MPI_Comm comm, int64_t iters, Body&& body) {
               "MPI_Allreduce");
   }
   return out;
-}
-
-template <typename T>
-struct Tag {
-  using type = T;
-};
-
-// The one place that maps the supported tensor dtypes to element types.
-template <typename F>
-auto dispatch_dtype(at::ScalarType st, F&& f) {
-  switch (st) {
-    case at::kFloat: return f(Tag<float>{});
-    case at::kDouble: return f(Tag<double>{});
-    case at::kHalf: return f(Tag<c10::Half>{});
-    case at::kBFloat16: return f(Tag<c10::BFloat16>{});
-    case at::kInt: return f(Tag<int32_t>{});
-    case at::kLong: return f(Tag<int64_t>{});
-    default: throw std::invalid_argument(std::string("unsupported dtype ") + c10::toString(st));
-  }
-}
-
-RedOp redop_from(int64_t op) {
-  if (op < 0 || op > 3) throw std::invalid_argument("unknown reduction op code " + std::to_string(op));
-  return static_cast<RedOp>(op);
 }
 
 void require_host_contiguous(const at::Tensor& t, const char* what) {
