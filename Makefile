@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.commbench-installed
 NATIVE := $(shell find csrc -type f) setup.py pyproject.toml
 
-.PHONY: install bench test test-mpi overhead clean
+.PHONY: install bench test overhead gpu-check clean
 
 install: $(STAMP)
 
@@ -29,5 +29,9 @@ test: install
 overhead: install
 	$(BIN)/python benchmarks/overhead.py
 
+# On a GPU machine: GPU tests and a short sweep of every GPU command; summary in gpu-check/.
+gpu-check: install
+	$(BIN)/python tools/gpu_check.py
+
 clean:
-	rm -rf build commbench/*.so commbench-results
+	rm -rf build commbench/*.so commbench-results gpu-check

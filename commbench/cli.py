@@ -29,8 +29,6 @@ def _policy_options(f):
                   help="Floor on timed iterations per size.")
     @click.option("--max-iters", type=click.IntRange(min=1), default=2000, show_default=True,
                   help="Ceiling on timed iterations per size.")
-    @click.option("--np", "nranks", type=click.IntRange(min=1), default=None,
-                  help="Ranks to spawn when no launcher is present (default 2 on a host without GPUs).")
     @click.option("--output", "-o", type=click.Path(dir_okay=False), default=None,
                   help="Result file (default commbench-results/<UTC stamp>_<host>_<op>.json); never overwritten.")
     @functools.wraps(f)
@@ -43,13 +41,19 @@ def _policy_options(f):
     return wrapper
 
 
-def _run(nranks: Optional[int], output: Optional[str], body) -> None:
+def _ranks_option(f):
+    return click.option("--np", "nranks", type=click.IntRange(min=1), default=None,
+                        help="Ranks to spawn when no launcher is present (default: one per visible GPU "
+                             "with --device cuda, else 2).")(f)
+
+
+def _run(nranks: Optional[int], default_ranks: int, body) -> None:
     """Runs body(world) on every rank; with no launcher, first re-runs this command under the
     bundled mpirun. Exit status: 0 exact, 1 wrong elements or a failure midway, 2 bad input."""
     if detect_launcher() is None:
         from .machine import cores
         from .reporter import PROGRESS_MARK
-        argv, env, notes = standalone_command(sys.argv[1:], nranks or 2, cores())
+        argv, env, notes = standalone_command(sys.argv[1:], nranks or default_ranks, cores())
         if sys.stderr.isatty():
             env[PROGRESS_MARK] = "1"
         for n in notes:
@@ -75,15 +79,20 @@ def cli() -> None:
 @click.option("--sizes", "-s", default="1K-1G", show_default=True,
               help="Sizes in bytes: 1K-1G (doubling), 8-256M:x4, 1M-8M:+1M, 8,1K,1M.")
 @click.option("--impl", "impl_text", default=None,
-              help="Comma list of mpi, ring, tree, gloo (default: all; gloo only under torchrun).")
+              help="Comma list. CPU: mpi, ring, tree, gloo (default all; gloo under torchrun). "
+                   "GPU: nccl, ring, tree, mpi (default nccl,ring,tree).")
+@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,
+              help="Where the buffers live; auto = cuda when a GPU is visible.")
+@click.option("--graph", is_flag=True, help="GPU: replay each iteration from a CUDA graph (small messages).")
 @click.option("--dtype", "-d", default="float32", show_default=True, help=f"One of {', '.join(DTYPES)}.")
 @click.option("--op", "redop", default="sum", show_default=True, help=f"Reduction: {', '.join(REDOPS)}.")
 @click.option("--in-place/--out-of-place", default=False, show_default=True)
 @click.option("--chunk", default="1M", show_default=True, help="Tree pipeline chunk size in bytes.")
 @_policy_options
-def allreduce(sizes, impl_text, dtype, redop, in_place, chunk, nranks, output, policy) -> None:
+@_ranks_option
+def allreduce(sizes, impl_text, device, graph, dtype, redop, in_place, chunk, nranks, output, policy) -> None:
     """Time all-reduce implementations across message sizes."""
-    from .backends import ALLREDUCE_IMPLS, parse_impls
+    from .backends import DEFAULT_IMPLS, parse_impls
     from .sweep import RunConfig, run_allreduce
     torch_dtype = dtype_of(dtype)
     redop_code(redop)
@@ -92,42 +101,125 @@ def allreduce(sizes, impl_text, dtype, redop, in_place, chunk, nranks, output, p
     chunk_bytes = parse_size(chunk)
     if chunk_bytes < itemsize:
         raise CommbenchError(f"--chunk {chunk} is smaller than one {dtype} element")
-    default_impls = "gloo" if detect_launcher() == "torchrun" else ",".join(ALLREDUCE_IMPLS)
-    impls = parse_impls(impl_text or default_impls, ALLREDUCE_IMPLS)
+    device, gpus = _resolve_device(device, impl_text)
+    if graph and device != "cuda":
+        raise CommbenchError("--graph replays CUDA graphs: it needs --device cuda")
+    default_impls = "gloo" if detect_launcher() == "torchrun" and device == "cpu" else DEFAULT_IMPLS[device]
+    impls = parse_impls(impl_text or default_impls, device)
     cfg = RunConfig(op="allreduce", impls=tuple(i.name for i in impls), sizes=tuple(size_list), dtype=dtype,
-                    redop=redop, in_place=in_place, chunk_bytes=chunk_bytes, policy=policy)
+                    redop=redop, in_place=in_place, device=device, graph=graph, chunk_bytes=chunk_bytes,
+                    policy=policy)
 
     def body(world):
         for impl in impls:
-            impl.prepare(world)
+            impl.prepare(world, cfg)
         reporter = _reporter(world, cfg, output, len(impls) * len(size_list))
         if reporter:
             for n in notes:
                 reporter.note(n)
         return _sweep(reporter, lambda: run_allreduce(world, cfg, impls, reporter), world)
 
-    _run(nranks, output, body)
+    _run(nranks, gpus if device == "cuda" else 2, body)
+
+
+def _resolve_device(device: str, impl_text: Optional[str]) -> tuple[str, int]:
+    """('cpu' or 'cuda', visible GPUs). auto picks cuda when a GPU is visible, or when the impls
+    asked for only run there."""
+    from .gpu import require_gpu, visible_gpus
+    gpus, _ = visible_gpus()
+    if device == "auto":
+        wants_gpu = impl_text is not None and "nccl" in impl_text.split(",")
+        device = "cuda" if gpus or wants_gpu else "cpu"
+    if device == "cuda":
+        gpus = require_gpu("--device cuda" if not impl_text else f"--impl {impl_text}")
+    return device, gpus
 
 
 @cli.command()
 @click.option("--sizes", "-s", default="1-4M", show_default=True, help="Message sizes in bytes (as for allreduce).")
-@click.option("--pairs", default="0:1", show_default=True, help="Rank pairs: 0:1, a list 0:1,0:2, or 'all'.")
+@click.option("--impl", type=click.Choice(["mpi", "nccl"]), default="mpi", show_default=True,
+              help="Transport between ranks: MPI on host buffers, NCCL on GPU buffers.")
+@click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True,
+              help="cuda with --impl mpi: the peer-to-peer matrix of this process's GPUs (no ranks).")
+@click.option("--pairs", default="0:1", show_default=True,
+              help="Rank pairs: 0:1, a list 0:1,0:2, or 'all'; the lower rank sends.")
 @click.option("--window", type=click.IntRange(min=1), default=64, show_default=True,
               help="Messages in flight per bandwidth iteration.")
 @_policy_options
-def p2p(sizes, pairs, window, nranks, output, policy) -> None:
-    """Point-to-point ping-pong latency and windowed bandwidth between rank pairs (MPI)."""
+@_ranks_option
+def p2p(sizes, impl, device, pairs, window, nranks, output, policy) -> None:
+    """Point-to-point latency and bandwidth: between rank pairs (MPI or NCCL), or between every pair
+    of this process's GPUs (--device cuda)."""
     from .sweep import RunConfig, resolve_pairs, run_p2p
     size_list = parse_sizes(sizes)
+    if impl == "nccl":
+        device = "cuda"
+        gpus = _resolve_device("cuda", "nccl")[1]
+    elif device == "cuda":
+        if nranks is not None:
+            raise CommbenchError("p2p --device cuda measures this process's GPUs: it takes no --np")
+        return _local_peer_matrix(size_list, output, policy)
+    else:
+        gpus = 0
 
     def body(world):
-        cfg = RunConfig(op="p2p", impls=("mpi",), sizes=tuple(size_list), dtype="uint8", redop="none",
-                        window=window, pairs=resolve_pairs(pairs, world.size), policy=policy)
-        world.require_mpi("commbench p2p")
+        cfg = RunConfig(op="p2p", impls=(impl,), sizes=tuple(size_list), dtype="uint8", redop="none",
+                        device=device, window=window, pairs=resolve_pairs(pairs, world.size), policy=policy)
+        if impl == "mpi":
+            world.require_mpi("commbench p2p")
         reporter = _reporter(world, cfg, output, 2 * len(cfg.pairs) * len(size_list))
         return _sweep(reporter, lambda: run_p2p(world, cfg, reporter), world)
 
-    _run(nranks, output, body)
+    _run(nranks, max(gpus, 2), body)
+
+
+def _local_peer_matrix(size_list, output, policy) -> None:
+    from .copies import print_matrices, run_peer_matrix
+    from .gpu import require_gpu
+    from .sweep import RunConfig
+    from .world import local_world
+    gpus = require_gpu("commbench p2p --device cuda")
+    cfg = RunConfig(op="p2p", impls=("ce", "sm"), sizes=tuple(size_list), dtype="uint8", redop="none",
+                    device="cuda", policy=policy)
+    world = local_world()
+    reporter = _reporter(world, cfg, output, 4 * gpus * gpus * len(size_list))
+    matrices = {}
+
+    def run():
+        matrices.update(run_peer_matrix(cfg, reporter, gpus))
+        return 0
+
+    _sweep(reporter, run, world)
+    print_matrices(matrices, gpus, click.echo)
+
+
+@cli.command()
+@click.option("--sizes", "-s", default="4K-256M:x4", show_default=True, help="Transfer sizes in bytes.")
+@click.option("--src", type=click.IntRange(min=0), default=0, show_default=True, help="Source GPU.")
+@click.option("--dst", type=click.IntRange(min=0), default=None,
+              help="Destination GPU of the staged and direct copies (default 1, or 0 with one GPU).")
+@click.option("--staging-chunk", default="4M", show_default=True, help="Chunk of the host-staged pipeline.")
+@_policy_options
+def copy(sizes, src, dst, staging_chunk, output, policy) -> None:
+    """Host<->device copies (pinned, pageable) and GPU->host->GPU staging beside direct P2P."""
+    from .copies import run_copies
+    from .gpu import require_gpu
+    from .sweep import RunConfig
+    from .world import local_world
+    size_list = parse_sizes(sizes)
+    chunk = parse_size(staging_chunk)
+    if chunk <= 0:
+        raise CommbenchError("--staging-chunk must be positive")
+    gpus = require_gpu("commbench copy")
+    dst = (1 if gpus > 1 else 0) if dst is None else dst
+    for name, index in (("--src", src), ("--dst", dst)):
+        if index >= gpus:
+            raise CommbenchError(f"{name} {index}: only {gpus} GPU(s) visible")
+    cfg = RunConfig(op="copy", impls=("pinned", "pageable", "staged", "ce"), sizes=tuple(size_list),
+                    dtype="uint8", redop="none", device="cuda", policy=policy)
+    world = local_world()
+    reporter = _reporter(world, cfg, output, 6 * len(size_list))
+    _sweep(reporter, lambda: run_copies(cfg, reporter, src, dst, chunk) or 0, world)
 
 
 def _reporter(world, cfg, output, steps):
@@ -188,8 +280,17 @@ def version(verbose: bool) -> None:
         except ImportError as e:
             host = f"missing ({e})"
         click.echo(f"native host extension (commbench._host): {host}")
-        click.echo(f"MPI: {machine.mpi_version() or 'not available'}")
-        click.echo(f"torch: {torch.__version__}")
+        from .gpu import cuda_module, visible_gpus
+        mod = cuda_module()
+        if mod is None:
+            click.echo("CUDA extension (commbench._cuda): not built")
+        else:
+            click.echo(f"CUDA extension (commbench._cuda): built; {mod.versions()}")
+            gpus, why = visible_gpus()
+            click.echo(f"GPUs visible: {gpus}" + (f" ({why})" if why else ""))
+        click.echo(f"MPI: {machine.mpi_version() or 'not available'}"
+                   + (" (CUDA-aware)" if host == "built" and _host.mpi_cuda_aware() else ""))
+        click.echo(f"torch: {torch.__version__} (CUDA {torch.version.cuda or 'none'})")
 
 
 def main() -> None:

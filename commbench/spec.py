@@ -44,11 +44,13 @@ def redop_code(name: str) -> int:
 class CollectiveSpec:
     name: str
     busbw_factor: Callable[[int], float]
+    pairwise: bool = False  # between two endpoints (p2p, copies), whatever the number of ranks
 
-    def bandwidths(self, size_bytes: int, seconds: float, ranks: int) -> tuple[float, Optional[float]]:
-        """(algbw, busbw) in GB/s (1e9 B/s). busbw is None with one rank: nothing crosses a link."""
-        algbw = size_bytes / seconds / 1e9 if seconds > 0 else 0.0
-        busbw = algbw * self.busbw_factor(ranks) if ranks > 1 else None
+    def bandwidths(self, size_bytes: int, seconds: float, ranks: int, moved: int = 1) -> tuple[float, Optional[float]]:
+        """(algbw, busbw) in GB/s (1e9 B/s); `moved` counts directions that carry size_bytes at once.
+        busbw is None for a collective on one rank: nothing crosses a link."""
+        algbw = moved * size_bytes / seconds / 1e9 if seconds > 0 else 0.0
+        busbw = algbw * self.busbw_factor(ranks) if (self.pairwise or ranks > 1) else None
         return algbw, busbw
 
 
@@ -60,7 +62,11 @@ COLLECTIVES: dict[str, CollectiveSpec] = {
     "broadcast": CollectiveSpec("broadcast", lambda p: 1.0),
     "reduce": CollectiveSpec("reduce", lambda p: 1.0),
     "sendrecv": CollectiveSpec("sendrecv", lambda p: 1.0),
-    # Point-to-point between one pair: the pair is the "bus".
-    "pingpong": CollectiveSpec("pingpong", lambda p: 1.0),
-    "bandwidth": CollectiveSpec("bandwidth", lambda p: 1.0),
+    # Between one pair of endpoints, the pair is the "bus".
+    "pingpong": CollectiveSpec("pingpong", lambda p: 1.0, pairwise=True),
+    "bandwidth": CollectiveSpec("bandwidth", lambda p: 1.0, pairwise=True),
+    "peer_copy": CollectiveSpec("peer_copy", lambda p: 1.0, pairwise=True),
+    "h2d": CollectiveSpec("h2d", lambda p: 1.0, pairwise=True),
+    "d2h": CollectiveSpec("d2h", lambda p: 1.0, pairwise=True),
+    "staged": CollectiveSpec("staged", lambda p: 1.0, pairwise=True),
 }

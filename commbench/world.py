@@ -74,9 +74,11 @@ class World:
     rank: int
     size: int
     hosts: list[str]  # host name of every rank, by rank
-    launcher: str  # 'standalone', 'mpi' or 'torchrun'
+    launcher: str  # 'standalone', 'mpi', 'torchrun', or 'local' (one process, no ranks)
     comm: Any = None  # mpi4py communicator when MPI-launched
     _gloo_ready: bool = field(default=False, repr=False)
+    _device_comm: Any = field(default=None, repr=False)
+    device: Optional[int] = None  # this rank's GPU, once a device communicator exists
 
     @property
     def has_mpi(self) -> bool:
@@ -86,12 +88,31 @@ class World:
     def local_size(self) -> int:
         return self.hosts.count(self.hosts[self.rank])
 
+    @property
+    def local_rank(self) -> int:
+        if self.launcher == "torchrun" and "LOCAL_RANK" in os.environ:
+            return int(os.environ["LOCAL_RANK"])
+        return self.hosts[: self.rank].count(self.hosts[self.rank])
+
+    def device_comm(self):
+        """This rank's NCCL communicator (created on first use; one GPU per rank)."""
+        if self._device_comm is None:
+            import torch
+
+            from .gpu import device_comm, rank_device
+            self.device = rank_device(self.local_rank, self.local_size)
+            torch.cuda.set_device(self.device)
+            self._device_comm = device_comm(self, self.device)
+        return self._device_comm
+
     def require_mpi(self, what: str) -> None:
         if not self.has_mpi:
             raise CommbenchError(f"{what} needs an MPI launch (mpirun/srun, or no launcher at all); "
                                  f"under torchrun use --impl gloo")
 
     def bcast(self, obj):
+        if self.size == 1:
+            return obj
         if self.comm is not None:
             return self.comm.bcast(obj, root=0)
         import torch.distributed as dist
@@ -101,6 +122,8 @@ class World:
 
     def gather(self, obj) -> Optional[list]:
         """Objects of all ranks on rank 0 (None elsewhere)."""
+        if self.size == 1:
+            return [obj]
         if self.comm is not None:
             return self.comm.gather(obj, root=0)
         import torch.distributed as dist
@@ -142,10 +165,16 @@ class World:
         self._gloo_ready = True
 
     def close(self) -> None:
+        self._device_comm = None  # destroys the NCCL communicator before the process exits
         if self._gloo_ready:
             import torch.distributed as dist
             dist.destroy_process_group()
             self._gloo_ready = False
+
+
+def local_world() -> World:
+    """The single process of a command that needs no ranks (GPU copies within one process)."""
+    return World(rank=0, size=1, hosts=[socket.gethostname()], launcher="local")
 
 
 def _rendezvous_address(hosts: list[str]) -> str:

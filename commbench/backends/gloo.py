@@ -18,11 +18,11 @@ class GlooAllreduce:
     name = "gloo"
     description = "torch.distributed all_reduce, gloo backend (timed from Python)"
 
-    def prepare(self, world: World) -> None:
+    def prepare(self, world: World, cfg) -> None:
         world.ensure_gloo()
 
     def times(self, world: World, send: torch.Tensor, recv: torch.Tensor, redop: int, iters: int,
-              chunk_bytes: int) -> np.ndarray:
+              cfg) -> np.ndarray:
         import torch.distributed as dist
         op = (dist.ReduceOp.SUM, dist.ReduceOp.PRODUCT, dist.ReduceOp.MAX, dist.ReduceOp.MIN)[redop]
         in_place = send.data_ptr() == recv.data_ptr()

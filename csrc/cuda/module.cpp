@@ -231,7 +231,7 @@ class DeviceComm {
       }
     });
     for (double& x : t) x /= 2;
-    return to_tensor(t);
+    return to_tensor(max_with_peer(std::move(t), static_cast<int>(peer)));
   }
 
   // Unidirectional bandwidth: `window` messages from the lower rank to the higher in one NCCL group
@@ -242,7 +242,7 @@ class DeviceComm {
     void* p = buf.data_ptr();
     const bool sender = where_.rank < peer;
     pybind11::gil_scoped_release no_gil;
-    return to_tensor(event_times(stream_, iters, where_, [] {}, [&] {
+    std::vector<double> t = event_times(stream_, iters, where_, [] {}, [&] {
       nccl_check(ncclGroupStart(), "ncclGroupStart", where_);
       for (int64_t w = 0; w < window; ++w) {
         if (sender)
@@ -251,7 +251,8 @@ class DeviceComm {
           nccl_check(ncclRecv(p, static_cast<std::size_t>(bytes), ncclUint8, static_cast<int>(peer), comm_, stream_), "ncclRecv", where_);
       }
       nccl_check(ncclGroupEnd(), "ncclGroupEnd", where_);
-    }));
+    });
+    return to_tensor(max_with_peer(std::move(t), static_cast<int>(peer)));
   }
 
   // Maximum over ranks, element-wise, of a host tensor of doubles.
@@ -326,6 +327,23 @@ class DeviceComm {
       cudaGraphDestroy(g);
     }
     return max_over_ranks(to_tensor(t));
+  }
+
+  // Element-wise maximum of this rank's times and its peer's: both ranks of a pair then hold the
+  // same samples, as the maximum over the pair.
+  std::vector<double> max_with_peer(std::vector<double> t, int peer) {
+    const std::size_t bytes = t.size() * sizeof(double);
+    DeviceBuffer mine(bytes, where_.device, where_), theirs(bytes, where_.device, where_);
+    std::vector<double> other(t.size());
+    cuda_check(cudaMemcpyAsync(mine.ptr, t.data(), bytes, cudaMemcpyHostToDevice, stream_), "cudaMemcpyAsync", where_);
+    nccl_check(ncclGroupStart(), "ncclGroupStart", where_);
+    nccl_check(ncclSend(mine.ptr, t.size(), ncclFloat64, peer, comm_, stream_), "ncclSend", where_);
+    nccl_check(ncclRecv(theirs.ptr, t.size(), ncclFloat64, peer, comm_, stream_), "ncclRecv", where_);
+    nccl_check(ncclGroupEnd(), "ncclGroupEnd", where_);
+    cuda_check(cudaMemcpyAsync(other.data(), theirs.ptr, bytes, cudaMemcpyDeviceToHost, stream_), "cudaMemcpyAsync", where_);
+    cuda_check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize", where_);
+    for (std::size_t i = 0; i < t.size(); ++i) t[i] = std::max(t[i], other[i]);
+    return t;
   }
 
   Where where_;
@@ -489,6 +507,26 @@ at::Tensor staged_copy_times(int64_t dst_dev, int64_t src_dev, int64_t bytes, in
   return to_tensor(t);
 }
 
+// dst = op(dst, src) with the device reduction kernel, on the current device; lets tests compare the
+// kernel (vectorised and scalar paths) against torch on a single GPU.
+void reduce_tensors(at::Tensor dst, at::Tensor src, int64_t op_code) {
+  if (!dst.is_cuda() || !src.is_cuda() || dst.get_device() != src.get_device() || !dst.is_contiguous() ||
+      !src.is_contiguous() || dst.scalar_type() != src.scalar_type() || dst.numel() != src.numel())
+    throw std::invalid_argument("reduce_tensors: two contiguous tensors of one dtype and length on one GPU");
+  const Where w{0, static_cast<int>(dst.get_device())};
+  cuda_check(cudaSetDevice(w.device), "cudaSetDevice", w);
+  dispatch_dtype(dst.scalar_type(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    return dispatch_op(redop_from(op_code), [&](auto functor) {
+      launch_reduce<T, decltype(functor)>(static_cast<T*>(dst.data_ptr()), static_cast<const T*>(src.data_ptr()),
+                                          static_cast<std::size_t>(dst.numel()), nullptr);
+      return 0;
+    });
+  });
+  cuda_check(cudaGetLastError(), "reduce kernel launch", w);
+  cuda_check(cudaDeviceSynchronize(), "reduce kernel", w);
+}
+
 int device_count() {
   int n = 0;
   // No driver or no device: report zero rather than fail, the caller explains.
@@ -532,6 +570,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("iters"));
   m.def("staged_copy_times", &staged_copy_times, py::arg("dst"), py::arg("src"), py::arg("bytes"), py::arg("chunk"),
         py::arg("iters"));
+  m.def("reduce_tensors", &reduce_tensors, py::arg("dst"), py::arg("src"), py::arg("op"));
   m.def("device_count", &device_count);
   m.def("versions", &versions);
 }

@@ -4,6 +4,9 @@
 #include <torch/extension.h>
 
 #include <mpi.h>
+#if __has_include(<mpi-ext.h>)
+#include <mpi-ext.h>  // CUDA-awareness queries (Open MPI, MPICH)
+#endif
 
 #include <algorithm>
 #include <chrono>
@@ -84,12 +87,30 @@ MPI_Op mpi_builtin_op(RedOp op) {
   }
 }
 
+// Whether the MPI library accepts GPU buffers, asked at run time where the library can say.
+bool mpi_cuda_aware() {
+#if defined(MPIX_CUDA_AWARE_SUPPORT)
+  return MPIX_Query_cuda_support() == 1;
+#elif defined(MPIX_GPU_SUPPORT_CUDA)
+  int yes = 0;
+  return MPIX_GPU_query_support(MPIX_GPU_SUPPORT_CUDA, &yes) == MPI_SUCCESS && yes == 1;
+#else
+  return false;
+#endif
+}
+
 // Times one all-reduce implementation: "mpi" (MPI_Allreduce), "ring" or "tree" (ours).
-// send and recv may be the same tensor (in place).
+// send and recv may be the same tensor (in place). Only "mpi" takes GPU buffers, and only from a
+// CUDA-aware MPI library.
 at::Tensor allreduce_times(const std::string& impl, at::Tensor send, at::Tensor recv, int64_t op_code,
                            int64_t iters, int64_t comm_handle, int64_t chunk_bytes) {
-  require_host_contiguous(send, "send buffer");
-  require_host_contiguous(recv, "recv buffer");
+  if (impl == "mpi" && send.is_cuda() && recv.is_cuda() && mpi_cuda_aware()) {
+    if (!send.is_contiguous() || !recv.is_contiguous())
+      throw std::invalid_argument("buffers must be contiguous");
+  } else {
+    require_host_contiguous(send, "send buffer");
+    require_host_contiguous(recv, "recv buffer");
+  }
   if (send.scalar_type() != recv.scalar_type() || send.numel() != recv.numel())
     throw std::invalid_argument("send and recv buffers differ in dtype or length");
   const RedOp op = redop_from(op_code);
@@ -285,5 +306,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("nranks"));
   m.def("count_wrong", &count_wrong, py::arg("tensor"), py::arg("op"), py::arg("nranks"));
   m.def("clock_floor", &clock_floor);
+  m.def("mpi_cuda_aware", &mpi_cuda_aware);
   m.def("mpi_library_version", &mpi_library_version);
 }

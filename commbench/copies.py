@@ -1,0 +1,93 @@
+"""Copies within one process: the GPU peer-to-peer matrix (`p2p --device cuda`) and host<->device
+and host-staged transfers (`commbench copy`). Timed in commbench._cuda; one record per measurement."""
+
+from __future__ import annotations
+
+from .policy import measure
+from .sizes import format_size
+from .sweep import record
+
+
+def _row(reporter, op, impl, size, samples, block, **extra):
+    rec = record(op, impl, "uint8", "none", 1, size, size, samples, 0, **extra)
+    reporter.add(rec, block, format_size(size))
+    return rec
+
+
+def run_peer_matrix(cfg, reporter, gpus: int) -> dict:
+    """Every ordered pair of visible GPUs (the diagonal is a copy within one GPU), by copy engine
+    ("ce") and by SM kernel ("sm"), one direction and both at once. Returns
+    {(mode, bidirectional): {(src, dst): record or reason}} for the matrix printout."""
+    from . import _cuda
+    matrices: dict = {}
+    for mode in ("ce", "sm"):
+        for bidi in (False, True):
+            cell: dict = {}
+            block = f"peer {mode} {'bidirectional' if bidi else 'unidirectional'}"
+            reporter.block(block, {"ce": "copy engine, cudaMemcpyPeerAsync", "sm": "SM copy kernel"}[mode]
+                           + (", both directions at once" if bidi else ""))
+            for src in range(gpus):
+                for dst in range(gpus):
+                    why = _cuda.peer_status(src, dst)
+                    if why and (mode == "sm" or bidi):
+                        cell[(src, dst)] = why
+                        continue
+                    for size in cfg.sizes:
+                        reporter.step(f"{block} {src}->{dst} {format_size(size)}")
+                        samples = measure(lambda n: _cuda.peer_copy_times(dst, src, size, mode, bidi, n).numpy(),
+                                          cfg.policy)
+                        # Without peer access the driver stages a copy-engine copy through the host.
+                        cell[(src, dst)] = _row(reporter, "peer_copy", mode, size, samples, block,
+                                                moved=2 if bidi else 1, pair=[src, dst], bidirectional=bidi,
+                                                peer_access=not why)
+            matrices[(mode, bidi)] = cell
+    return matrices
+
+
+def print_matrices(matrices: dict, gpus: int, echo) -> None:
+    """Bandwidth matrices at the largest size and the copy-engine latency at the smallest, laid out
+    like CUDA's p2pBandwidthLatencyTest; N/A where peer access is unsupported, with the reason."""
+    reasons = set()
+    for (mode, bidi), cell in matrices.items():
+        echo("#")
+        echo(f"# {'bidirectional' if bidi else 'unidirectional'} {mode} bandwidth (GB/s), largest size")
+        echo("#  src\\dst" + "".join(f"{d:>10}" for d in range(gpus)))
+        for s in range(gpus):
+            cells = []
+            for d in range(gpus):
+                v = cell.get((s, d))
+                if isinstance(v, str):
+                    reasons.add(v)
+                    cells.append(f"{'N/A':>10}")
+                else:
+                    cells.append(f"{v['algbw_gbps']:>10.1f}" if v else f"{'-':>10}")
+            echo(f"#{s:>8}" + "".join(cells))
+    for r in sorted(reasons):
+        echo(f"# N/A: {r}")
+
+
+def run_copies(cfg, reporter, src: int, dst: int, staging_chunk: int) -> None:
+    """Host<->device from pinned and pageable memory on GPU `src`, then GPU src -> GPU dst staged
+    through pinned host memory beside the direct peer copy (what losing P2P costs)."""
+    from . import _cuda
+    tests = [
+        ("h2d", "pinned", "host to device, pinned host memory", lambda s, n: _cuda.host_copy_times(src, s, "h2d", True, n)),
+        ("h2d", "pageable", "host to device, pageable host memory", lambda s, n: _cuda.host_copy_times(src, s, "h2d", False, n)),
+        ("d2h", "pinned", "device to host, pinned host memory", lambda s, n: _cuda.host_copy_times(src, s, "d2h", True, n)),
+        ("d2h", "pageable", "device to host, pageable host memory", lambda s, n: _cuda.host_copy_times(src, s, "d2h", False, n)),
+        ("staged", "pinned2", f"cuda:{src} -> pinned host -> cuda:{dst}, {format_size(staging_chunk)} chunks, two streams",
+         lambda s, n: _cuda.staged_copy_times(dst, src, s, staging_chunk, n)),
+    ]
+    why = _cuda.peer_status(src, dst)
+    if not why:
+        tests.append(("peer_copy", "ce", f"cuda:{src} -> cuda:{dst} direct (copy engine)",
+                      lambda s, n: _cuda.peer_copy_times(dst, src, s, "ce", False, n)))
+    for op, impl, description, timer in tests:
+        block = f"{op} {impl}"
+        reporter.block(block, description)
+        for size in cfg.sizes:
+            reporter.step(f"{block} {format_size(size)}")
+            samples = measure(lambda n: timer(size, n).numpy(), cfg.policy)
+            _row(reporter, op, impl, size, samples, block, pair=[src, dst])
+    if why:
+        reporter.warn(f"no direct copy cuda:{src} -> cuda:{dst} to compare with: {why}")

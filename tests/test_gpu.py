@@ -1,0 +1,151 @@
+"""The GPU path. Without a GPU: the CUDA extension must still be built wherever a toolkit is, it must
+share the host path's headers, and every GPU request must fail in one line. With a GPU (marker
+`gpu`, run by `make gpu-check`): exact results and every GPU command end to end."""
+
+import os
+import re
+import shutil
+
+import pytest
+import torch
+
+from commbench import results
+from commbench.spec import DTYPES, REDOPS
+from conftest import commbench
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _toolkit_present() -> bool:
+    homes = [os.environ.get("CUDA_HOME"), "/usr/local/cuda"]
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        homes.append(os.path.dirname(os.path.dirname(os.path.realpath(nvcc))))
+    return any(h and os.access(os.path.join(h, "bin", "nvcc"), os.X_OK) for h in homes)
+
+
+def _gpus() -> int:
+    try:
+        from commbench import _cuda
+    except ImportError:
+        return 0
+    return _cuda.device_count()
+
+
+GPUS = _gpus()
+needs_gpu = pytest.mark.skipif(GPUS == 0, reason="no CUDA device visible")
+
+
+@pytest.mark.skipif(not _toolkit_present() or torch.version.cuda is None
+                    or os.environ.get("COMMBENCH_SKIP_CUDA") == "1",
+                    reason="no CUDA toolkit, a CPU build of torch, or COMMBENCH_SKIP_CUDA=1")
+def test_cuda_extension_is_built_where_a_toolkit_is():
+    from commbench import _cuda  # an ImportError here means the build skipped or broke it
+    assert re.match(r"CUDA runtime \d+\.\d+, NCCL \d+\.\d+\.\d+", _cuda.versions())
+    for name in ("DeviceComm", "peer_copy_times", "host_copy_times", "staged_copy_times", "reduce_tensors"):
+        assert hasattr(_cuda, name)
+
+
+def _includes(path):
+    with open(os.path.join(ROOT, path)) as f:
+        return set(re.findall(r'#include "([^"]+)"', f.read()))
+
+
+def test_device_path_uses_the_host_definitions():
+    """One schedule, one executor, one functor, one test pattern: the CUDA sources include the very
+    headers the host extension uses, and nothing else defines them."""
+    assert {"commbench/collectives.h", "commbench/schedule.h", "commbench/reduce.h"} <= _includes("csrc/cuda/module.cpp")
+    assert {"commbench/collectives.h", "commbench/schedule.h", "commbench/reduce.h"} <= _includes("csrc/host/module.cpp")
+    assert {"commbench/reduce.h", "commbench/pattern.h"} <= _includes("csrc/cuda/kernels.cu")
+    assert "commbench/pattern.h" in _includes("csrc/host/module.cpp")
+    definitions = {r"struct OpSum\b": "reduce.h", r"struct RingSchedule\b": "schedule.h",
+                   r"void ring_allreduce\(": "collectives.h", r"void tree_allreduce\(": "collectives.h",
+                   r"int pattern_value\(": "pattern.h"}
+    for dirpath, _, files in os.walk(os.path.join(ROOT, "csrc")):
+        for name in files:
+            text = open(os.path.join(dirpath, name)).read()
+            for pattern, home in definitions.items():
+                if re.search(pattern, text):
+                    assert name == home, f"{pattern} defined in {name}, not only in {home}"
+
+
+@pytest.mark.skipif(GPUS > 0, reason="a GPU is visible: the no-GPU errors do not apply")
+@pytest.mark.parametrize("args", [
+    ["allreduce", "--device", "cuda"], ["allreduce", "--impl", "nccl"], ["p2p", "--device", "cuda"],
+    ["p2p", "--impl", "nccl"], ["copy"],
+])
+def test_gpu_requests_fail_cleanly_without_gpu(args, workdir):
+    r = commbench(args, cwd=workdir)
+    assert r.returncode == 2
+    assert "needs a GPU" in r.stderr and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+# ---- on a GPU -------------------------------------------------------------------------------------
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("op", list(REDOPS))
+def test_reduction_kernel_matches_torch(dtype, op):
+    """Both kernel paths: 16-byte vectors (aligned, offset 0) and the scalar tail / misaligned path
+    (offset 1 element), against torch's own element-wise ops on small integers (exact)."""
+    from commbench import _cuda
+    ref = {"sum": torch.add, "prod": torch.mul, "max": torch.maximum, "min": torch.minimum}[op]
+    g = torch.Generator().manual_seed(3)
+    for n, offset in ((1, 0), (7, 0), (1000, 0), (1 << 20, 0), (1001, 1), (65537, 1)):
+        a = torch.randint(-3, 4, (n + offset,), generator=g).to(DTYPES[dtype]).cuda()
+        b = torch.randint(-3, 4, (n + offset,), generator=g).to(DTYPES[dtype]).cuda()
+        expected = ref(a[offset:], b[offset:])
+        dst = a[offset:]
+        _cuda.reduce_tensors(dst, b[offset:].contiguous(), REDOPS[op])
+        assert torch.equal(dst, expected), (dtype, op, n, offset)
+
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.parametrize("dtype,op,place", [("float32", "sum", "--out-of-place"), ("bfloat16", "prod", "--in-place"),
+                                            ("float16", "max", "--out-of-place"), ("int64", "min", "--in-place")])
+def test_device_allreduce_exact(dtype, op, place, workdir):
+    out = os.path.join(workdir, "gpu.json")
+    r = commbench(["allreduce", "--device", "cuda", "--impl", "nccl,ring,tree", "--sizes", "4,1000,1M,3M:+1M",
+                   "--dtype", dtype, "--op", op, place, "--chunk", "64K", "--budget-ms", "20", "-o", out], cwd=workdir)
+    assert r.returncode == 0, r.stderr
+    df = results.load(out)
+    assert (df["wrong"] == 0).all() and set(df["impl"]) == {"nccl", "ring", "tree"}
+    assert (df["ranks"] == GPUS).all()
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_cuda_graph_mode(workdir):
+    out = os.path.join(workdir, "graph.json")
+    r = commbench(["allreduce", "--device", "cuda", "--graph", "--sizes", "8-64K:x8", "--budget-ms", "20", "-o", out],
+                  cwd=workdir)
+    assert r.returncode == 0, r.stderr
+    assert results.load(out).attrs["meta"]["config"]["graph"] is True
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_peer_matrix_and_copies(workdir):
+    r = commbench(["p2p", "--device", "cuda", "--sizes", "4,16M", "--budget-ms", "20", "-o",
+                   os.path.join(workdir, "m.json")], cwd=workdir)
+    assert r.returncode == 0, r.stderr
+    assert "unidirectional ce bandwidth (GB/s)" in r.stdout and "bidirectional sm bandwidth" in r.stdout
+    out = os.path.join(workdir, "c.json")
+    r = commbench(["copy", "--sizes", "4K,64M", "--budget-ms", "20", "-o", out], cwd=workdir)
+    assert r.returncode == 0, r.stderr
+    df = results.load(out)
+    assert {"h2d", "d2h", "staged"} <= set(df["op"]) and (df["algbw_gbps"] > 0).all()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(GPUS < 2, reason="needs two GPUs")
+def test_nccl_p2p_between_ranks(workdir):
+    out = os.path.join(workdir, "p.json")
+    r = commbench(["p2p", "--impl", "nccl", "--np", "2", "--sizes", "8,1M", "--budget-ms", "20", "-o", out],
+                  cwd=workdir)
+    assert r.returncode == 0, r.stderr
+    df = results.load(out)
+    assert set(df["op"]) == {"pingpong", "bandwidth"} and (df["wrong"] == 0).all()
