@@ -17,7 +17,7 @@ def _row(reporter, op, impl, size, samples, block, **extra):
 def run_peer_matrix(cfg, reporter, gpus: int) -> dict:
     """Every ordered pair of visible GPUs (the diagonal is a copy within one GPU), by copy engine
     ("ce") and by SM kernel ("sm"), one direction and both at once. Returns
-    {(mode, bidirectional): {(src, dst): record or reason}} for the matrix printout."""
+    {(mode, bidirectional): {(src, dst): [record per size] or the reason it was not measured}}."""
     from . import _cuda
     matrices: dict = {}
     for mode in ("ce", "sm"):
@@ -32,36 +32,43 @@ def run_peer_matrix(cfg, reporter, gpus: int) -> dict:
                     if why and (mode == "sm" or bidi):
                         cell[(src, dst)] = why
                         continue
+                    cell[(src, dst)] = []
                     for size in cfg.sizes:
                         reporter.step(f"{block} {src}->{dst} {format_size(size)}")
                         samples = measure(lambda n: _cuda.peer_copy_times(dst, src, size, mode, bidi, n).numpy(),
                                           cfg.policy)
                         # Without peer access the driver stages a copy-engine copy through the host.
-                        cell[(src, dst)] = _row(reporter, "peer_copy", mode, size, samples, block,
-                                                moved=2 if bidi else 1, pair=[src, dst], bidirectional=bidi,
-                                                peer_access=not why)
+                        cell[(src, dst)].append(_row(reporter, "peer_copy", mode, size, samples, block,
+                                                     moved=2 if bidi else 1, pair=[src, dst], bidirectional=bidi,
+                                                     peer_access=not why))
             matrices[(mode, bidi)] = cell
     return matrices
 
 
 def print_matrices(matrices: dict, gpus: int, echo) -> None:
-    """Bandwidth matrices at the largest size and the copy-engine latency at the smallest, laid out
-    like CUDA's p2pBandwidthLatencyTest; N/A where peer access is unsupported, with the reason."""
+    """Bandwidth matrices at the largest size and the latency matrix (copy engine, one direction) at
+    the smallest, laid out like CUDA's p2pBandwidthLatencyTest; N/A where peer access is unsupported,
+    with the reason."""
     reasons = set()
-    for (mode, bidi), cell in matrices.items():
+
+    def table(title, cell, value):
         echo("#")
-        echo(f"# {'bidirectional' if bidi else 'unidirectional'} {mode} bandwidth (GB/s), largest size")
+        echo(f"# {title}")
         echo("#  src\\dst" + "".join(f"{d:>10}" for d in range(gpus)))
         for s in range(gpus):
-            cells = []
+            row = []
             for d in range(gpus):
                 v = cell.get((s, d))
                 if isinstance(v, str):
                     reasons.add(v)
-                    cells.append(f"{'N/A':>10}")
-                else:
-                    cells.append(f"{v['algbw_gbps']:>10.1f}" if v else f"{'-':>10}")
-            echo(f"#{s:>8}" + "".join(cells))
+                row.append(f"{'N/A' if isinstance(v, str) else value(v):>10}")
+            echo(f"#{s:>8}" + "".join(row))
+
+    for (mode, bidi), cell in matrices.items():
+        table(f"{'bidirectional' if bidi else 'unidirectional'} {mode} bandwidth (GB/s), largest size", cell,
+              lambda recs: f"{recs[-1]['algbw_gbps']:.1f}")
+    table("unidirectional ce latency (us), smallest size", matrices[("ce", False)],
+          lambda recs: f"{recs[0]['time_us']['median']:.2f}")
     for r in sorted(reasons):
         echo(f"# N/A: {r}")
 
