@@ -78,6 +78,8 @@ class Reporter:
 
 
 def run_metadata(world, config: dict, argv: list[str]) -> dict:
+    from .topo import snapshot
+    topology = snapshot()
     return {
         "tool": machine.tool_info(),
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -85,4 +87,6 @@ def run_metadata(world, config: dict, argv: list[str]) -> dict:
         "config": config,
         "machine": machine.describe(world.hosts, world.size, world.launcher),
         "env": machine.recorded_env(),
+        "topology": topology,  # rank 0's node
+        "topology_fingerprint": topology["fingerprint"],
     }

@@ -67,6 +67,8 @@ def test_standalone_run_as_typed(workdir):
     meta = df.attrs["meta"]
     assert meta["status"] == "complete" and meta["machine"]["launcher"] == "standalone"
     assert meta["machine"]["mpi"].startswith("Open MPI")
+    assert meta["topology_fingerprint"] == meta["topology"]["fingerprint"]
+    assert meta["topology"]["host"]["cores"] == os.cpu_count()
     assert all(k.startswith(("NCCL_", "UCX_", "OMPI_", "MPICH_", "I_MPI_", "CUDA_", "TORCH_", "GLOO_"))
                for k in meta["env"])
 
