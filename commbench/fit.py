@@ -1,0 +1,150 @@
+"""Latency-bandwidth fits: t(n) = a + b n by weighted least squares on the per-size medians, with
+automatic segmentation (libraries switch protocols by size), translated into per-message alpha and
+link bandwidth through the cost model of the algorithm that ran (DESIGN: ring 2(p-1) steps, tree,
+Hockney for point-to-point)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+MAX_SEGMENTS = 3
+MIN_POINTS = 3  # per segment
+BOOTSTRAP = 200
+
+
+@dataclass(frozen=True)
+class CostModel:
+    name: str
+    alpha_messages: float  # latency terms in t: alpha = a / alpha_messages
+    bytes_factor: float  # bandwidth terms in t: n * bytes_factor / BW, so BW = bytes_factor / b
+    effective: bool  # a library whose algorithm is unknown: the figures are effective values
+
+
+def cost_model(op: str, impl: str, ranks: int) -> Optional[CostModel]:
+    """None when nothing crosses a link (a collective on one rank)."""
+    if op == "allreduce":
+        p = ranks
+        if p < 2:
+            return None
+        if impl == "tree":
+            depth = max(1, int(math.floor(math.log2(p))))
+            return CostModel(f"pipelined binary tree: t = 2*{depth}*alpha + 2n/BW", 2 * depth, 2.0, False)
+        ring = CostModel(f"ring: t = 2({p}-1)*alpha + 2({p}-1)/{p}*n/BW", 2 * (p - 1), 2 * (p - 1) / p, impl != "ring")
+        return ring
+    # Point-to-point and copies: Hockney, t = alpha + n/BW.
+    return CostModel("Hockney: t = alpha + n/BW", 1.0, 1.0, False)
+
+
+def weighted_line(n: np.ndarray, t: np.ndarray) -> tuple[float, float, float]:
+    """(a, b, weighted SSE) of t = a + b n with weights 1/t^2, i.e. least relative error."""
+    w = 1.0 / np.maximum(t, 1e-15) ** 2
+    sw, swn, swt = w.sum(), (w * n).sum(), (w * t).sum()
+    swnn, swnt = (w * n * n).sum(), (w * n * t).sum()
+    det = sw * swnn - swn * swn
+    if abs(det) < 1e-300 * max(sw * swnn, 1e-300) or len(n) < 2:
+        a, b = float(swt / sw), 0.0
+    else:
+        b = float((sw * swnt - swn * swt) / det)
+        a = float((swt - b * swn) / sw)
+    sse = float((w * (t - (a + b * n)) ** 2).sum())
+    return a, b, sse
+
+
+def segment(n: np.ndarray, t: np.ndarray, max_segments: int = MAX_SEGMENTS) -> list[tuple[int, int]]:
+    """Breakpoints by dynamic programming: the contiguous split (each part >= MIN_POINTS sizes) that
+    minimises the relative squared error, with the number of parts chosen by BIC."""
+    m = len(n)
+    cost = {}
+    for i in range(m):
+        for j in range(i + MIN_POINTS, m + 1):
+            cost[(i, j)] = weighted_line(n[i:j], t[i:j])[2]
+    best_by_k = {}
+    # dp[k][j]: best (sse, cuts) covering points [0, j) with k segments
+    dp = [{0: (0.0, [])}]
+    for k in range(1, max_segments + 1):
+        layer = {}
+        for j in range(k * MIN_POINTS, m + 1):
+            options = [(prev[0] + cost[(i, j)], prev[1] + [(i, j)]) for i, prev in dp[k - 1].items()
+                       if (i, j) in cost]
+            if options:
+                layer[j] = min(options, key=lambda o: o[0])
+        dp.append(layer)
+        if m in layer:
+            best_by_k[k] = layer[m]
+    if not best_by_k:
+        return [(0, m)]
+
+    def bic(k):
+        sse = max(best_by_k[k][0], 1e-12 * m)
+        return m * math.log(sse / m) + (3 * k - 1) * math.log(m)
+    k = min(best_by_k, key=bic)
+    return best_by_k[k][1]
+
+
+def _translate(a: float, b: float, model: CostModel) -> tuple[float, Optional[float]]:
+    alpha_us = a / model.alpha_messages * 1e6
+    bw = model.bytes_factor / b / 1e9 if b > 0 else None
+    return alpha_us, bw
+
+
+def fit_series(sizes: list[int], samples_us: list[list[float]], model: CostModel, seed: int = 0) -> dict:
+    """Fit of one (op, impl, ranks) series. Returns the fit record (without the identifying keys)."""
+    order = np.argsort(sizes)
+    n = np.asarray(sizes, dtype=float)[order]
+    samples = [np.asarray(samples_us[i], dtype=float) * 1e-6 for i in order]
+    t = np.array([np.median(s) for s in samples])
+    cuts = segment(n, t)
+    rng = np.random.default_rng(seed)
+    # Bootstrap: resample each size's iterations with replacement, BOOTSTRAP times at once.
+    boot = np.stack([np.median(s[rng.integers(0, len(s), (BOOTSTRAP, len(s)))], axis=1) for s in samples], axis=1)
+    segments = []
+    fitted = np.empty_like(t)
+    for i, j in cuts:
+        a, b, sse = weighted_line(n[i:j], t[i:j])
+        fitted[i:j] = a + b * n[i:j]
+        w = 1.0 / t[i:j] ** 2
+        mean = (w * t[i:j]).sum() / w.sum()
+        sst = float((w * (t[i:j] - mean) ** 2).sum())
+        alpha, bw = _translate(a, b, model)
+        draws = [_translate(*weighted_line(n[i:j], bt[i:j])[:2], model) for bt in boot]
+        alphas = [d[0] for d in draws]
+        bws = [d[1] for d in draws if d[1] is not None]
+        segments.append({
+            "size_min": int(n[i]), "size_max": int(n[j - 1]), "points": j - i,
+            "alpha_us": alpha, "bandwidth_gbps": bw,
+            "alpha_us_ci": [float(np.percentile(alphas, 2.5)), float(np.percentile(alphas, 97.5))],
+            "bandwidth_gbps_ci": ([float(np.percentile(bws, 2.5)), float(np.percentile(bws, 97.5))]
+                                  if len(bws) == len(draws) else None),
+            "r2": 1 - sse / sst if sst > 0 else 1.0,
+        })
+    rel = (t - fitted) / fitted
+    mad = float(np.median(np.abs(rel - np.median(rel)))) * 1.4826
+    limit = max(0.10, 3 * mad)
+    outliers = [int(n[k]) for k in range(len(n)) if abs(rel[k]) > limit]
+    top = segments[-1]
+    return {"model": model.name, "effective": model.effective, "alpha_us": top["alpha_us"],
+            "bandwidth_gbps": top["bandwidth_gbps"], "segments": segments, "outlier_sizes": outliers}
+
+
+def fit_records(records: list[dict]) -> list[dict]:
+    """One fit per (op, impl, ranks) series in a run's records; series with fewer than MIN_POINTS
+    sizes, or on one rank, are reported with the reason instead."""
+    series: dict = {}
+    for r in records:
+        key = (r["op"], r["impl"], r["ranks"], tuple(r.get("pair") or ()))
+        series.setdefault(key, []).append(r)
+    out = []
+    for (op, impl, ranks, pair), rows in series.items():
+        head = {"op": op, "impl": impl, "ranks": ranks, **({"pair": list(pair)} if pair else {})}
+        model = cost_model(op, impl, ranks)
+        if model is None:
+            out.append({**head, "skipped": "one rank: nothing crosses a link"})
+        elif len(rows) < MIN_POINTS:
+            out.append({**head, "skipped": f"{len(rows)} size(s): a fit needs at least {MIN_POINTS}"})
+        else:
+            out.append({**head, **fit_series([r["size_bytes"] for r in rows], [r["samples_us"] for r in rows], model)})
+    return out

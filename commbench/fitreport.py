@@ -1,0 +1,67 @@
+"""Fits of a run, with verdicts against an expected fabric, as records (--json) and as text."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from .fabrics import Expectation, verdict
+from .fit import fit_records
+from .sizes import format_size
+
+
+def fits_with_verdicts(records: list[dict], expected: Optional[Expectation], pass_pct: float,
+                       fail_pct: float) -> list[dict]:
+    fits = fit_records(records)
+    if expected is not None:
+        for f in fits:
+            if "skipped" in f:
+                continue
+            status, pct = verdict(f["bandwidth_gbps"], expected, pass_pct, fail_pct)
+            f["expected"] = {"fabric": expected.name, "bandwidth_gbps": expected.bandwidth_gbps,
+                             "alpha_us": list(expected.alpha_us) if expected.alpha_us else None,
+                             "source": expected.source}
+            f["percent_of_expected"] = pct
+            f["verdict"] = status
+            lo_hi = expected.alpha_us
+            # A negative intercept means the segment is bandwidth-bound and says nothing about latency.
+            f["alpha_in_range"] = None if lo_hi is None or f["alpha_us"] < 0 else bool(f["alpha_us"] <= lo_hi[1])
+    return fits
+
+
+def _bw(x: Optional[float]) -> str:
+    return "latency-bound" if x is None else f"{x:.3g}"
+
+
+def _ci(ci) -> str:
+    return "" if not ci else f"[{ci[0]:.3g}, {ci[1]:.3g}]"
+
+
+def fit_lines(fits: list[dict]) -> list[str]:
+    lines = ["#", "# fit: t(n) = a + b*n per (op, impl, ranks), weighted by 1/t^2, segmented where the slope changes;",
+             "# alpha = per-message latency and bandwidth = link GB/s through each algorithm's cost model,",
+             "# from the segment of the largest sizes (95% bootstrap CI over the per-iteration samples)"]
+    for f in fits:
+        who = f"{f['op']} {f['impl']} ({f['ranks']} ranks" + (f", pair {f['pair'][0]}-{f['pair'][1]})" if f.get("pair") else ")")
+        if "skipped" in f:
+            lines.append(f"# {who}: no fit, {f['skipped']}")
+            continue
+        note = " (effective values: the library's algorithm is unknown)" if f["effective"] else ""
+        top = f["segments"][-1]
+        unresolved = " (negative intercept: latency not resolved at these sizes)" if f["alpha_us"] < 0 else ""
+        lines.append(f"# {who}: alpha {f['alpha_us']:.3g} us{unresolved} {_ci(top['alpha_us_ci'])}, bandwidth "
+                     f"{_bw(f['bandwidth_gbps'])} GB/s {_ci(top['bandwidth_gbps_ci'])}, R2 {top['r2']:.3f}; "
+                     f"{f['model']}{note}")
+        if "verdict" in f:
+            pct = "n/a" if f["percent_of_expected"] is None else f"{f['percent_of_expected']:.0f}%"
+            e = f["expected"]
+            alpha = "" if f["alpha_in_range"] is None else (", alpha within range" if f["alpha_in_range"] else
+                                                             f", alpha above the expected {e['alpha_us'][1]:g} us")
+            lines.append(f"#   {f['verdict']}: {_bw(f['bandwidth_gbps'])} of {e['bandwidth_gbps']:.3g} GB/s expected "
+                         f"for {e['fabric']} = {pct}{alpha} ({e['source']})")
+        if len(f["segments"]) > 1:
+            for s in f["segments"]:
+                lines.append(f"#   segment {format_size(s['size_min'])}-{format_size(s['size_max'])}: alpha "
+                             f"{s['alpha_us']:.3g} us, bandwidth {_bw(s['bandwidth_gbps'])} GB/s, R2 {s['r2']:.3f}")
+        if f["outlier_sizes"]:
+            lines.append(f"#   off the fit: {', '.join(format_size(n) for n in f['outlier_sizes'])}")
+    return lines
