@@ -41,6 +41,40 @@ def _policy_options(f):
     return wrapper
 
 
+def _verdict_options(f):
+    @click.option("--fabric", default=None, help="Judge the fit against this catalog fabric (see 'commbench fabrics').")
+    @click.option("--expect-gbps", type=click.FloatRange(min=0, min_open=True), default=None,
+                  help="Expected link bandwidth (GB/s) for a fabric the catalog lacks.")
+    @click.option("--expect-us", type=click.FloatRange(min=0), default=None, help="Expected per-message alpha (us).")
+    @click.option("--pass-pct", type=click.FloatRange(0, 100), default=80.0, show_default=True,
+                  help="PASS at or above this percent of the expected bandwidth.")
+    @click.option("--fail-pct", type=click.FloatRange(0, 100), default=60.0, show_default=True,
+                  help="FAIL below this percent (WARN in between).")
+    @functools.wraps(f)
+    def wrapper(*args, fabric, expect_gbps, expect_us, pass_pct, fail_pct, **kwargs):
+        from .fabrics import catalog
+        if fabric is not None and fabric not in catalog():
+            raise CommbenchError(f"unknown fabric '{fabric}': choose from {', '.join(catalog())}, or give --expect-gbps")
+        if fail_pct > pass_pct:
+            raise CommbenchError(f"--fail-pct {fail_pct:g} exceeds --pass-pct {pass_pct:g}")
+        kwargs["judge"] = {"fabric": fabric, "expect_gbps": expect_gbps, "expect_us": expect_us,
+                           "pass_pct": pass_pct, "fail_pct": fail_pct}
+        return f(*args, **kwargs)
+    return wrapper
+
+
+def _expectation(judge: dict, meta: dict):
+    """The fabric to judge against: named, given as figures, or guessed from the run's topology."""
+    from .fabrics import expectation, guess_fabric
+    return expectation(judge["fabric"] or (None if judge["expect_gbps"] else guess_fabric(meta)),
+                       judge["expect_gbps"], judge["expect_us"])
+
+
+def _fit_lines(doc: dict, judge: dict) -> list[str]:
+    from .fitreport import fit_lines, fits_with_verdicts
+    return fit_lines(fits_with_verdicts(doc["results"], _expectation(judge, doc), judge["pass_pct"], judge["fail_pct"]))
+
+
 def _ranks_option(f):
     return click.option("--np", "nranks", type=click.IntRange(min=1), default=None,
                         help="Ranks to spawn when no launcher is present (default: one per visible GPU "
@@ -90,7 +124,10 @@ def cli() -> None:
 @click.option("--chunk", default="1M", show_default=True, help="Tree pipeline chunk size in bytes.")
 @_policy_options
 @_ranks_option
-def allreduce(sizes, impl_text, device, graph, dtype, redop, in_place, chunk, nranks, output, policy) -> None:
+@click.option("--no-fit", is_flag=True, help="Do not print the latency/bandwidth fit after the table.")
+@_verdict_options
+def allreduce(sizes, impl_text, device, graph, dtype, redop, in_place, chunk, nranks, output, policy, no_fit,
+              judge) -> None:
     """Time all-reduce implementations across message sizes."""
     from .backends import DEFAULT_IMPLS, parse_impls
     from .sweep import RunConfig, run_allreduce
@@ -113,7 +150,7 @@ def allreduce(sizes, impl_text, device, graph, dtype, redop, in_place, chunk, nr
     def body(world):
         for impl in impls:
             impl.prepare(world, cfg)
-        reporter = _reporter(world, cfg, output, len(impls) * len(size_list))
+        reporter = _reporter(world, cfg, output, len(impls) * len(size_list), None if no_fit else judge)
         if reporter:
             for n in notes:
                 reporter.note(n)
@@ -147,7 +184,9 @@ def _resolve_device(device: str, impl_text: Optional[str]) -> tuple[str, int]:
               help="Messages in flight per bandwidth iteration.")
 @_policy_options
 @_ranks_option
-def p2p(sizes, impl, device, pairs, window, nranks, output, policy) -> None:
+@click.option("--no-fit", is_flag=True, help="Do not print the latency/bandwidth fit after the table.")
+@_verdict_options
+def p2p(sizes, impl, device, pairs, window, nranks, output, policy, no_fit, judge) -> None:
     """Point-to-point latency and bandwidth: between rank pairs (MPI or NCCL), or between every pair
     of this process's GPUs (--device cuda)."""
     from .sweep import RunConfig, resolve_pairs, run_p2p
@@ -167,7 +206,7 @@ def p2p(sizes, impl, device, pairs, window, nranks, output, policy) -> None:
                         device=device, window=window, pairs=resolve_pairs(pairs, world.size), policy=policy)
         if impl == "mpi":
             world.require_mpi("commbench p2p")
-        reporter = _reporter(world, cfg, output, 2 * len(cfg.pairs) * len(size_list))
+        reporter = _reporter(world, cfg, output, 2 * len(cfg.pairs) * len(size_list), None if no_fit else judge)
         return _sweep(reporter, lambda: run_p2p(world, cfg, reporter), world)
 
     _run(nranks, max(gpus, 2), body)
@@ -222,7 +261,7 @@ def copy(sizes, src, dst, staging_chunk, output, policy) -> None:
     _sweep(reporter, lambda: run_copies(cfg, reporter, src, dst, chunk) or 0, world)
 
 
-def _reporter(world, cfg, output, steps):
+def _reporter(world, cfg, output, steps, judge=None):
     """The Reporter on rank 0, None elsewhere. The result file is created (or refused) before any
     measurement starts."""
     from . import _host
@@ -232,7 +271,7 @@ def _reporter(world, cfg, output, steps):
     if world.rank == 0:
         try:
             reporter = Reporter(run_metadata(world, cfg.describe(), sys.argv), output, steps,
-                                _host.clock_floor())
+                                _host.clock_floor(), (lambda doc: _fit_lines(doc, judge)) if judge else None)
         except CommbenchError as e:
             error = str(e)
     error = world.bcast(error)
@@ -264,6 +303,157 @@ def _sweep(reporter, run, world) -> int:
     if reporter:
         reporter.finish()
     return wrong
+
+
+def _percent(text: str, flag: str) -> float:
+    """'10%' or '10' -> 0.10."""
+    try:
+        value = float(text.strip().rstrip("%"))
+    except ValueError:
+        raise CommbenchError(f"{flag} {text!r}: give a percentage such as 10%") from None
+    if value < 0:
+        raise CommbenchError(f"{flag} {text!r}: must not be negative")
+    return value / 100
+
+
+@cli.command()
+@click.argument("run", type=click.Path(dir_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Print fit records as JSON.")
+@_verdict_options
+def fit(run, as_json, judge) -> None:
+    """Fit latency (alpha) and bandwidth per (op, impl, ranks) of a result file, with verdicts."""
+    import json
+
+    from .fitreport import fits_with_verdicts
+    from .results import load_document
+    doc = load_document(run)
+    if as_json:
+        fits = fits_with_verdicts(doc["results"], _expectation(judge, doc), judge["pass_pct"], judge["fail_pct"])
+        click.echo(json.dumps(fits, indent=1))
+        return
+    for line in _fit_lines(doc, judge):
+        click.echo(line)
+
+
+@cli.command()
+def fabrics() -> None:
+    """List the fabric catalog: expected bandwidth, typical alpha, source."""
+    from .fabrics import catalog
+    for row in catalog().values():
+        bw = "measured here" if row.get("measured") else f"{row['bandwidth_gbps']:g} GB/s"
+        click.echo(f"{row['name']:<13} {bw:>14}  alpha {row['alpha_us'][0]:g}-{row['alpha_us'][1]:g} us  "
+                   f"{row['description']}; source: {row['source']}")
+
+
+@cli.group()
+def baseline() -> None:
+    """Baselines for later comparison (a fleet repo's results/baselines)."""
+
+
+@baseline.command("save")
+@click.argument("run", type=click.Path(dir_okay=False))
+@click.option("--name", required=True, help="Baseline name (file name without .json).")
+@click.option("--dir", "directory", default=None, help="Directory (default results/baselines).")
+@click.option("--keep-samples", is_flag=True, help="Keep every per-iteration sample (larger files).")
+def baseline_save(run, name, directory, keep_samples) -> None:
+    """Store RUN as baseline NAME; an existing baseline is never overwritten."""
+    from .baseline import DEFAULT_DIR, save
+    click.echo(f"saved {save(run, name, directory or DEFAULT_DIR, keep_samples)}")
+
+
+@cli.command()
+@click.argument("base", type=click.Path(dir_okay=False))
+@click.argument("run", type=click.Path(dir_okay=False))
+@click.option("--tolerance-bw", default="10%", show_default=True, help="Allowed bandwidth drop.")
+@click.option("--tolerance-lat", default="25%", show_default=True, help="Allowed latency rise.")
+@click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
+def compare(base, run, tolerance_bw, tolerance_lat, as_json) -> None:
+    """Compare RUN against BASE: exit 0 pass, 1 regression, 2 unusable input."""
+    import json
+
+    from .compare import compare as do_compare
+    from .compare import compare_lines
+    from .results import load_document
+    result = do_compare(load_document(base), load_document(run), _percent(tolerance_bw, "--tolerance-bw"),
+                        _percent(tolerance_lat, "--tolerance-lat"))
+    if as_json:
+        click.echo(json.dumps(result, indent=1))
+    else:
+        for line in compare_lines(result):
+            click.echo(line)
+    sys.exit(1 if result["status"] == "regression" else 0)
+
+
+@cli.command()
+@click.argument("runs", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="PNG file to write.")
+@click.option("--baseline", "baselines", multiple=True, type=click.Path(dir_okay=False),
+              help="Baseline to overlay (dashed); repeatable.")
+@_verdict_options
+def plot(runs, output, baselines, judge) -> None:
+    """Bus bandwidth and latency against size, with fits, expected line and baselines."""
+    import os
+
+    from .plot import plot as draw
+    from .results import load_document
+    if os.path.exists(output):
+        raise CommbenchError(f"{output} already exists; choose another -o")
+    docs = [(os.path.basename(r), load_document(r)) for r in runs]
+    bases = [(os.path.basename(b), load_document(b)) for b in baselines]
+    draw(docs, output, bases, _expectation(judge, docs[0][1]))
+    click.echo(f"wrote {output}")
+
+
+@cli.command()
+@click.argument("run", type=click.Path(dir_okay=False))
+@click.option("-o", "--output", required=True, type=click.Path(file_okay=False), help="Directory for the report.")
+@_verdict_options
+def report(run, output, judge) -> None:
+    """Markdown and HTML report of RUN: facts, plot, fit table and verdicts."""
+    from .report import write_report
+    from .results import load_document
+    doc = load_document(run)
+    for path in write_report(run, doc, output, _expectation(judge, doc), judge["pass_pct"], judge["fail_pct"]):
+        click.echo(f"wrote {path}")
+
+
+@cli.command()
+@click.argument("run", type=click.Path(dir_okay=False))
+@click.option("--csv", "as_csv", is_flag=True, required=True, help="Comma-separated values, one row per (impl, size).")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None, help="File (default: stdout).")
+def export(run, as_csv, output) -> None:
+    """Export a result file's records (without raw samples)."""
+    from .results import load, write_new
+    text = load(run).drop(columns=["samples_us"]).to_csv(index=False)
+    if output:
+        write_new(output, text, f"{output} already exists; choose another -o")
+    else:
+        click.echo(text, nl=False)
+
+
+@cli.command("import")
+@click.argument("tool", type=click.Choice(["nccl-tests", "osu"]))
+@click.argument("log", type=click.Path(dir_okay=False))
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
+              help="Result file (default commbench-results/<stamp>_<host>_import-<tool>.json).")
+@click.option("--op", "op", default=None, help="nccl-tests: the collective, when the log does not say.")
+@click.option("--test", type=click.Choice(["latency", "bw", "allreduce"]), default=None,
+              help="osu: which benchmark, when the log does not say.")
+@click.option("--ranks", type=click.IntRange(min=1), default=None, help="osu_allreduce: ranks it ran on (default 2).")
+def import_cmd(tool, log, output, op, test, ranks) -> None:
+    """Turn nccl-tests or OSU output into a commbench result file."""
+    from .importers import import_nccl_tests, import_osu
+    from .results import default_path, validate, write_new
+    try:
+        with open(log) as f:
+            text = f.read()
+    except OSError as e:
+        raise CommbenchError(f"cannot read {log}: {e.strerror}") from None
+    doc = import_nccl_tests(text, log, op) if tool == "nccl-tests" else import_osu(text, log, test, ranks)
+    validate(doc, log)
+    path = output or default_path(f"import-{tool}")
+    write_new(path, doc, f"{path} already exists; choose another -o")
+    click.echo(f"imported {len(doc['results'])} records from {log} into {path}")
 
 
 @cli.command()

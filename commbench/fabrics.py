@@ -90,18 +90,15 @@ def expectation(name: Optional[str], expect_gbps: Optional[float] = None,
 
 
 def guess_fabric(meta: dict) -> Optional[str]:
-    """A fabric from a result file's topology: NVLink when the GPUs have it, host shared memory when
-    all ranks share one host without GPUs; None when it cannot tell (e.g. several hosts)."""
-    topo = meta.get("topology") or {}
+    """NVLink of the generation the GPUs report, for a GPU run on one host; None otherwise (host
+    fabrics are too varied to guess: name one with --fabric)."""
     hosts = meta.get("machine", {}).get("hosts", [])
-    if len(hosts) != 1:
+    devices = ((meta.get("topology") or {}).get("gpus") or {}).get("devices") or []
+    if len(hosts) != 1 or meta.get("config", {}).get("device") != "cuda" or not devices:
         return None
-    devices = (topo.get("gpus") or {}).get("devices") or []
-    if meta.get("config", {}).get("device") == "cuda" and devices:
-        versions = {d["nvlink"]["version"] for d in devices if d["nvlink"]["links_up"]}
-        name = f"nvlink{versions.pop()}" if len(versions) == 1 else None
-        return name if name in catalog() else None
-    return "shm" if meta.get("config", {}).get("device", "cpu") == "cpu" else None
+    versions = {d["nvlink"]["version"] for d in devices if d["nvlink"]["links_up"]}
+    name = f"nvlink{versions.pop()}" if len(versions) == 1 else None
+    return name if name in catalog() else None
 
 
 def verdict(measured_gbps: Optional[float], expected: Expectation, pass_pct: float = PASS_PCT,

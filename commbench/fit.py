@@ -146,5 +146,7 @@ def fit_records(records: list[dict]) -> list[dict]:
         elif len(rows) < MIN_POINTS:
             out.append({**head, "skipped": f"{len(rows)} size(s): a fit needs at least {MIN_POINTS}"})
         else:
-            out.append({**head, **fit_series([r["size_bytes"] for r in rows], [r["samples_us"] for r in rows], model)})
+            # Without raw samples (a baseline saved without them, an import), the median stands alone.
+            samples = [r["samples_us"] or [r["time_us"]["median"]] for r in rows]
+            out.append({**head, **fit_series([r["size_bytes"] for r in rows], samples, model)})
     return out

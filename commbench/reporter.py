@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime
 import os
 import sys
-from typing import Optional
+from typing import Callable, Optional
 
 import click
 
@@ -18,8 +18,10 @@ PROGRESS_MARK = "COMMBENCH_PROGRESS"
 
 
 class Reporter:
-    def __init__(self, meta: dict, output_path: Optional[str], total_steps: int, clock_floor_s: float):
+    def __init__(self, meta: dict, output_path: Optional[str], total_steps: int, clock_floor_s: float,
+                 fit: Optional[Callable[[dict], list[str]]] = None):
         self.meta = meta
+        self.fit = fit  # result document -> fit lines printed after the table
         self.clock_floor_s = clock_floor_s
         self.warnings: list[str] = []
         self.flagged: dict[tuple[str, str], list[tuple[str, dict]]] = {}  # (block, flag) -> sizes
@@ -66,6 +68,9 @@ class Reporter:
         wrong = sum(r["wrong"] for r in self.file.doc["results"])
         click.echo("#")
         click.echo(f"# wrong elements in total: {wrong} {'OK' if wrong == 0 else 'FAILED'}")
+        if self.fit and self.file.doc["results"]:
+            for line in self.fit(self.file.doc):
+                click.echo(line)
         click.echo(f"# results: {self.file.path}")
         for (block, flag), hits in self.flagged.items():
             what, remedy = FLAG_TEXT[flag]

@@ -37,10 +37,8 @@ def validate(doc: dict, source: str = "result") -> None:
         raise CommbenchError(f"{source}: invalid field '{where}': {err.message}")
 
 
-def load(path: str) -> pd.DataFrame:
-    """Validates a result file and returns one DataFrame row per (impl, size) record; the time
-    statistics become columns time_us_median, time_us_p99, ... and the run's metadata is in
-    DataFrame.attrs['meta']."""
+def load_document(path: str) -> dict:
+    """A result file as a validated dict."""
     try:
         with open(path) as f:
             doc = json.load(f)
@@ -49,6 +47,28 @@ def load(path: str) -> pd.DataFrame:
     except json.JSONDecodeError as e:
         raise CommbenchError(f"{path} is not JSON: {e}") from None
     validate(doc, path)
+    return doc
+
+
+def write_new(path: str, doc, exists_message: str) -> None:
+    """Writes JSON (or text, for a str) to a path that must not exist yet."""
+    parent = os.path.dirname(path)
+    if parent:
+        os.makedirs(parent, exist_ok=True)
+    try:
+        with open(path, "x") as f:
+            f.write(doc if isinstance(doc, str) else json.dumps(doc, indent=1) + "\n")
+    except FileExistsError:
+        raise CommbenchError(exists_message) from None
+    except OSError as e:
+        raise CommbenchError(f"cannot write {path}: {e.strerror}") from None
+
+
+def load(path: str) -> pd.DataFrame:
+    """Validates a result file and returns one DataFrame row per (impl, size) record; the time
+    statistics become columns time_us_median, time_us_p99, ... and the run's metadata is in
+    DataFrame.attrs['meta']."""
+    doc = load_document(path)
     rows = []
     for rec in doc["results"]:
         row = {k: v for k, v in rec.items() if k not in ("time_us", "samples_us")}
@@ -73,18 +93,8 @@ class ResultFile:
         self.path = path
         self.doc = {"schema_version": SCHEMA_VERSION, **header, "status": "running", "error": None,
                     "results": []}
-        parent = os.path.dirname(path)
-        if parent:
-            os.makedirs(parent, exist_ok=True)
-        try:
-            # Exclusive creation: an existing result is never replaced.
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        except FileExistsError:
-            raise CommbenchError(f"result file {path} already exists; choose another --output") from None
-        except OSError as e:
-            raise CommbenchError(f"cannot create result file {path}: {e.strerror}") from None
-        os.close(fd)
-        self._write()
+        # Exclusive creation: an existing result is never replaced.
+        write_new(path, self.doc, f"result file {path} already exists; choose another --output")
 
     def add(self, record: dict) -> None:
         self.doc["results"].append(record)
