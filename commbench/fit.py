@@ -13,6 +13,7 @@ import numpy as np
 
 MAX_SEGMENTS = 3
 MIN_POINTS = 3  # per segment
+GOOD_FIT_RMS = 0.03  # relative RMS error under which a line needs no further split
 BOOTSTRAP = 200
 
 
@@ -56,7 +57,8 @@ def weighted_line(n: np.ndarray, t: np.ndarray) -> tuple[float, float, float]:
 
 def segment(n: np.ndarray, t: np.ndarray, max_segments: int = MAX_SEGMENTS) -> list[tuple[int, int]]:
     """Breakpoints by dynamic programming: the contiguous split (each part >= MIN_POINTS sizes) that
-    minimises the relative squared error, with the number of parts chosen by BIC."""
+    minimises the relative squared error. The fewest parts are kept whose relative RMS error is within
+    GOOD_FIT_RMS, or within twice the best split's (measurement noise alone must not split a line)."""
     m = len(n)
     cost = {}
     for i in range(m):
@@ -78,10 +80,9 @@ def segment(n: np.ndarray, t: np.ndarray, max_segments: int = MAX_SEGMENTS) -> l
     if not best_by_k:
         return [(0, m)]
 
-    def bic(k):
-        sse = max(best_by_k[k][0], 1e-12 * m)
-        return m * math.log(sse / m) + (3 * k - 1) * math.log(m)
-    k = min(best_by_k, key=bic)
+    rms = {k: math.sqrt(v[0] / m) for k, v in best_by_k.items()}
+    good_enough = max(GOOD_FIT_RMS, 2 * min(rms.values()))
+    k = min(k for k in rms if rms[k] <= good_enough)
     return best_by_k[k][1]
 
 
