@@ -174,8 +174,9 @@ def _resolve_device(device: str, impl_text: Optional[str]) -> tuple[str, int]:
 
 @cli.command()
 @click.option("--sizes", "-s", default="1-4M", show_default=True, help="Message sizes in bytes (as for allreduce).")
-@click.option("--impl", type=click.Choice(["mpi", "nccl"]), default="mpi", show_default=True,
-              help="Transport between ranks: MPI on host buffers, NCCL on GPU buffers.")
+@click.option("--impl", type=click.Choice(["mpi", "nccl", "gloo"]), default=None,
+              help="Transport between ranks: mpi (default; host buffers), nccl (GPU buffers), gloo (host buffers, "
+                   "timed from Python; the default under torchrun).")
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True,
               help="cuda with --impl mpi: the peer-to-peer matrix of this process's GPUs (no ranks).")
 @click.option("--pairs", default="0:1", show_default=True,
@@ -191,6 +192,7 @@ def p2p(sizes, impl, device, pairs, window, nranks, output, policy, no_fit, judg
     of this process's GPUs (--device cuda)."""
     from .sweep import RunConfig, resolve_pairs, run_p2p
     size_list = parse_sizes(sizes)
+    impl = impl or ("gloo" if detect_launcher() == "torchrun" else "mpi")
     if impl == "nccl":
         device = "cuda"
         gpus = _resolve_device("cuda", "nccl")[1]

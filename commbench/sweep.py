@@ -139,12 +139,19 @@ P2P_TESTS = {
 
 
 class _PairTimers:
-    """Ping-pong and bandwidth loops of one rank pair, over MPI (host buffers) or NCCL (GPU buffers)."""
+    """Ping-pong and bandwidth loops of one rank pair: over MPI (host buffers, native loops), NCCL
+    (GPU buffers, native loops) or gloo (host buffers, timed from Python like the gloo all-reduce)."""
 
     def __init__(self, world: World, impl: str, a: int, b: int, window: int, nbytes: int):
         self.window = window
         self.first = world.rank == a
-        if impl == "nccl":
+        self.gloo = impl == "gloo"
+        if self.gloo:
+            world.ensure_gloo()
+            self.dcomm = None
+            self.peer = b if self.first else a
+            self.buf = torch.empty(max(nbytes, 1), dtype=torch.uint8)
+        elif impl == "nccl":
             self.dcomm = world.device_comm()
             self.peer = b if self.first else a
             self.buf = torch.empty(max(nbytes, 1), dtype=torch.uint8, device=torch.device("cuda", world.device))
@@ -157,6 +164,8 @@ class _PairTimers:
 
     def __call__(self, test: str, size: int, iters: int) -> np.ndarray:
         from . import _host
+        if self.gloo:
+            return self._gloo(test, size, iters)
         if self.dcomm is not None:
             if test == "pingpong":
                 return self.dcomm.pingpong_times(self.buf, size, self.peer, iters).numpy()
@@ -164,6 +173,31 @@ class _PairTimers:
         if test == "pingpong":
             return _host.pingpong_times(self.buf, size, iters, self.handle).numpy()
         return _host.bandwidth_times(self.buf, size, self.window, iters, self.handle).numpy() / self.window
+
+    def _gloo(self, test: str, size: int, iters: int) -> np.ndarray:
+        import time
+
+        import torch.distributed as dist
+        view, peer, t = self.buf[:size], self.peer, np.empty(iters)
+        ack = torch.zeros(1, dtype=torch.uint8)
+        for i in range(iters):
+            t0 = time.perf_counter_ns()
+            if test == "pingpong":
+                for step in ((dist.send, dist.recv) if self.first else (dist.recv, dist.send)):
+                    step(view, peer)
+                t[i] = (time.perf_counter_ns() - t0) * 0.5e-9
+            else:
+                move = dist.isend if self.first else dist.irecv
+                for work in [move(view, peer) for _ in range(self.window)]:
+                    work.wait()
+                (dist.recv if self.first else dist.send)(ack, peer)
+                t[i] = (time.perf_counter_ns() - t0) * 1e-9 / self.window
+        # Both ranks of the pair end with the same samples: the larger of the two per iteration.
+        mine, theirs = torch.from_numpy(t), torch.empty(iters, dtype=torch.float64)
+        for step, tensor in (((dist.send, mine), (dist.recv, theirs)) if self.first else
+                             ((dist.recv, theirs), (dist.send, mine))):
+            step(tensor, peer)
+        return np.maximum(t, theirs.numpy())
 
     def wrong(self, size: int) -> int:
         """Untimed exact check: the first rank sends a byte pattern in one ping-pong; the second
@@ -177,7 +211,7 @@ class _PairTimers:
         return 0 if self.first else int((view != pattern).sum())
 
     def close(self) -> None:
-        if self.dcomm is None:
+        if self.dcomm is None and not self.gloo:
             self.pair.Free()
 
 
