@@ -53,7 +53,7 @@ class Reporter:
     def add(self, record: dict, block: str, size_label: str) -> None:
         self.file.add(record)
         click.echo(output.row(record))
-        for flag in sample_flags(record["samples_us"], self.clock_floor_s):
+        for flag in sample_flags(record["samples_us"], self.clock_floor_s, record.get("window", 1)):
             self.flagged.setdefault((block, flag), []).append((size_label, record["time_us"]))
         if self._progress is not None:
             self._progress.advance(self._task)

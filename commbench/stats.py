@@ -42,8 +42,10 @@ FLAG_TEXT = {
 }
 
 
-def sample_flags(samples_us, clock_floor_s: float) -> list[str]:
-    """Flags (keys of FLAG_TEXT) raised by the per-iteration samples of one (impl, size)."""
+def sample_flags(samples_us, clock_floor_s: float, per_timing: int = 1) -> list[str]:
+    """Flags (keys of FLAG_TEXT) raised by the per-iteration samples of one (impl, size). A sample
+    that is one timed interval divided by `per_timing` messages (windowed bandwidth) is judged
+    against the clock by its whole interval."""
     us = np.asarray(samples_us, dtype=np.float64)
     median = float(np.median(us))
     flags = []
@@ -53,6 +55,6 @@ def sample_flags(samples_us, clock_floor_s: float) -> list[str]:
     mad = float(np.median(np.abs(us - median)))
     if mad > 0 and np.count_nonzero(0.6745 * (us - median) / mad > OUTLIER_Z) > OUTLIER_SHARE * us.size:
         flags.append("outliers")
-    if median < TIMER_FLOOR_FACTOR * clock_floor_s * 1e6:
+    if median * per_timing < TIMER_FLOOR_FACTOR * clock_floor_s * 1e6:
         flags.append("timer_floor")
     return flags
