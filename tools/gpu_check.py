@@ -19,6 +19,8 @@ def steps(gpus: int) -> list[tuple[str, list[str]]]:
     res = lambda name: ["-o", os.path.join(OUT, f"{name}.json")]  # noqa: E731
     out = [
         ("version", [cb, "version", "-v"]),
+        ("topo", [cb, "topo", "--json"]),  # the real NVML path
+        ("doctor", [cb, "doctor"]),  # exits 1 when this node fails a preflight check
         ("gpu tests", [sys.executable, "-m", "pytest", "-q", "-m", "gpu", os.path.join(ROOT, "tests")]),
         ("allreduce nccl/ring/tree", [cb, "allreduce", "--device", "cuda", "--sizes", "1K-256M:x8", *res("allreduce")]),
         ("allreduce graph", [cb, "allreduce", "--device", "cuda", "--impl", "nccl", "--graph", "--sizes", "8-64K:x8",

@@ -31,6 +31,12 @@ auto dispatch_dtype(at::ScalarType st, F&& f) {
   }
 }
 
+// f(Tag<T>{}, OpX{}) for the runtime dtype and reduction op.
+template <typename F>
+auto dispatch_dtype_op(at::ScalarType st, RedOp op, F&& f) {
+  return dispatch_dtype(st, [&](auto tag) { return dispatch_op(op, [&](auto functor) { return f(tag, functor); }); });
+}
+
 inline RedOp redop_from(int64_t op) {
   if (op < 0 || op > 3) throw std::invalid_argument("unknown reduction op code " + std::to_string(op));
   return static_cast<RedOp>(op);

@@ -174,12 +174,11 @@ class DeviceComm {
     const std::size_t n = static_cast<std::size_t>(recv.numel());
     const bool in_place = send.data_ptr() == recv.data_ptr();
     pybind11::gil_scoped_release no_gil;
-    return dispatch_dtype(recv.scalar_type(), [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      T* out = static_cast<T*>(recv.data_ptr());
-      const T* in = static_cast<const T*>(send.data_ptr());
-      return dispatch_op(op, [&](auto functor) {
+    return dispatch_dtype_op(recv.scalar_type(), op, [&](auto tag, auto functor) {
+        using T = typename decltype(tag)::type;
         using Op = decltype(functor);
+        T* out = static_cast<T*>(recv.data_ptr());
+        const T* in = static_cast<const T*>(send.data_ptr());
         auto copy_in = [&] {
           if (!in_place && n > 0)
             cuda_check(cudaMemcpyAsync(out, in, n * sizeof(T), cudaMemcpyDeviceToDevice, stream_), "cudaMemcpyAsync", where_);
@@ -211,7 +210,6 @@ class DeviceComm {
           });
         }
         throw std::invalid_argument("unknown device all-reduce impl '" + impl + "'");
-      });
     });
   }
 
@@ -515,13 +513,11 @@ void reduce_tensors(at::Tensor dst, at::Tensor src, int64_t op_code) {
     throw std::invalid_argument("reduce_tensors: two contiguous tensors of one dtype and length on one GPU");
   const Where w{0, static_cast<int>(dst.get_device())};
   cuda_check(cudaSetDevice(w.device), "cudaSetDevice", w);
-  dispatch_dtype(dst.scalar_type(), [&](auto tag) {
+  dispatch_dtype_op(dst.scalar_type(), redop_from(op_code), [&](auto tag, auto functor) {
     using T = typename decltype(tag)::type;
-    return dispatch_op(redop_from(op_code), [&](auto functor) {
-      launch_reduce<T, decltype(functor)>(static_cast<T*>(dst.data_ptr()), static_cast<const T*>(src.data_ptr()),
-                                          static_cast<std::size_t>(dst.numel()), nullptr);
-      return 0;
-    });
+    launch_reduce<T, decltype(functor)>(static_cast<T*>(dst.data_ptr()), static_cast<const T*>(src.data_ptr()),
+                                        static_cast<std::size_t>(dst.numel()), nullptr);
+    return 0;
   });
   cuda_check(cudaGetLastError(), "reduce kernel launch", w);
   cuda_check(cudaDeviceSynchronize(), "reduce kernel", w);

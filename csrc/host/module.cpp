@@ -121,12 +121,11 @@ at::Tensor allreduce_times(const std::string& impl, at::Tensor send, at::Tensor 
   const std::size_t n = static_cast<std::size_t>(recv.numel());
   const bool in_place = send.data_ptr() == recv.data_ptr();
 
-  return dispatch_dtype(recv.scalar_type(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    T* out = static_cast<T*>(recv.data_ptr());
-    const T* in = static_cast<const T*>(send.data_ptr());
-    return dispatch_op(op, [&](auto functor) {
+  return dispatch_dtype_op(recv.scalar_type(), op, [&](auto tag, auto functor) {
+      using T = typename decltype(tag)::type;
       using Op = decltype(functor);
+      T* out = static_cast<T*>(recv.data_ptr());
+      const T* in = static_cast<const T*>(send.data_ptr());
       if (impl == "mpi") {
         if (n > static_cast<std::size_t>(INT32_MAX))
           throw std::invalid_argument("impl mpi: more than 2^31-1 elements in one MPI_Allreduce");
@@ -168,20 +167,29 @@ at::Tensor allreduce_times(const std::string& impl, at::Tensor send, at::Tensor 
         });
       }
       throw std::invalid_argument("unknown native all-reduce impl '" + impl + "'");
-    });
   });
+}
+
+// One side of a point-to-point test: a two-rank communicator and the message buffer.
+struct PairSide {
+  MPI_Comm comm;
+  int rank;
+  char* p;
+  int len;
+};
+
+PairSide pair_side(at::Tensor& buf, int64_t bytes, int64_t comm_handle) {
+  require_host_contiguous(buf, "buffer");
+  PairSide s{comm_from(comm_handle), 0, static_cast<char*>(buf.data_ptr()), static_cast<int>(bytes)};
+  mpi_check(MPI_Comm_rank(s.comm, &s.rank), "MPI_Comm_rank");
+  return s;
 }
 
 // Ping-pong between the two ranks of a two-rank communicator: rank 0 sends, rank 1 echoes. The time
 // of an iteration is half the round trip as seen by rank 0 (rank 1 reports zero, so the maximum
 // over ranks is rank 0's). No barrier between iterations: the exchange itself keeps lock step.
 at::Tensor pingpong_times(at::Tensor buf, int64_t bytes, int64_t iters, int64_t comm_handle) {
-  require_host_contiguous(buf, "buffer");
-  MPI_Comm comm = comm_from(comm_handle);
-  int rank = 0;
-  mpi_check(MPI_Comm_rank(comm, &rank), "MPI_Comm_rank");
-  char* p = static_cast<char*>(buf.data_ptr());
-  const int len = static_cast<int>(bytes);
+  const auto [comm, rank, p, len] = pair_side(buf, bytes, comm_handle);
   at::Tensor out = at::zeros({iters}, at::kDouble);
   double* t = out.data_ptr<double>();
   {
@@ -208,12 +216,7 @@ at::Tensor pingpong_times(at::Tensor buf, int64_t bytes, int64_t iters, int64_t 
 // and answers with a 4-byte ack. The time of an iteration is the whole window, as seen by rank 0.
 at::Tensor bandwidth_times(at::Tensor buf, int64_t bytes, int64_t window, int64_t iters,
                            int64_t comm_handle) {
-  require_host_contiguous(buf, "buffer");
-  MPI_Comm comm = comm_from(comm_handle);
-  int rank = 0;
-  mpi_check(MPI_Comm_rank(comm, &rank), "MPI_Comm_rank");
-  char* p = static_cast<char*>(buf.data_ptr());
-  const int len = static_cast<int>(bytes);
+  const auto [comm, rank, p, len] = pair_side(buf, bytes, comm_handle);
   std::vector<MPI_Request> reqs(static_cast<std::size_t>(window));
   int ack = 0;
   return time_iterations(comm, iters, [&] {
