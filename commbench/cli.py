@@ -15,7 +15,7 @@ from .errors import CommbenchError
 from .policy import Policy
 from .sizes import parse_size, parse_sizes, round_to_itemsize
 from .spec import DTYPES, REDOPS, dtype_of, redop_code
-from .world import detect_launcher, init_world, standalone_command
+from .world import detect_launcher, init_world, launch_rank, standalone_command
 
 
 def _policy_options(f):
@@ -192,13 +192,16 @@ def p2p(sizes, impl, device, pairs, window, nranks, output, policy, no_fit, judg
     of this process's GPUs (--device cuda)."""
     from .sweep import RunConfig, resolve_pairs, run_p2p
     size_list = parse_sizes(sizes)
-    impl = impl or ("gloo" if detect_launcher() == "torchrun" else "mpi")
+    if device == "cuda" and impl in ("mpi", "gloo"):
+        raise CommbenchError(f"p2p --impl {impl} moves host buffers; for GPUs use --impl nccl (between ranks) or "
+                             f"--device cuda alone (this process's GPUs)")
+    impl = impl or ("gloo" if detect_launcher() == "torchrun" and device == "cpu" else "mpi")
     if impl == "nccl":
         device = "cuda"
         gpus = _resolve_device("cuda", "nccl")[1]
     elif device == "cuda":
-        if nranks is not None:
-            raise CommbenchError("p2p --device cuda measures this process's GPUs: it takes no --np")
+        if nranks is not None or detect_launcher() is not None:
+            raise CommbenchError("p2p --device cuda measures this process's GPUs: run it once, without --np or a launcher")
         return _local_peer_matrix(size_list, output, policy)
     else:
         gpus = 0
@@ -206,8 +209,6 @@ def p2p(sizes, impl, device, pairs, window, nranks, output, policy, no_fit, judg
     def body(world):
         cfg = RunConfig(op="p2p", impls=(impl,), sizes=tuple(size_list), dtype="uint8", redop="none",
                         device=device, window=window, pairs=resolve_pairs(pairs, world.size), policy=policy)
-        if impl == "mpi":
-            world.require_mpi("commbench p2p")
         reporter = _reporter(world, cfg, output, 2 * len(cfg.pairs) * len(size_list), None if no_fit else judge)
         return _sweep(reporter, lambda: run_p2p(world, cfg, reporter), world)
 
@@ -268,17 +269,11 @@ def _reporter(world, cfg, output, steps, judge=None):
     measurement starts."""
     from . import _host
     from .reporter import Reporter, run_metadata
-    error = None
-    reporter = None
-    if world.rank == 0:
-        try:
-            reporter = Reporter(run_metadata(world, cfg.describe(), sys.argv), output, steps,
-                                _host.clock_floor(), (lambda doc: _fit_lines(doc, judge)) if judge else None)
-        except CommbenchError as e:
-            error = str(e)
-    error = world.bcast(error)
-    if error:
-        raise CommbenchError(error)
+    made = []  # the Reporter stays on rank 0; only the success travels
+    world.root_call(lambda: made.append(Reporter(run_metadata(world, cfg.describe(), sys.argv), output, steps,
+                                                 _host.clock_floor(),
+                                                 (lambda doc: _fit_lines(doc, judge)) if judge else None)))
+    reporter = made[0] if made else None
     if reporter and world.local_size > reporter.meta["machine"]["cores"]:
         reporter.warn(f"{world.local_size} ranks share {reporter.meta['machine']['cores']} cores on "
                       f"{world.hosts[0]}: ranks compete for CPU and times inflate; remedy: use at most one "
@@ -426,7 +421,10 @@ def report(run, output, judge) -> None:
 def export(run, as_csv, output) -> None:
     """Export a result file's records (without raw samples)."""
     from .results import load, write_new
-    text = load(run).drop(columns=["samples_us"]).to_csv(index=False)
+    df = load(run)
+    if df.empty:
+        raise CommbenchError(f"{run} holds no records to export")
+    text = df.drop(columns=["samples_us"]).to_csv(index=False)
     if output:
         write_new(output, text, f"{output} already exists; choose another -o")
     else:
@@ -438,7 +436,9 @@ def export(run, as_csv, output) -> None:
 @click.argument("log", type=click.Path(dir_okay=False))
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
               help="Result file (default commbench-results/<stamp>_<host>_import-<tool>.json).")
-@click.option("--op", "op", default=None, help="nccl-tests: the collective, when the log does not say.")
+@click.option("--op", "op", type=click.Choice(["allreduce", "allgather", "reduce_scatter", "alltoall", "broadcast",
+                                               "reduce", "sendrecv"]), default=None,
+              help="nccl-tests: the collective, when the log does not say.")
 @click.option("--test", type=click.Choice(["latency", "bw", "allreduce"]), default=None,
               help="osu: which benchmark, when the log does not say.")
 @click.option("--ranks", type=click.IntRange(min=1), default=None, help="osu_allreduce: ranks it ran on (default 2).")
@@ -583,13 +583,6 @@ def main() -> None:
         e.show()
         sys.exit(2)
     except CommbenchError as e:
-        if _is_rank_zero():
+        if launch_rank() in (None, 0):  # one line from the whole job, not one per rank
             click.echo(f"commbench: error: {e}", err=True)
         sys.exit(e.exit_code)
-
-
-def _is_rank_zero() -> bool:
-    for var in ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID", "RANK"):
-        if var in os.environ:
-            return os.environ[var] == "0"
-    return True

@@ -8,16 +8,12 @@ import math
 from typing import Optional
 
 from .errors import CommbenchError
-from .fit import fit_records
+from .fit import fit_records, series_head, series_key
 
 # A size is latency-bound when its bandwidth is under LAT_SHARE of the series' best, bandwidth-bound
 # when over BW_SHARE; sizes in between are reported but not judged.
 LAT_SHARE = 0.10
 BW_SHARE = 0.50
-
-
-def _key(r: dict) -> tuple:
-    return (r["op"], r["impl"], r["ranks"], r.get("dtype"), tuple(r.get("pair") or ()))
 
 
 def _bw(r: dict) -> float:
@@ -51,27 +47,28 @@ def metadata_warnings(base: dict, run: dict) -> list[str]:
 
 def compare(base: dict, run: dict, tol_bw: float, tol_lat: float) -> dict:
     """The comparison as a dict: rows per size, verdicts per series and region, warnings, status."""
-    base_by = {}
-    for r in base["results"]:
-        base_by.setdefault(_key(r), {})[r["size_bytes"]] = r
-    run_by = {}
-    for r in run["results"]:
-        run_by.setdefault(_key(r), {})[r["size_bytes"]] = r
+    def by_series(doc):
+        out: dict = {}
+        for r in doc["results"]:
+            if r["time_us"]["median"] > 0 and _bw(r) > 0:  # empty messages: nothing to compare
+                out.setdefault(series_key(r), {})[r["size_bytes"]] = r
+        return out
+    base_by, run_by = by_series(base), by_series(run)
     common = [k for k in base_by if k in run_by and set(base_by[k]) & set(run_by[k])]
     if not common:
         raise CommbenchError("baseline and run share no (op, impl, ranks, dtype) series at any size: nothing to compare")
-    base_fits = {_key({**f, "dtype": None}): f for f in fit_records(base["results"])}
-    run_fits = {_key({**f, "dtype": None}): f for f in fit_records(run["results"])}
+    base_fits = {series_key(f): f for f in fit_records(base["results"])}
+    run_fits = {series_key(f): f for f in fit_records(run["results"])}
     series = []
     for key in common:
         b_rows, r_rows = base_by[key], run_by[key]
         sizes = sorted(set(b_rows) & set(r_rows))
-        best = max(_bw(b_rows[s]) for s in sizes) or 1e-30
+        best = max(_bw(b_rows[s]) for s in sizes)
         rows, lat, bw = [], [], []
         for s in sizes:
             b, r = b_rows[s], r_rows[s]
             t_ratio = r["time_us"]["median"] / b["time_us"]["median"]
-            bw_ratio = _bw(r) / _bw(b) if _bw(b) > 0 else float("nan")
+            bw_ratio = _bw(r) / _bw(b)
             share = _bw(b) / best
             region = "latency" if share < LAT_SHARE else "bandwidth" if share >= BW_SHARE else "transition"
             rows.append({"size_bytes": s, "region": region, "base_time_us": b["time_us"]["median"],
@@ -79,7 +76,7 @@ def compare(base: dict, run: dict, tol_bw: float, tol_lat: float) -> dict:
                          "base_bw_gbps": _bw(b), "run_bw_gbps": _bw(r), "bw_change": bw_ratio - 1})
             if region == "latency":
                 lat.append(t_ratio)
-            elif region == "bandwidth" and bw_ratio > 0:
+            elif region == "bandwidth":
                 bw.append(bw_ratio)
         checks = []
         if lat:
@@ -90,12 +87,10 @@ def compare(base: dict, run: dict, tol_bw: float, tol_lat: float) -> dict:
             change = _geomean(bw) - 1
             checks.append({"check": "bandwidth sizes", "change": change, "tolerance": -tol_bw,
                            "regression": change < -tol_bw, "sizes": len(bw)})
-        fit_key = key[:3] + (None, key[4])
-        bf, rf = base_fits.get(fit_key), run_fits.get(fit_key)
+        bf, rf = base_fits.get(key), run_fits.get(key)
         if bf and rf and "skipped" not in bf and "skipped" not in rf:
             checks += _fit_checks(bf, rf, tol_bw, tol_lat)
-        series.append({"op": key[0], "impl": key[1], "ranks": key[2], "dtype": key[3],
-                       **({"pair": list(key[4])} if key[4] else {}), "rows": rows, "checks": checks})
+        series.append({**series_head(key), "rows": rows, "checks": checks})
     regression = any(c["regression"] for s in series for c in s["checks"])
     return {"status": "regression" if regression else "pass", "tolerance_bw": tol_bw, "tolerance_lat": tol_lat,
             "warnings": metadata_warnings(base, run), "series": series}
@@ -126,7 +121,7 @@ def compare_lines(result: dict) -> list[str]:
     from .sizes import format_size
     lines = []
     for s in result["series"]:
-        who = f"{s['op']} {s['impl']} ({s['ranks']} ranks, {s['dtype']}" + (f", pair {s['pair'][0]}-{s['pair'][1]})" if s.get("pair") else ")")
+        who = f"{s['op']} {s['impl']} ({s['ranks']} ranks, {s.get('dtype')}" + (f", pair {s['pair'][0]}-{s['pair'][1]})" if s.get("pair") else ")")
         lines.append(f"# {who}")
         lines.append(f"#{'size':>11}{'region':>12}{'base us':>12}{'run us':>12}{'time':>9}{'base GB/s':>11}{'run GB/s':>10}{'bw':>9}")
         for r in s["rows"]:

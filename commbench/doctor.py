@@ -128,7 +128,7 @@ def _network_checks(snap: dict) -> list[Check]:
             out.append(Check("infiniband", FAIL, f"{tag}: state {p['state']}",
                              "check the cable and the switch port; `ibstat` shows the physical state"))
         else:
-            out.append(Check("infiniband", PASS, f"{tag}: ACTIVE at {p['rate_gbps']:g} Gb/s ({p['link_layer']})"))
+            out.append(Check("infiniband", PASS, f"{tag}: ACTIVE at {p['rate_gbps']} Gb/s ({p['link_layer']})"))
     by_type: dict = {}
     for n in snap["host"]["nics"]:
         if n["state"] == "up" and not n["virtual"] and n["type"] in ("ethernet", "infiniband"):
@@ -147,9 +147,15 @@ def _expect_checks(snap: dict, expect: dict) -> list[Check]:
     {"gpus": 8, "gpu_name": "H100", "nvlinks_per_gpu": 18, "pcie_gen": 5, "pcie_width": 16,
      "ib_ports": 8, "ib_rate_gbps": 400}."""
     known = {"gpus", "gpu_name", "nvlinks_per_gpu", "pcie_gen", "pcie_width", "ib_ports", "ib_rate_gbps"}
+    if not isinstance(expect, dict):
+        raise CommbenchError("--expect: the file must hold a JSON object such as {\"gpus\": 8}")
     unknown = set(expect) - known
     if unknown:
         raise CommbenchError(f"--expect: unknown key '{sorted(unknown)[0]}'; known keys: {', '.join(sorted(known))}")
+    for key, value in expect.items():
+        wanted = str if key == "gpu_name" else (int, float)
+        if not isinstance(value, wanted) or isinstance(value, bool):
+            raise CommbenchError(f"--expect: '{key}' must be {'a string' if key == 'gpu_name' else 'a number'}, got {value!r}")
     devices = snap["gpus"].get("devices", [])
     ports = [p for p in snap["host"]["infiniband"]]
     out = []

@@ -27,6 +27,14 @@ class CostModel:
 
 def cost_model(op: str, impl: str, ranks: int) -> Optional[CostModel]:
     """None when nothing crosses a link (a collective on one rank)."""
+    from .spec import COLLECTIVES
+    spec = COLLECTIVES.get(op)
+    if spec is not None and not spec.pairwise and op != "allreduce":
+        # Other collectives (imported logs): their busbw factor makes BW comparable to a link.
+        if ranks < 2:
+            return None
+        factor = spec.busbw_factor(ranks)
+        return CostModel(f"{op}: t = alpha + {factor:.3g}*n/BW (busbw factor)", 1.0, factor, True)
     if op == "allreduce":
         p = ranks
         if p < 2:
@@ -107,7 +115,7 @@ def fit_series(sizes: list[int], samples_us: list[list[float]], model: CostModel
     for i, j in cuts:
         a, b, sse = weighted_line(n[i:j], t[i:j])
         fitted[i:j] = a + b * n[i:j]
-        w = 1.0 / t[i:j] ** 2
+        w = 1.0 / np.maximum(t[i:j], 1e-15) ** 2
         mean = (w * t[i:j]).sum() / w.sum()
         sst = float((w * (t[i:j] - mean) ** 2).sum())
         alpha, bw = _translate(a, b, model)
@@ -131,16 +139,30 @@ def fit_series(sizes: list[int], samples_us: list[list[float]], model: CostModel
             "bandwidth_gbps": top["bandwidth_gbps"], "segments": segments, "outlier_sizes": outliers}
 
 
+SERIES_FIELDS = ("op", "impl", "ranks", "dtype", "redop", "pair", "bidirectional")
+
+
+def series_key(r: dict) -> tuple:
+    """What makes records one series, for fits, comparisons and plots alike."""
+    return tuple(tuple(r[f]) if isinstance(r.get(f), list) else r.get(f) for f in SERIES_FIELDS)
+
+
+def series_head(key: tuple) -> dict:
+    return {f: (list(v) if isinstance(v, tuple) else v) for f, v in zip(SERIES_FIELDS, key) if v is not None}
+
+
 def fit_records(records: list[dict]) -> list[dict]:
-    """One fit per (op, impl, ranks) series in a run's records; series with fewer than MIN_POINTS
-    sizes, or on one rank, are reported with the reason instead."""
+    """One fit per series in a run's records (see series_key); series with fewer than MIN_POINTS
+    usable sizes, or on one rank, are reported with the reason instead. Empty messages and zero
+    times say nothing about a line and are left out."""
     series: dict = {}
     for r in records:
-        key = (r["op"], r["impl"], r["ranks"], tuple(r.get("pair") or ()))
-        series.setdefault(key, []).append(r)
+        if r["size_bytes"] > 0 and r["time_us"]["median"] > 0:
+            series.setdefault(series_key(r), []).append(r)
     out = []
-    for (op, impl, ranks, pair), rows in series.items():
-        head = {"op": op, "impl": impl, "ranks": ranks, **({"pair": list(pair)} if pair else {})}
+    for key, rows in series.items():
+        head = series_head(key)
+        op, impl, ranks = head["op"], head["impl"], head["ranks"]
         model = cost_model(op, impl, ranks)
         if model is None:
             out.append({**head, "skipped": "one rank: nothing crosses a link"})

@@ -41,7 +41,8 @@ def fit_lines(fits: list[dict]) -> list[str]:
              "# alpha = per-message latency and bandwidth = link GB/s through each algorithm's cost model,",
              "# from the segment of the largest sizes (95% bootstrap CI over the per-iteration samples)"]
     for f in fits:
-        who = f"{f['op']} {f['impl']} ({f['ranks']} ranks" + (f", pair {f['pair'][0]}-{f['pair'][1]})" if f.get("pair") else ")")
+        who = f"{f['op']} {f['impl']} ({f['ranks']} ranks" + (f", pair {f['pair'][0]}-{f['pair'][1]}" if f.get("pair") else "") \
+            + (", both ways)" if f.get("bidirectional") else ")")
         if "skipped" in f:
             lines.append(f"# {who}: no fit, {f['skipped']}")
             continue

@@ -7,8 +7,6 @@ when the answer is no, before any rank is spawned or any buffer allocated.
 from __future__ import annotations
 
 import os
-from typing import Optional
-
 from .errors import CommbenchError
 
 
@@ -56,6 +54,5 @@ def rank_device(local_rank: int, local_size: int) -> int:
 def device_comm(world, device: int):
     """A NCCL communicator over all ranks: rank 0 makes the unique id and broadcasts it."""
     mod = cuda_module()
-    uid: Optional[bytes] = mod.nccl_unique_id() if world.rank == 0 else None
-    uid = world.bcast(uid)
+    uid = world.root_call(mod.nccl_unique_id)
     return mod.DeviceComm(uid, world.rank, world.size, device)

@@ -61,8 +61,19 @@ def import_nccl_tests(text: str, source: str, op: Optional[str] = None) -> dict:
     """nccl-tests output: the JSON of -J when the text is JSON, else the stdout table."""
     stripped = text.lstrip()
     if stripped.startswith("{"):
-        return _nccl_tests_json(json.loads(stripped), source, op)
+        try:
+            doc = json.loads(stripped)
+        except json.JSONDecodeError as e:
+            raise CommbenchError(f"{source}: truncated or broken nccl-tests JSON ({e})") from None
+        return _nccl_tests_json(doc, source, op)
     return _nccl_tests_table(text, source, op)
+
+
+def _number(text: str, source: str, line: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise CommbenchError(f"{source}: cannot read {text!r} as a number in line: {line.strip()}") from None
 
 
 def _op_from(name: str, source: str, given: Optional[str]) -> str:
@@ -90,11 +101,11 @@ def _nccl_tests_table(text: str, source: str, op: Optional[str]) -> dict:
         cells = line.split()
         if line.startswith("#") or len(cells) < 13 or not cells[0].isdigit():
             continue
-        size, count, dtype, redop = int(cells[0]), int(cells[1]), cells[2], cells[3]
+        size, count, dtype, redop = int(cells[0]), int(_number(cells[1], source, line)), cells[2], cells[3]
         op_name = _op_from(binary, source, op)
         for impl, (t, wrong) in (("nccl", (cells[5], cells[8])), ("nccl-in-place", (cells[9], cells[12]))):
-            records.append((op_name, impl, NCCL_TYPES.get(dtype, dtype), redop, size, count, float(t),
-                            0 if wrong == "N/A" else int(float(wrong))))
+            records.append((op_name, impl, NCCL_TYPES.get(dtype, dtype), redop, size, count, _number(t, source, line),
+                            0 if wrong == "N/A" else int(_number(wrong, source, line))))
     ranks = max(ranks, 1)
     recs = [_record(o, i, d, r, ranks, s, c, t, w) for o, i, d, r, s, c, t, w in records]
     return _document("nccl-tests", source, recs[0]["op"] if recs else "allreduce", ranks, recs,
@@ -132,6 +143,8 @@ def _osu_test(text: str) -> Optional[str]:
     the column header (osu_latency prints its title on stderr)."""
     lines = text.splitlines()
     title = next((l for l in lines if l.startswith("# OSU MPI")), "")
+    if "Bi-Directional" in title:
+        raise CommbenchError("osu_bibw reports both directions together; import osu_bw (one direction) instead")
     if "Allreduce" in title:
         return "allreduce"
     if "Bandwidth Test" in title:
@@ -160,7 +173,7 @@ def import_osu(text: str, source: str, test: Optional[str] = None, ranks: Option
         cells = line.split()
         if line.startswith("#") or len(cells) < 2 or not cells[0].isdigit():
             continue
-        size, value = int(cells[0]), float(cells[1])
+        size, value = int(cells[0]), _number(cells[1], source, line)
         if test == "bandwidth":
             time_us = size / (value * 1e6) * 1e6 if value > 0 else 0.0
             recs.append(_record("bandwidth", "osu", "uint8", "none", nranks, size, size, time_us, 0, pair=[0, 1]))
@@ -169,7 +182,7 @@ def import_osu(text: str, source: str, test: Optional[str] = None, ranks: Option
         else:
             rec = _record("allreduce", "osu", "int8", "sum", nranks, size, size, value, 0)
             if len(cells) >= 5:
-                rec["time_us"].update(min=float(cells[2]), max=float(cells[3]))
-                rec["iterations"] = int(cells[4])
+                rec["time_us"].update(min=_number(cells[2], source, line), max=_number(cells[3], source, line))
+                rec["iterations"] = int(_number(cells[4], source, line))
             recs.append(rec)
     return _document("osu", source, test, nranks, recs, [])

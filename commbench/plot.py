@@ -8,22 +8,22 @@ from typing import Optional
 import numpy as np
 
 from .fabrics import Expectation
-from .fit import cost_model, fit_records
+from .fit import cost_model, fit_records, series_head, series_key
 from .sizes import format_size
 
 
 def _series(doc: dict) -> dict:
     out: dict = {}
     for r in doc["results"]:
-        key = (r["op"], r["impl"], r["ranks"], tuple(r.get("pair") or ()))
-        out.setdefault(key, []).append(r)
+        out.setdefault(series_key(r), []).append(r)
     return {k: sorted(v, key=lambda r: r["size_bytes"]) for k, v in out.items()}
 
 
 def _label(key, tag: str) -> str:
-    op, impl, ranks, pair = key
-    where = f"pair {pair[0]}-{pair[1]}" if pair else f"{ranks} ranks"
-    return f"{tag}{op} {impl} ({where})"
+    h = series_head(key)
+    where = f"pair {h['pair'][0]}-{h['pair'][1]}" if "pair" in h else f"{h['ranks']} ranks"
+    both = ", both ways" if h.get("bidirectional") else ""
+    return f"{tag}{h['op']} {h['impl']} ({where}{both})"
 
 
 def plot(runs: list[tuple[str, dict]], path: str, baselines: Optional[list[tuple[str, dict]]] = None,
@@ -39,7 +39,7 @@ def plot(runs: list[tuple[str, dict]], path: str, baselines: Optional[list[tuple
     all_sizes = []
     for group, style in ((runs, "-"), (baselines or [], "--")):
         for name, doc in group:
-            fits = {(f["op"], f["impl"], f["ranks"], tuple(f.get("pair") or ())): f for f in fit_records(doc["results"])}
+            fits = {series_key(f): f for f in fit_records(doc["results"])}
             tag = "" if len(runs) == 1 and not baselines else f"{name}: "
             if style == "--":
                 tag = f"baseline {name}: "
@@ -54,7 +54,8 @@ def plot(runs: list[tuple[str, dict]], path: str, baselines: Optional[list[tuple
                 ax_bw.plot(n, bw, style, marker="o" if style == "-" else None, ms=3, color=c, label=label)
                 ax_t.plot(n, t, style, marker="o" if style == "-" else None, ms=3, color=c, label=label)
                 f = fits.get(key)
-                model = cost_model(key[0], key[1], key[2])
+                h = series_head(key)
+                model = cost_model(h["op"], h["impl"], h["ranks"])
                 if style == "-" and f and "skipped" not in f and model:
                     for s in f["segments"]:
                         xs = np.geomspace(max(s["size_min"], 1), max(s["size_max"], 1), 50)

@@ -147,7 +147,6 @@ class _PairTimers:
         self.first = world.rank == a
         self.gloo = impl == "gloo"
         if self.gloo:
-            world.ensure_gloo()
             self.dcomm = None
             self.peer = b if self.first else a
             self.buf = torch.empty(max(nbytes, 1), dtype=torch.uint8)
@@ -224,6 +223,8 @@ def run_p2p(world: World, cfg: RunConfig, reporter) -> int:
         raise CommbenchError(f"p2p sizes must stay below 2 GiB (got {format_size(largest)})")
     if impl == "nccl":
         world.device_comm()
+    elif impl == "gloo":
+        world.ensure_gloo()  # a collective: every rank joins, not only the pair's
     check_memory(world, largest + (4 << 20), f"a p2p message of {format_size(largest)}", cfg.device)
     total_wrong = 0
     for a, b in cfg.pairs:

@@ -230,26 +230,33 @@ def gpu_part(nvml_factory: Callable[[], Any] = Nvml, sys_root: str = "/") -> tup
     except Exception as e:  # noqa: BLE001 - NVMLError_LibraryNotFound, _DriverNotLoaded, ...
         return {"available": False, "reason": f"NVML unavailable: {e}", "devices": []}, [], []
     try:
-        count = nvml.count()
-        if count == 0:
-            return {"available": False, "reason": "NVML found no GPU", "devices": [], **nvml.driver()}, [], []
-        handles = [nvml.handle(i) for i in range(count)]
-        devices = []
-        for i, h in enumerate(handles):
-            d = {"index": i, **nvml.device(h, machine.cores())}
-            up = sum(1 for link in d["nvlink_links"] if link["up"])
-            versions = {link["version"] for link in d["nvlink_links"] if link["up"] and link["version"]}
-            d["nvlink"] = {"links_up": up, "links_total": len(d["nvlink_links"]),
-                           "version": max(versions) if versions else None}
-            d["numa_node"] = _int(_read(os.path.join(sys_root, "sys", "bus", "pci", "devices", d["pci_bus_id"] or "-",
-                                                     "numa_node"))) if d["pci_bus_id"] else None
-            devices.append(d)
-        pairs = [[nvml.pair(a, b) if i != j else None for j, b in enumerate(handles)] for i, a in enumerate(handles)]
-        p2p = [[None if c is None else {k: c[k] for k in ("read", "write", "nvlink")} for c in row] for row in pairs]
-        topology = topology_matrix(devices, [[None if c is None else c["level"] for c in row] for row in pairs])
-        return {"available": True, "reason": None, **nvml.driver(), "devices": devices}, p2p, topology
+        return _gpus_from(nvml, sys_root)
+    except Exception as e:  # noqa: BLE001 - a GPU lost or hidden mid-query: say so, keep the host part
+        return {"available": False, "reason": f"NVML query failed: {e}", "devices": []}, [], []
     finally:
         nvml.close()
+
+
+def _gpus_from(nvml, sys_root: str) -> tuple[dict, list, list]:
+    """The GPU section, P2P matrix and topology matrix from an open NVML session."""
+    count = nvml.count()
+    if count == 0:
+        return {"available": False, "reason": "NVML found no GPU", "devices": [], **nvml.driver()}, [], []
+    handles = [nvml.handle(i) for i in range(count)]
+    devices = []
+    for i, h in enumerate(handles):
+        d = {"index": i, **nvml.device(h, machine.cores())}
+        up = sum(1 for link in d["nvlink_links"] if link["up"])
+        versions = {link["version"] for link in d["nvlink_links"] if link["up"] and link["version"]}
+        d["nvlink"] = {"links_up": up, "links_total": len(d["nvlink_links"]),
+                       "version": max(versions) if versions else None}
+        d["numa_node"] = _int(_read(os.path.join(sys_root, "sys", "bus", "pci", "devices", d["pci_bus_id"],
+                                                 "numa_node"))) if d["pci_bus_id"] else None
+        devices.append(d)
+    pairs = [[nvml.pair(a, b) if i != j else None for j, b in enumerate(handles)] for i, a in enumerate(handles)]
+    p2p = [[None if c is None else {k: c[k] for k in ("read", "write", "nvlink")} for c in row] for row in pairs]
+    topology = topology_matrix(devices, [[None if c is None else c["level"] for c in row] for row in pairs])
+    return {"available": True, "reason": None, **nvml.driver(), "devices": devices}, p2p, topology
 
 
 def topology_matrix(devices: list, levels: list) -> list:

@@ -25,6 +25,17 @@ STANDALONE_MARK = "COMMBENCH_STANDALONE"
 
 _MPI_VARS = ("OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE", "MPI_LOCALNRANKS",
              "MV2_COMM_WORLD_SIZE")
+# Where each launcher puts this process's rank (read before any communication exists).
+_RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "MV2_COMM_WORLD_RANK", "SLURM_PROCID", "RANK")
+
+
+def launch_rank(env: Optional[dict] = None) -> Optional[int]:
+    """This process's rank as its launcher set it, or None without a launcher."""
+    env = os.environ if env is None else env
+    for var in _RANK_VARS:
+        if env.get(var, "").isdigit():
+            return int(env[var])
+    return None
 
 
 def detect_launcher(env: Optional[dict] = None) -> Optional[str]:
@@ -135,12 +146,21 @@ class World:
         got = self.gather(value)
         return self.bcast(sum(got) if self.rank == 0 else None)
 
-    def barrier(self) -> None:
-        if self.comm is not None:
-            self.comm.Barrier()
-        else:
-            import torch.distributed as dist
-            dist.barrier()
+    def root_call(self, fn):
+        """fn() on rank 0, its value on every rank. A failure on rank 0 is raised on every rank, so
+        that no rank is left waiting in a collective."""
+        value, error = None, None
+        if self.rank == 0:
+            try:
+                value = fn()
+            except CommbenchError as e:
+                error = str(e)
+            except Exception as e:  # noqa: BLE001 - reported on every rank as one line
+                error = f"{type(e).__name__}: {e}"
+        value, error = self.bcast((value, error))
+        if error:
+            raise CommbenchError(error)
+        return value
 
     def ensure_gloo(self) -> None:
         """A torch.distributed gloo group over all ranks. Under MPI, rank 0 opens the rendezvous
@@ -151,7 +171,7 @@ class World:
         if self.launcher == "torchrun":
             dist.init_process_group("gloo", timeout=datetime.timedelta(minutes=5))
         else:
-            addr = self.bcast(_rendezvous_address(self.hosts) if self.rank == 0 else None)
+            addr = self.root_call(lambda: _rendezvous_address(self.hosts))
             store = None
             if self.rank == 0:
                 # wait_for_workers=False: the workers can only connect once the port is published.

@@ -266,3 +266,21 @@ def test_import_command(workdir):
     assert len(results.load(out)) == 21
     again = commbench(["import", "osu", os.path.join(IMPORTS, "osu_latency-7.4-2ranks-shm.txt"), "-o", out], cwd=workdir)
     assert again.returncode == 2 and "already exists" in again.stderr
+
+
+def test_empty_messages_are_left_out_of_fits_and_comparisons():
+    recs = synthetic("allreduce", "ring", 4, ring(4, 3e-6, 10e9), sizes=[0] + SIZES)
+    recs[0]["time_us"]["median"] = 0.0
+    [f] = fit.fit_records(recs)
+    assert f["segments"][0]["size_min"] == SIZES[0]
+    base, run = doc_of(recs), doc_of(copy.deepcopy(recs))
+    assert all(r["size_bytes"] > 0 for r in cmp.compare(base, run, 0.1, 0.25)["series"][0]["rows"])
+
+
+def test_bad_import_inputs_say_what_is_wrong():
+    with pytest.raises(CommbenchError, match="broken nccl-tests JSON"):
+        importers.import_nccl_tests('{"results": [', "j")
+    with pytest.raises(CommbenchError, match="osu_bibw"):
+        importers.import_osu("# OSU MPI Bi-Directional Bandwidth Test v7.4\n1 2.0\n", "b")
+    with pytest.raises(CommbenchError, match="cannot read 'x1.5'"):
+        importers.import_osu("# OSU MPI Latency Test v7.4\n# Size Avg Latency(us)\n8 x1.5\n", "l")

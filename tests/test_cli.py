@@ -196,3 +196,13 @@ def test_failure_midway_keeps_measured_rows(workdir):
     assert proc.returncode != 0
     df = results.load(out)
     assert len(df) >= 3 and (df["wrong"] == 0).all()
+
+
+def test_gloo_p2p_with_a_rank_outside_the_pair(workdir):
+    """Every rank joins the gloo group, including one that takes no part in the pair."""
+    out = os.path.join(workdir, "g3.json")
+    r = mpirun(3, [COMMBENCH, "p2p", "--impl", "gloo", "--pairs", "1:2", "--sizes", "1K,64K", "--budget-ms", "10",
+                   "-o", out], cwd=workdir, timeout=180)
+    assert r.returncode == 0, r.stderr
+    df = results.load(out)
+    assert {tuple(p) for p in df["pair"]} == {(1, 2)} and set(df["impl"]) == {"gloo"} and (df["wrong"] == 0).all()

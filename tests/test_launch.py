@@ -34,3 +34,19 @@ def test_standalone_command_sets_root_variables_only_for_root():
 def test_standalone_oversubscribes_beyond_the_cores():
     argv, _, _ = standalone_command(["p2p"], 8, cores=2)
     assert "--oversubscribe" in argv and argv[argv.index("--bind-to") + 1] == "none"
+
+
+@pytest.mark.parametrize("env,rank", [({}, None), ({"OMPI_COMM_WORLD_RANK": "3"}, 3), ({"MV2_COMM_WORLD_RANK": "0"}, 0),
+                                      ({"SLURM_PROCID": "7"}, 7), ({"RANK": "1"}, 1)])
+def test_launch_rank(env, rank):
+    from commbench.world import launch_rank
+    assert launch_rank(env) == rank
+
+
+def test_root_call_raises_rank_zero_failures_everywhere():
+    from commbench.errors import CommbenchError
+    from commbench.world import World
+    w = World(rank=0, size=1, hosts=["h"], launcher="local")
+    assert w.root_call(lambda: 41 + 1) == 42
+    with pytest.raises(CommbenchError, match="OSError: disk gone"):
+        w.root_call(lambda: (_ for _ in ()).throw(OSError("disk gone")))

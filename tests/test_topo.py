@@ -218,9 +218,12 @@ def test_doctor_bad_input(args, needle, workdir):
     assert r.returncode == 2 and needle in r.stderr and "Traceback" not in r.stderr
 
 
-def test_doctor_rejects_unknown_expectations(workdir):
-    expect = os.path.join(workdir, "x.json")
-    with open(expect, "w") as f:
-        json.dump({"gpus": 8, "gpu_count": 8}, f)
-    r = commbench(["doctor", "--from", os.path.join(FIXTURES, "cpu_only.json"), "--expect", expect], cwd=workdir)
-    assert r.returncode == 2 and "unknown key 'gpu_count'" in r.stderr
+@pytest.mark.parametrize("expect,needle", [({"gpus": 8, "gpu_count": 8}, "unknown key 'gpu_count'"),
+                                           ({"nvlinks_per_gpu": "18"}, "'nvlinks_per_gpu' must be a number"),
+                                           ([8], "must hold a JSON object")])
+def test_doctor_rejects_bad_expectations(expect, needle, workdir):
+    path = os.path.join(workdir, "x.json")
+    with open(path, "w") as f:
+        json.dump(expect, f)
+    r = commbench(["doctor", "--from", os.path.join(FIXTURES, "cpu_only.json"), "--expect", path], cwd=workdir)
+    assert r.returncode == 2 and needle in r.stderr and "Traceback" not in r.stderr

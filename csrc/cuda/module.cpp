@@ -175,41 +175,41 @@ class DeviceComm {
     const bool in_place = send.data_ptr() == recv.data_ptr();
     pybind11::gil_scoped_release no_gil;
     return dispatch_dtype_op(recv.scalar_type(), op, [&](auto tag, auto functor) {
-        using T = typename decltype(tag)::type;
-        using Op = decltype(functor);
-        T* out = static_cast<T*>(recv.data_ptr());
-        const T* in = static_cast<const T*>(send.data_ptr());
-        auto copy_in = [&] {
-          if (!in_place && n > 0)
-            cuda_check(cudaMemcpyAsync(out, in, n * sizeof(T), cudaMemcpyDeviceToDevice, stream_), "cudaMemcpyAsync", where_);
-        };
-        NcclTransport transport(comm_, stream_, where_);
-        DeviceReducer<T, Op> reducer{stream_};
-        if (impl == "nccl") {
-          return timed(iters, graph, [&] {
-            nccl_check(ncclAllReduce(in, out, n, nccl_type<T>(), nccl_op(op), comm_, stream_), "ncclAllReduce", where_);
-          });
-        }
-        if (impl == "ring") {
-          const RingSchedule sched{where_.rank, size_};
-          DeviceBuffer tmp((n / static_cast<std::size_t>(size_) + 1) * sizeof(T), where_.device, where_);
-          return timed(iters, graph, [&] {
-            copy_in();
-            ring_allreduce(transport, reducer, sched, out, static_cast<T*>(tmp.ptr), n);
-          });
-        }
-        if (impl == "tree") {
-          if (chunk_bytes < static_cast<int64_t>(sizeof(T)))
-            throw std::invalid_argument("tree chunk must hold at least one element");
-          const std::size_t chunk = std::max<std::size_t>(1, std::min(static_cast<std::size_t>(chunk_bytes) / sizeof(T), n));
-          const TreeSchedule sched{where_.rank, size_, chunk};
-          DeviceBuffer tmp(4 * chunk * sizeof(T), where_.device, where_);
-          return timed(iters, graph, [&] {
-            copy_in();
-            tree_allreduce(transport, reducer, sched, out, static_cast<T*>(tmp.ptr), n);
-          });
-        }
-        throw std::invalid_argument("unknown device all-reduce impl '" + impl + "'");
+      using T = typename decltype(tag)::type;
+      using Op = decltype(functor);
+      T* out = static_cast<T*>(recv.data_ptr());
+      const T* in = static_cast<const T*>(send.data_ptr());
+      auto copy_in = [&] {
+        if (!in_place && n > 0)
+          cuda_check(cudaMemcpyAsync(out, in, n * sizeof(T), cudaMemcpyDeviceToDevice, stream_), "cudaMemcpyAsync", where_);
+      };
+      NcclTransport transport(comm_, stream_, where_);
+      DeviceReducer<T, Op> reducer{stream_};
+      if (impl == "nccl") {
+        return timed(iters, graph, [&] {
+          nccl_check(ncclAllReduce(in, out, n, nccl_type<T>(), nccl_op(op), comm_, stream_), "ncclAllReduce", where_);
+        });
+      }
+      if (impl == "ring") {
+        const RingSchedule sched{where_.rank, size_};
+        DeviceBuffer tmp((n / static_cast<std::size_t>(size_) + 1) * sizeof(T), where_.device, where_);
+        return timed(iters, graph, [&] {
+          copy_in();
+          ring_allreduce(transport, reducer, sched, out, static_cast<T*>(tmp.ptr), n);
+        });
+      }
+      if (impl == "tree") {
+        if (chunk_bytes < static_cast<int64_t>(sizeof(T)))
+          throw std::invalid_argument("tree chunk must hold at least one element");
+        const std::size_t chunk = TreeSchedule::chunk_for(static_cast<std::size_t>(chunk_bytes), sizeof(T), n);
+        const TreeSchedule sched{where_.rank, size_, chunk};
+        DeviceBuffer tmp(4 * chunk * sizeof(T), where_.device, where_);
+        return timed(iters, graph, [&] {
+          copy_in();
+          tree_allreduce(transport, reducer, sched, out, static_cast<T*>(tmp.ptr), n);
+        });
+      }
+      throw std::invalid_argument("unknown device all-reduce impl '" + impl + "'");
     });
   }
 
@@ -310,14 +310,21 @@ class DeviceComm {
       cudaGraph_t g = nullptr;
       cudaGraphExec_t exec = nullptr;
       cuda_check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture", where_);
-      body();
-      cuda_check(cudaStreamEndCapture(stream_, &g), "cudaStreamEndCapture", where_);
-      cuda_check(cudaGraphInstantiate(&exec, g, 0), "cudaGraphInstantiate", where_);
       try {
+        body();
+      } catch (...) {
+        // Leave the stream usable for the untimed calls that follow an error.
+        cudaStreamEndCapture(stream_, &g);
+        if (g) cudaGraphDestroy(g);
+        throw;
+      }
+      cuda_check(cudaStreamEndCapture(stream_, &g), "cudaStreamEndCapture", where_);
+      try {
+        cuda_check(cudaGraphInstantiate(&exec, g, 0), "cudaGraphInstantiate", where_);
         t = event_times(stream_, iters, where_, [&] { barrier(); },
                         [&] { cuda_check(cudaGraphLaunch(exec, stream_), "cudaGraphLaunch", where_); });
       } catch (...) {
-        cudaGraphExecDestroy(exec);
+        if (exec) cudaGraphExecDestroy(exec);
         cudaGraphDestroy(g);
         throw;
       }
@@ -555,7 +562,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def("pingpong_times", &DeviceComm::pingpong_times, py::arg("buf"), py::arg("bytes"), py::arg("peer"), py::arg("iters"))
       .def("bandwidth_times", &DeviceComm::bandwidth_times, py::arg("buf"), py::arg("bytes"), py::arg("peer"), py::arg("window"),
            py::arg("iters"))
-      .def("max_over_ranks", &DeviceComm::max_over_ranks)
       .def("fill_pattern", &DeviceComm::fill_pattern, py::arg("tensor"), py::arg("op"))
       .def("count_wrong", &DeviceComm::count_wrong, py::arg("tensor"), py::arg("op"));
   m.def("nccl_unique_id", &nccl_unique_id);

@@ -122,51 +122,49 @@ at::Tensor allreduce_times(const std::string& impl, at::Tensor send, at::Tensor 
   const bool in_place = send.data_ptr() == recv.data_ptr();
 
   return dispatch_dtype_op(recv.scalar_type(), op, [&](auto tag, auto functor) {
-      using T = typename decltype(tag)::type;
-      using Op = decltype(functor);
-      T* out = static_cast<T*>(recv.data_ptr());
-      const T* in = static_cast<const T*>(send.data_ptr());
-      if (impl == "mpi") {
-        if (n > static_cast<std::size_t>(INT32_MAX))
-          throw std::invalid_argument("impl mpi: more than 2^31-1 elements in one MPI_Allreduce");
-        MPI_Op mop = mpi_builtin_op(op);
-        if (!mpi_has_type<T>())
-          mpi_check(MPI_Op_create(&mpi_user_reduce<T, Op>, 1, &mop), "MPI_Op_create");
-        const void* sbuf = in_place ? MPI_IN_PLACE : static_cast<const void*>(in);
-        at::Tensor times = time_iterations(comm, iters, [&] {
-          mpi_check(MPI_Allreduce(sbuf, out, static_cast<int>(n), mpi_type<T>(), mop, comm),
-                    "MPI_Allreduce");
-        });
-        if (!mpi_has_type<T>()) mpi_check(MPI_Op_free(&mop), "MPI_Op_free");
-        return times;
-      }
-      MpiTransport transport(comm);
-      HostReducer<T, Op> reducer;
-      auto copy_in = [&] {
-        if (!in_place && n > 0) std::memcpy(out, in, n * sizeof(T));
-      };
-      if (impl == "ring") {
-        const RingSchedule sched{rank, size};
-        std::vector<T> tmp(n / static_cast<std::size_t>(size) + 1);
-        return time_iterations(comm, iters, [&] {
-          copy_in();
-          ring_allreduce(transport, reducer, sched, out, tmp.data(), n);
-        });
-      }
-      if (impl == "tree") {
-        if (chunk_bytes < static_cast<int64_t>(sizeof(T)))
-          throw std::invalid_argument("tree chunk must hold at least one element");
-        // A chunk larger than the message only wastes scratch memory.
-        const std::size_t chunk = std::max<std::size_t>(
-            1, std::min(static_cast<std::size_t>(chunk_bytes) / sizeof(T), n));
-        const TreeSchedule sched{rank, size, chunk};
-        std::vector<T> tmp(4 * chunk);
-        return time_iterations(comm, iters, [&] {
-          copy_in();
-          tree_allreduce(transport, reducer, sched, out, tmp.data(), n);
-        });
-      }
-      throw std::invalid_argument("unknown native all-reduce impl '" + impl + "'");
+    using T = typename decltype(tag)::type;
+    using Op = decltype(functor);
+    T* out = static_cast<T*>(recv.data_ptr());
+    const T* in = static_cast<const T*>(send.data_ptr());
+    if (impl == "mpi") {
+      if (n > static_cast<std::size_t>(INT32_MAX))
+        throw std::invalid_argument("impl mpi: more than 2^31-1 elements in one MPI_Allreduce");
+      MPI_Op mop = mpi_builtin_op(op);
+      if (!mpi_has_type<T>())
+        mpi_check(MPI_Op_create(&mpi_user_reduce<T, Op>, 1, &mop), "MPI_Op_create");
+      const void* sbuf = in_place ? MPI_IN_PLACE : static_cast<const void*>(in);
+      at::Tensor times = time_iterations(comm, iters, [&] {
+        mpi_check(MPI_Allreduce(sbuf, out, static_cast<int>(n), mpi_type<T>(), mop, comm),
+                  "MPI_Allreduce");
+      });
+      if (!mpi_has_type<T>()) mpi_check(MPI_Op_free(&mop), "MPI_Op_free");
+      return times;
+    }
+    MpiTransport transport(comm);
+    HostReducer<T, Op> reducer;
+    auto copy_in = [&] {
+      if (!in_place && n > 0) std::memcpy(out, in, n * sizeof(T));
+    };
+    if (impl == "ring") {
+      const RingSchedule sched{rank, size};
+      std::vector<T> tmp(n / static_cast<std::size_t>(size) + 1);
+      return time_iterations(comm, iters, [&] {
+        copy_in();
+        ring_allreduce(transport, reducer, sched, out, tmp.data(), n);
+      });
+    }
+    if (impl == "tree") {
+      if (chunk_bytes < static_cast<int64_t>(sizeof(T)))
+        throw std::invalid_argument("tree chunk must hold at least one element");
+      const std::size_t chunk = TreeSchedule::chunk_for(static_cast<std::size_t>(chunk_bytes), sizeof(T), n);
+      const TreeSchedule sched{rank, size, chunk};
+      std::vector<T> tmp(4 * chunk);
+      return time_iterations(comm, iters, [&] {
+        copy_in();
+        tree_allreduce(transport, reducer, sched, out, tmp.data(), n);
+      });
+    }
+    throw std::invalid_argument("unknown native all-reduce impl '" + impl + "'");
   });
 }
 

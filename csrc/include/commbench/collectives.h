@@ -62,18 +62,20 @@ void tree_allreduce(Transport& tr, Reducer& reduce, const TreeSchedule& s, T* bu
   tr.wait_all(sends);
   sends.clear();
 
-  // Broadcast the result back down.
-  std::vector<Request> from_parent;
-  if (parent >= 0) {
-    from_parent.reserve(chunks);
-    for (std::size_t k = 0; k < chunks; ++k) {
-      const Span sp = s.chunk(n, k);
-      from_parent.push_back(tr.irecv(buf + sp.begin, sp.count * sizeof(T), parent));
-    }
-  }
+  // Broadcast the result back down, posting the receive of chunk k + 1 before forwarding chunk k,
+  // so that a stream-ordered transport pipelines as well as a request-based one.
+  auto from_parent = [&](std::size_t k) {
+    const Span sp = s.chunk(n, k);
+    return tr.irecv(buf + sp.begin, sp.count * sizeof(T), parent);
+  };
+  Request incoming;
+  if (parent >= 0) incoming = from_parent(0);
   for (std::size_t k = 0; k < chunks; ++k) {
     const Span sp = s.chunk(n, k);
-    if (parent >= 0) tr.wait(from_parent[k]);
+    if (parent >= 0) {
+      tr.wait(incoming);
+      if (k + 1 < chunks) incoming = from_parent(k + 1);
+    }
     for (int c = 0; c < kids; ++c)
       sends.push_back(tr.isend(buf + sp.begin, sp.count * sizeof(T), s.child(c)));
   }

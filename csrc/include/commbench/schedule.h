@@ -61,6 +61,13 @@ struct TreeSchedule {
   int size;
   std::size_t chunk_elems;  // pipeline granularity, at least 1
 
+  // Pipeline chunk (elements) for a message of n elements of elem_bytes: chunk_bytes in whole
+  // elements, at least one, and no larger than the message (more would only waste scratch memory).
+  static std::size_t chunk_for(std::size_t chunk_bytes, std::size_t elem_bytes, std::size_t n) {
+    const std::size_t c = chunk_bytes / elem_bytes;
+    return c < 1 ? 1 : (c < n ? c : (n > 0 ? n : 1));
+  }
+
   int parent() const { return rank == 0 ? -1 : (rank - 1) / 2; }
   int num_children() const {
     int c = 0;
