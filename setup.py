@@ -1,15 +1,17 @@
 """Builds commbench's native extensions:
 
 - commbench._host (always): timed loops over MPI, linked against the MPI library that mpi4py uses.
-- commbench._cuda (whenever a CUDA toolkit and a CUDA build of torch are present, whether or not a
-  GPU is visible): NCCL collectives, device ring/tree, copies. NCCL comes from the nvidia-nccl wheel
-  that torch depends on.
+- commbench._cuda (whenever a CUDA build of torch and a CUDA compiler of the same release are present,
+  whether or not a GPU is visible): NCCL collectives, device ring/tree, copies. The compiler is chosen
+  by commbench/toolkit.py; NCCL comes from the nvidia-nccl wheel that torch depends on. Without a
+  matching compiler only commbench._host is built, and `commbench version -v` says why.
 
 Our sources are C++17; torch 2.14's headers need C++20, which torch's build helper selects.
 
 Environment switches:
   MPICC=/path/to/mpicc       take MPI compile and link flags from this compiler wrapper
-  CUDA_HOME=/path            CUDA toolkit (default: /usr/local/cuda, then the directory above nvcc)
+  CUDA_HOME=/path            a CUDA toolkit to consider after the nvidia-cuda-nvcc wheel (used only when its
+                             release matches torch's CUDA)
   NCCL_HOME=/path            NCCL include/ and lib/ (default: the nvidia-nccl wheel)
   TORCH_CUDA_ARCH_LIST=...   GPU targets (default "8.0;9.0+PTX": Ampere, Hopper, and PTX)
   COMMBENCH_SKIP_CUDA=1      do not build commbench._cuda
@@ -17,38 +19,48 @@ Environment switches:
 """
 
 import glob
+import importlib.util
 import os
-import shutil
-
 import shlex
 import subprocess
 import sys
+import sysconfig
 
 from setuptools import setup
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def find_cuda_home():
-    """$CUDA_HOME, then /usr/local/cuda, then the prefix of the nvcc on PATH; None without a toolkit."""
-    candidates = [os.environ.get("CUDA_HOME"), "/usr/local/cuda"]
-    nvcc = shutil.which("nvcc")
-    if nvcc:
-        candidates.append(os.path.dirname(os.path.dirname(os.path.realpath(nvcc))))
-    for c in candidates:
-        if c and os.access(os.path.join(c, "bin", "nvcc"), os.X_OK):
-            return c
-    return None
+def _load_toolkit():
+    """commbench/toolkit.py by path: the package is not importable while it is being built."""
+    spec = importlib.util.spec_from_file_location("commbench_toolkit", os.path.join(HERE, "commbench", "toolkit.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-# torch.utils.cpp_extension reads CUDA_HOME when it is imported, and guesses it from `which nvcc`
-# otherwise, which can point at a wrapper outside the toolkit.
-CUDA_HOME = find_cuda_home()
+toolkit = _load_toolkit()
+
+import torch  # noqa: E402
+
+# torch.utils.cpp_extension reads CUDA_HOME when it is imported, so the toolkit is chosen first: one
+# whose release matches torch's CUDA, or none (then only commbench._host is built).
+SITE_DIRS = list(dict.fromkeys([sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]))
+CUDA_HOME, CUDA_CHOICE = toolkit.choose(torch.version.cuda, SITE_DIRS, dict(os.environ))
 if CUDA_HOME:
     os.environ["CUDA_HOME"] = CUDA_HOME
 
-import torch  # noqa: E402
 from torch.utils.cpp_extension import BuildExtension, CppExtension, CUDAExtension, library_paths  # noqa: E402
+
+
+def torch_cudart_dir():
+    """The folder of the libcudart that torch itself loads, so that commbench._cuda binds the same
+    runtime whichever libcudart the loader would otherwise find first."""
+    with open("/proc/self/maps") as f:
+        for line in f:
+            if "/libcudart.so" in line:
+                return os.path.dirname(line.split()[-1])
+    return None
 
 
 def mpi_wrapper() -> str:
@@ -124,33 +136,35 @@ def nccl_paths():
 
 def cuda_extension():
     """commbench._cuda, or None (with the reason) when it cannot or should not be built."""
-    if os.environ.get("COMMBENCH_SKIP_CUDA") == "1":
-        return None, "COMMBENCH_SKIP_CUDA=1"
     if CUDA_HOME is None:
-        return None, "no CUDA toolkit (set CUDA_HOME)"
-    if torch.version.cuda is None:
-        return None, f"torch {torch.__version__} is a CPU build"
+        return None, CUDA_CHOICE
     os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "8.0;9.0+PTX")
     nccl_inc, nccl_lib, nccl_link = nccl_paths()
+    link_dirs = [nccl_lib]
+    cudart_link = toolkit.cudart_link_dir(CUDA_HOME, os.path.join(HERE, "build", "cudart-link"))
+    if cudart_link:
+        link_dirs.append(cudart_link)
+    torch_cudart = torch_cudart_dir()
+    run_path = [nccl_lib] + ([torch_cudart] if torch_cudart else []) + library_paths()
     ext = CUDAExtension(
         "commbench._cuda",
-        ["csrc/cuda/module.cpp", "csrc/cuda/kernels.cu"],
+        ["csrc/cuda/module.cpp", "csrc/cuda/copies.cpp", "csrc/cuda/kernels.cu"],
         include_dirs=[os.path.join(HERE, "csrc", "include"), os.path.join(HERE, "csrc", "common"),
                       os.path.join(HERE, "csrc", "cuda"), nccl_inc],
-        library_dirs=[nccl_lib],
+        library_dirs=link_dirs,
         extra_compile_args={"cxx": ["-O3", "-Wall", "-Wextra", "-Wno-unused-parameter"],
                             "nvcc": ["-O3", "--expt-relaxed-constexpr"]},
-        extra_link_args=[nccl_link, f"-Wl,-rpath,{nccl_lib}", f"-Wl,-rpath,{os.path.join(CUDA_HOME, 'lib64')}"]
-        + [f"-Wl,-rpath,{d}" for d in library_paths()],
+        extra_link_args=[nccl_link] + [f"-Wl,-rpath,{d}" for d in run_path],
     )
-    return ext, None
+    return ext, CUDA_CHOICE
 
 
 extensions = [host_extension()]
-cuda_ext, why_not = cuda_extension()
+cuda_ext, cuda_detail = cuda_extension()
 if cuda_ext is not None:
     extensions.append(cuda_ext)
 else:
-    print(f"commbench setup: not building commbench._cuda: {why_not}")
+    print(f"commbench setup: not building commbench._cuda: {cuda_detail}")
+toolkit.write_build_info(cuda_ext is not None, cuda_detail)
 
 setup(ext_modules=extensions, cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)})

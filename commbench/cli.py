@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import math
 import os
 import subprocess
 import sys
@@ -12,6 +13,7 @@ import click
 
 from . import __version__
 from .errors import CommbenchError
+from .gpu import CUDA_EVENT_RESOLUTION_S, DEFAULT_TIMEOUT_S
 from .policy import Policy
 from .sizes import parse_size, parse_sizes, round_to_itemsize
 from .spec import DTYPES, REDOPS, dtype_of, redop_code
@@ -75,6 +77,19 @@ def _fit_lines(doc: dict, judge: dict) -> list[str]:
     return fit_lines(fits_with_verdicts(doc["results"], _expectation(judge, doc), judge["pass_pct"], judge["fail_pct"]))
 
 
+def _finite_positive(ctx, param, value):
+    if value is not None and not (math.isfinite(value) and value > 0):
+        raise click.BadParameter(f"{value} is not a positive number of seconds", ctx, param)
+    return value
+
+
+def _timeout_option(f):
+    return click.option("--timeout", "timeout_s", type=float, default=DEFAULT_TIMEOUT_S, show_default=True,
+                        callback=_finite_positive,
+                        help="GPU: seconds one timed call may wait for its peers; then the NCCL communicator "
+                             "is aborted and the run ends with exit 1, keeping the rows measured so far.")(f)
+
+
 def _ranks_option(f):
     return click.option("--np", "nranks", type=click.IntRange(min=1), default=None,
                         help="Ranks to spawn when no launcher is present (default: one per visible GPU "
@@ -124,10 +139,11 @@ def cli() -> None:
 @click.option("--chunk", default="1M", show_default=True, help="Tree pipeline chunk size in bytes.")
 @_policy_options
 @_ranks_option
+@_timeout_option
 @click.option("--no-fit", is_flag=True, help="Do not print the latency/bandwidth fit after the table.")
 @_verdict_options
-def allreduce(sizes, impl_text, device, graph, dtype, redop, in_place, chunk, nranks, output, policy, no_fit,
-              judge) -> None:
+def allreduce(sizes, impl_text, device, graph, dtype, redop, in_place, chunk, nranks, timeout_s, output, policy,
+              no_fit, judge) -> None:
     """Time all-reduce implementations across message sizes."""
     from .backends import DEFAULT_IMPLS, parse_impls
     from .sweep import RunConfig, run_allreduce
@@ -145,7 +161,7 @@ def allreduce(sizes, impl_text, device, graph, dtype, redop, in_place, chunk, nr
     impls = parse_impls(impl_text or default_impls, device)
     cfg = RunConfig(op="allreduce", impls=tuple(i.name for i in impls), sizes=tuple(size_list), dtype=dtype,
                     redop=redop, in_place=in_place, device=device, graph=graph, chunk_bytes=chunk_bytes,
-                    policy=policy)
+                    timeout_s=timeout_s, policy=policy)
 
     def body(world):
         for impl in impls:
@@ -185,9 +201,10 @@ def _resolve_device(device: str, impl_text: Optional[str]) -> tuple[str, int]:
               help="Messages in flight per bandwidth iteration.")
 @_policy_options
 @_ranks_option
+@_timeout_option
 @click.option("--no-fit", is_flag=True, help="Do not print the latency/bandwidth fit after the table.")
 @_verdict_options
-def p2p(sizes, impl, device, pairs, window, nranks, output, policy, no_fit, judge) -> None:
+def p2p(sizes, impl, device, pairs, window, nranks, timeout_s, output, policy, no_fit, judge) -> None:
     """Point-to-point latency and bandwidth: between rank pairs (MPI or NCCL), or between every pair
     of this process's GPUs (--device cuda)."""
     from .sweep import RunConfig, resolve_pairs, run_p2p
@@ -208,7 +225,8 @@ def p2p(sizes, impl, device, pairs, window, nranks, output, policy, no_fit, judg
 
     def body(world):
         cfg = RunConfig(op="p2p", impls=(impl,), sizes=tuple(size_list), dtype="uint8", redop="none",
-                        device=device, window=window, pairs=resolve_pairs(pairs, world.size), policy=policy)
+                        device=device, window=window, pairs=resolve_pairs(pairs, world.size), timeout_s=timeout_s,
+                        policy=policy)
         reporter = _reporter(world, cfg, output, 2 * len(cfg.pairs) * len(size_list), None if no_fit else judge)
         return _sweep(reporter, lambda: run_p2p(world, cfg, reporter), world)
 
@@ -228,11 +246,13 @@ def _local_peer_matrix(size_list, output, policy) -> None:
     matrices = {}
 
     def run():
-        matrices.update(run_peer_matrix(cfg, reporter, gpus))
-        return 0
+        found, wrong = run_peer_matrix(cfg, reporter, gpus)
+        matrices.update(found)
+        return wrong
 
-    _sweep(reporter, run, world)
+    wrong = _sweep(reporter, run, world)
     print_matrices(matrices, gpus, click.echo)
+    sys.exit(1 if wrong else 0)
 
 
 @cli.command()
@@ -261,17 +281,16 @@ def copy(sizes, src, dst, staging_chunk, output, policy) -> None:
                     dtype="uint8", redop="none", device="cuda", policy=policy)
     world = local_world()
     reporter = _reporter(world, cfg, output, 6 * len(size_list))
-    _sweep(reporter, lambda: run_copies(cfg, reporter, src, dst, chunk) or 0, world)
+    sys.exit(1 if _sweep(reporter, lambda: run_copies(cfg, reporter, src, dst, chunk), world) else 0)
 
 
 def _reporter(world, cfg, output, steps, judge=None):
     """The Reporter on rank 0, None elsewhere. The result file is created (or refused) before any
     measurement starts."""
-    from . import _host
     from .reporter import Reporter, run_metadata
     made = []  # the Reporter stays on rank 0; only the success travels
     world.root_call(lambda: made.append(Reporter(run_metadata(world, cfg.describe(), sys.argv), output, steps,
-                                                 _host.clock_floor(),
+                                                 timer_floor_s(cfg.device),
                                                  (lambda doc: _fit_lines(doc, judge)) if judge else None)))
     reporter = made[0] if made else None
     if reporter and world.local_size > reporter.meta["machine"]["cores"]:
@@ -279,6 +298,14 @@ def _reporter(world, cfg, output, steps, judge=None):
                       f"{world.hosts[0]}: ranks compete for CPU and times inflate; remedy: use at most one "
                       f"rank per core (--np)")
     return reporter
+
+
+def timer_floor_s(device: str) -> float:
+    """The smallest time one sample can resolve: the host clock's step, or for device runs CUDA
+    events' resolution, whichever is coarser."""
+    from . import _host
+    floor = _host.clock_floor()
+    return max(floor, CUDA_EVENT_RESOLUTION_S) if device == "cuda" else floor
 
 
 def _sweep(reporter, run, world) -> int:
@@ -291,9 +318,13 @@ def _sweep(reporter, run, world) -> int:
         raise
     except Exception as e:  # noqa: BLE001 - any failure must still close the result file
         if reporter:
-            reporter.finish(f"{type(e).__name__}: {e}")
-            click.echo(f"commbench: error: {type(e).__name__}: {e} (measured rows kept in "
+            where = f" at {reporter.current}" if reporter.current else ""
+            reporter.finish(f"{type(e).__name__}{where}: {e}")
+            click.echo(f"commbench: error{where}: {type(e).__name__}: {e} (measured rows kept in "
                        f"{reporter.file.path})", err=True)
+        else:
+            # Rank 0 may be killed by the abort before it can say anything: this rank speaks for itself.
+            click.echo(f"commbench: error on rank {world.rank}: {type(e).__name__}: {e}", err=True)
         if world.comm is not None and world.size > 1:
             world.comm.Abort(1)
         sys.exit(1)
@@ -560,10 +591,10 @@ def version(verbose: bool) -> None:
         except ImportError as e:
             host = f"missing ({e})"
         click.echo(f"native host extension (commbench._host): {host}")
-        from .gpu import cuda_module, visible_gpus
+        from .gpu import cuda_absence, cuda_module, visible_gpus
         mod = cuda_module()
         if mod is None:
-            click.echo("CUDA extension (commbench._cuda): not built")
+            click.echo(f"CUDA extension (commbench._cuda): absent: {cuda_absence()}")
         else:
             click.echo(f"CUDA extension (commbench._cuda): built; {mod.versions()}")
             gpus, why = visible_gpus()

@@ -8,18 +8,23 @@ from .sizes import format_size
 from .sweep import record
 
 
-def _row(reporter, op, impl, size, samples, block, **extra):
-    rec = record(op, impl, "uint8", "none", 1, size, size, samples, 0, **extra)
+def _measure(reporter, rig, op, impl, size, block, policy, **extra) -> dict:
+    """One untimed pattern check of the copy, then its timed iterations; one record."""
+    wrong = rig.wrong()
+    samples = measure(lambda n: rig.times(n).numpy(), policy)
+    rec = record(op, impl, "uint8", "none", 1, size, size, samples, wrong, **extra)
     reporter.add(rec, block, format_size(size))
     return rec
 
 
-def run_peer_matrix(cfg, reporter, gpus: int) -> dict:
+def run_peer_matrix(cfg, reporter, gpus: int) -> tuple[dict, int]:
     """Every ordered pair of visible GPUs (the diagonal is a copy within one GPU), by copy engine
     ("ce") and by SM kernel ("sm"), one direction and both at once. Returns
-    {(mode, bidirectional): {(src, dst): [record per size] or the reason it was not measured}}."""
+    ({(mode, bidirectional): {(src, dst): [record per size] or the reason it was not measured}},
+    bytes that arrived wrong)."""
     from . import _cuda
     matrices: dict = {}
+    wrong = 0
     for mode in ("ce", "sm"):
         for bidi in (False, True):
             cell: dict = {}
@@ -35,14 +40,14 @@ def run_peer_matrix(cfg, reporter, gpus: int) -> dict:
                     cell[(src, dst)] = []
                     for size in cfg.sizes:
                         reporter.step(f"{block} {src}->{dst} {format_size(size)}")
-                        samples = measure(lambda n: _cuda.peer_copy_times(dst, src, size, mode, bidi, n).numpy(),
-                                          cfg.policy)
                         # Without peer access the driver stages a copy-engine copy through the host.
-                        cell[(src, dst)].append(_row(reporter, "peer_copy", mode, size, samples, block,
-                                                     moved=2 if bidi else 1, pair=[src, dst], bidirectional=bidi,
-                                                     peer_access=not why))
+                        rec = _measure(reporter, _cuda.PeerCopy(dst, src, size, mode, bidi), "peer_copy", mode, size,
+                                       block, cfg.policy, moved=2 if bidi else 1, pair=[src, dst],
+                                       bidirectional=bidi, peer_access=not why)
+                        cell[(src, dst)].append(rec)
+                        wrong += rec["wrong"]
             matrices[(mode, bidi)] = cell
-    return matrices
+    return matrices, wrong
 
 
 def print_matrices(matrices: dict, gpus: int, echo) -> None:
@@ -73,28 +78,30 @@ def print_matrices(matrices: dict, gpus: int, echo) -> None:
         echo(f"# N/A: {r}")
 
 
-def run_copies(cfg, reporter, src: int, dst: int, staging_chunk: int) -> None:
+def run_copies(cfg, reporter, src: int, dst: int, staging_chunk: int) -> int:
     """Host<->device from pinned and pageable memory on GPU `src`, then GPU src -> GPU dst staged
-    through pinned host memory beside the direct peer copy (what losing P2P costs)."""
+    through pinned host memory beside the direct peer copy (what losing P2P costs). Returns the bytes
+    that arrived wrong."""
     from . import _cuda
     tests = [
-        ("h2d", "pinned", "host to device, pinned host memory", lambda s, n: _cuda.host_copy_times(src, s, "h2d", True, n)),
-        ("h2d", "pageable", "host to device, pageable host memory", lambda s, n: _cuda.host_copy_times(src, s, "h2d", False, n)),
-        ("d2h", "pinned", "device to host, pinned host memory", lambda s, n: _cuda.host_copy_times(src, s, "d2h", True, n)),
-        ("d2h", "pageable", "device to host, pageable host memory", lambda s, n: _cuda.host_copy_times(src, s, "d2h", False, n)),
+        ("h2d", "pinned", "host to device, pinned host memory", lambda s: _cuda.HostCopy(src, s, "h2d", True)),
+        ("h2d", "pageable", "host to device, pageable host memory", lambda s: _cuda.HostCopy(src, s, "h2d", False)),
+        ("d2h", "pinned", "device to host, pinned host memory", lambda s: _cuda.HostCopy(src, s, "d2h", True)),
+        ("d2h", "pageable", "device to host, pageable host memory", lambda s: _cuda.HostCopy(src, s, "d2h", False)),
         ("staged", "pinned2", f"cuda:{src} -> pinned host -> cuda:{dst}, {format_size(staging_chunk)} chunks, two streams",
-         lambda s, n: _cuda.staged_copy_times(dst, src, s, staging_chunk, n)),
+         lambda s: _cuda.StagedCopy(dst, src, s, staging_chunk)),
     ]
     why = _cuda.peer_status(src, dst)
     if not why:
         tests.append(("peer_copy", "ce", f"cuda:{src} -> cuda:{dst} direct (copy engine)",
-                      lambda s, n: _cuda.peer_copy_times(dst, src, s, "ce", False, n)))
-    for op, impl, description, timer in tests:
+                      lambda s: _cuda.PeerCopy(dst, src, s, "ce", False)))
+    wrong = 0
+    for op, impl, description, rig in tests:
         block = f"{op} {impl}"
         reporter.block(block, description)
         for size in cfg.sizes:
             reporter.step(f"{block} {format_size(size)}")
-            samples = measure(lambda n: timer(size, n).numpy(), cfg.policy)
-            _row(reporter, op, impl, size, samples, block, pair=[src, dst])
+            wrong += _measure(reporter, rig(size), op, impl, size, block, cfg.policy, pair=[src, dst])["wrong"]
     if why:
         reporter.warn(f"no direct copy cuda:{src} -> cuda:{dst} to compare with: {why}")
+    return wrong

@@ -1,34 +1,62 @@
 """GPU availability, device selection and device-side data, shared by every GPU command.
 
 Everything here answers "can this request run on a GPU, and on which one?" with one clear line
-when the answer is no, before any rank is spawned or any buffer allocated.
+when the answer is no, before any buffer is allocated.
 """
 
 from __future__ import annotations
 
 import os
+from typing import Optional
+
 from .errors import CommbenchError
+
+# cudaEventElapsedTime's resolution, "around 0.5 microseconds" (CUDA Runtime API reference): the
+# floor under any single device-timed sample.
+CUDA_EVENT_RESOLUTION_S = 0.5e-6
+
+# Seconds one timed call may wait for its peers before the communicator is aborted.
+DEFAULT_TIMEOUT_S = 300.0
+
+
+def _load():
+    """(commbench._cuda, "") or (None, why it is absent)."""
+    # torch first: it loads its own CUDA runtime and NCCL, the ones _cuda was built against, so the
+    # loader cannot pick another libcudart from the system path.
+    import torch  # noqa: F401
+    try:
+        from . import _cuda
+    except ImportError as e:
+        from .toolkit import read_build_info
+        cuda = read_build_info().get("cuda", {})
+        if cuda.get("built") is False:
+            return None, f"commbench._cuda was not built: {cuda.get('detail')}"
+        return None, f"commbench._cuda does not load: {e}"
+    return _cuda, ""
 
 
 def cuda_module():
-    """commbench._cuda, or None when it was not built."""
-    try:
-        from . import _cuda
-    except ImportError:
-        return None
-    return _cuda
+    """commbench._cuda, or None when it is absent (cuda_absence() says why)."""
+    return _load()[0]
+
+
+def cuda_absence() -> str:
+    """Why commbench._cuda is absent, or "" when it loads."""
+    return _load()[1]
 
 
 def visible_gpus() -> tuple[int, str]:
     """(number of visible CUDA devices, why zero when it is)."""
-    mod = cuda_module()
+    mod, why = _load()
     if mod is None:
-        return 0, ("commbench._cuda is not built (no CUDA toolkit or a CPU build of torch when it was "
-                   "installed; see 'commbench version -v')")
-    n = mod.device_count()
+        return 0, why
+    try:
+        n = mod.device_count()
+    except RuntimeError as e:  # the runtime's own words: e.g. a driver too old for this CUDA
+        return 0, f"CUDA cannot use the GPUs: {e}"
     if n == 0:
         cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
-        hint = f"CUDA_VISIBLE_DEVICES={cvd!r}" if cvd is not None else "no driver or no GPU on this host"
+        hint = f"CUDA_VISIBLE_DEVICES={cvd!r}" if cvd is not None else "no GPU on this host"
         return 0, f"no CUDA device visible ({hint})"
     return n, ""
 
@@ -41,18 +69,59 @@ def require_gpu(what: str) -> int:
     return n
 
 
-def rank_device(local_rank: int, local_size: int) -> int:
-    """One rank per GPU: local rank i uses device i. Two ranks on one GPU would measure contention,
-    not the fabric, so that is refused."""
+def choose_device(local_rank: int, visible: int) -> int:
+    """The ordinal a rank uses among the GPUs it sees. With every GPU of the host visible to every
+    rank, local rank i takes GPU i. With per-rank binding (Slurm --gpus-per-task, --gpu-bind, or a
+    wrapper setting CUDA_VISIBLE_DEVICES per rank) each rank sees only its own GPUs, in blocks of
+    `visible` consecutive local ranks, and takes ordinal local_rank mod visible of them. Which
+    physical GPU that is, is checked across ranks by duplicate_gpus."""
+    return local_rank % visible
+
+
+def duplicate_gpus(identities: list[tuple[str, str, str]]) -> Optional[str]:
+    """identities[rank] = (host, GPU UUID, PCI bus id). Why the layout is refused when two ranks of
+    one host hold the same physical GPU, else None."""
+    owner: dict[tuple[str, str], int] = {}
+    for rank, (host, uuid, bus) in enumerate(identities):
+        first = owner.setdefault((host, uuid), rank)
+        if first != rank:
+            return (f"ranks {first} and {rank} on host {host} both use GPU {uuid} (PCI {bus}): two ranks on one GPU "
+                    f"measure contention, not the fabric; give each rank its own GPU (one rank per GPU, or "
+                    f"--gpus-per-task=1 / a distinct CUDA_VISIBLE_DEVICES per rank)")
+    return None
+
+
+def rank_device(world) -> int:
+    """This rank's GPU ordinal, once every rank's choice is known to be a GPU of its own."""
     n = require_gpu("--device cuda")
-    if local_size > n:
-        raise CommbenchError(f"{local_size} ranks on this host but {n} visible GPU(s): two ranks would share a "
-                             f"GPU; launch at most {n} ranks per host (--np {n})")
-    return local_rank
+    device = choose_device(world.local_rank, n)
+    uuid, bus = cuda_module().device_identity(device)
+    identities = world.gather((world.hosts[world.rank], uuid, bus))
+    problem = world.bcast(duplicate_gpus(identities) if world.rank == 0 else None)
+    if problem:
+        raise CommbenchError(problem)
+    return device
 
 
-def device_comm(world, device: int):
+def nccl_reserve_bytes(env: Optional[dict] = None) -> int:
+    """Device memory NCCL allocates outside torch, as a bound for the up-front memory check: per
+    channel and per connected peer, one NCCL_BUFFSIZE (4 MiB by default) for the Simple protocol in
+    each direction, with LL and LL128 together adding about as much again; ring and tree neighbours
+    make two peers; NCCL_MAX_NCHANNELS (at most 32 on current NVLink systems) channels."""
+    env = os.environ if env is None else env
+
+    def number(name, default):
+        try:
+            return int(env.get(name, ""), 0)  # NCCL reads these as C integers: decimal or 0x hex
+        except ValueError:
+            return default
+    buffsize = max(number("NCCL_BUFFSIZE", 4 << 20), 0)
+    channels = max(min(number("NCCL_MAX_NCHANNELS", 32), 32), 1)
+    return buffsize * channels * 2 * 2 * 2
+
+
+def device_comm(world, device: int, timeout_s: float):
     """A NCCL communicator over all ranks: rank 0 makes the unique id and broadcasts it."""
     mod = cuda_module()
     uid = world.root_call(mod.nccl_unique_id)
-    return mod.DeviceComm(uid, world.rank, world.size, device)
+    return mod.DeviceComm(uid, world.rank, world.size, device, timeout_s)

@@ -24,6 +24,7 @@ class Reporter:
         self.fit = fit  # result document -> fit lines printed after the table
         self.clock_floor_s = clock_floor_s
         self.warnings: list[str] = []
+        self.current = ""  # the step being measured, named in a failure's message
         self.flagged: dict[tuple[str, str], list[tuple[str, dict]]] = {}  # (block, flag) -> sizes
         self.file = ResultFile(output_path or default_path(meta["config"]["op"]), meta)
         for line in output.header(meta):
@@ -47,6 +48,7 @@ class Reporter:
             click.echo(line)
 
     def step(self, label: str) -> None:
+        self.current = label
         if self._progress is not None:
             self._progress.update(self._task, description=label)
 

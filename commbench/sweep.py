@@ -32,6 +32,7 @@ class RunConfig:
     device: str = "cpu"  # 'cpu' or 'cuda'
     graph: bool = False  # GPU: replay each iteration from a CUDA graph
     chunk_bytes: int = 1 << 20  # tree pipeline chunk
+    timeout_s: float = 300.0  # GPU: how long one timed call may wait for its peers
     window: int = 64  # p2p bandwidth: messages in flight
     pairs: tuple[tuple[int, int], ...] = field(default_factory=tuple)
     policy: Policy = Policy()
@@ -39,7 +40,7 @@ class RunConfig:
     def describe(self) -> dict:
         return {"op": self.op, "impls": list(self.impls), "sizes": list(self.sizes), "dtype": self.dtype,
                 "redop": self.redop, "in_place": self.in_place, "device": self.device, "graph": self.graph,
-                "chunk_bytes": self.chunk_bytes,
+                "chunk_bytes": self.chunk_bytes, "timeout_s": self.timeout_s,
                 "window": self.window, "pairs": [list(p) for p in self.pairs],
                 "policy": self.policy.describe()}
 
@@ -56,9 +57,13 @@ def record(op: str, impl: str, dtype: str, redop: str, ranks: int, size: int, co
 
 def check_memory(world: World, need_per_rank: int, what: str, device: str = "cpu") -> None:
     """Refuses up front a sweep whose largest buffers do not fit in free memory: the host's, shared
-    by its ranks, or each rank's GPU."""
+    by its ranks, or each rank's GPU. On a GPU, NCCL's own buffers come on top of ours, and the blocks
+    torch holds cached but unused are free for our tensors."""
     if device == "cuda":
-        avail, need, where = torch.cuda.mem_get_info(world.device)[0], need_per_rank, f"GPU {world.device}"
+        from .gpu import nccl_reserve_bytes
+        cached = torch.cuda.memory_reserved(world.device) - torch.cuda.memory_allocated(world.device)
+        avail = torch.cuda.mem_get_info(world.device)[0] + cached
+        need, where = need_per_rank + nccl_reserve_bytes(), f"GPU {world.device} (with NCCL's buffers)"
     else:
         avail, need = machine.meminfo_bytes("MemAvailable"), need_per_rank * world.local_size
         where = f"host {world.hosts[world.rank]} ({world.local_size} rank(s))"
@@ -78,7 +83,7 @@ def run_allreduce(world: World, cfg: RunConfig, impls: list, reporter) -> int:
     itemsize = torch.empty(0, dtype=dtype).element_size()
     code = redop_code(cfg.redop)
     if cfg.device == "cuda":
-        data = DeviceData(world.device_comm())
+        data = DeviceData(world.device_comm(cfg.timeout_s))
         where = torch.device("cuda", world.device)
     else:
         data, where = HostData(world), torch.device("cpu")
@@ -222,7 +227,7 @@ def run_p2p(world: World, cfg: RunConfig, reporter) -> int:
     if largest >= 2**31:
         raise CommbenchError(f"p2p sizes must stay below 2 GiB (got {format_size(largest)})")
     if impl == "nccl":
-        world.device_comm()
+        world.device_comm(cfg.timeout_s)
     elif impl == "gloo":
         world.ensure_gloo()  # a collective: every rank joins, not only the pair's
     check_memory(world, largest + (4 << 20), f"a p2p message of {format_size(largest)}", cfg.device)

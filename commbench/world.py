@@ -105,15 +105,17 @@ class World:
             return int(os.environ["LOCAL_RANK"])
         return self.hosts[: self.rank].count(self.hosts[self.rank])
 
-    def device_comm(self):
-        """This rank's NCCL communicator (created on first use; one GPU per rank)."""
+    def device_comm(self, timeout_s: Optional[float] = None):
+        """This rank's NCCL communicator (created on first use; one GPU per rank). `timeout_s`, when
+        given, bounds every later wait of it for its peers."""
+        from .gpu import DEFAULT_TIMEOUT_S, device_comm, rank_device
         if self._device_comm is None:
             import torch
-
-            from .gpu import device_comm, rank_device
-            self.device = rank_device(self.local_rank, self.local_size)
+            self.device = rank_device(self)
             torch.cuda.set_device(self.device)
-            self._device_comm = device_comm(self, self.device)
+            self._device_comm = device_comm(self, self.device, timeout_s or DEFAULT_TIMEOUT_S)
+        elif timeout_s:
+            self._device_comm.set_timeout(timeout_s)
         return self._device_comm
 
     def require_mpi(self, what: str) -> None:

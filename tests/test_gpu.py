@@ -4,46 +4,36 @@ share the host path's headers, and every GPU request must fail in one line. With
 
 import os
 import re
-import shutil
+import sysconfig
 
 import pytest
 import torch
 
-from commbench import results
+from commbench import results, toolkit
+from commbench.gpu import visible_gpus
 from commbench.spec import DTYPES, REDOPS
 from conftest import commbench
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _toolkit_present() -> bool:
-    homes = [os.environ.get("CUDA_HOME"), "/usr/local/cuda"]
-    nvcc = shutil.which("nvcc")
-    if nvcc:
-        homes.append(os.path.dirname(os.path.dirname(os.path.realpath(nvcc))))
-    return any(h and os.access(os.path.join(h, "bin", "nvcc"), os.X_OK) for h in homes)
+def _matching_toolkit():
+    """The CUDA compiler the build would choose here (the same rule as setup.py), or None."""
+    paths = sysconfig.get_paths()
+    return toolkit.choose(torch.version.cuda, [paths["purelib"], paths["platlib"]], dict(os.environ))[0]
 
 
-def _gpus() -> int:
-    try:
-        from commbench import _cuda
-    except ImportError:
-        return 0
-    return _cuda.device_count()
-
-
-GPUS = _gpus()
+GPUS = visible_gpus()[0]
 needs_gpu = pytest.mark.skipif(GPUS == 0, reason="no CUDA device visible")
 
 
-@pytest.mark.skipif(not _toolkit_present() or torch.version.cuda is None
-                    or os.environ.get("COMMBENCH_SKIP_CUDA") == "1",
-                    reason="no CUDA toolkit, a CPU build of torch, or COMMBENCH_SKIP_CUDA=1")
-def test_cuda_extension_is_built_where_a_toolkit_is():
+@pytest.mark.skipif(_matching_toolkit() is None, reason="no CUDA compiler of torch's release (make install adds one)")
+def test_cuda_extension_is_built_where_a_matching_toolkit_is():
     from commbench import _cuda  # an ImportError here means the build skipped or broke it
     assert re.match(r"CUDA runtime \d+\.\d+, NCCL \d+\.\d+\.\d+", _cuda.versions())
-    for name in ("DeviceComm", "peer_copy_times", "host_copy_times", "staged_copy_times", "reduce_tensors"):
+    for name in ("DeviceComm", "PeerCopy", "HostCopy", "StagedCopy", "reduce_tensors", "device_identity"):
         assert hasattr(_cuda, name)
+    assert toolkit.read_build_info()["cuda"]["built"] is True
 
 
 def _includes(path):

@@ -12,7 +12,7 @@ class DeviceAllreduce:
         self.description = description
 
     def prepare(self, world, cfg) -> None:
-        world.device_comm()
+        world.device_comm(cfg.timeout_s)
 
     def times(self, world, send, recv, redop: int, iters: int, cfg) -> np.ndarray:
         return world.device_comm().allreduce_times(self.name, send, recv, redop, iters, cfg.chunk_bytes,

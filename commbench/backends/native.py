@@ -21,7 +21,7 @@ class NativeAllreduce:
                 raise CommbenchError(f"--impl mpi --device cuda: {_host.mpi_library_version().splitlines()[0][:60]} "
                                      f"is not CUDA-aware; use --impl nccl, or 'commbench copy' to see what staging "
                                      f"through host memory costs")
-            world.device_comm()  # data on the rank's own GPU
+            world.device_comm(cfg.timeout_s)  # data on the rank's own GPU
 
     def times(self, world, send, recv, redop: int, iters: int, cfg) -> np.ndarray:
         from .. import _host

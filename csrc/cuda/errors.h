@@ -22,9 +22,25 @@ inline void cuda_check(cudaError_t rc, const char* call, const Where& w) {
     throw std::runtime_error(std::string(call) + " failed: " + cudaGetErrorString(rc) + w.text());
 }
 
+// NCCL's status names only a class of error ("unhandled system error"); its last-error text says
+// which call and why, so it goes into every message.
+inline std::string nccl_error_text(ncclResult_t rc) {
+  std::string text = ncclGetErrorString(rc);
+  const char* last = ncclGetLastError(nullptr);
+  if (last != nullptr && last[0] != '\0') text += std::string(": ") + last;
+  return text;
+}
+
 inline void nccl_check(ncclResult_t rc, const char* call, const Where& w) {
-  if (rc != ncclSuccess)
-    throw std::runtime_error(std::string(call) + " failed: " + ncclGetErrorString(rc) + w.text());
+  if (rc != ncclSuccess) throw std::runtime_error(std::string(call) + " failed: " + nccl_error_text(rc) + w.text());
+}
+
+// A kernel launch reports a bad configuration or a missing device image only through
+// cudaGetLastError, which a later synchronisation does not return: call this right after every
+// launch (tests/test_cuda_static.py holds every `<<<` to it).
+inline void check_launch(const char* kernel) {
+  const cudaError_t rc = cudaGetLastError();
+  if (rc != cudaSuccess) throw std::runtime_error(std::string(kernel) + " launch failed: " + cudaGetErrorString(rc));
 }
 
 }  // namespace commbench

@@ -2,9 +2,13 @@
 #include <c10/util/Half.h>
 
 #include <algorithm>
+#include <stdexcept>
+#include <string>
 
+#include "commbench/alignment.h"
 #include "commbench/pattern.h"
 #include "commbench/reduce.h"
+#include "errors.h"
 #include "kernels.cuh"
 
 namespace commbench {
@@ -20,29 +24,65 @@ unsigned blocks_for(std::size_t work) {
 
 template <typename T>
 struct alignas(16) Pack {
-  static constexpr int kLanes = 16 / sizeof(T);
+  static constexpr int kLanes = static_cast<int>(kVecBytes / sizeof(T));
   T v[kLanes];
 };
 
-template <typename T, typename Op>
-__global__ void reduce_vec_kernel(Pack<T>* __restrict__ dst, const Pack<T>* __restrict__ src, std::size_t packs) {
-  const Op op;
-  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < packs;
-       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
-    Pack<T> a = dst[i];
-    const Pack<T> b = src[i];
+// Element-wise functors of split_kernel: a reduction reads both sides, a copy only the source.
+template <typename Op>
+struct Combine {
+  static constexpr bool kReadsDst = true;
+  template <typename T> COMMBENCH_HD T operator()(T a, T b) const { return Op{}(a, b); }
+};
+struct Take {
+  static constexpr bool kReadsDst = false;
+  template <typename T> COMMBENCH_HD T operator()(T, T b) const { return b; }
+};
+
+// dst[i] = f(dst[i], src[i]) over a VecSplit: a scalar head, 16-byte packs, a scalar tail.
+template <typename T, typename F>
+__global__ void split_kernel(T* __restrict__ dst, const T* __restrict__ src, VecSplit sp) {
+  const F f;
+  const std::size_t first = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+  const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
+  for (std::size_t i = first; i < sp.head; i += stride) dst[i] = f(F::kReadsDst ? dst[i] : T{}, src[i]);
+  Pack<T>* vdst = reinterpret_cast<Pack<T>*>(dst + sp.head);
+  const Pack<T>* vsrc = reinterpret_cast<const Pack<T>*>(src + sp.head);
+  for (std::size_t i = first; i < sp.packs; i += stride) {
+    const Pack<T> b = vsrc[i];
+    Pack<T> a;
+    if constexpr (F::kReadsDst) a = vdst[i];
 #pragma unroll
-    for (int l = 0; l < Pack<T>::kLanes; ++l) a.v[l] = op(a.v[l], b.v[l]);
-    dst[i] = a;
+    for (int l = 0; l < Pack<T>::kLanes; ++l) a.v[l] = f(a.v[l], b.v[l]);
+    vdst[i] = a;
   }
+  const std::size_t done = sp.head + sp.packs * Pack<T>::kLanes;
+  for (std::size_t i = first; i < sp.tail; i += stride)
+    dst[done + i] = f(F::kReadsDst ? dst[done + i] : T{}, src[done + i]);
 }
 
-template <typename T, typename Op>
-__global__ void reduce_scalar_kernel(T* __restrict__ dst, const T* __restrict__ src, std::size_t n) {
-  const Op op;
-  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<std::size_t>(gridDim.x) * blockDim.x)
-    dst[i] = op(dst[i], src[i]);
+template <typename T, typename F>
+void launch_split(T* dst, const T* src, std::size_t n, cudaStream_t stream, const char* name) {
+  if (n == 0) return;
+  const VecSplit sp = vec_split(reinterpret_cast<std::uintptr_t>(dst), reinterpret_cast<std::uintptr_t>(src), n, sizeof(T));
+  split_kernel<T, F><<<blocks_for(std::max(sp.packs, sp.head + sp.tail)), kThreads, 0, stream>>>(dst, src, sp);
+  check_launch(name);
+}
+
+// Each block adds its count and takes one away from the sentinel that arm_counter set.
+__device__ void add_block_count(unsigned long long* wrong, unsigned long long local) {
+  if (local) atomicAdd(wrong, local);
+  if (threadIdx.x == 0) atomicAdd(wrong, ~0ULL);
+}
+
+// Sets *wrong to the number of blocks the check of `work` items will run with, and returns it.
+unsigned arm_counter(unsigned long long* wrong, std::size_t work, cudaStream_t stream) {
+  const unsigned blocks = blocks_for(work);
+  const unsigned long long sentinel = blocks;
+  // From pageable memory the call returns once the value has been staged, so a local is safe.
+  const cudaError_t rc = cudaMemcpyAsync(wrong, &sentinel, sizeof(sentinel), cudaMemcpyHostToDevice, stream);
+  if (rc != cudaSuccess) throw std::runtime_error(std::string("cudaMemcpyAsync (check counter) failed: ") + cudaGetErrorString(rc));
+  return blocks;
 }
 
 template <typename T>
@@ -58,55 +98,63 @@ __global__ void count_wrong_kernel(const T* data, std::size_t n, RedOp op, int n
   for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<std::size_t>(gridDim.x) * blockDim.x)
     local += static_cast<double>(data[i]) != pattern_expected(op, i, nranks) ? 1 : 0;
-  if (local) atomicAdd(wrong, local);
+  add_block_count(wrong, local);
 }
 
-__global__ void sm_copy_kernel(uint4* __restrict__ dst, const uint4* __restrict__ src, std::size_t n16,
-                               unsigned char* __restrict__ dst_tail, const unsigned char* __restrict__ src_tail,
-                               std::size_t tail) {
-  const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
-  const std::size_t first = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
-  for (std::size_t i = first; i < n16; i += stride) dst[i] = src[i];
-  for (std::size_t i = first; i < tail; i += stride) dst_tail[i] = src_tail[i];
+__global__ void fill_bytes_kernel(unsigned char* data, std::size_t n, unsigned seed) {
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x)
+    data[i] = byte_pattern(i, seed);
+}
+
+__global__ void count_bytes_wrong_kernel(const unsigned char* data, std::size_t n, unsigned seed,
+                                         unsigned long long* wrong) {
+  unsigned long long local = 0;
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x)
+    local += data[i] != byte_pattern(i, seed) ? 1 : 0;
+  add_block_count(wrong, local);
 }
 
 }  // namespace
 
 template <typename T, typename Op>
 void launch_reduce(T* dst, const T* src, std::size_t n, cudaStream_t stream) {
-  if (n == 0) return;
-  const bool aligned = ((reinterpret_cast<std::uintptr_t>(dst) | reinterpret_cast<std::uintptr_t>(src)) % 16) == 0;
-  std::size_t done = 0;
-  if (aligned) {
-    const std::size_t packs = n / Pack<T>::kLanes;
-    if (packs > 0)
-      reduce_vec_kernel<T, Op><<<blocks_for(packs), kThreads, 0, stream>>>(
-          reinterpret_cast<Pack<T>*>(dst), reinterpret_cast<const Pack<T>*>(src), packs);
-    done = packs * Pack<T>::kLanes;
-  }
-  if (done < n)
-    reduce_scalar_kernel<T, Op><<<blocks_for(n - done), kThreads, 0, stream>>>(dst + done, src + done, n - done);
+  launch_split<T, Combine<Op>>(dst, src, n, stream, "reduce kernel");
+}
+
+void launch_sm_copy(void* dst, const void* src, std::size_t bytes, cudaStream_t stream) {
+  launch_split<unsigned char, Take>(static_cast<unsigned char*>(dst), static_cast<const unsigned char*>(src), bytes,
+                                    stream, "SM copy kernel");
 }
 
 template <typename T>
 void launch_fill(T* data, std::size_t n, RedOp op, int rank, int nranks, cudaStream_t stream) {
-  if (n > 0) fill_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(data, n, op, rank, nranks);
+  if (n == 0) return;
+  fill_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(data, n, op, rank, nranks);
+  check_launch("fill kernel");
 }
 
 template <typename T>
 void launch_count_wrong(const T* data, std::size_t n, RedOp op, int nranks, unsigned long long* wrong,
                         cudaStream_t stream) {
-  if (n > 0) count_wrong_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(data, n, op, nranks, wrong);
+  // Launched even for n == 0: only a kernel that ran clears the sentinel.
+  const unsigned blocks = arm_counter(wrong, n, stream);
+  count_wrong_kernel<T><<<blocks, kThreads, 0, stream>>>(data, n, op, nranks, wrong);
+  check_launch("check kernel");
 }
 
-void launch_sm_copy(void* dst, const void* src, std::size_t bytes, cudaStream_t stream) {
+void launch_fill_bytes(void* data, std::size_t bytes, unsigned seed, cudaStream_t stream) {
   if (bytes == 0) return;
-  // The 16-byte body needs both ends aligned; buffers from cudaMalloc are, offsets may not be.
-  const bool aligned = ((reinterpret_cast<std::uintptr_t>(dst) | reinterpret_cast<std::uintptr_t>(src)) % 16) == 0;
-  const std::size_t n16 = aligned ? bytes / 16 : 0, body = n16 * 16;
-  sm_copy_kernel<<<blocks_for(std::max(n16, bytes - body)), kThreads, 0, stream>>>(
-      static_cast<uint4*>(dst), static_cast<const uint4*>(src), n16, static_cast<unsigned char*>(dst) + body,
-      static_cast<const unsigned char*>(src) + body, bytes - body);
+  fill_bytes_kernel<<<blocks_for(bytes), kThreads, 0, stream>>>(static_cast<unsigned char*>(data), bytes, seed);
+  check_launch("byte fill kernel");
+}
+
+void launch_count_bytes_wrong(const void* data, std::size_t bytes, unsigned seed, unsigned long long* wrong,
+                              cudaStream_t stream) {
+  const unsigned blocks = arm_counter(wrong, bytes, stream);
+  count_bytes_wrong_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<const unsigned char*>(data), bytes, seed, wrong);
+  check_launch("byte check kernel");
 }
 
 #define COMMBENCH_FOR_OPS(T)                                                              \

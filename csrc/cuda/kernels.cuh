@@ -1,5 +1,6 @@
 // Device kernels, declared for the host code of the CUDA extension. Each is instantiated in
-// kernels.cu for every dtype (and op) that the host path supports.
+// kernels.cu for every dtype (and op) that the host path supports. Every launcher checks its launch
+// and throws when it failed.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -11,21 +12,30 @@
 
 namespace commbench {
 
-// dst = op(dst, src) over n elements, calling the functor of reduce.h; 16-byte vector loads when
-// both pointers are 16-byte aligned.
+// dst = op(dst, src) over n elements, calling the functor of reduce.h; 16-byte vector accesses over
+// the part that both pointers can reach aligned (alignment.h).
 template <typename T, typename Op>
 void launch_reduce(T* dst, const T* src, std::size_t n, cudaStream_t stream);
 
-// The exact-reduction pattern of pattern.h: rank r's input, and a count of wrong elements added to
-// *wrong (device memory).
+// The exact-reduction pattern of pattern.h: rank r's input.
 template <typename T>
 void launch_fill(T* data, std::size_t n, RedOp op, int rank, int nranks, cudaStream_t stream);
+
+// Counts the elements that differ from the exact reduction over nranks into *wrong (device memory).
+// The counter is first set to the number of blocks, and each block takes one away as it finishes, so
+// a check kernel that never ran leaves a non-zero count instead of a false "0 wrong".
 template <typename T>
 void launch_count_wrong(const T* data, std::size_t n, RedOp op, int nranks, unsigned long long* wrong,
                         cudaStream_t stream);
 
-// A copy done by streaming multiprocessors (16-byte loads and stores), for peer memory that the
-// copy engines would otherwise move.
+// The byte pattern of pattern.h (byte_pattern) for copy checks, and its count of wrong bytes, with
+// the same sentinel as launch_count_wrong.
+void launch_fill_bytes(void* data, std::size_t bytes, unsigned seed, cudaStream_t stream);
+void launch_count_bytes_wrong(const void* data, std::size_t bytes, unsigned seed, unsigned long long* wrong,
+                              cudaStream_t stream);
+
+// A copy done by streaming multiprocessors (16-byte loads and stores where alignment allows), for
+// peer memory that the copy engines would otherwise move.
 void launch_sm_copy(void* dst, const void* src, std::size_t bytes, cudaStream_t stream);
 
 }  // namespace commbench

@@ -1,6 +1,6 @@
 // NCCL point-to-point as a collectives.h transport. Operations are enqueued on one stream, so stream
-// order replaces request completion: wait() has nothing to do. A send/recv pair of one ring step goes
-// in one NCCL group so that both directions progress together.
+// order replaces request completion: wait() has nothing to do, and what must progress together goes
+// into one NCCL group (NcclGroup).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -13,18 +13,41 @@
 
 namespace commbench {
 
+// ncclGroupStart now, ncclGroupEnd at end() or, if an exception leaves the scope first, in the
+// destructor: a group left open would silently defer every later NCCL call of this thread.
+class NcclGroup {
+ public:
+  explicit NcclGroup(const Where& w) : where_(w) { nccl_check(ncclGroupStart(), "ncclGroupStart", where_); }
+  void end() {
+    open_ = false;
+    nccl_check(ncclGroupEnd(), "ncclGroupEnd", where_);
+  }
+  ~NcclGroup() {
+    if (open_) ncclGroupEnd();  // unwinding already: the first error is the one reported
+  }
+  NcclGroup(const NcclGroup&) = delete;
+  NcclGroup& operator=(const NcclGroup&) = delete;
+
+ private:
+  Where where_;
+  bool open_ = true;
+};
+
 class NcclTransport {
  public:
   struct Request {};
+  using Group = NcclGroup;
 
   NcclTransport(ncclComm_t comm, cudaStream_t stream, const Where& where)
       : comm_(comm), stream_(stream), where_(where) {}
 
+  NcclGroup group() { return NcclGroup(where_); }
+
   void sendrecv(const void* s, std::size_t sbytes, int dst, void* r, std::size_t rbytes, int src) {
-    nccl_check(ncclGroupStart(), "ncclGroupStart", where_);
-    nccl_check(ncclSend(s, sbytes, ncclUint8, dst, comm_, stream_), "ncclSend", where_);
-    nccl_check(ncclRecv(r, rbytes, ncclUint8, src, comm_, stream_), "ncclRecv", where_);
-    nccl_check(ncclGroupEnd(), "ncclGroupEnd", where_);
+    NcclGroup g(where_);
+    isend(s, sbytes, dst);
+    irecv(r, rbytes, src);
+    g.end();
   }
 
   Request isend(const void* p, std::size_t bytes, int peer) {

@@ -147,7 +147,7 @@ at::Tensor allreduce_times(const std::string& impl, at::Tensor send, at::Tensor 
     };
     if (impl == "ring") {
       const RingSchedule sched{rank, size};
-      std::vector<T> tmp(n / static_cast<std::size_t>(size) + 1);
+      std::vector<T> tmp(ring_scratch_elems<T>(n, size));
       return time_iterations(comm, iters, [&] {
         copy_in();
         ring_allreduce(transport, reducer, sched, out, tmp.data(), n);
@@ -158,7 +158,7 @@ at::Tensor allreduce_times(const std::string& impl, at::Tensor send, at::Tensor 
         throw std::invalid_argument("tree chunk must hold at least one element");
       const std::size_t chunk = TreeSchedule::chunk_for(static_cast<std::size_t>(chunk_bytes), sizeof(T), n);
       const TreeSchedule sched{rank, size, chunk};
-      std::vector<T> tmp(4 * chunk);
+      std::vector<T> tmp(tree_scratch_elems<T>(chunk));
       return time_iterations(comm, iters, [&] {
         copy_in();
         tree_allreduce(transport, reducer, sched, out, tmp.data(), n);

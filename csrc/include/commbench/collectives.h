@@ -1,38 +1,65 @@
 // Executors that walk a schedule (schedule.h) over any transport and any reducer. The host binds
 // them to MPI point-to-point and the loop in reduce.h; the device path binds the same executors to
-// its own transport and a kernel that calls the same functor.
+// NCCL point-to-point and a kernel that calls the same functor.
 //
 // A Transport provides:
 //   using Request = ...;
+//   Group group();  // a guard with end(): the sends and receives posted between group() and
+//                   // end() progress together (one NCCL group; nothing for MPI, whose requests
+//                   // progress independently anyway)
 //   void sendrecv(const void* s, size_t sbytes, int dst, void* r, size_t rbytes, int src);
 //   Request isend(const void* p, size_t bytes, int peer);
 //   Request irecv(void* p, size_t bytes, int peer);
 //   void wait(Request&);  void wait_all(std::vector<Request>&);
 // A Reducer provides: void operator()(T* dst, const T* src, size_t count)  // dst = op(dst, src)
+//
+// On a stream-ordered transport (NCCL) every call is queued on one stream and runs in that order, so
+// whatever must overlap has to be posted in one group: the executors are written as a sequence of
+// steps, each one group, with the reductions between them.
 #pragma once
 
 #include <vector>
 
+#include "commbench/alignment.h"
 #include "commbench/schedule.h"
 
 namespace commbench {
 
-// In-place ring all-reduce of buf[0, n). tmp must hold the largest ring chunk (ceil(n / p)).
+// Scratch elements ring_allreduce needs for n elements over p ranks: the largest chunk, plus room to
+// place it with the destination chunk's misalignment.
+template <typename T>
+std::size_t ring_scratch_elems(std::size_t n, int p) {
+  return n / static_cast<std::size_t>(p) + 1 + align_slack<T>();
+}
+
+// In-place ring all-reduce of buf[0, n). tmp holds ring_scratch_elems<T>(n, p) elements.
 template <typename T, typename Transport, typename Reducer>
 void ring_allreduce(Transport& tr, Reducer& reduce, const RingSchedule& s, T* buf, T* tmp,
                     std::size_t n) {
   for (int st = 0; st < s.steps(); ++st) {
     const RingStep step = s.step(st);
     const Span out = s.chunk(n, step.send_chunk), in = s.chunk(n, step.recv_chunk);
-    T* landing = step.reduce ? tmp : buf + in.begin;
+    T* landing = step.reduce ? align_like(tmp, buf + in.begin) : buf + in.begin;
     tr.sendrecv(buf + out.begin, out.count * sizeof(T), step.send_peer, landing,
                 in.count * sizeof(T), step.recv_peer);
-    if (step.reduce) reduce(buf + in.begin, tmp, in.count);
+    if (step.reduce) reduce(buf + in.begin, landing, in.count);
   }
 }
 
-// In-place pipelined tree all-reduce of buf[0, n). tmp must hold 4 * chunk_elems elements: two
-// pipeline slots for each of up to two children, so chunk k + 1 arrives while chunk k is reduced.
+// Scratch elements tree_allreduce needs: two pipeline slots for each of up to two children, each
+// with room for alignment.
+template <typename T>
+std::size_t tree_scratch_elems(std::size_t chunk_elems) {
+  return 4 * (chunk_elems + align_slack<T>());
+}
+
+// In-place pipelined tree all-reduce of buf[0, n); tmp holds tree_scratch_elems<T>(chunk) elements.
+// Reduce towards the root in steps k = 0..chunks: step k receives chunk k from the children while
+// chunk k - 1, already reduced, goes to the parent; then chunk k is reduced. The broadcast back down
+// mirrors it: step k receives chunk k from the parent while chunk k - 1 goes to the children. A rank
+// at depth h takes step k together with its parent's step k - 1 and its children's step k + 1
+// (reduce; the other way round in the broadcast), so every group finds its peers' matching groups
+// and the whole pipeline takes chunks + depth - 1 steps per phase.
 template <typename T, typename Transport, typename Reducer>
 void tree_allreduce(Transport& tr, Reducer& reduce, const TreeSchedule& s, T* buf, T* tmp,
                     std::size_t n) {
@@ -41,43 +68,37 @@ void tree_allreduce(Transport& tr, Reducer& reduce, const TreeSchedule& s, T* bu
   const int kids = s.num_children(), parent = s.parent();
   if (s.size == 1 || chunks == 0) return;
 
-  auto slot = [&](std::size_t k, int c) { return tmp + ((k % 2) * 2 + c) * s.chunk_elems; };
-  std::vector<Request> pending(4), sends;
-  auto post_children = [&](std::size_t k) {
-    const Span sp = s.chunk(n, k);
-    for (int c = 0; c < kids; ++c)
-      pending[(k % 2) * 2 + c] = tr.irecv(slot(k, c), sp.count * sizeof(T), s.child(c));
-  };
+  const std::size_t slot_elems = s.chunk_elems + align_slack<T>();
+  auto at = [&](std::size_t k) { return buf + s.chunk(n, k).begin; };
+  auto bytes = [&](std::size_t k) { return s.chunk(n, k).count * sizeof(T); };
+  // Chunk k from child c lands in slot k % 2: the slot of chunk k - 2, reduced two steps earlier.
+  auto slot = [&](std::size_t k, int c) { return align_like(tmp + ((k % 2) * 2 + c) * slot_elems, at(k)); };
+  std::vector<Request> from_kids(static_cast<std::size_t>(kids)), sends;
 
-  // Reduce towards the root.
-  if (kids > 0) post_children(0);
-  for (std::size_t k = 0; k < chunks; ++k) {
-    const Span sp = s.chunk(n, k);
-    for (int c = 0; c < kids; ++c) tr.wait(pending[(k % 2) * 2 + c]);
-    // The other slot was consumed at k - 1, so it can take chunk k + 1 now.
-    if (kids > 0 && k + 1 < chunks) post_children(k + 1);
-    for (int c = 0; c < kids; ++c) reduce(buf + sp.begin, slot(k, c), sp.count);
-    if (parent >= 0) sends.push_back(tr.isend(buf + sp.begin, sp.count * sizeof(T), parent));
+  for (std::size_t k = 0; k <= chunks; ++k) {
+    auto g = tr.group();
+    if (k < chunks)
+      for (int c = 0; c < kids; ++c) from_kids[c] = tr.irecv(slot(k, c), bytes(k), s.child(c));
+    if (k > 0 && parent >= 0) sends.push_back(tr.isend(at(k - 1), bytes(k - 1), parent));
+    g.end();
+    if (k < chunks)
+      for (int c = 0; c < kids; ++c) {
+        tr.wait(from_kids[c]);
+        reduce(at(k), slot(k, c), s.chunk(n, k).count);
+      }
   }
+  // The broadcast overwrites buf, so every send of the reduction must have left it.
   tr.wait_all(sends);
   sends.clear();
 
-  // Broadcast the result back down, posting the receive of chunk k + 1 before forwarding chunk k,
-  // so that a stream-ordered transport pipelines as well as a request-based one.
-  auto from_parent = [&](std::size_t k) {
-    const Span sp = s.chunk(n, k);
-    return tr.irecv(buf + sp.begin, sp.count * sizeof(T), parent);
-  };
-  Request incoming;
-  if (parent >= 0) incoming = from_parent(0);
-  for (std::size_t k = 0; k < chunks; ++k) {
-    const Span sp = s.chunk(n, k);
-    if (parent >= 0) {
-      tr.wait(incoming);
-      if (k + 1 < chunks) incoming = from_parent(k + 1);
-    }
-    for (int c = 0; c < kids; ++c)
-      sends.push_back(tr.isend(buf + sp.begin, sp.count * sizeof(T), s.child(c)));
+  Request from_parent{};
+  for (std::size_t k = 0; k <= chunks; ++k) {
+    auto g = tr.group();
+    if (k < chunks && parent >= 0) from_parent = tr.irecv(at(k), bytes(k), parent);
+    if (k > 0)
+      for (int c = 0; c < kids; ++c) sends.push_back(tr.isend(at(k - 1), bytes(k - 1), s.child(c)));
+    g.end();
+    if (k < chunks && parent >= 0) tr.wait(from_parent);
   }
   tr.wait_all(sends);
 }

@@ -65,4 +65,11 @@ COMMBENCH_HD double pattern_expected(RedOp op, std::size_t i, int p) {
   return acc;
 }
 
+// The byte a copy check writes at offset i. `seed` tells a copy's source from the stale content
+// its destination is given first, so a copy that moved nothing shows as wrong; 251 is prime, so
+// the pattern does not repeat with any power-of-two stride.
+COMMBENCH_HD unsigned char byte_pattern(std::size_t i, unsigned seed) {
+  return static_cast<unsigned char>((i * 7 + 3 + seed * 101) % 251);
+}
+
 }  // namespace commbench

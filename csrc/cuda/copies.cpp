@@ -1,0 +1,328 @@
+#include "copies.h"
+
+#include <cuda_runtime.h>
+
+#include <chrono>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "commbench/pattern.h"
+#include "errors.h"
+#include "kernels.cuh"
+#include "resources.h"
+
+namespace commbench {
+namespace {
+
+// Seeds of the byte pattern: a source, the stale content its destination starts with, and the same
+// pair for the reverse direction of a bidirectional copy.
+constexpr unsigned kSource = 0, kStale = 1, kBackSource = 2, kBackStale = 3;
+
+void on(int device, const Where& w) { cuda_check(cudaSetDevice(device), "cudaSetDevice", w); }
+
+void sync(cudaStream_t s, const Where& w) { cuda_check(cudaStreamSynchronize(s), "cudaStreamSynchronize", w); }
+
+Event event_on(int device, const Where& w) {
+  on(device, w);
+  return Event(w, false);
+}
+
+// A device-side counter for the check kernels, and the count it holds once `s` is idle.
+struct Counter {
+  DeviceBuffer buf;
+  Counter(int device, const Where& w) : buf(sizeof(unsigned long long), device, w) {}
+  unsigned long long* ptr() { return static_cast<unsigned long long*>(buf.ptr); }
+  int64_t read(cudaStream_t s, const Where& w) {
+    unsigned long long host = 0;
+    cuda_check(cudaMemcpyAsync(&host, buf.ptr, sizeof(host), cudaMemcpyDeviceToHost, s), "cudaMemcpyAsync", w);
+    sync(s, w);
+    return static_cast<int64_t>(host);
+  }
+};
+
+int64_t count_host_bytes_wrong(const void* p, std::size_t n, unsigned seed) {
+  const unsigned char* c = static_cast<const unsigned char*>(p);
+  int64_t wrong = 0;
+  for (std::size_t i = 0; i < n; ++i) wrong += c[i] != byte_pattern(i, seed) ? 1 : 0;
+  return wrong;
+}
+
+void fill_host_bytes(void* p, std::size_t n, unsigned seed) {
+  unsigned char* c = static_cast<unsigned char*>(p);
+  for (std::size_t i = 0; i < n; ++i) c[i] = byte_pattern(i, seed);
+}
+
+// Enables src -> dst peer access; returns an empty string when it works, else why not.
+std::string enable_peer(int src, int dst) {
+  if (src == dst) return "";
+  int can = 0;
+  const Where w{0, src};
+  cuda_check(cudaDeviceCanAccessPeer(&can, src, dst), "cudaDeviceCanAccessPeer", w);
+  if (!can)
+    return "peer access between cuda:" + std::to_string(src) + " and cuda:" + std::to_string(dst) +
+           " is not supported (no NVLink or PCIe P2P path, or P2P disabled)";
+  on(src, w);
+  const cudaError_t rc = cudaDeviceEnablePeerAccess(dst, 0);
+  if (rc == cudaErrorPeerAccessAlreadyEnabled) {
+    cudaGetLastError();
+  } else {
+    cuda_check(rc, "cudaDeviceEnablePeerAccess", w);
+  }
+  return "";
+}
+
+std::string peer_status(int64_t src, int64_t dst) {
+  const int a = static_cast<int>(src), b = static_cast<int>(dst);
+  const std::string why = enable_peer(a, b);
+  return why.empty() && a != b ? enable_peer(b, a) : why;
+}
+
+// Device-to-device copy of `bytes`: "ce" (copy engine, cudaMemcpyPeerAsync) or "sm" (a kernel on the
+// source device). Bidirectional runs both directions at once on two streams; an iteration ends when
+// both are done.
+class PeerCopy {
+ public:
+  PeerCopy(int64_t dst_dev, int64_t src_dev, int64_t bytes, const std::string& mode, bool bidirectional)
+      : a_(static_cast<int>(src_dev)), b_(static_cast<int>(dst_dev)), n_(static_cast<std::size_t>(bytes)),
+        sm_(check_mode(mode, a_, b_)), bidi_(bidirectional), w_{0, a_},
+        src_(n_, a_, w_), dst_(n_, b_, w_), back_src_(bidi_ ? n_ : 0, b_, w_), back_dst_(bidi_ ? n_ : 0, a_, w_),
+        count_a_(a_, w_), count_b_(b_, w_), s0_(a_, w_), s1_(b_, w_), fork_(event_on(a_, w_)), join_(event_on(b_, w_)) {}
+
+  at::Tensor times(int64_t iters) {
+    pybind11::gil_scoped_release no_gil;
+    on(a_, w_);
+    return to_tensor(event_times(s0_.s, iters, w_, [&] { idle(); }, [&] { enqueue(); }, [&] { idle(); }));
+  }
+
+  int64_t wrong() {
+    pybind11::gil_scoped_release no_gil;
+    on(a_, w_);
+    launch_fill_bytes(src_.ptr, n_, kSource, s0_.s);
+    if (bidi_) launch_fill_bytes(back_dst_.ptr, n_, kBackStale, s0_.s);
+    on(b_, w_);
+    launch_fill_bytes(dst_.ptr, n_, kStale, s1_.s);
+    if (bidi_) launch_fill_bytes(back_src_.ptr, n_, kBackSource, s1_.s);
+    idle();
+    enqueue();
+    idle();
+    on(b_, w_);
+    launch_count_bytes_wrong(dst_.ptr, n_, kSource, count_b_.ptr(), s1_.s);
+    int64_t wrong = count_b_.read(s1_.s, w_);
+    if (bidi_) {
+      on(a_, w_);
+      launch_count_bytes_wrong(back_dst_.ptr, n_, kBackSource, count_a_.ptr(), s0_.s);
+      wrong += count_a_.read(s0_.s, w_);
+    }
+    return wrong;
+  }
+
+ private:
+  static bool check_mode(const std::string& mode, int a, int b) {
+    if (mode != "ce" && mode != "sm") throw std::invalid_argument("copy mode must be 'ce' or 'sm'");
+    const bool sm = mode == "sm";
+    if (sm || a != b) {
+      // A copy-engine copy without peer access is staged by the driver; an SM copy cannot run.
+      const std::string why = peer_status(a, b);
+      if (!why.empty() && sm) throw std::invalid_argument(why);
+    }
+    return sm;
+  }
+
+  void idle() {
+    sync(s0_.s, w_);
+    sync(s1_.s, w_);
+    on(a_, w_);
+  }
+
+  void copy(void* d, int dd, const void* s, int sd, cudaStream_t st, int run_on) {
+    on(run_on, w_);
+    if (sm_)
+      launch_sm_copy(d, s, n_, st);
+    else
+      cuda_check(cudaMemcpyPeerAsync(d, dd, s, sd, n_, st), "cudaMemcpyPeerAsync", w_);
+  }
+
+  void enqueue() {
+    if (bidi_) {
+      cuda_check(cudaEventRecord(fork_.e, s0_.s), "cudaEventRecord", w_);
+      cuda_check(cudaStreamWaitEvent(s1_.s, fork_.e, 0), "cudaStreamWaitEvent", w_);
+    }
+    copy(dst_.ptr, b_, src_.ptr, a_, s0_.s, a_);
+    if (bidi_) {
+      copy(back_dst_.ptr, a_, back_src_.ptr, b_, s1_.s, b_);
+      cuda_check(cudaEventRecord(join_.e, s1_.s), "cudaEventRecord", w_);
+      cuda_check(cudaStreamWaitEvent(s0_.s, join_.e, 0), "cudaStreamWaitEvent", w_);
+    }
+    on(a_, w_);
+  }
+
+  int a_, b_;
+  std::size_t n_;
+  bool sm_, bidi_;
+  Where w_;
+  DeviceBuffer src_, dst_, back_src_, back_dst_;
+  Counter count_a_, count_b_;
+  Stream s0_, s1_;
+  Event fork_, join_;
+};
+
+// Host <-> device copies: direction "h2d" or "d2h", from pinned or pageable host memory.
+class HostCopy {
+ public:
+  HostCopy(int64_t device, int64_t bytes, const std::string& direction, bool pinned)
+      : dev_(static_cast<int>(device)), n_(static_cast<std::size_t>(bytes)), h2d_(check_direction(direction)),
+        w_{0, dev_}, d_(n_, dev_, w_), count_(dev_, w_), s_(dev_, w_) {
+    if (pinned) {
+      pinned_ = std::make_unique<PinnedBuffer>(n_, w_);
+      host_ = pinned_->ptr;
+    } else {
+      pageable_.assign(std::max<std::size_t>(n_, 16), 0);
+      host_ = pageable_.data();
+    }
+  }
+
+  at::Tensor times(int64_t iters) {
+    pybind11::gil_scoped_release no_gil;
+    on(dev_, w_);
+    return to_tensor(event_times(s_.s, iters, w_, [&] { sync(s_.s, w_); }, [&] { enqueue(); }, [&] { sync(s_.s, w_); }));
+  }
+
+  int64_t wrong() {
+    pybind11::gil_scoped_release no_gil;
+    on(dev_, w_);
+    fill_host_bytes(host_, n_, h2d_ ? kSource : kStale);
+    launch_fill_bytes(d_.ptr, n_, h2d_ ? kStale : kSource, s_.s);
+    sync(s_.s, w_);
+    enqueue();
+    sync(s_.s, w_);
+    if (!h2d_) return count_host_bytes_wrong(host_, n_, kSource);
+    launch_count_bytes_wrong(d_.ptr, n_, kSource, count_.ptr(), s_.s);
+    return count_.read(s_.s, w_);
+  }
+
+ private:
+  static bool check_direction(const std::string& direction) {
+    if (direction != "h2d" && direction != "d2h") throw std::invalid_argument("direction must be 'h2d' or 'd2h'");
+    return direction == "h2d";
+  }
+
+  void enqueue() {
+    cuda_check(cudaMemcpyAsync(h2d_ ? d_.ptr : host_, h2d_ ? host_ : d_.ptr, n_,
+                               h2d_ ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost, s_.s),
+               "cudaMemcpyAsync", w_);
+  }
+
+  int dev_;
+  std::size_t n_;
+  bool h2d_;
+  Where w_;
+  DeviceBuffer d_;
+  Counter count_;
+  Stream s_;
+  std::unique_ptr<PinnedBuffer> pinned_;
+  std::vector<char> pageable_;
+  void* host_ = nullptr;
+};
+
+// GPU src -> pinned host -> GPU dst in chunks through two pinned buffers: the device-to-host copy of
+// chunk k + 1 overlaps the host-to-device copy of chunk k, on two streams. This is what a transfer
+// costs without peer-to-peer. Timed on the host (the streams may sit on two devices).
+class StagedCopy {
+ public:
+  StagedCopy(int64_t dst_dev, int64_t src_dev, int64_t bytes, int64_t chunk_bytes)
+      : a_(static_cast<int>(src_dev)), b_(static_cast<int>(dst_dev)), n_(static_cast<std::size_t>(bytes)),
+        chunk_(check_chunk(chunk_bytes, n_)), w_{0, a_}, src_(n_, a_, w_), dst_(n_, b_, w_), slots_(2 * chunk_, w_),
+        count_(b_, w_), down_(a_, w_), up_(b_, w_) {
+    for (int k = 0; k < 2; ++k) {
+      drained_.push_back(event_on(b_, w_));
+      filled_.push_back(event_on(a_, w_));
+    }
+  }
+
+  at::Tensor times(int64_t iters) {
+    std::vector<double> t(static_cast<std::size_t>(iters));
+    pybind11::gil_scoped_release no_gil;
+    for (int64_t i = 0; i < iters; ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      enqueue();
+      sync(up_.s, w_);
+      t[i] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    }
+    return to_tensor(t);
+  }
+
+  int64_t wrong() {
+    pybind11::gil_scoped_release no_gil;
+    on(a_, w_);
+    launch_fill_bytes(src_.ptr, n_, kSource, down_.s);
+    on(b_, w_);
+    launch_fill_bytes(dst_.ptr, n_, kStale, up_.s);
+    sync(down_.s, w_);
+    sync(up_.s, w_);
+    enqueue();
+    sync(up_.s, w_);
+    on(b_, w_);
+    launch_count_bytes_wrong(dst_.ptr, n_, kSource, count_.ptr(), up_.s);
+    return count_.read(up_.s, w_);
+  }
+
+ private:
+  static std::size_t check_chunk(int64_t chunk_bytes, std::size_t n) {
+    if (chunk_bytes <= 0) throw std::invalid_argument("staging chunk must be positive");
+    return std::min<std::size_t>(static_cast<std::size_t>(chunk_bytes), std::max<std::size_t>(n, 1));
+  }
+
+  void enqueue() {
+    std::size_t k = 0;
+    for (std::size_t off = 0; off < n_; off += chunk_, ++k) {
+      const std::size_t len = std::min(chunk_, n_ - off);
+      char* slot = static_cast<char*>(slots_.ptr) + (k % 2) * chunk_;
+      on(a_, w_);
+      // The slot is free once the upload of chunk k - 2 has drained it.
+      if (k >= 2) cuda_check(cudaStreamWaitEvent(down_.s, drained_[k % 2].e, 0), "cudaStreamWaitEvent", w_);
+      cuda_check(cudaMemcpyAsync(slot, static_cast<char*>(src_.ptr) + off, len, cudaMemcpyDeviceToHost, down_.s),
+                 "cudaMemcpyAsync", w_);
+      cuda_check(cudaEventRecord(filled_[k % 2].e, down_.s), "cudaEventRecord", w_);
+      on(b_, w_);
+      cuda_check(cudaStreamWaitEvent(up_.s, filled_[k % 2].e, 0), "cudaStreamWaitEvent", w_);
+      cuda_check(cudaMemcpyAsync(static_cast<char*>(dst_.ptr) + off, slot, len, cudaMemcpyHostToDevice, up_.s),
+                 "cudaMemcpyAsync", w_);
+      cuda_check(cudaEventRecord(drained_[k % 2].e, up_.s), "cudaEventRecord", w_);
+    }
+  }
+
+  int a_, b_;
+  std::size_t n_, chunk_;
+  Where w_;
+  DeviceBuffer src_, dst_;
+  PinnedBuffer slots_;
+  Counter count_;
+  Stream down_, up_;
+  std::vector<Event> drained_, filled_;
+};
+
+}  // namespace
+
+void bind_copies(pybind11::module& m) {
+  namespace py = pybind11;
+  m.def("peer_status", &peer_status, py::arg("src"), py::arg("dst"));
+  py::class_<PeerCopy>(m, "PeerCopy")
+      .def(py::init<int64_t, int64_t, int64_t, const std::string&, bool>(), py::arg("dst"), py::arg("src"),
+           py::arg("bytes"), py::arg("mode"), py::arg("bidirectional"))
+      .def("times", &PeerCopy::times, py::arg("iters"))
+      .def("wrong", &PeerCopy::wrong);
+  py::class_<HostCopy>(m, "HostCopy")
+      .def(py::init<int64_t, int64_t, const std::string&, bool>(), py::arg("device"), py::arg("bytes"),
+           py::arg("direction"), py::arg("pinned"))
+      .def("times", &HostCopy::times, py::arg("iters"))
+      .def("wrong", &HostCopy::wrong);
+  py::class_<StagedCopy>(m, "StagedCopy")
+      .def(py::init<int64_t, int64_t, int64_t, int64_t>(), py::arg("dst"), py::arg("src"), py::arg("bytes"),
+           py::arg("chunk"))
+      .def("times", &StagedCopy::times, py::arg("iters"))
+      .def("wrong", &StagedCopy::wrong);
+}
+
+}  // namespace commbench

@@ -1,0 +1,102 @@
+// CUDA resources owned by objects, so that every error path (an exception from any check) frees
+// streams, events, device and pinned memory; and the per-iteration event timer both the
+// communicator and the local copies use.
+#pragma once
+
+#include <torch/extension.h>
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
+#include <vector>
+
+#include "errors.h"
+
+namespace commbench {
+
+struct DeviceBuffer {
+  void* ptr = nullptr;
+  int device = 0;
+  DeviceBuffer(std::size_t bytes, int dev, const Where& w) : device(dev) {
+    cuda_check(cudaSetDevice(dev), "cudaSetDevice", w);
+    cuda_check(cudaMalloc(&ptr, std::max<std::size_t>(bytes, 16)), "cudaMalloc", w);
+  }
+  ~DeviceBuffer() {
+    cudaSetDevice(device);
+    cudaFree(ptr);
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+};
+
+struct PinnedBuffer {
+  void* ptr = nullptr;
+  PinnedBuffer(std::size_t bytes, const Where& w) {
+    cuda_check(cudaHostAlloc(&ptr, std::max<std::size_t>(bytes, 16), cudaHostAllocPortable), "cudaHostAlloc", w);
+  }
+  ~PinnedBuffer() { cudaFreeHost(ptr); }
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+};
+
+struct Stream {
+  cudaStream_t s = nullptr;
+  int device = 0;
+  Stream(int dev, const Where& w) : device(dev) {
+    cuda_check(cudaSetDevice(dev), "cudaSetDevice", w);
+    cuda_check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate", w);
+  }
+  ~Stream() {
+    cudaSetDevice(device);
+    cudaStreamDestroy(s);
+  }
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+};
+
+// An event on the current device; timing events unless `timing` is false (then cheaper, for
+// ordering streams only).
+struct Event {
+  cudaEvent_t e = nullptr;
+  Event(const Where& w, bool timing = true) {
+    cuda_check(cudaEventCreateWithFlags(&e, timing ? cudaEventDefault : cudaEventDisableTiming), "cudaEventCreate", w);
+  }
+  ~Event() { cudaEventDestroy(e); }
+  Event(Event&& o) noexcept : e(o.e) { o.e = nullptr; }
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+};
+
+inline at::Tensor to_tensor(const std::vector<double>& v) {
+  at::Tensor out = at::empty({static_cast<int64_t>(v.size())}, at::kDouble);
+  std::memcpy(out.data_ptr<double>(), v.data(), v.size() * sizeof(double));
+  return out;
+}
+
+// One start/stop event pair per iteration, recorded on `stream`; before each iteration `sync()`
+// runs untimed, after the last `wait()` must return once the stream is idle. Seconds per iteration.
+template <typename Sync, typename Body, typename Wait>
+std::vector<double> event_times(cudaStream_t stream, int64_t iters, const Where& w, Sync&& sync, Body&& body,
+                                Wait&& wait) {
+  std::vector<Event> ev;
+  ev.reserve(static_cast<std::size_t>(2 * iters));
+  for (int64_t i = 0; i < 2 * iters; ++i) ev.emplace_back(w);
+  for (int64_t i = 0; i < iters; ++i) {
+    sync();
+    cuda_check(cudaEventRecord(ev[2 * i].e, stream), "cudaEventRecord", w);
+    body();
+    cuda_check(cudaEventRecord(ev[2 * i + 1].e, stream), "cudaEventRecord", w);
+  }
+  wait();
+  std::vector<double> t(static_cast<std::size_t>(iters));
+  for (int64_t i = 0; i < iters; ++i) {
+    float ms = 0;
+    cuda_check(cudaEventElapsedTime(&ms, ev[2 * i].e, ev[2 * i + 1].e), "cudaEventElapsedTime", w);
+    t[i] = ms * 1e-3;
+  }
+  return t;
+}
+
+}  // namespace commbench

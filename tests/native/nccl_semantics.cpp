@@ -1,0 +1,227 @@
+// Runs the executors of collectives.h -- the very code the CUDA path runs over NCCL -- for p ranks
+// in one process, over a recording transport with NCCL's semantics:
+//   - every call of a rank is queued on that rank's one stream and runs in order;
+//   - calls between group() and end() form one group (a call outside a group is a group of one);
+//   - a send from r to q and a receive at q from r pair up in posting order, and move data only
+//     while both of their groups are at the head of their streams: a group completes only when
+//     every peer's matching group has been posted;
+//   - reductions are kernels on the stream, run when the stream reaches them.
+// Each round moves every pair that can move; a round without progress is a deadlock.
+//
+//   nccl_semantics collectives ALGO N CHUNK P...   one JSON line per rank count: rounds, wrong
+//                                                  elements, deadlock
+//   nccl_semantics alignment                       checks vec_split and align_like exhaustively
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "commbench/alignment.h"
+#include "commbench/collectives.h"
+#include "commbench/pattern.h"
+#include "commbench/reduce.h"
+#include "commbench/schedule.h"
+
+using namespace commbench;
+
+namespace {
+
+struct Transfer {
+  bool send;
+  int peer;
+  char* ptr;
+  std::size_t bytes;
+  long seq;  // position among this rank's transfers with `peer` in this direction
+  bool done = false;
+};
+
+struct Item {  // one entry of a stream: a group of transfers, or a kernel
+  std::vector<Transfer> group;
+  std::function<void()> kernel;
+};
+
+struct RankStream {
+  std::vector<Item> items;
+  std::size_t head = 0;
+  std::map<std::pair<int, bool>, long> posted;  // (peer, send) -> transfers posted so far
+};
+
+class RecordingTransport {
+ public:
+  struct Request {};
+  struct Group {
+    RecordingTransport* t;
+    void end() { t->close(); }
+  };
+
+  explicit RecordingTransport(RankStream& s) : s_(s) {}
+
+  Group group() {
+    open();
+    return Group{this};
+  }
+  void sendrecv(const void* sp, std::size_t sbytes, int dst, void* rp, std::size_t rbytes, int src) {
+    open();
+    isend(sp, sbytes, dst);
+    irecv(rp, rbytes, src);
+    close();
+  }
+  Request isend(const void* p, std::size_t bytes, int peer) {
+    add(true, peer, const_cast<char*>(static_cast<const char*>(p)), bytes);
+    return {};
+  }
+  Request irecv(void* p, std::size_t bytes, int peer) {
+    add(false, peer, static_cast<char*>(p), bytes);
+    return {};
+  }
+  void wait(Request&) {}
+  void wait_all(std::vector<Request>&) {}
+
+ private:
+  void open() {
+    if (depth_++ == 0) current_.clear();
+  }
+  void close() {
+    // NCCL makes nothing of an empty group.
+    if (--depth_ == 0 && !current_.empty()) s_.items.push_back(Item{current_, nullptr});
+  }
+  void add(bool send, int peer, char* p, std::size_t bytes) {
+    Transfer t{send, peer, p, bytes, s_.posted[{peer, send}]++};
+    if (depth_ == 0)
+      s_.items.push_back(Item{{t}, nullptr});
+    else
+      current_.push_back(t);
+  }
+  RankStream& s_;
+  int depth_ = 0;
+  std::vector<Transfer> current_;
+};
+
+template <typename T>
+struct RecordingReducer {
+  RankStream& s;
+  void operator()(T* dst, const T* src, std::size_t n) const {
+    s.items.push_back(Item{{}, [dst, src, n] { reduce_into(dst, src, n, OpSum{}); }});
+  }
+};
+
+// Runs the recorded streams; returns rounds, or -1 on deadlock (or a size mismatch, which NCCL
+// would report as an error).
+long run_streams(std::vector<RankStream>& ranks) {
+  long rounds = 0;
+  for (;;) {
+    bool pending = false;
+    for (RankStream& r : ranks) {
+      while (r.head < r.items.size() && r.items[r.head].kernel) r.items[r.head++].kernel();
+      pending = pending || r.head < r.items.size();
+    }
+    if (!pending) return rounds;
+    bool moved = false;
+    for (std::size_t me = 0; me < ranks.size(); ++me) {
+      RankStream& r = ranks[me];
+      if (r.head >= r.items.size()) continue;
+      for (Transfer& t : r.items[r.head].group) {
+        if (t.done || !t.send) continue;
+        RankStream& q = ranks[static_cast<std::size_t>(t.peer)];
+        if (q.head >= q.items.size() || q.items[q.head].kernel) continue;
+        for (Transfer& u : q.items[q.head].group) {
+          if (u.done || u.send || u.peer != static_cast<int>(me) || u.seq != t.seq) continue;
+          if (u.bytes != t.bytes) return -1;
+          std::memcpy(u.ptr, t.ptr, t.bytes);
+          t.done = u.done = true;
+          moved = true;
+        }
+      }
+    }
+    if (!moved) return -1;
+    for (RankStream& r : ranks) {
+      if (r.head >= r.items.size() || r.items[r.head].kernel) continue;
+      bool all = true;
+      for (const Transfer& t : r.items[r.head].group) all = all && t.done;
+      if (all) ++r.head;
+    }
+    ++rounds;
+  }
+}
+
+int collectives(const std::string& algo, std::size_t n, std::size_t chunk, const std::vector<int>& sizes) {
+  using T = float;
+  for (int p : sizes) {
+    std::vector<RankStream> streams(static_cast<std::size_t>(p));
+    std::vector<std::vector<T>> bufs(static_cast<std::size_t>(p)), tmps(static_cast<std::size_t>(p));
+    for (int r = 0; r < p; ++r) {
+      std::vector<T>& b = bufs[r];
+      b.resize(n);
+      for (std::size_t i = 0; i < n; ++i) b[i] = static_cast<T>(pattern_value(RedOp::Sum, i, r, p));
+      RecordingTransport tr(streams[r]);
+      RecordingReducer<T> red{streams[r]};
+      if (algo == "ring") {
+        tmps[r].resize(ring_scratch_elems<T>(n, p));
+        ring_allreduce(tr, red, RingSchedule{r, p}, b.data(), tmps[r].data(), n);
+      } else {
+        tmps[r].resize(tree_scratch_elems<T>(chunk));
+        tree_allreduce(tr, red, TreeSchedule{r, p, chunk}, b.data(), tmps[r].data(), n);
+      }
+    }
+    const long rounds = run_streams(streams);
+    long wrong = 0;
+    for (int r = 0; r < p && rounds >= 0; ++r)
+      for (std::size_t i = 0; i < n; ++i) wrong += bufs[r][i] != pattern_expected(RedOp::Sum, i, p) ? 1 : 0;
+    std::printf("{\"algo\": \"%s\", \"ranks\": %d, \"n\": %zu, \"chunk\": %zu, \"rounds\": %ld, \"deadlock\": %s, \"wrong\": %ld}\n",
+                algo.c_str(), p, n, chunk, rounds, rounds < 0 ? "true" : "false", wrong);
+  }
+  return 0;
+}
+
+// Every way two buffers can be misaligned, for every element size the kernels use.
+int alignment() {
+  long failures = 0;
+  auto fail = [&](const char* what, std::size_t e, std::size_t d, std::size_t s, std::size_t n) {
+    if (++failures <= 10) std::printf("FAIL %s: elem %zu dst%%16 %zu src%%16 %zu n %zu\n", what, e, d, s, n);
+  };
+  for (std::size_t e : {1, 2, 4, 8}) {
+    const std::size_t lanes = kVecBytes / e;
+    for (std::size_t d = 0; d < kVecBytes; d += e)
+      for (std::size_t s = 0; s < kVecBytes; s += e)
+        for (std::size_t n = 0; n < 4 * lanes + 3; ++n) {
+          const std::uintptr_t dst = 4096 + d, src = 8192 + s;
+          const VecSplit sp = vec_split(dst, src, n, e);
+          if (sp.head + sp.packs * lanes + sp.tail != n) fail("split does not cover n", e, d, s, n);
+          if (sp.packs > 0 && ((dst + sp.head * e) % kVecBytes || (src + sp.head * e) % kVecBytes))
+            fail("packs start misaligned", e, d, s, n);
+          const std::size_t head = ((kVecBytes - d) % kVecBytes) / e;
+          if (d == s && n >= head + lanes && (sp.packs != (n - head) / lanes || sp.head != head || sp.tail >= lanes))
+            fail("equal misalignment not vectorised", e, d, s, n);
+          if (d != s && sp.packs != 0) fail("unequal misalignment vectorised", e, d, s, n);
+        }
+    for (std::size_t base = 0; base < kVecBytes; base += e)
+      for (std::size_t like = 0; like < kVecBytes; like += e) {
+        alignas(16) static char slot[64];
+        char* got = reinterpret_cast<char*>(align_like(reinterpret_cast<std::uint64_t*>(slot + base),
+                                                       reinterpret_cast<const std::uint64_t*>(4096 + like)));
+        const std::size_t shift = static_cast<std::size_t>(got - (slot + base));
+        if (reinterpret_cast<std::uintptr_t>(got) % kVecBytes != like || shift >= kVecBytes || shift % e)
+          fail("align_like", e, base, like, 0);
+      }
+  }
+  std::printf("{\"failures\": %ld}\n", failures);
+  return failures ? 1 : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string mode = argc > 1 ? argv[1] : "";
+  if (mode == "alignment") return alignment();
+  if (mode == "collectives" && argc > 5) {
+    std::vector<int> sizes;
+    for (int i = 5; i < argc; ++i) sizes.push_back(std::atoi(argv[i]));
+    return collectives(argv[2], std::strtoull(argv[3], nullptr, 10), std::strtoull(argv[4], nullptr, 10), sizes);
+  }
+  std::fprintf(stderr, "usage: nccl_semantics collectives ring|tree N CHUNK P... | alignment\n");
+  return 2;
+}

@@ -1,0 +1,90 @@
+"""Static checks of the CUDA sources: defects that a GPU-less machine cannot run into but a GPU node
+would, caught by reading the code."""
+
+import os
+import re
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CSRC = os.path.join(ROOT, "csrc")
+
+
+def _sources():
+    for dirpath, _, files in os.walk(CSRC):
+        for name in sorted(files):
+            if name.endswith((".cu", ".cuh", ".cpp", ".h")):
+                path = os.path.join(dirpath, name)
+                with open(path) as f:
+                    yield os.path.relpath(path, ROOT), f.read()
+
+
+def _without_comments(text: str) -> str:
+    return re.sub(r"//[^\n]*", "", text)
+
+
+def test_every_kernel_launch_is_checked():
+    """A failed launch shows only in cudaGetLastError, never in a later synchronisation, so each
+    `<<<...>>>(...);` must be followed directly by check_launch."""
+    launches = 0
+    for path, text in _sources():
+        code = _without_comments(text)
+        for m in re.finditer(r"<<<", code):
+            launches += 1
+            end = code.index(";", code.index(">>>", m.end()))
+            following = code[end + 1:].lstrip()
+            line = code[:m.start()].count("\n") + 1
+            assert following.startswith("check_launch("), f"{path}:{line}: kernel launch not followed by check_launch"
+    assert launches >= 5  # reduce and SM copy, fill, check, byte fill, byte check: the test sees them
+
+
+def test_check_kernels_start_from_a_sentinel():
+    """A check kernel that never ran must not read as '0 wrong': each counting kernel takes its
+    block's share off a sentinel, and each launch of one arms the sentinel first."""
+    text = _without_comments(open(os.path.join(CSRC, "cuda", "kernels.cu")).read())
+    counting = re.findall(r"__global__ void (\w*count\w*)\(", text)
+    assert counting
+    for kernel in counting:
+        body = text[text.index(f"void {kernel}("):]
+        body = body[:body.index("\n}\n")]
+        assert "add_block_count(" in body, kernel
+        launch = text.index(f"{kernel}<")
+        before = text[:launch]
+        assert "arm_counter(" in before[before.rindex("\n}\n"):], f"{kernel} launched without arming the counter"
+
+
+@pytest.mark.parametrize("call", ["cudaStreamSynchronize", "cudaDeviceSynchronize"])
+def test_communicator_never_waits_unbounded(call):
+    """A dead peer hangs an unbounded synchronisation for ever: the communicator's waits poll with a
+    deadline and NCCL's asynchronous error instead."""
+    text = _without_comments(open(os.path.join(CSRC, "cuda", "module.cpp")).read())
+    comm = text[text.index("class DeviceComm"):text.index("\n};\n", text.index("class DeviceComm"))]
+    assert call not in comm
+    assert "ncclCommGetAsyncError" in comm and "ncclCommAbort" in text
+
+
+def test_every_nccl_and_cuda_call_is_checked():
+    """Every NCCL call and every CUDA call that can fail sits inside a check, except the cleanup in
+    destructors and abort paths, which must not throw."""
+    unchecked_ok = {"cudaSetDevice", "cudaFree", "cudaFreeHost", "cudaStreamDestroy", "cudaEventDestroy",
+                    "cudaGraphExecDestroy", "cudaGraphDestroy", "cudaStreamEndCapture", "cudaGetLastError",
+                    "cudaGetErrorString", "ncclGetErrorString", "ncclGetLastError", "ncclGroupEnd",
+                    "ncclCommDestroy", "ncclCommAbort", "cudaRuntimeGetVersion", "ncclGetVersion",
+                    "cudaDriverGetVersion", "cudaGetDeviceCount"}
+    checked = 0
+    for path, text in _sources():
+        if not path.startswith(os.path.join("csrc", "cuda")):
+            continue
+        code = _without_comments(text)
+        for m in re.finditer(r"\b((?:cuda|nccl)[A-Z]\w*)\(", code):
+            name = m.group(1)
+            if name in unchecked_ok:
+                continue
+            checked += 1
+            start = code.rfind("\n", 0, m.start())
+            context = code[max(0, start - 200):m.start()]
+            line = code[:m.start()].count("\n") + 1
+            assert re.search(r"(cuda_check|nccl_check)\(\s*$", context) or \
+                re.search(r"(const cudaError_t rc|cudaError_t rc|const ncclResult_t rc) = $", context), \
+                f"{path}:{line}: {name} result not checked"
+    assert checked > 50

@@ -1,0 +1,224 @@
+"""GPU start-up on a node, without a GPU: which CUDA compiler builds commbench._cuda (stub nvcc of
+other releases), why it is absent, which GPU each rank takes (stubbed device counts and UUIDs), the
+memory check with NCCL's buffers and torch's cache, and the device timer's floor."""
+
+import os
+import stat
+import sys
+
+import pytest
+
+from commbench import gpu, toolkit
+from commbench.errors import CommbenchError
+
+TORCH_CUDA = "13.0"
+
+
+def _nvcc(home, release):
+    """A stub toolkit at `home` whose nvcc reports `release`."""
+    os.makedirs(os.path.join(home, "bin"), exist_ok=True)
+    path = os.path.join(home, "bin", "nvcc")
+    with open(path, "w") as f:
+        f.write(f"#!/bin/sh\necho 'nvcc: NVIDIA (R) Cuda compiler driver'\n"
+                f"echo 'Cuda compilation tools, release {release}, V{release}.88'\n")
+    os.chmod(path, os.stat(path).st_mode | stat.S_IEXEC)
+    return str(home)
+
+
+def _wheel(site, release):
+    return _nvcc(os.path.join(site, "nvidia", f"cu{release.split('.')[0]}"), release)
+
+
+def test_stub_nvcc_reports_its_release(tmp_path):
+    assert toolkit.nvcc_release(_nvcc(tmp_path / "cuda-12.4", "12.4")) == "12.4"
+    assert toolkit.nvcc_release(str(tmp_path / "missing")) is None
+
+
+def test_system_toolkit_of_another_release_is_refused_with_the_reason(tmp_path):
+    system = _nvcc(tmp_path / "cuda-12.4", "12.4")
+    home, why = toolkit.choose(TORCH_CUDA, [], {"CUDA_HOME": system, "PATH": os.path.join(system, "bin")}, ())
+    assert home is None
+    assert "no nvcc matches torch's CUDA 13.0" in why and f"12.4 at {system}" in why
+    assert "nvidia-cuda-nvcc==13.0.*" in why
+
+
+def test_the_environment_wheel_wins_over_a_mismatched_system_toolkit(tmp_path):
+    site = str(tmp_path / "site-packages")
+    wheel = _wheel(site, "13.0")
+    system = _nvcc(tmp_path / "cuda-12.4", "12.4")
+    home, what = toolkit.choose(TORCH_CUDA, [site], {"CUDA_HOME": system, "PATH": ""}, ())
+    assert home == wheel and "nvcc 13.0 from the nvidia-cuda-nvcc wheel" in what
+
+
+def test_a_system_toolkit_is_used_when_its_release_matches(tmp_path):
+    system = _nvcc(tmp_path / "cuda-13.0", "13.0")
+    home, what = toolkit.choose(TORCH_CUDA, [str(tmp_path / "empty-site")], {"PATH": os.path.join(system, "bin")}, ())
+    assert home == system and "nvcc on PATH" in what
+
+
+def test_exact_release_beats_same_major(tmp_path):
+    newer = _nvcc(tmp_path / "cuda-13.2", "13.2")
+    exact = _nvcc(tmp_path / "cuda-13.0", "13.0")
+    env = {"CUDA_HOME": newer, "PATH": os.path.join(exact, "bin")}
+    assert toolkit.choose(TORCH_CUDA, [], env, ())[0] == exact
+    # Only the newer minor release: torch's builder accepts it, so it is used.
+    assert toolkit.choose(TORCH_CUDA, [], {"CUDA_HOME": newer, "PATH": ""}, ())[0] == newer
+
+
+def test_no_compiler_cpu_torch_and_skip_switch(tmp_path):
+    home, why = toolkit.choose(TORCH_CUDA, [], {"PATH": ""}, ())
+    assert home is None and "no CUDA compiler found" in why
+    assert toolkit.choose(None, [], {"PATH": ""}, ()) == (None, "torch is a CPU build")
+    assert toolkit.choose(TORCH_CUDA, [], {"COMMBENCH_SKIP_CUDA": "1"}, ())[0] is None
+
+
+def test_wheel_toolkit_gets_an_unversioned_cudart_for_the_linker(tmp_path):
+    home = tmp_path / "cu13"
+    (home / "lib").mkdir(parents=True)
+    (home / "lib" / "libcudart.so.13").write_bytes(b"")
+    link_dir = toolkit.cudart_link_dir(str(home), str(tmp_path / "build"))
+    assert os.path.realpath(os.path.join(link_dir, "libcudart.so")) == str(home / "lib" / "libcudart.so.13")
+    (home / "lib" / "libcudart.so").write_bytes(b"")
+    assert toolkit.cudart_link_dir(str(home), str(tmp_path / "build2")) is None
+
+
+@pytest.fixture
+def no_cuda_module(monkeypatch, tmp_path):
+    """commbench._cuda unimportable, and a build record saying why."""
+    monkeypatch.setitem(sys.modules, "commbench._cuda", None)
+    info = tmp_path / "_build_info.json"
+    monkeypatch.setattr(toolkit, "BUILD_INFO", str(info))
+    return info
+
+
+def test_absent_extension_says_why_in_one_line(no_cuda_module):
+    from click.testing import CliRunner
+
+    from commbench.cli import cli
+    why = "no nvcc matches torch's CUDA 13.0 (found 12.4 at /usr/local/cuda)"
+    toolkit.write_build_info(False, why)
+    assert gpu.visible_gpus() == (0, f"commbench._cuda was not built: {why}")
+    out = CliRunner().invoke(cli, ["version", "-v"]).output
+    assert f"CUDA extension (commbench._cuda): absent: commbench._cuda was not built: {why}\n" in out
+    with pytest.raises(CommbenchError, match="needs a GPU: commbench._cuda was not built: no nvcc matches"):
+        gpu.require_gpu("--device cuda")
+
+
+def test_extension_that_fails_to_load_reports_the_import_error(no_cuda_module):
+    toolkit.write_build_info(True, "nvcc 13.0")
+    n, why = gpu.visible_gpus()
+    assert n == 0 and why.startswith("commbench._cuda does not load: ") and "_cuda" in why
+
+
+class FakeCuda:
+    """commbench._cuda as a rank sees it: `count` visible devices with these UUIDs."""
+
+    def __init__(self, uuids, error=None):
+        self.uuids, self.error = uuids, error
+
+    def device_count(self):
+        if self.error:
+            raise RuntimeError(self.error)
+        return len(self.uuids)
+
+    def device_identity(self, ordinal):
+        assert 0 <= ordinal < len(self.uuids), "an invalid ordinal was chosen"
+        return self.uuids[ordinal], f"0000:{ordinal + 0x18:02x}:00.0"
+
+
+class FakeWorld:
+    """Rank 0 of `size` ranks on one host; the other ranks' identities are given."""
+
+    def __init__(self, size, local_rank, others, host="node1"):
+        self.rank, self.size, self.local_rank, self.others = 0, size, local_rank, others
+        self.hosts = [host] * size
+
+    def gather(self, mine):
+        return [mine, *self.others]
+
+    def bcast(self, value):
+        return value
+
+
+def test_driver_errors_are_reported_in_the_runtimes_words(monkeypatch):
+    monkeypatch.setattr(gpu, "_load", lambda: (FakeCuda([], "CUDA driver version is insufficient for CUDA runtime "
+                                                            "version (the driver supports CUDA 12.4)"), ""))
+    n, why = gpu.visible_gpus()
+    assert n == 0 and why == ("CUDA cannot use the GPUs: CUDA driver version is insufficient for CUDA runtime "
+                              "version (the driver supports CUDA 12.4)")
+
+
+@pytest.mark.parametrize("visible,local_ranks,expected", [
+    (8, range(8), list(range(8))),  # every GPU visible to every rank: local rank i takes GPU i
+    (1, range(8), [0] * 8),  # --gpus-per-task=1: each rank's only GPU
+    (2, range(4), [0, 1, 0, 1]),  # --gpus-per-task=2
+])
+def test_device_choice_follows_what_the_rank_sees(visible, local_ranks, expected):
+    assert [gpu.choose_device(r, visible) for r in local_ranks] == expected
+
+
+def test_per_rank_binding_is_accepted(monkeypatch):
+    """Slurm --gpus-per-task=1: four ranks, each seeing one GPU of its own as ordinal 0."""
+    monkeypatch.setattr(gpu, "_load", lambda: (FakeCuda(["GPU-aaaa"]), ""))
+    others = [("node1", f"GPU-{c * 4}", f"0000:{i:02x}:00.0") for i, c in enumerate("bcd", 1)]
+    assert gpu.rank_device(FakeWorld(4, 0, others)) == 0
+
+
+def test_two_ranks_on_one_physical_gpu_are_refused_by_name(monkeypatch):
+    """CUDA_VISIBLE_DEVICES=0 for every rank: each sees one GPU, and it is the same one."""
+    monkeypatch.setattr(gpu, "_load", lambda: (FakeCuda(["GPU-aaaa"]), ""))
+    others = [("node1", "GPU-bbbb", "0000:19:00.0"), ("node1", "GPU-aaaa", "0000:18:00.0")]
+    with pytest.raises(CommbenchError, match=r"ranks 0 and 2 on host node1 both use GPU GPU-aaaa \(PCI 0000:18:00.0\)"):
+        gpu.rank_device(FakeWorld(3, 0, others))
+
+
+def test_the_same_gpu_id_on_two_hosts_is_no_duplicate():
+    assert gpu.duplicate_gpus([("a", "GPU-1", "x"), ("b", "GPU-1", "x")]) is None
+
+
+def test_nccl_reserve_follows_its_settings():
+    assert gpu.nccl_reserve_bytes({}) == 4 * 2**20 * 32 * 8
+    assert gpu.nccl_reserve_bytes({"NCCL_BUFFSIZE": "0x100000", "NCCL_MAX_NCHANNELS": "4"}) == 2**20 * 4 * 8
+    assert gpu.nccl_reserve_bytes({"NCCL_BUFFSIZE": "junk"}) == gpu.nccl_reserve_bytes({})
+
+
+@pytest.fixture
+def gpu_memory(monkeypatch):
+    """A GPU with `free` bytes free and torch holding `cached` bytes unused in its cache."""
+    import torch
+
+    def set_memory(free, cached):
+        monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (free, 80 << 30))
+        monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: cached + (1 << 20))
+        monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: 1 << 20)
+    return set_memory
+
+
+def _one_rank_world():
+    from commbench.world import World
+    return World(rank=0, size=1, hosts=["node1"], launcher="local", device=0)
+
+
+def test_memory_check_counts_nccls_buffers(gpu_memory):
+    from commbench.sweep import check_memory
+    gpu_memory(free=4 << 30, cached=0)
+    check_memory(_one_rank_world(), 2 << 30, "an all-reduce of 1G", "cuda")
+    # 3 GiB of buffers alone would fit in 90 % of 4 GiB; with NCCL's 1 GiB they do not.
+    with pytest.raises(CommbenchError, match=r"needs about 4\.0 GiB on GPU 0 \(with NCCL's buffers\)"):
+        check_memory(_one_rank_world(), 3 << 30, "an all-reduce of 1.5G", "cuda")
+
+
+def test_memory_check_counts_torchs_cached_blocks_as_free(gpu_memory):
+    from commbench.sweep import check_memory
+    gpu_memory(free=1 << 30, cached=4 << 30)
+    check_memory(_one_rank_world(), 2 << 30, "an all-reduce of 1G", "cuda")
+
+
+def test_device_samples_are_judged_against_the_event_timers_resolution():
+    from commbench.cli import timer_floor_s
+    from commbench.stats import sample_flags
+    assert timer_floor_s("cuda") == pytest.approx(max(gpu.CUDA_EVENT_RESOLUTION_S, timer_floor_s("cpu")))
+    assert timer_floor_s("cpu") < gpu.CUDA_EVENT_RESOLUTION_S  # this host's clock is finer
+    five_us = [5.0] * 20
+    assert "timer_floor" in sample_flags(five_us, timer_floor_s("cuda"))
+    assert "timer_floor" not in sample_flags(five_us, timer_floor_s("cpu"))
