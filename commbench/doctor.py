@@ -16,6 +16,11 @@ THROTTLE_FAIL = {"hw_slowdown", "hw_thermal_slowdown", "sw_thermal_slowdown", "h
 THROTTLE_WARN = {"sw_power_cap"}
 # Pairs that should reach each other directly: over NVLink or under one PCIe switch.
 PEER_EXPECTED = ("NV", "PIX", "PXB")
+# InfiniBand port states (/sys/class/infiniband/*/ports/*/state and phys_state). A port whose link
+# trained but was never put in service (no subnet manager, a port stuck in training) or keeps
+# retraining has a broken link; a port that polls for a peer or is switched off is merely unused.
+IB_STUCK_STATES = {"INIT", "ARMED"}
+IB_LINKED_PHYS_STATES = {"LinkUp", "LinkErrorRecovery"}
 
 
 @dataclass
@@ -45,12 +50,7 @@ def _gpu_checks(snap: dict) -> list[Check]:
                              "" if idle else "GPUs drop link speed when idle; if it stays low under load, check the slot, riser and BIOS"))
         else:
             out.append(Check("pcie", PASS, f"{tag}: PCIe Gen{p['gen_current']} x{p['width_current']}"))
-        nv = d["nvlink"]
-        if nv["links_total"] and nv["links_up"] < nv["links_total"]:
-            out.append(Check("nvlink", FAIL, f"{tag}: {nv['links_up']} of {nv['links_total']} NVLinks up",
-                             "inspect `nvidia-smi nvlink -s`; reset the GPU or have the baseboard serviced"))
-        elif nv["links_total"]:
-            out.append(Check("nvlink", PASS, f"{tag}: {nv['links_up']}/{nv['links_total']} NVLinks up"))
+        out += _nvlink_checks(tag, d["nvlink"], len(devices))
         reasons = set(d["clock_event_reasons"])
         if reasons & THROTTLE_FAIL:
             out.append(Check("throttle", FAIL, f"{tag}: clocks held down by {', '.join(sorted(reasons & THROTTLE_FAIL))} "
@@ -59,13 +59,7 @@ def _gpu_checks(snap: dict) -> list[Check]:
         elif reasons & THROTTLE_WARN:
             out.append(Check("throttle", WARN, f"{tag}: at its power cap ({d['power_w']} of {d['power_limit_w']} W)",
                              "expected under full load; if idle, check the power limit (`nvidia-smi -q -d POWER`)"))
-        ecc, remap = d.get("ecc") or {}, d.get("remapped_rows")
-        bad = [f"{k} {v}" for k, v in ecc.items() if k.endswith("uncorrected") and v]
-        if remap and (remap["pending"] or remap["failure"]):
-            bad.append("row remapping " + ("pending" if remap["pending"] else "failed"))
-        if bad:
-            out.append(Check("memory_errors", FAIL, f"{tag}: {', '.join(bad)}",
-                             "drain the node; a pending remap clears with a GPU reset, a failed one needs service"))
+        out += _memory_checks(tag, d.get("ecc") or {}, d.get("remapped_rows"))
         mine = snap.get("process", {}).get("pid")
         foreign = [pr for pr in d["processes"] if pr["pid"] != mine]
         if foreign:
@@ -81,6 +75,39 @@ def _gpu_checks(snap: dict) -> list[Check]:
     out += _peer_checks(snap)
     out += _mapping_checks(snap, len(devices))
     return out
+
+
+def _nvlink_checks(tag: str, nv: dict, gpus: int) -> list[Check]:
+    if not nv["links_total"]:
+        return []
+    if nv["links_up"] == nv["links_total"]:
+        return [Check("nvlink", PASS, f"{tag}: {nv['links_up']}/{nv['links_total']} NVLinks up")]
+    if nv["links_up"] == 0 and gpus == 1:
+        # A one-GPU slice of a node (or a VM) has no peer to train its links with.
+        return [Check("nvlink", PASS, f"{tag}: NVLink inactive: no peer GPU visible")]
+    return [Check("nvlink", FAIL, f"{tag}: {nv['links_up']} of {nv['links_total']} NVLinks up",
+                  "inspect `nvidia-smi nvlink -s`; reset the GPU or have the baseboard serviced")]
+
+
+def _memory_checks(tag: str, ecc: dict, remap: Optional[dict]) -> list[Check]:
+    """The volatile ECC counters and row remapping describe this boot: errors there are a fault now.
+    The aggregate counters keep every earlier boot too; errors only there are history (their pages
+    retired, their rows remapped), worth watching but not a fault."""
+    now = []
+    if ecc.get("volatile_uncorrected"):
+        now.append(f"{ecc['volatile_uncorrected']} uncorrected ECC error(s) since boot")
+    if remap and (remap["pending"] or remap["failure"]):
+        now.append("row remapping " + ("pending" if remap["pending"] else "failed"))
+    if now:
+        return [Check("memory_errors", FAIL, f"{tag}: {', '.join(now)}",
+                      "drain the node; a pending remap clears with a GPU reset, a failed one needs service")]
+    if ecc.get("aggregate_uncorrected"):
+        since_boot = ", none since boot" if ecc.get("volatile_uncorrected") == 0 else ""
+        return [Check("memory_errors", WARN, f"{tag}: {ecc['aggregate_uncorrected']} uncorrected ECC error(s) "
+                      f"in the GPU's lifetime{since_boot}",
+                      "a record of past faults; if the count grows, have the GPU checked "
+                      "(`nvidia-smi -q -d ECC,ROW_REMAPPER`)")]
+    return []
 
 
 def _peer_checks(snap: dict) -> list[Check]:
@@ -120,15 +147,36 @@ def _mapping_checks(snap: dict, gpus: int) -> list[Check]:
     return out
 
 
-def _network_checks(snap: dict) -> list[Check]:
+def _infiniband_checks(ports: list) -> list[Check]:
+    fastest: dict = {}  # per link layer: an Ethernet (RoCE) port may rightly run slower than an IB one
+    for p in ports:
+        if p["state"] == "ACTIVE" and p["rate_gbps"]:
+            fastest[p["link_layer"]] = max(fastest.get(p["link_layer"], 0), p["rate_gbps"])
     out = []
-    for p in snap["host"]["infiniband"]:
+    for p in ports:
         tag = f"{p['hca']} port {p['port']}"
-        if p["state"] != "ACTIVE":
-            out.append(Check("infiniband", FAIL, f"{tag}: state {p['state']}",
-                             "check the cable and the switch port; `ibstat` shows the physical state"))
-        else:
+        phys = p.get("phys_state")  # absent from snapshots taken before it was recorded
+        state = f"state {p['state']}" + (f", physical state {phys}" if phys else "")
+        top = fastest.get(p["link_layer"])
+        if p["state"] == "ACTIVE" and p["rate_gbps"] and p["rate_gbps"] < top:
+            out.append(Check("infiniband", FAIL, f"{tag}: ACTIVE at {p['rate_gbps']} Gb/s, below the {top} Gb/s of "
+                             f"the other {p['link_layer']} ports", "the link trained below its rate: reseat or "
+                             "replace the cable, check the switch port (`ibstat`)"))
+        elif p["state"] == "ACTIVE":
             out.append(Check("infiniband", PASS, f"{tag}: ACTIVE at {p['rate_gbps']} Gb/s ({p['link_layer']})"))
+        elif p["state"] in IB_STUCK_STATES or phys in IB_LINKED_PHYS_STATES:
+            out.append(Check("infiniband", FAIL, f"{tag}: {state}: the link is up but not in service",
+                             "check the cable and the switch port, and that a subnet manager runs on the fabric "
+                             "(`sminfo`); `ibstat` shows both states"))
+        else:
+            out.append(Check("infiniband", WARN, f"{tag}: {state}: unused or down",
+                             "fine if nothing is cabled to this port; if it should carry traffic, check the cable "
+                             "and the switch port (`ibstat`)"))
+    return out
+
+
+def _network_checks(snap: dict) -> list[Check]:
+    out = _infiniband_checks(snap["host"]["infiniband"])
     by_type: dict = {}
     for n in snap["host"]["nics"]:
         if n["state"] == "up" and not n["virtual"] and n["type"] in ("ethernet", "infiniband"):
@@ -200,6 +248,11 @@ def run_checks(snap: dict, expect: Optional[dict] = None) -> list[Check]:
     if expect:
         checks += _expect_checks(snap, expect)
     return checks
+
+
+def verdict_line(statuses: list[str]) -> str:
+    """'doctor: 1 FAIL, 2 WARN, 20 PASS' for the statuses of a run's checks."""
+    return "doctor: " + ", ".join(f"{statuses.count(s)} {s}" for s in (FAIL, WARN, PASS))
 
 
 def exit_status(checks: list[Check]) -> int:

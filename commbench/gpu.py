@@ -23,9 +23,13 @@ def _load():
     """(commbench._cuda, "") or (None, why it is absent)."""
     # torch first: it loads its own CUDA runtime and NCCL, the ones _cuda was built against, so the
     # loader cannot pick another libcudart from the system path.
+    import importlib
+
     import torch  # noqa: F401
     try:
-        from . import _cuda
+        # import_module, not `from . import`: it honours sys.modules, so a stubbed-out module is absent
+        # even after the package attribute was set by an earlier import.
+        _cuda = importlib.import_module("commbench._cuda")
     except ImportError as e:
         from .toolkit import read_build_info
         cuda = read_build_info().get("cuda", {})
@@ -92,12 +96,27 @@ def duplicate_gpus(identities: list[tuple[str, str, str]]) -> Optional[str]:
 
 
 def rank_device(world) -> int:
-    """This rank's GPU ordinal, once every rank's choice is known to be a GPU of its own."""
-    n = require_gpu("--device cuda")
-    device = choose_device(world.local_rank, n)
-    uuid, bus = cuda_module().device_identity(device)
-    identities = world.gather((world.hosts[world.rank], uuid, bus))
-    problem = world.bcast(duplicate_gpus(identities) if world.rank == 0 else None)
+    """This rank's GPU ordinal, once every rank's choice is known to be a GPU of its own. Every rank
+    reports into one gather, its failure included, so that no rank is left waiting for another that
+    gave up."""
+    n, why = visible_gpus()
+    device, mine = None, f"--device cuda needs a GPU: {why}"
+    if n:
+        device = choose_device(world.local_rank, n)
+        try:
+            mine = (world.hosts[world.rank], *cuda_module().device_identity(device))
+        except RuntimeError as e:
+            mine = f"cannot query GPU {device}: {e}"
+    entries = world.gather(mine)
+    problem = None
+    if world.rank == 0:
+        failed = [(rank, e) for rank, e in enumerate(entries) if isinstance(e, str)]
+        if failed:
+            rank, text = failed[0]
+            problem = text if world.size == 1 else f"rank {rank}: {text}"
+        else:
+            problem = duplicate_gpus(entries)
+    problem = world.bcast(problem)
     if problem:
         raise CommbenchError(problem)
     return device

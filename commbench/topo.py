@@ -69,6 +69,11 @@ def set_to_cpulist(cpus) -> str:
 
 # ---- host -----------------------------------------------------------------------------------------
 
+def _port_state(text: Optional[str]) -> Optional[str]:
+    """An InfiniBand port's "4: ACTIVE" or "2: Polling" -> the word, as ibstat prints it."""
+    return (text or "").split(":")[-1].strip() or None
+
+
 def host_part(sys_root: str = "/") -> dict:
     """CPU, NUMA, network and InfiniBand facts, from /proc and /sys under sys_root."""
     at = lambda *p: os.path.join(sys_root, *p)  # noqa: E731
@@ -93,10 +98,10 @@ def host_part(sys_root: str = "/") -> dict:
     hcas = []
     for port in sorted(glob.glob(at("sys", "class", "infiniband", "*", "ports", "*"))):
         rate = _read(os.path.join(port, "rate")) or ""
-        state = _read(os.path.join(port, "state")) or ""
         hcas.append({"hca": port.split(os.sep)[-3], "port": int(os.path.basename(port)),
                      "rate_gbps": float(rate.split()[0]) if rate[:1].isdigit() else None,
-                     "state": state.split(":")[-1].strip() or None,
+                     "state": _port_state(_read(os.path.join(port, "state"))),
+                     "phys_state": _port_state(_read(os.path.join(port, "phys_state"))),
                      "link_layer": _read(os.path.join(port, "link_layer"))})
     return {
         "hostname": platform.node(),

@@ -25,8 +25,21 @@ STANDALONE_MARK = "COMMBENCH_STANDALONE"
 
 _MPI_VARS = ("OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE", "MPI_LOCALNRANKS",
              "MV2_COMM_WORLD_SIZE")
+# A task started by srun without an MPI plugin still carries its step's variables.
+_SLURM_STEP_VARS = ("SLURM_STEP_ID", "SLURM_PROCID", "SLURM_STEP_NUM_TASKS")
+_TORCHRUN_VARS = ("RANK", "WORLD_SIZE")
 # Where each launcher puts this process's rank (read before any communication exists).
 _RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "MV2_COMM_WORLD_RANK", "SLURM_PROCID", "RANK")
+# Everything else a launcher sets on each process it starts. Job-wide variables (SLURM_JOB_*,
+# SLURM_TASKS_PER_NODE, which a nested mpirun reads) and the user's MPI configuration are not marks of
+# a launch and stay.
+_LAUNCH_PREFIXES = ("OMPI_", "PMIX_", "PMI_", "MV2_COMM_WORLD_", "SLURM_STEP_")
+_CONFIG_PREFIXES = ("OMPI_MCA_", "OMPI_ALLOW_RUN_AS_ROOT", "PMIX_MCA_")
+_LAUNCH_VARS = (*_MPI_VARS, *_SLURM_STEP_VARS, *_TORCHRUN_VARS, *_RANK_VARS, STANDALONE_MARK, "MPI_LOCALRANKID",
+                "SLURM_LOCALID", "SLURM_NODEID", "SLURM_NTASKS", "SLURM_NPROCS", "SLURM_TASK_PID", "SLURM_GTIDS",
+                "SLURM_LAUNCH_NODE_IPADDR", "SLURM_SRUN_COMM_HOST", "SLURM_SRUN_COMM_PORT", "LOCAL_RANK",
+                "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE", "MASTER_ADDR",
+                "MASTER_PORT", "TORCHELASTIC_RUN_ID")
 
 
 def launch_rank(env: Optional[dict] = None) -> Optional[int]:
@@ -41,14 +54,20 @@ def launch_rank(env: Optional[dict] = None) -> Optional[int]:
 def detect_launcher(env: Optional[dict] = None) -> Optional[str]:
     """'mpi', 'torchrun' or None (standalone)."""
     env = os.environ if env is None else env
-    if any(v in env for v in _MPI_VARS):
+    if any(v in env for v in _MPI_VARS) or all(v in env for v in _SLURM_STEP_VARS):
         return "mpi"
-    # A task started by srun without an MPI plugin still carries its step's variables.
-    if "SLURM_STEP_ID" in env and "SLURM_PROCID" in env and "SLURM_STEP_NUM_TASKS" in env:
-        return "mpi"
-    if "RANK" in env and "WORLD_SIZE" in env:
+    if all(v in env for v in _TORCHRUN_VARS):
         return "torchrun"
     return None
+
+
+def launcher_free_env(env: Optional[dict] = None) -> dict:
+    """A copy of env without any variable that marks a launch, for starting commbench afresh from
+    inside one (`srun --pty bash`, a shell under mpirun): there it would otherwise take itself for
+    one rank of that launch."""
+    env = os.environ if env is None else env
+    return {k: v for k, v in env.items() if k not in _LAUNCH_VARS
+            and (not k.startswith(_LAUNCH_PREFIXES) or k.startswith(_CONFIG_PREFIXES))}
 
 
 def bundled_mpirun() -> str:

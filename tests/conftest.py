@@ -1,36 +1,60 @@
 """Shared helpers: run commbench and Python under the bundled mpirun, as a user would."""
 
+import importlib.util
 import os
 import subprocess
 import sys
 
 import pytest
 
+from commbench.world import launcher_free_env
+
 BIN = os.path.dirname(sys.executable)
 COMMBENCH = os.path.join(BIN, "commbench")
 MPIRUN = os.path.join(BIN, "mpirun")
 HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+STUB_GPU = os.path.join(HERE, "stubs", "fake_gpu")
 
 
 def mpi_env() -> dict:
-    env = dict(os.environ)
-    for var in [v for v in env if v.startswith(("OMPI_COMM_WORLD", "PMIX_", "PMI_")) or v in ("RANK", "WORLD_SIZE")]:
-        del env[var]
+    """This environment without launcher variables (so a test run from inside a job starts its own
+    ranks), allowed to run mpirun as root."""
+    env = launcher_free_env()
     if os.geteuid() == 0:
         env["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
         env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
     return env
 
 
-def mpirun(n: int, args: list, timeout: float = 300, cwd=None) -> subprocess.CompletedProcess:
+def stub_gpu_env(gpus: int = 1) -> dict:
+    """mpi_env() with `gpus` GPUs made visible by the stub in tests/stubs/fake_gpu (to commbench's
+    processes and to every rank mpirun starts from them)."""
+    env = mpi_env()
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [STUB_GPU, env.get("PYTHONPATH")]))
+    env["COMMBENCH_STUB_GPUS"] = str(gpus)
+    return env
+
+
+def mpirun(n: int, args: list, timeout: float = 300, cwd=None, env=None) -> subprocess.CompletedProcess:
     extra = ["--oversubscribe", "--bind-to", "none"] if n > (os.cpu_count() or 1) else []
     return subprocess.run([MPIRUN, "--np", str(n), *extra, *args], capture_output=True, text=True,
-                          timeout=timeout, env=mpi_env(), cwd=cwd)
+                          timeout=timeout, env=env or mpi_env(), cwd=cwd)
 
 
 def commbench(args: list, timeout: float = 300, cwd=None, env=None) -> subprocess.CompletedProcess:
     return subprocess.run([COMMBENCH, *args], capture_output=True, text=True, timeout=timeout,
                           env=env or mpi_env(), cwd=cwd)
+
+
+def gpu_check_module():
+    """tools/gpu_check.py (what `make gpu-check` runs) as a module; tools/ is no package."""
+    if "gpu_check" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("gpu_check", os.path.join(ROOT, "tools", "gpu_check.py"))
+        # Registered before it runs: its dataclasses look their module up there.
+        sys.modules["gpu_check"] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules["gpu_check"])
+    return sys.modules["gpu_check"]
 
 
 @pytest.fixture

@@ -11,7 +11,16 @@ import time
 import pytest
 
 from commbench import results
-from conftest import COMMBENCH, commbench, mpi_env, mpirun
+from conftest import COMMBENCH, commbench, mpi_env, mpirun, stub_gpu_env
+
+# CPU runs name --device cpu: allreduce's default, auto, takes the GPU wherever one is visible.
+
+
+@pytest.fixture(params=["as is", "GPU visible"])
+def cpu_env(request):
+    """The environment of a CPU run, as is and with a GPU made visible by a stub that fails any GPU
+    work: a CPU run must stay on the CPU when the node has GPUs."""
+    return mpi_env() if request.param == "as is" else stub_gpu_env()
 
 
 @pytest.mark.parametrize("args,needle", [
@@ -38,14 +47,14 @@ def test_click_usage_errors_exit_2(workdir):
 
 
 def test_more_memory_than_the_host_has_is_refused(workdir):
-    r = commbench(["allreduce", "--sizes", "4T", "--impl", "ring", "--np", "2"], cwd=workdir)
+    r = commbench(["allreduce", "--device", "cpu", "--sizes", "4T", "--impl", "ring", "--np", "2"], cwd=workdir)
     assert r.returncode == 2
     assert "GiB is available" in r.stderr and "Traceback" not in r.stderr
 
 
-def test_standalone_run_as_typed(workdir):
-    r = commbench(["allreduce", "--sizes", "1K-64K:x4", "--impl", "mpi,ring,tree,gloo",
-                   "--budget-ms", "20"], cwd=workdir)
+def test_standalone_run_as_typed(cpu_env, workdir):
+    r = commbench(["allreduce", "--device", "cpu", "--sizes", "1K-64K:x4", "--impl", "mpi,ring,tree,gloo",
+                   "--budget-ms", "20"], cwd=workdir, env=cpu_env)
     assert r.returncode == 0, r.stderr
     out = r.stdout
     for impl in ("mpi", "ring", "tree", "gloo"):
@@ -66,6 +75,7 @@ def test_standalone_run_as_typed(workdir):
     assert (abs(df["busbw_gbps"] - df["algbw_gbps"]) < 1e-9).all()
     meta = df.attrs["meta"]
     assert meta["status"] == "complete" and meta["machine"]["launcher"] == "standalone"
+    assert meta["config"]["device"] == "cpu"
     assert meta["machine"]["mpi"].startswith("Open MPI")
     assert meta["topology_fingerprint"] == meta["topology"]["fingerprint"]
     assert meta["topology"]["host"]["cores"] == os.cpu_count()
@@ -77,29 +87,31 @@ def test_existing_output_is_never_overwritten(workdir):
     out = os.path.join(workdir, "keep.json")
     with open(out, "w") as f:
         f.write("precious")
-    r = commbench(["allreduce", "--sizes", "1K", "--impl", "ring", "-o", out], cwd=workdir)
+    r = commbench(["allreduce", "--device", "cpu", "--sizes", "1K", "--impl", "ring", "-o", out], cwd=workdir)
     assert r.returncode == 2 and "already exists" in r.stderr
     assert open(out).read() == "precious"
 
 
 def test_one_rank_reports_busbw_as_na(workdir):
     out = os.path.join(workdir, "one.json")
-    r = commbench(["allreduce", "--np", "1", "--sizes", "4K", "--impl", "ring,mpi", "-o", out], cwd=workdir)
+    r = commbench(["allreduce", "--device", "cpu", "--np", "1", "--sizes", "4K", "--impl", "ring,mpi", "-o", out],
+                  cwd=workdir)
     assert r.returncode == 0, r.stderr
     rows = [l.split() for l in r.stdout.splitlines() if l.strip() and not l.startswith("#")]
     assert all(row[7] == "n/a" for row in rows)
     assert results.load(out)["busbw_gbps"].isna().all()
 
 
-def test_mpirun_three_ranks_odd_sizes_exact(workdir):
+def test_mpirun_three_ranks_odd_sizes_exact(cpu_env, workdir):
     out = os.path.join(workdir, "three.json")
-    r = mpirun(3, [COMMBENCH, "allreduce", "--impl", "ring,tree", "--sizes", "4,12,1004,40004,1M-3M:+1M",
-                   "--dtype", "float32", "--chunk", "4K", "--budget-ms", "20", "-o", out], cwd=workdir)
+    r = mpirun(3, [COMMBENCH, "allreduce", "--device", "cpu", "--impl", "ring,tree", "--sizes",
+                   "4,12,1004,40004,1M-3M:+1M", "--dtype", "float32", "--chunk", "4K", "--budget-ms", "20", "-o", out],
+               cwd=workdir, env=cpu_env)
     assert r.returncode == 0, r.stderr
     df = results.load(out)
     assert (df["ranks"] == 3).all() and (df["wrong"] == 0).all()
     assert sorted(set(df["count"])) == [1, 3, 251, 10001, 262144, 524288, 786432]
-    assert df.attrs["meta"]["machine"]["launcher"] == "mpi"
+    assert df.attrs["meta"]["machine"]["launcher"] == "mpi" and df.attrs["meta"]["config"]["device"] == "cpu"
     # busbw = algbw * 2(p-1)/p with p = 3.
     assert ((df["busbw_gbps"] / df["algbw_gbps"] - 4 / 3).abs() < 1e-9).all()
 
@@ -107,8 +119,8 @@ def test_mpirun_three_ranks_odd_sizes_exact(workdir):
 @pytest.mark.parametrize("dtype,op", [("bfloat16", "prod"), ("float16", "max"), ("int64", "min"), ("float64", "sum")])
 def test_mpirun_dtypes_and_ops_in_place(dtype, op, workdir):
     out = os.path.join(workdir, "d.json")
-    r = mpirun(4, [COMMBENCH, "allreduce", "--impl", "mpi,ring,tree", "--sizes", "6,1000,65538", "--dtype",
-                   dtype, "--op", op, "--in-place", "--iters", "3", "--warmup", "1", "-o", out], cwd=workdir)
+    r = mpirun(4, [COMMBENCH, "allreduce", "--device", "cpu", "--impl", "mpi,ring,tree", "--sizes", "6,1000,65538",
+                   "--dtype", dtype, "--op", op, "--in-place", "--iters", "3", "--warmup", "1", "-o", out], cwd=workdir)
     assert r.returncode == 0, r.stderr
     df = results.load(out)
     assert (df["wrong"] == 0).all() and (df["iterations"] == 3).all() and (df["dtype"] == dtype).all()
@@ -128,10 +140,25 @@ def test_p2p_all_pairs(workdir):
     assert (bw["algbw_gbps"] > 0).all()
 
 
-def test_p2p_standalone_default_pair(workdir):
-    r = commbench(["p2p", "--sizes", "8,1M", "--budget-ms", "10"], cwd=workdir)
+def test_p2p_standalone_default_pair(cpu_env, workdir):
+    r = commbench(["p2p", "--sizes", "8,1M", "--budget-ms", "10"], cwd=workdir, env=cpu_env)
     assert r.returncode == 0, r.stderr
     assert "# impl mpi pingpong 0->1" in r.stdout and "# impl mpi bandwidth 0->1" in r.stdout
+    [out] = glob.glob(os.path.join(workdir, "commbench-results", "*_p2p.json"))
+    assert results.load(out).attrs["meta"]["config"]["device"] == "cpu"
+
+
+def test_gpu_stub_makes_a_gpu_visible(workdir):
+    r = commbench(["version", "-v"], cwd=workdir, env=stub_gpu_env())
+    assert r.returncode == 0, r.stderr
+    assert "GPUs visible: 1\n" in r.stdout and "CUDA runtime 13.0, NCCL 2.30.7" in r.stdout
+
+
+def test_auto_device_takes_the_stubbed_gpu_and_fails_without_hanging(workdir):
+    """Without --device cpu, allreduce goes to the (stubbed) GPU: the stub works, and a GPU run that
+    cannot work ends instead of waiting."""
+    r = commbench(["allreduce", "--sizes", "1K", "--budget-ms", "10"], cwd=workdir, env=stub_gpu_env(), timeout=120)
+    assert r.returncode != 0
 
 
 def test_p2p_bad_pair_is_refused(workdir):
@@ -155,7 +182,8 @@ def _torchrun_env(rank, world, port):
 def test_torchrun_style_gloo_two_processes(workdir):
     port = _free_port()
     out = os.path.join(workdir, "tr.json")
-    procs = [subprocess.Popen([COMMBENCH, "allreduce", "--sizes", "1K,1M", "--budget-ms", "20", "-o", out],
+    procs = [subprocess.Popen([COMMBENCH, "allreduce", "--device", "cpu", "--sizes", "1K,1M", "--budget-ms", "20",
+                               "-o", out],
                               env=_torchrun_env(r, 2, port), cwd=workdir, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for r in range(2)]
     outs = [p.communicate(timeout=300) for p in procs]
@@ -167,7 +195,7 @@ def test_torchrun_style_gloo_two_processes(workdir):
 
 def test_torchrun_style_mpi_impl_says_it_needs_mpi(workdir):
     port = _free_port()
-    procs = [subprocess.Popen([COMMBENCH, "allreduce", "--impl", "ring", "--sizes", "1K"],
+    procs = [subprocess.Popen([COMMBENCH, "allreduce", "--device", "cpu", "--impl", "ring", "--sizes", "1K"],
                               env=_torchrun_env(r, 2, port), cwd=workdir, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for r in range(2)]
     outs = [p.communicate(timeout=300) for p in procs]
@@ -178,8 +206,8 @@ def test_torchrun_style_mpi_impl_says_it_needs_mpi(workdir):
 def test_failure_midway_keeps_measured_rows(workdir):
     """Kill a rank in the middle of a sweep: the rows measured before stay in the result file."""
     out = os.path.join(workdir, "mid.json")
-    proc = subprocess.Popen([COMMBENCH, "allreduce", "--impl", "ring", "--sizes", "1K-256M", "--budget-ms", "50",
-                             "-o", out], env=mpi_env(), cwd=workdir, stdout=subprocess.PIPE,
+    proc = subprocess.Popen([COMMBENCH, "allreduce", "--device", "cpu", "--impl", "ring", "--sizes", "1K-256M",
+                             "--budget-ms", "50", "-o", out], env=mpi_env(), cwd=workdir, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     deadline = time.time() + 120
     rows = 0

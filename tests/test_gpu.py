@@ -26,6 +26,27 @@ def _matching_toolkit():
 GPUS = visible_gpus()[0]
 needs_gpu = pytest.mark.skipif(GPUS == 0, reason="no CUDA device visible")
 
+# The argument lists of the command-line tests below (each run adds its own `-o`), at module level so
+# that test_gpu_arguments.py parses these very lists on a host without a GPU.
+NO_GPU_REQUESTS = [["allreduce", "--device", "cuda"], ["allreduce", "--impl", "nccl"], ["p2p", "--device", "cuda"],
+                   ["p2p", "--impl", "nccl"], ["copy"]]
+EXACT_CASES = [("float32", "sum", "--out-of-place"), ("bfloat16", "prod", "--in-place"),
+               ("float16", "max", "--out-of-place"), ("int64", "min", "--in-place")]
+
+
+def exact_args(dtype, op, place):
+    # Fewer elements than ranks and counts the ranks do not divide (4 and 1000 bytes), then several MiB.
+    return ["allreduce", "--device", "cuda", "--impl", "nccl,ring,tree", "--sizes", "4,1000,1M-4M:+1M",
+            "--dtype", dtype, "--op", op, place, "--chunk", "64K", "--budget-ms", "20"]
+
+
+GRAPH_ARGS = ["allreduce", "--device", "cuda", "--graph", "--sizes", "8-64K:x8", "--budget-ms", "20"]
+PEER_MATRIX_ARGS = ["p2p", "--device", "cuda", "--sizes", "4,16M", "--budget-ms", "20"]
+COPY_ARGS = ["copy", "--sizes", "4K,64M", "--budget-ms", "20"]
+NCCL_P2P_ARGS = ["p2p", "--impl", "nccl", "--np", "2", "--sizes", "8,1M", "--budget-ms", "20"]
+GPU_TEST_ARGS = [*NO_GPU_REQUESTS, *(exact_args(*case) for case in EXACT_CASES), GRAPH_ARGS, PEER_MATRIX_ARGS,
+                 COPY_ARGS, NCCL_P2P_ARGS]
+
 
 @pytest.mark.skipif(_matching_toolkit() is None, reason="no CUDA compiler of torch's release (make install adds one)")
 def test_cuda_extension_is_built_where_a_matching_toolkit_is():
@@ -60,10 +81,7 @@ def test_device_path_uses_the_host_definitions():
 
 
 @pytest.mark.skipif(GPUS > 0, reason="a GPU is visible: the no-GPU errors do not apply")
-@pytest.mark.parametrize("args", [
-    ["allreduce", "--device", "cuda"], ["allreduce", "--impl", "nccl"], ["p2p", "--device", "cuda"],
-    ["p2p", "--impl", "nccl"], ["copy"],
-])
+@pytest.mark.parametrize("args", NO_GPU_REQUESTS)
 def test_gpu_requests_fail_cleanly_without_gpu(args, workdir):
     r = commbench(args, cwd=workdir)
     assert r.returncode == 2
@@ -94,12 +112,10 @@ def test_reduction_kernel_matches_torch(dtype, op):
 
 @pytest.mark.gpu
 @needs_gpu
-@pytest.mark.parametrize("dtype,op,place", [("float32", "sum", "--out-of-place"), ("bfloat16", "prod", "--in-place"),
-                                            ("float16", "max", "--out-of-place"), ("int64", "min", "--in-place")])
+@pytest.mark.parametrize("dtype,op,place", EXACT_CASES)
 def test_device_allreduce_exact(dtype, op, place, workdir):
     out = os.path.join(workdir, "gpu.json")
-    r = commbench(["allreduce", "--device", "cuda", "--impl", "nccl,ring,tree", "--sizes", "4,1000,1M,3M:+1M",
-                   "--dtype", dtype, "--op", op, place, "--chunk", "64K", "--budget-ms", "20", "-o", out], cwd=workdir)
+    r = commbench([*exact_args(dtype, op, place), "-o", out], cwd=workdir)
     assert r.returncode == 0, r.stderr
     df = results.load(out)
     assert (df["wrong"] == 0).all() and set(df["impl"]) == {"nccl", "ring", "tree"}
@@ -110,8 +126,7 @@ def test_device_allreduce_exact(dtype, op, place, workdir):
 @needs_gpu
 def test_cuda_graph_mode(workdir):
     out = os.path.join(workdir, "graph.json")
-    r = commbench(["allreduce", "--device", "cuda", "--graph", "--sizes", "8-64K:x8", "--budget-ms", "20", "-o", out],
-                  cwd=workdir)
+    r = commbench([*GRAPH_ARGS, "-o", out], cwd=workdir)
     assert r.returncode == 0, r.stderr
     assert results.load(out).attrs["meta"]["config"]["graph"] is True
 
@@ -119,23 +134,48 @@ def test_cuda_graph_mode(workdir):
 @pytest.mark.gpu
 @needs_gpu
 def test_peer_matrix_and_copies(workdir):
-    r = commbench(["p2p", "--device", "cuda", "--sizes", "4,16M", "--budget-ms", "20", "-o",
-                   os.path.join(workdir, "m.json")], cwd=workdir)
+    r = commbench([*PEER_MATRIX_ARGS, "-o", os.path.join(workdir, "m.json")], cwd=workdir)
     assert r.returncode == 0, r.stderr
     assert "unidirectional ce bandwidth (GB/s)" in r.stdout and "bidirectional sm bandwidth" in r.stdout
     out = os.path.join(workdir, "c.json")
-    r = commbench(["copy", "--sizes", "4K,64M", "--budget-ms", "20", "-o", out], cwd=workdir)
+    r = commbench([*COPY_ARGS, "-o", out], cwd=workdir)
     assert r.returncode == 0, r.stderr
     df = results.load(out)
-    assert {"h2d", "d2h", "staged"} <= set(df["op"]) and (df["algbw_gbps"] > 0).all()
+    assert {"h2d", "d2h", "staged"} <= set(df["op"]) and (df["algbw_gbps"] > 0).all() and (df["wrong"] == 0).all()
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_every_copy_mode_delivers_the_pattern():
+    """Each copy class, driven directly: its untimed check finds every byte in place, on sizes that
+    are no multiple of 16 bytes or of the staging chunk, and after timed iterations."""
+    from commbench import _cuda
+    other = 1 if GPUS > 1 else 0
+    rigs = [_cuda.PeerCopy(other, 0, 1000003, mode, bidi) for mode in ("ce", "sm") for bidi in (False, True)]
+    rigs += [_cuda.HostCopy(0, 1000003, d, pinned) for d in ("h2d", "d2h") for pinned in (True, False)]
+    rigs += [_cuda.StagedCopy(other, 0, 1000003, 65536)]
+    for rig in rigs:
+        assert rig.wrong() == 0, rig
+        assert (rig.times(3) > 0).all()
+        assert rig.wrong() == 0, rig
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_device_identity_names_the_physical_gpu():
+    from commbench import _cuda
+    ids = [_cuda.device_identity(d) for d in range(GPUS)]
+    for uuid, bus in ids:
+        assert re.fullmatch(r"GPU-[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}", uuid), uuid
+        assert re.fullmatch(r"[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]", bus), bus
+    assert len({u for u, _ in ids}) == GPUS
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(GPUS < 2, reason="needs two GPUs")
 def test_nccl_p2p_between_ranks(workdir):
     out = os.path.join(workdir, "p.json")
-    r = commbench(["p2p", "--impl", "nccl", "--np", "2", "--sizes", "8,1M", "--budget-ms", "20", "-o", out],
-                  cwd=workdir)
+    r = commbench([*NCCL_P2P_ARGS, "-o", out], cwd=workdir)
     assert r.returncode == 0, r.stderr
     df = results.load(out)
     assert set(df["op"]) == {"pingpong", "bandwidth"} and (df["wrong"] == 0).all()

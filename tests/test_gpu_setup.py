@@ -172,6 +172,15 @@ def test_two_ranks_on_one_physical_gpu_are_refused_by_name(monkeypatch):
         gpu.rank_device(FakeWorld(3, 0, others))
 
 
+def test_a_rank_without_a_gpu_fails_every_rank_instead_of_hanging_them(monkeypatch):
+    """Rank 0 sees its GPU; rank 1 sees none (CUDA_VISIBLE_DEVICES=''): rank 0 must not wait for rank
+    1's identity for ever, and the error names rank 1."""
+    monkeypatch.setattr(gpu, "_load", lambda: (FakeCuda(["GPU-aaaa"]), ""))
+    others = ["--device cuda needs a GPU: no CUDA device visible (CUDA_VISIBLE_DEVICES='')"]
+    with pytest.raises(CommbenchError, match=r"^rank 1: --device cuda needs a GPU: no CUDA device visible"):
+        gpu.rank_device(FakeWorld(2, 0, others))
+
+
 def test_the_same_gpu_id_on_two_hosts_is_no_duplicate():
     assert gpu.duplicate_gpus([("a", "GPU-1", "x"), ("b", "GPU-1", "x")]) is None
 
@@ -222,3 +231,29 @@ def test_device_samples_are_judged_against_the_event_timers_resolution():
     five_us = [5.0] * 20
     assert "timer_floor" in sample_flags(five_us, timer_floor_s("cuda"))
     assert "timer_floor" not in sample_flags(five_us, timer_floor_s("cpu"))
+
+
+def test_a_failure_midway_names_the_step_and_keeps_the_file(tmp_path, capsys):
+    """What a NCCL timeout or async error becomes: one line naming the step (impl and size) and the
+    rank's own words, the result file closed as failed with the rows measured before."""
+    from commbench import results
+    from commbench.cli import _sweep
+    from commbench.reporter import Reporter, run_metadata
+    from commbench.sweep import RunConfig
+    path = str(tmp_path / "r.json")
+    cfg = RunConfig(op="allreduce", impls=("ring",), sizes=(1 << 26,), device="cuda")
+    reporter = Reporter(run_metadata(_one_rank_world(), cfg.describe(), ["commbench"]), path, 2, 1e-8)
+    reporter.step("ring 64M")
+
+    def run():
+        raise RuntimeError("ring all-reduce did not finish within --timeout 5 s (rank 0, device 0): a peer rank "
+                           "is dead or stalled; NCCL communicator aborted")
+    with pytest.raises(SystemExit) as stop:
+        _sweep(reporter, run, _one_rank_world())
+    assert stop.value.code == 1
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("commbench:")]
+    assert len(err) == 1
+    assert err[0].startswith("commbench: error at ring 64M: RuntimeError: ring all-reduce did not finish within "
+                             "--timeout 5 s (rank 0, device 0)")
+    doc = results.load_document(path)
+    assert doc["status"] == "failed" and doc["error"].startswith("RuntimeError at ring 64M: ring all-reduce")

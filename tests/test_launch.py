@@ -2,10 +2,9 @@ import os
 
 import pytest
 
-from commbench.world import detect_launcher, standalone_command
+from commbench.world import detect_launcher, launcher_free_env, standalone_command
 
-
-@pytest.mark.parametrize("env,expected", [
+ENVS = [
     ({}, None),
     ({"OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_RANK": "0"}, "mpi"),  # Open MPI mpirun
     ({"PMI_RANK": "0", "PMI_SIZE": "2"}, "mpi"),  # MPICH hydra, srun --mpi=pmi2
@@ -14,9 +13,23 @@ from commbench.world import detect_launcher, standalone_command
     ({"SLURM_PROCID": "0", "SLURM_JOB_ID": "7"}, None),  # a batch script is not a launch
     ({"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "h", "MASTER_PORT": "1"}, "torchrun"),
     ({"RANK": "0", "WORLD_SIZE": "2", "OMPI_COMM_WORLD_SIZE": "2"}, "mpi"),
-])
+    ({"MV2_COMM_WORLD_SIZE": "2", "MV2_COMM_WORLD_RANK": "1"}, "mpi"),  # MVAPICH
+    ({"MPI_LOCALNRANKS": "2", "MPI_LOCALRANKID": "0"}, "mpi"),  # Hydra's node-local variables
+]
+
+
+@pytest.mark.parametrize("env,expected", ENVS)
 def test_detect_launcher(env, expected):
     assert detect_launcher(env) == expected
+
+
+@pytest.mark.parametrize("env,expected", ENVS)
+def test_launcher_free_env_is_no_launch(env, expected):
+    """What commbench starts from inside a launch (gpu-check under `srun --pty bash`) runs standalone;
+    the job's and the user's settings stay."""
+    kept = {"PATH": "/bin", "SLURM_JOB_ID": "7", "SLURM_TASKS_PER_NODE": "1", "OMPI_MCA_btl": "self,tcp",
+            "OMPI_ALLOW_RUN_AS_ROOT": "1", "PMIX_MCA_gds": "hash"}
+    assert launcher_free_env({**env, **kept}) == kept and detect_launcher(kept) is None
 
 
 def test_standalone_command_sets_root_variables_only_for_root():

@@ -96,6 +96,7 @@ def test_host_part_reads_sysfs(tmp_path):
             put(f"sys/class/net/{name}/device/vendor", "0x15b3\n")
     put("sys/class/infiniband/mlx5_0/ports/1/rate", "200 Gb/sec (4X HDR)\n")
     put("sys/class/infiniband/mlx5_0/ports/1/state", "4: ACTIVE\n")
+    put("sys/class/infiniband/mlx5_0/ports/1/phys_state", "5: LinkUp\n")
     put("sys/class/infiniband/mlx5_0/ports/1/link_layer", "InfiniBand\n")
     h = topo.host_part(str(tmp_path))
     assert h["sockets"] == 2
@@ -105,7 +106,7 @@ def test_host_part_reads_sysfs(tmp_path):
     assert nics["ib0"]["type"] == "infiniband" and nics["ib0"]["speed_mbps"] == 200000 and not nics["ib0"]["virtual"]
     assert nics["lo"]["type"] == "loopback" and nics["lo"]["virtual"]
     assert h["infiniband"] == [{"hca": "mlx5_0", "port": 1, "rate_gbps": 200.0, "state": "ACTIVE",
-                                "link_layer": "InfiniBand"}]
+                                "phys_state": "LinkUp", "link_layer": "InfiniBand"}]
 
 
 @pytest.mark.parametrize("text,cpus", [("0-3,8,10-11", {0, 1, 2, 3, 8, 10, 11}), ("", set()), ("5", {5})])
@@ -124,10 +125,13 @@ def test_healthy_hgx_passes_including_its_node_class():
 
 def test_degraded_hgx_fails_exactly_where_it_is_degraded():
     snap = fixture("hgx_h100_degraded")
-    assert failing(snap) == [("infiniband", "mlx5_5 port 1"), ("nvlink", "GPU 6 (0000"), ("pcie_width", "GPU 2 (0000"),
+    assert failing(snap) == [("nvlink", "GPU 6 (0000"), ("pcie_width", "GPU 2 (0000"),
                              ("peer_access", "GPU 4 <-> GPU 5 (NV18)"), ("throttle", "GPU 3 (0000")]
+    # A port DOWN with no physical state recorded may simply be uncabled: a warning on its own,
+    # a failure against a node class that counts its ports (below).
     warns = [(n, e) for n, s, e in verdicts(snap) if s == doctor.WARN]
-    assert warns == [("mtu", "ethernet interfaces differ in MTU: eno1 1500, eno2 9000")]
+    assert warns == [("infiniband", "mlx5_5 port 1: state DOWN: unused or down"),
+                     ("mtu", "ethernet interfaces differ in MTU: eno1 1500, eno2 9000")]
     assert doctor.exit_status(doctor.run_checks(snap)) == 1
     expect_fails = {e for n, e in failing(snap, EXPECT_HGX) if n.startswith("expect_")}
     assert expect_fails == {"GPU 6", "GPU 2", "7 active InfiniBand port(s), expected 8", "mlx5_5 port 1"}
@@ -170,6 +174,66 @@ def test_each_field_gets_its_verdict(mutate, name, status):
     assert hits and all(s == status for _, s in hits)
     others = [(n, s) for n, s, _ in verdicts(snap) if s != "PASS" and n != name]
     assert others == []
+
+
+@pytest.mark.parametrize("ecc,status,evidence", [
+    ({"volatile_uncorrected": 2, "aggregate_uncorrected": 2}, "FAIL", "2 uncorrected ECC error(s) since boot"),
+    ({"volatile_uncorrected": 0, "aggregate_uncorrected": 3}, "WARN",
+     "3 uncorrected ECC error(s) in the GPU's lifetime, none since boot"),
+    ({"volatile_uncorrected": None, "aggregate_uncorrected": 3}, "WARN",
+     "3 uncorrected ECC error(s) in the GPU's lifetime"),
+    ({"volatile_corrected": 40, "aggregate_corrected": 900}, None, None),  # corrected errors did no harm
+])
+def test_ecc_errors_fail_only_when_they_happened_since_boot(ecc, status, evidence):
+    snap = _healthy_with(lambda s: s["gpus"]["devices"][1]["ecc"].update(ecc))
+    found = [(s, e) for n, s, e in verdicts(snap) if n == "memory_errors"]
+    assert found == ([] if status is None else [(status, f"GPU 1 (0000:2a:00.0): {evidence}")])
+
+
+def _ib_port(state, rate=400.0, phys=None, layer="InfiniBand"):
+    port = {"hca": "mlx5_8", "port": 1, "rate_gbps": rate, "state": state, "link_layer": layer}
+    return port if phys is None else {**port, "phys_state": phys}
+
+
+@pytest.mark.parametrize("port,status,evidence", [
+    (_ib_port("DOWN", None, "Polling"), "WARN", "state DOWN, physical state Polling: unused or down"),
+    (_ib_port("DOWN", None, "Disabled"), "WARN", "state DOWN, physical state Disabled: unused or down"),
+    (_ib_port("DOWN", None, layer="Ethernet"), "WARN", "state DOWN: unused or down"),
+    (_ib_port("INIT", 400.0, "LinkUp"), "FAIL",
+     "state INIT, physical state LinkUp: the link is up but not in service"),
+    (_ib_port("ARMED"), "FAIL", "state ARMED: the link is up but not in service"),
+    (_ib_port("DOWN", None, "LinkErrorRecovery"), "FAIL",
+     "state DOWN, physical state LinkErrorRecovery: the link is up but not in service"),
+    (_ib_port("ACTIVE", 200.0, "LinkUp"), "FAIL",
+     "ACTIVE at 200.0 Gb/s, below the 400.0 Gb/s of the other InfiniBand ports"),
+    (_ib_port("ACTIVE", 100.0, "LinkUp", "Ethernet"), "PASS", "ACTIVE at 100.0 Gb/s (Ethernet)"),
+])
+def test_infiniband_ports_fail_only_on_a_broken_link(port, status, evidence):
+    snap = _healthy_with(lambda s: s["host"]["infiniband"].append(port))
+    assert [(s, e) for n, s, e in verdicts(snap) if e.startswith("mlx5_8")] == [(status, f"mlx5_8 port 1: {evidence}")]
+    assert [s for n, s, e in verdicts(snap) if n == "infiniband" and not e.startswith("mlx5_8")] == ["PASS"] * 8
+
+
+def _one_gpu_of(snap, links_up):
+    """The snapshot as a one-GPU slice of the node shows it: GPU 0 alone, `links_up` of its links up."""
+    gpu = snap["gpus"]["devices"][0]
+    for i, link in enumerate(gpu["nvlink_links"]):
+        link["up"] = i < links_up
+    gpu["nvlink"]["links_up"] = links_up
+    snap["gpus"]["devices"] = [gpu]
+    snap["p2p"], snap["topology"] = [[None]], [["X"]]
+
+
+def test_nvlink_inactive_passes_on_a_lone_gpu_and_fails_beside_peers():
+    lone = _healthy_with(lambda s: _one_gpu_of(s, 0))
+    assert [(s, e) for n, s, e in verdicts(lone) if n == "nvlink"] == [
+        ("PASS", "GPU 0 (0000:18:00.0): NVLink inactive: no peer GPU visible")]
+    assert doctor.exit_status(doctor.run_checks(lone)) == 0
+    assert failing(lone, {"nvlinks_per_gpu": 18}) == [("expect_nvlink", "GPU 0")]
+    partly = _healthy_with(lambda s: _one_gpu_of(s, 12))
+    assert failing(partly) == [("nvlink", "GPU 0 (0000")]
+    beside_peers = _healthy_with(lambda s: s["gpus"]["devices"][3]["nvlink"].update(links_up=0))
+    assert failing(beside_peers) == [("nvlink", "GPU 3 (0000")]
 
 
 def test_idle_gpu_at_a_lower_pcie_generation_is_fine():

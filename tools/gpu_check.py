@@ -1,63 +1,230 @@
 """`make gpu-check`: on a machine with one or more GPUs, run the GPU tests and a short sweep of every
-GPU command, and write a summary (gpu-check/summary.md and summary.json, with each command's output
-beside it). Runs as is on a single GPU (nccl, ring and tree then have one rank) and on a multi-GPU node.
-Exit status 0 when every step passed."""
+GPU command, each step under a time limit, and write a summary (summary.md and summary.json, with
+each step's log beside them) into a folder of its own, gpu-check/<UTC stamp>-<pid>/; gpu-check/latest
+points at the newest. Runs as is on a single GPU (nccl, ring and tree then have one rank) and on a
+multi-GPU node, also from a shell inside a job (`srun --pty bash`): the steps get the environment
+without its launcher variables, so each starts its own ranks. doctor's verdict is reported, not
+counted: a node state it flags is worth reading but is no failure of the GPU path.
+Exit status 0 when every counted step passed."""
 
+from __future__ import annotations
+
+import contextlib
+import datetime
+import itertools
 import json
 import os
+import re
+import shlex
+import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
+from typing import Optional
+
+from commbench import doctor
+from commbench.gpu import visible_gpus
+from commbench.world import launcher_free_env
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.dirname(sys.executable)
-OUT = os.path.join(ROOT, "gpu-check")
+BASE = os.path.join(ROOT, "gpu-check")
+DOCTOR_JSON = "doctor.json"
+
+# Time limits per step: several times what a healthy node needs, so that only a hang reaches them.
+QUICK_S = 120  # version, topo, doctor
+TESTS_S = 600  # the GPU tests
+SWEEP_S = 300  # one command's short sweep
+# After SIGTERM, how long a stopped step (mpirun passing it on to its ranks) may take to exit.
+STOP_GRACE_S = 10
+
+PASS, FAIL, TIMEOUT = "PASS", "FAIL", "TIMEOUT"
 
 
-def steps(gpus: int) -> list[tuple[str, list[str]]]:
+@dataclass(frozen=True)
+class Step:
+    name: str
+    argv: list
+    timeout_s: float
+    counted: bool = True  # False: the exit status is reported, not counted (doctor's verdict on the node)
+    stdout_file: Optional[str] = None  # stdout goes there instead of the log: a document to read back
+
+    @property
+    def slug(self) -> str:
+        return _slug(self.name)
+
+
+def _slug(name: str) -> str:
+    """A step's name as a file name: 'allreduce nccl/ring/tree' -> 'allreduce_nccl_ring_tree'."""
+    return re.sub(r"[^A-Za-z0-9]+", "_", name).strip("_")
+
+
+def steps(gpus: int, folder: str) -> list[Step]:
+    """The steps of one run on a node with `gpus` GPUs, every file they write inside `folder`."""
     cb = os.path.join(BIN, "commbench")
-    res = lambda name: ["-o", os.path.join(OUT, f"{name}.json")]  # noqa: E731
+
+    def sweep(name, argv):
+        return Step(name, [cb, *argv, "-o", os.path.join(folder, f"{_slug(name)}.json")], SWEEP_S)
     out = [
-        ("version", [cb, "version", "-v"]),
-        ("topo", [cb, "topo", "--json"]),  # the real NVML path
-        ("doctor", [cb, "doctor"]),  # exits 1 when this node fails a preflight check
-        ("gpu tests", [sys.executable, "-m", "pytest", "-q", "-m", "gpu", os.path.join(ROOT, "tests")]),
-        ("allreduce nccl/ring/tree", [cb, "allreduce", "--device", "cuda", "--sizes", "1K-256M:x8", *res("allreduce")]),
-        ("allreduce graph", [cb, "allreduce", "--device", "cuda", "--impl", "nccl", "--graph", "--sizes", "8-64K:x8",
-                             *res("allreduce_graph")]),
-        ("allreduce bf16 max in-place", [cb, "allreduce", "--device", "cuda", "--dtype", "bfloat16", "--op", "max",
-                                         "--in-place", "--sizes", "1K-16M:x16", *res("allreduce_bf16")]),
-        ("p2p matrix", [cb, "p2p", "--device", "cuda", "--sizes", "4-64M:x16", *res("p2p_matrix")]),
-        ("copy", [cb, "copy", "--sizes", "4K-256M:x8", *res("copy")]),
+        Step("version", [cb, "version", "-v"], QUICK_S),
+        Step("topo", [cb, "topo", "--json"], QUICK_S, stdout_file="topo.json"),  # the real NVML path
+        Step("doctor", [cb, "doctor", "--json"], QUICK_S, counted=False, stdout_file=DOCTOR_JSON),
+        Step("gpu tests", [sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider",
+                           f"--basetemp={os.path.join(folder, 'pytest')}", os.path.join(ROOT, "tests")], TESTS_S),
+        sweep("allreduce nccl/ring/tree", ["allreduce", "--device", "cuda", "--sizes", "1K-256M:x8"]),
+        sweep("allreduce graph", ["allreduce", "--device", "cuda", "--impl", "nccl", "--graph", "--sizes", "8-64K:x8"]),
+        sweep("allreduce bf16 max in-place", ["allreduce", "--device", "cuda", "--dtype", "bfloat16", "--op", "max",
+                                              "--in-place", "--sizes", "1K-16M:x16"]),
+        sweep("p2p matrix", ["p2p", "--device", "cuda", "--sizes", "4-64M:x16"]),
+        sweep("copy", ["copy", "--sizes", "4K-256M:x8"]),
     ]
     if gpus >= 2:
-        out.append(("p2p nccl", [cb, "p2p", "--impl", "nccl", "--np", "2", "--sizes", "4-64M:x16", *res("p2p_nccl")]))
+        out.append(sweep("p2p nccl", ["p2p", "--impl", "nccl", "--np", "2", "--sizes", "4-64M:x16"]))
     return out
 
 
+def run_folder(base: str = BASE) -> str:
+    """A new, empty folder for one run: <UTC stamp>-<pid>, with a counter when this process makes
+    more than one within a second. Created here (never reused), so no run finds another's files."""
+    os.makedirs(base, exist_ok=True)
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    for n in itertools.count():
+        folder = os.path.join(base, f"{stamp}-{os.getpid()}" + (f"-{n}" if n else ""))
+        try:
+            os.mkdir(folder)
+            return folder
+        except FileExistsError:
+            continue
+
+
+def point_latest(base: str, folder: str) -> None:
+    """base/latest -> folder, replaced in one step."""
+    tmp = os.path.join(base, f".latest-{os.getpid()}")
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(tmp)
+    os.symlink(os.path.basename(folder), tmp)
+    os.replace(tmp, os.path.join(base, "latest"))
+
+
+def run_steps(todo: list[Step], folder: str, env: Optional[dict] = None) -> list[dict]:
+    """Runs the steps one after another, a failed or stopped one included, in an environment
+    without launcher variables; prints a line per step."""
+    env = launcher_free_env(env)
+    results = []
+    for step in todo:
+        r = run_step(step, folder, env)
+        print(f"{result_text(r):<24} {r['step']}  ({r['seconds']} s)  {r['log']}", flush=True)
+        results.append(r)
+    return results
+
+
+def run_step(step: Step, folder: str, env: dict) -> dict:
+    """One step, in its own session so that at its time limit the whole of it (mpirun and its ranks)
+    can be stopped; stdout and stderr go to its log as they come, so a stopped step keeps its output."""
+    log = os.path.join(folder, f"{step.slug}.log")
+    t0 = time.monotonic()
+    with contextlib.ExitStack() as files:
+        log_file = files.enter_context(open(log, "w"))
+        log_file.write(f"$ {shlex.join(step.argv)}\n")
+        log_file.flush()
+        stdout = log_file
+        if step.stdout_file:
+            stdout = files.enter_context(open(os.path.join(folder, step.stdout_file), "w"))
+        try:
+            proc = subprocess.Popen(step.argv, stdout=stdout, stderr=log_file, cwd=ROOT, env=env,
+                                    start_new_session=True)
+        except OSError as e:  # the program is missing: this step fails, the others still run
+            rc: Optional[int] = 127
+            log_file.write(f"gpu-check: cannot start it: {e}\n")
+        else:
+            rc = _wait(proc, step.timeout_s)
+            if rc is None:
+                log_file.write(f"\ngpu-check: stopped at the time limit of {step.timeout_s:g} s\n")
+    status = TIMEOUT if rc is None else PASS if rc == 0 else FAIL
+    return {"step": step.name, "argv": step.argv, "status": status, "rc": rc, "counted": step.counted,
+            "seconds": round(time.monotonic() - t0, 1), "timeout_s": step.timeout_s, "log": log}
+
+
+def _wait(proc: subprocess.Popen, timeout_s: float) -> Optional[int]:
+    """The step's exit status, or None when it was stopped at its time limit."""
+    try:
+        return proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        _stop(proc)
+        return None
+    except BaseException:  # Ctrl-C reaches gpu-check alone (the step has a session of its own)
+        _stop(proc)
+        raise
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """SIGTERM to the step's process group (mpirun passes it on to its ranks), then SIGKILL to what
+    is left of it."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=STOP_GRACE_S)
+
+
+def passed(results: list[dict]) -> bool:
+    return all(r["status"] == PASS for r in results if r["counted"])
+
+
+def result_text(r: dict) -> str:
+    text = {PASS: PASS, FAIL: f"FAIL (rc {r['rc']})", TIMEOUT: f"TIMEOUT ({r['timeout_s']:g} s)"}[r["status"]]
+    return text if r["counted"] else f"{text}, not counted"
+
+
+def doctor_summary(doc: Optional[dict]) -> dict:
+    """doctor's verdict line and its FAIL and WARN checks, from its --json document (None when
+    doctor left none)."""
+    if not doc:
+        return {"status": None, "line": "doctor: no verdict (see doctor.log)", "findings": []}
+    checks = doc["checks"]
+    return {"status": doc["status"], "line": doctor.verdict_line([c["status"] for c in checks]),
+            "findings": [c for c in checks if c["status"] in (doctor.FAIL, doctor.WARN)]}
+
+
+def read_doctor(path: str) -> Optional[dict]:
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def write_summary(folder: str, gpus: int, results: list[dict], node: dict) -> None:
+    """summary.json and summary.md: every step's result and time limit, and doctor's verdict on the
+    node (`node`, from doctor_summary)."""
+    with open(os.path.join(folder, "summary.json"), "w") as f:
+        json.dump({"gpus": gpus, "folder": folder, "passed": passed(results), "steps": results, "doctor": node},
+                  f, indent=1)
+    lines = [f"# gpu-check: {gpus} GPU(s), {'PASS' if passed(results) else 'FAIL'}", "",
+             "| step | result | seconds | limit (s) |", "|---|---|---|---|"]
+    lines += [f"| {r['step']} | {result_text(r)} | {r['seconds']} | {r['timeout_s']:g} |" for r in results]
+    lines += ["", "## doctor", "", node["line"], ""]
+    lines += [f"- {c['status']} {c['name']}: {c['evidence']}" + (f" (remedy: {c['remedy']})" if c["remedy"] else "")
+              for c in node["findings"]]
+    with open(os.path.join(folder, "summary.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
 def main() -> int:
-    from commbench.gpu import visible_gpus
     gpus, why = visible_gpus()
     if gpus == 0:
         print(f"gpu-check: {why}", file=sys.stderr)
         return 2
-    os.makedirs(OUT, exist_ok=True)
-    summary = []
-    for name, argv in steps(gpus):
-        t0 = time.time()
-        r = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT)
-        log = os.path.join(OUT, name.replace(" ", "_").replace("/", "-") + ".log")
-        with open(log, "w") as f:
-            f.write(f"$ {' '.join(argv)}\n{r.stdout}\n{r.stderr}")
-        summary.append({"step": name, "rc": r.returncode, "seconds": round(time.time() - t0, 1), "log": log})
-        print(f"{'PASS' if r.returncode == 0 else 'FAIL'}  {name}  ({summary[-1]['seconds']} s)  {log}")
-    with open(os.path.join(OUT, "summary.json"), "w") as f:
-        json.dump({"gpus": gpus, "steps": summary}, f, indent=1)
-    with open(os.path.join(OUT, "summary.md"), "w") as f:
-        f.write(f"# gpu-check: {gpus} GPU(s)\n\n| step | result | seconds |\n|---|---|---|\n")
-        for s in summary:
-            f.write(f"| {s['step']} | {'PASS' if s['rc'] == 0 else 'FAIL (rc ' + str(s['rc']) + ')'} | {s['seconds']} |\n")
-    return 0 if all(s["rc"] == 0 for s in summary) else 1
+    folder = run_folder()
+    point_latest(BASE, folder)
+    print(f"gpu-check: {gpus} GPU(s), results in {folder}", flush=True)
+    results = run_steps(steps(gpus, folder), folder)
+    node = doctor_summary(read_doctor(os.path.join(folder, DOCTOR_JSON)))
+    print(node["line"])
+    write_summary(folder, gpus, results, node)
+    print(f"gpu-check: {'PASS' if passed(results) else 'FAIL'}; summary in {os.path.join(folder, 'summary.md')}")
+    return 0 if passed(results) else 1
 
 
 if __name__ == "__main__":

@@ -50,7 +50,7 @@ __global__ void split_kernel(T* __restrict__ dst, const T* __restrict__ src, Vec
   const Pack<T>* vsrc = reinterpret_cast<const Pack<T>*>(src + sp.head);
   for (std::size_t i = first; i < sp.packs; i += stride) {
     const Pack<T> b = vsrc[i];
-    Pack<T> a;
+    Pack<T> a{};
     if constexpr (F::kReadsDst) a = vdst[i];
 #pragma unroll
     for (int l = 0; l < Pack<T>::kLanes; ++l) a.v[l] = f(a.v[l], b.v[l]);
@@ -75,13 +75,14 @@ __device__ void add_block_count(unsigned long long* wrong, unsigned long long lo
   if (threadIdx.x == 0) atomicAdd(wrong, ~0ULL);
 }
 
-// Sets *wrong to the number of blocks the check of `work` items will run with, and returns it.
+__global__ void arm_sentinel_kernel(unsigned long long* wrong, unsigned long long value) { *wrong = value; }
+
+// Sets *wrong, in stream order, to the number of blocks the check of `work` items will run with,
+// and returns it. A kernel rather than a copy from host memory, which would wait for the stream.
 unsigned arm_counter(unsigned long long* wrong, std::size_t work, cudaStream_t stream) {
   const unsigned blocks = blocks_for(work);
-  const unsigned long long sentinel = blocks;
-  // From pageable memory the call returns once the value has been staged, so a local is safe.
-  const cudaError_t rc = cudaMemcpyAsync(wrong, &sentinel, sizeof(sentinel), cudaMemcpyHostToDevice, stream);
-  if (rc != cudaSuccess) throw std::runtime_error(std::string("cudaMemcpyAsync (check counter) failed: ") + cudaGetErrorString(rc));
+  arm_sentinel_kernel<<<1, 1, 0, stream>>>(wrong, blocks);
+  check_launch("check counter kernel");
   return blocks;
 }
 

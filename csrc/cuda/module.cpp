@@ -114,8 +114,10 @@ class DeviceComm {
 
   // Untimed: all ranks meet and this rank's stream is idle.
   void barrier() {
-    nccl_check(ncclAllReduce(scratch_.ptr, scratch_.ptr, 1, ncclInt32, ncclSum, comm(), stream_.s), "ncclAllReduce", where_);
-    wait("barrier");
+    or_abort([&] {
+      nccl_check(ncclAllReduce(scratch_.ptr, scratch_.ptr, 1, ncclInt32, ncclSum, comm(), stream_.s), "ncclAllReduce", where_);
+      wait("barrier");
+    });
   }
 
   at::Tensor allreduce_times(const std::string& impl, at::Tensor send, at::Tensor recv, int64_t op_code,
@@ -147,10 +149,10 @@ class DeviceComm {
       }
       if (impl == "ring") {
         const RingSchedule sched{where_.rank, size_};
-        DeviceBuffer tmp(ring_scratch_elems<T>(n, size_) * sizeof(T), where_.device, where_);
+        at::Tensor tmp = device_scratch(ring_scratch_elems<T>(n, size_) * sizeof(T), where_.device);
         return timed(iters, graph, "ring all-reduce", [&] {
           copy_in();
-          ring_allreduce(transport, reducer, sched, out, static_cast<T*>(tmp.ptr), n);
+          ring_allreduce(transport, reducer, sched, out, static_cast<T*>(tmp.data_ptr()), n);
         });
       }
       if (impl == "tree") {
@@ -158,10 +160,10 @@ class DeviceComm {
           throw std::invalid_argument("tree chunk must hold at least one element");
         const std::size_t chunk = TreeSchedule::chunk_for(static_cast<std::size_t>(chunk_bytes), sizeof(T), n);
         const TreeSchedule sched{where_.rank, size_, chunk};
-        DeviceBuffer tmp(tree_scratch_elems<T>(chunk) * sizeof(T), where_.device, where_);
+        at::Tensor tmp = device_scratch(tree_scratch_elems<T>(chunk) * sizeof(T), where_.device);
         return timed(iters, graph, "tree all-reduce", [&] {
           copy_in();
-          tree_allreduce(transport, reducer, sched, out, static_cast<T*>(tmp.ptr), n);
+          tree_allreduce(transport, reducer, sched, out, static_cast<T*>(tmp.data_ptr()), n);
         });
       }
       throw std::invalid_argument("unknown device all-reduce impl '" + impl + "'");
@@ -171,20 +173,20 @@ class DeviceComm {
   // NCCL ping-pong between this rank and `peer`; the lower rank starts. Half the round trip. A pair
   // barrier before each iteration keeps the pair's skew out of the first sample.
   at::Tensor pingpong_times(at::Tensor buf, int64_t bytes, int64_t peer, int64_t iters) {
-    require_device_tensor(buf, where_.device, "buffer");
+    require_message(buf, bytes, peer);
     cuda_check(cudaSetDevice(where_.device), "cudaSetDevice", where_);
     void* p = buf.data_ptr();
     const int other = static_cast<int>(peer);
     const bool first = where_.rank < other;
     pybind11::gil_scoped_release no_gil;
-    std::vector<double> t = event_times(stream_.s, iters, where_, [&] { pair_barrier(other); }, [&] {
+    std::vector<double> t = or_abort([&] { return event_times(stream_.s, iters, where_, [&] { pair_barrier(other); }, [&] {
       for (int leg = 0; leg < 2; ++leg) {
         if ((leg == 0) == first)
           nccl_check(ncclSend(p, static_cast<std::size_t>(bytes), ncclUint8, other, comm(), stream_.s), "ncclSend", where_);
         else
           nccl_check(ncclRecv(p, static_cast<std::size_t>(bytes), ncclUint8, other, comm(), stream_.s), "ncclRecv", where_);
       }
-    }, [&] { wait("NCCL ping-pong"); });
+    }, [&] { wait("NCCL ping-pong"); }); });
     for (double& x : t) x /= 2;
     return to_tensor(max_with_peer(std::move(t), other));
   }
@@ -192,13 +194,13 @@ class DeviceComm {
   // Unidirectional bandwidth: `window` messages from the lower rank to the higher in one NCCL group
   // per iteration, after a pair barrier. Time per iteration (the whole window).
   at::Tensor bandwidth_times(at::Tensor buf, int64_t bytes, int64_t peer, int64_t window, int64_t iters) {
-    require_device_tensor(buf, where_.device, "buffer");
+    require_message(buf, bytes, peer);
     cuda_check(cudaSetDevice(where_.device), "cudaSetDevice", where_);
     void* p = buf.data_ptr();
     const int other = static_cast<int>(peer);
     const bool sender = where_.rank < other;
     pybind11::gil_scoped_release no_gil;
-    std::vector<double> t = event_times(stream_.s, iters, where_, [&] { pair_barrier(other); }, [&] {
+    std::vector<double> t = or_abort([&] { return event_times(stream_.s, iters, where_, [&] { pair_barrier(other); }, [&] {
       NcclGroup g(where_);
       for (int64_t w = 0; w < window; ++w) {
         if (sender)
@@ -207,21 +209,26 @@ class DeviceComm {
           nccl_check(ncclRecv(p, static_cast<std::size_t>(bytes), ncclUint8, other, comm(), stream_.s), "ncclRecv", where_);
       }
       g.end();
-    }, [&] { wait("NCCL bandwidth window"); });
+    }, [&] { wait("NCCL bandwidth window"); }); });
     return to_tensor(max_with_peer(std::move(t), other));
   }
 
-  // Maximum over ranks, element-wise, of a host tensor of doubles.
+  // Maximum over ranks, element-wise, of a host tensor of doubles. Copies between the stream and
+  // pageable memory wait for the stream without a bound, so each one starts on an idle stream.
   at::Tensor max_over_ranks(at::Tensor host) {
     const std::size_t n = static_cast<std::size_t>(host.numel());
     cuda_check(cudaSetDevice(where_.device), "cudaSetDevice", where_);
-    DeviceBuffer d(n * sizeof(double), where_.device, where_);
+    at::Tensor d = device_scratch(n * sizeof(double), where_.device);
     at::Tensor out = host.contiguous().clone();
-    cuda_check(cudaMemcpyAsync(d.ptr, out.data_ptr(), n * sizeof(double), cudaMemcpyHostToDevice, stream_.s), "cudaMemcpyAsync", where_);
-    nccl_check(ncclAllReduce(d.ptr, d.ptr, n, ncclFloat64, ncclMax, comm(), stream_.s), "ncclAllReduce", where_);
-    cuda_check(cudaMemcpyAsync(out.data_ptr(), d.ptr, n * sizeof(double), cudaMemcpyDeviceToHost, stream_.s), "cudaMemcpyAsync", where_);
-    wait("maximum of the times over ranks");
-    return out;
+    return or_abort([&] {
+      wait("the timed calls");
+      cuda_check(cudaMemcpyAsync(d.data_ptr(), out.data_ptr(), n * sizeof(double), cudaMemcpyHostToDevice, stream_.s), "cudaMemcpyAsync", where_);
+      nccl_check(ncclAllReduce(d.data_ptr(), d.data_ptr(), n, ncclFloat64, ncclMax, comm(), stream_.s), "ncclAllReduce", where_);
+      wait("maximum of the times over ranks");
+      cuda_check(cudaMemcpyAsync(out.data_ptr(), d.data_ptr(), n * sizeof(double), cudaMemcpyDeviceToHost, stream_.s), "cudaMemcpyAsync", where_);
+      wait("copy of the maximum to the host");
+      return out;
+    });
   }
 
   void fill_pattern(at::Tensor t, int64_t op_code) {
@@ -246,9 +253,10 @@ class DeviceComm {
       launch_count_wrong<T>(static_cast<const T*>(t.data_ptr()), static_cast<std::size_t>(t.numel()), op, size_, wrong, stream_.s);
       return 0;
     });
+    wait("check kernel");
     unsigned long long host = 0;
     cuda_check(cudaMemcpyAsync(&host, wrong, sizeof(host), cudaMemcpyDeviceToHost, stream_.s), "cudaMemcpyAsync", where_);
-    wait("check kernel");
+    wait("copy of the check count");
     return static_cast<int64_t>(host);
   }
 
@@ -256,6 +264,27 @@ class DeviceComm {
   ncclComm_t comm() const {
     if (!comm_.alive()) throw std::runtime_error("the NCCL communicator was aborted after an earlier failure" + where_.text());
     return comm_.get();
+  }
+
+  // Runs `work`, which queues NCCL operations. Any failure once work is queued aborts the
+  // communicator before the exception unwinds further: an NCCL kernel left waiting for a peer that
+  // will never post would otherwise block for ever whatever frees memory on the way out.
+  template <typename Work>
+  auto or_abort(Work&& work) -> decltype(work()) {
+    try {
+      return work();
+    } catch (...) {
+      comm_.abort();
+      throw;
+    }
+  }
+
+  void require_message(const at::Tensor& buf, int64_t bytes, int64_t peer) const {
+    require_device_tensor(buf, where_.device, "buffer");
+    if (bytes < 0 || bytes > static_cast<int64_t>(buf.nbytes()))
+      throw std::invalid_argument("message of " + std::to_string(bytes) + " bytes does not fit the buffer of " +
+                                  std::to_string(buf.nbytes()));
+    if (peer < 0 || peer >= size_ || peer == where_.rank) throw std::invalid_argument("peer must be another rank");
   }
 
   // Waits until the stream is idle. A dead or stalled peer would hang cudaStreamSynchronize for
@@ -268,6 +297,7 @@ class DeviceComm {
       const cudaError_t rc = cudaStreamQuery(stream_.s);
       if (rc == cudaSuccess) return;
       if (rc != cudaErrorNotReady) cuda_check(rc, what, where_);
+      cudaGetLastError();  // "not ready" is a status, not an error: keep it from the next launch check
       ncclResult_t async = ncclSuccess;
       nccl_check(ncclCommGetAsyncError(comm(), &async), "ncclCommGetAsyncError", where_);
       if (async != ncclSuccess && async != ncclInProgress) {
@@ -283,11 +313,13 @@ class DeviceComm {
         throw std::runtime_error(std::string(what) + " did not finish within --timeout " + limit + " s" + where_.text() +
                                  ": a peer rank is dead or stalled; NCCL communicator aborted");
       }
-      // Spin briefly (barriers between iterations are short), then poll gently.
-      if (now - start < std::chrono::milliseconds(2))
+      // Spin for the first second: the barrier before each timed iteration must return on every
+      // rank at once, or the skew between ranks enters the next sample. Past that, a peer is slow
+      // or gone, and polling gently is enough.
+      if (now - start < std::chrono::seconds(1))
         std::this_thread::yield();
       else
-        std::this_thread::sleep_for(std::chrono::microseconds(100));
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
   }
 
@@ -304,13 +336,24 @@ class DeviceComm {
   // Per-iteration event times, reduced to the maximum over ranks. With `graph`, the body is
   // captured once into a CUDA graph and each iteration launches the graph, which removes the
   // host's launch cost from small messages.
+  // The graph is run once untimed after its upload, and the body once before its capture: NCCL
+  // connects peers on first use, which a capture must not contain.
   template <typename Body>
   at::Tensor timed(int64_t iters, bool graph, const char* what, Body&& body) {
     auto sync = [&] { barrier(); };
     auto done = [&] { wait(what); };
-    if (!graph) return max_over_ranks(to_tensor(event_times(stream_.s, iters, where_, sync, body, done)));
-    Graph g(stream_.s, where_, body);
-    return max_over_ranks(to_tensor(event_times(stream_.s, iters, where_, sync, [&] { g.launch(); }, done)));
+    std::vector<double> t = or_abort([&] {
+      if (!graph) return event_times(stream_.s, iters, where_, sync, body, done);
+      sync();
+      body();
+      done();
+      Graph g(stream_.s, where_, body);
+      sync();
+      g.launch();
+      done();
+      return event_times(stream_.s, iters, where_, sync, [&] { g.launch(); }, done);
+    });
+    return max_over_ranks(to_tensor(t));
   }
 
   // A CUDA graph captured from `body` on `stream`, and its executable instance.
@@ -325,12 +368,21 @@ class DeviceComm {
       try {
         body();
       } catch (...) {
-        // End the capture so the stream stays usable for the untimed calls that follow an error.
+        // End the capture so the stream stays usable; the constructor never finishes, so no
+        // destructor will free what the capture made.
         cudaStreamEndCapture(stream, &graph);
+        if (graph) cudaGraphDestroy(graph);
         throw;
       }
       cuda_check(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture", where);
-      cuda_check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate", where);
+      try {
+        cuda_check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate", where);
+        cuda_check(cudaGraphUpload(exec, stream), "cudaGraphUpload", where);
+      } catch (...) {
+        if (exec) cudaGraphExecDestroy(exec);
+        cudaGraphDestroy(graph);
+        throw;
+      }
     }
     void launch() { cuda_check(cudaGraphLaunch(exec, stream), "cudaGraphLaunch", where); }
     ~Graph() {
@@ -345,15 +397,18 @@ class DeviceComm {
   // same samples, as the maximum over the pair.
   std::vector<double> max_with_peer(std::vector<double> t, int peer) {
     const std::size_t bytes = t.size() * sizeof(double);
-    DeviceBuffer mine(bytes, where_.device, where_), theirs(bytes, where_.device, where_);
+    at::Tensor mine = device_scratch(bytes, where_.device), theirs = device_scratch(bytes, where_.device);
     std::vector<double> other(t.size());
-    cuda_check(cudaMemcpyAsync(mine.ptr, t.data(), bytes, cudaMemcpyHostToDevice, stream_.s), "cudaMemcpyAsync", where_);
-    NcclGroup g(where_);
-    nccl_check(ncclSend(mine.ptr, t.size(), ncclFloat64, peer, comm(), stream_.s), "ncclSend", where_);
-    nccl_check(ncclRecv(theirs.ptr, t.size(), ncclFloat64, peer, comm(), stream_.s), "ncclRecv", where_);
-    g.end();
-    cuda_check(cudaMemcpyAsync(other.data(), theirs.ptr, bytes, cudaMemcpyDeviceToHost, stream_.s), "cudaMemcpyAsync", where_);
-    wait("exchange of times with the peer");
+    or_abort([&] {
+      cuda_check(cudaMemcpyAsync(mine.data_ptr(), t.data(), bytes, cudaMemcpyHostToDevice, stream_.s), "cudaMemcpyAsync", where_);
+      NcclGroup g(where_);
+      nccl_check(ncclSend(mine.data_ptr(), t.size(), ncclFloat64, peer, comm(), stream_.s), "ncclSend", where_);
+      nccl_check(ncclRecv(theirs.data_ptr(), t.size(), ncclFloat64, peer, comm(), stream_.s), "ncclRecv", where_);
+      g.end();
+      wait("exchange of times with the peer");
+      cuda_check(cudaMemcpyAsync(other.data(), theirs.data_ptr(), bytes, cudaMemcpyDeviceToHost, stream_.s), "cudaMemcpyAsync", where_);
+      wait("copy of the peer's times to the host");
+    });
     for (std::size_t i = 0; i < t.size(); ++i) t[i] = std::max(t[i], other[i]);
     return t;
   }

@@ -37,6 +37,7 @@ class NcclTransport {
  public:
   struct Request {};
   using Group = NcclGroup;
+  static constexpr bool kStreamOrdered = true;
 
   NcclTransport(ncclComm_t comm, cudaStream_t stream, const Where& where)
       : comm_(comm), stream_(stream), where_(where) {}

@@ -16,6 +16,27 @@
 
 namespace commbench {
 
+// Runs `release` with `device` current and then restores the caller's device: destructors run from
+// any context. A failure here is not reported (the first error is), and its status is cleared so
+// that the next launch check does not mistake it for its own.
+template <typename F>
+void release_on(int device, F&& release) {
+  int previous = -1;
+  const bool known = cudaGetDevice(&previous) == cudaSuccess;
+  cudaSetDevice(device);
+  release();
+  if (known) cudaSetDevice(previous);
+  cudaGetLastError();
+}
+
+// Scratch device memory from torch's caching allocator: the up-front memory check counts torch's
+// cached blocks as free, which holds only for memory taken from that cache, and giving it back never
+// waits for the device the way cudaFree does.
+inline at::Tensor device_scratch(std::size_t bytes, int device) {
+  return at::empty({static_cast<int64_t>(std::max<std::size_t>(bytes, 16))},
+                   at::TensorOptions().dtype(at::kByte).device(at::kCUDA, device));
+}
+
 struct DeviceBuffer {
   void* ptr = nullptr;
   int device = 0;
@@ -24,8 +45,7 @@ struct DeviceBuffer {
     cuda_check(cudaMalloc(&ptr, std::max<std::size_t>(bytes, 16)), "cudaMalloc", w);
   }
   ~DeviceBuffer() {
-    cudaSetDevice(device);
-    cudaFree(ptr);
+    if (ptr) release_on(device, [&] { cudaFree(ptr); });
   }
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
@@ -36,7 +56,9 @@ struct PinnedBuffer {
   PinnedBuffer(std::size_t bytes, const Where& w) {
     cuda_check(cudaHostAlloc(&ptr, std::max<std::size_t>(bytes, 16), cudaHostAllocPortable), "cudaHostAlloc", w);
   }
-  ~PinnedBuffer() { cudaFreeHost(ptr); }
+  ~PinnedBuffer() {
+    if (ptr) cudaFreeHost(ptr);
+  }
   PinnedBuffer(const PinnedBuffer&) = delete;
   PinnedBuffer& operator=(const PinnedBuffer&) = delete;
 };
@@ -49,8 +71,7 @@ struct Stream {
     cuda_check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate", w);
   }
   ~Stream() {
-    cudaSetDevice(device);
-    cudaStreamDestroy(s);
+    if (s) release_on(device, [&] { cudaStreamDestroy(s); });
   }
   Stream(const Stream&) = delete;
   Stream& operator=(const Stream&) = delete;
@@ -63,7 +84,9 @@ struct Event {
   Event(const Where& w, bool timing = true) {
     cuda_check(cudaEventCreateWithFlags(&e, timing ? cudaEventDefault : cudaEventDisableTiming), "cudaEventCreate", w);
   }
-  ~Event() { cudaEventDestroy(e); }
+  ~Event() {
+    if (e) cudaEventDestroy(e);  // null once moved from
+  }
   Event(Event&& o) noexcept : e(o.e) { o.e = nullptr; }
   Event(const Event&) = delete;
   Event& operator=(const Event&) = delete;

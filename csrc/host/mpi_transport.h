@@ -27,6 +27,7 @@ class MpiTransport {
   // One message may need several MPI requests when it is split into pieces.
   using Request = std::vector<MPI_Request>;
   static constexpr std::size_t kPiece = std::size_t{1} << 30;
+  static constexpr bool kStreamOrdered = false;
 
   // MPI requests progress independently of each other, so a group needs no call.
   struct Group {

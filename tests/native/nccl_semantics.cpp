@@ -53,6 +53,7 @@ struct RankStream {
 class RecordingTransport {
  public:
   struct Request {};
+  static constexpr bool kStreamOrdered = true;
   struct Group {
     RecordingTransport* t;
     void end() { t->close(); }

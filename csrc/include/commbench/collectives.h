@@ -11,11 +11,13 @@
 //   Request isend(const void* p, size_t bytes, int peer);
 //   Request irecv(void* p, size_t bytes, int peer);
 //   void wait(Request&);  void wait_all(std::vector<Request>&);
+//   static constexpr bool kStreamOrdered;  // true when calls run in the order they are posted
 // A Reducer provides: void operator()(T* dst, const T* src, size_t count)  // dst = op(dst, src)
 //
 // On a stream-ordered transport (NCCL) every call is queued on one stream and runs in that order, so
 // whatever must overlap has to be posted in one group: the executors are written as a sequence of
-// steps, each one group, with the reductions between them.
+// steps, each one group, with the reductions between them. A request-based transport (MPI) instead
+// gets the next receive posted before the current reduction, so data arrives while the host reduces.
 #pragma once
 
 #include <vector>
@@ -64,6 +66,7 @@ template <typename T, typename Transport, typename Reducer>
 void tree_allreduce(Transport& tr, Reducer& reduce, const TreeSchedule& s, T* buf, T* tmp,
                     std::size_t n) {
   using Request = typename Transport::Request;
+  constexpr bool early = !Transport::kStreamOrdered;  // post receive k + 1 before finishing chunk k
   const std::size_t chunks = s.num_chunks(n);
   const int kids = s.num_children(), parent = s.parent();
   if (s.size == 1 || chunks == 0) return;
@@ -71,34 +74,43 @@ void tree_allreduce(Transport& tr, Reducer& reduce, const TreeSchedule& s, T* bu
   const std::size_t slot_elems = s.chunk_elems + align_slack<T>();
   auto at = [&](std::size_t k) { return buf + s.chunk(n, k).begin; };
   auto bytes = [&](std::size_t k) { return s.chunk(n, k).count * sizeof(T); };
-  // Chunk k from child c lands in slot k % 2: the slot of chunk k - 2, reduced two steps earlier.
+  // Chunk k from child c lands in slot k % 2: the slot of chunk k - 2, reduced two steps earlier
+  // (k - 1 when receives are posted early).
   auto slot = [&](std::size_t k, int c) { return align_like(tmp + ((k % 2) * 2 + c) * slot_elems, at(k)); };
-  std::vector<Request> from_kids(static_cast<std::size_t>(kids)), sends;
+  std::vector<Request> from_kids(static_cast<std::size_t>(2 * kids)), sends;
+  auto recv_kids = [&](std::size_t k) {
+    for (int c = 0; c < kids; ++c) from_kids[(k % 2) * kids + c] = tr.irecv(slot(k, c), bytes(k), s.child(c));
+  };
 
+  if (early) recv_kids(0);
   for (std::size_t k = 0; k <= chunks; ++k) {
     auto g = tr.group();
-    if (k < chunks)
-      for (int c = 0; c < kids; ++c) from_kids[c] = tr.irecv(slot(k, c), bytes(k), s.child(c));
+    if (k < chunks && !early) recv_kids(k);
     if (k > 0 && parent >= 0) sends.push_back(tr.isend(at(k - 1), bytes(k - 1), parent));
     g.end();
-    if (k < chunks)
-      for (int c = 0; c < kids; ++c) {
-        tr.wait(from_kids[c]);
-        reduce(at(k), slot(k, c), s.chunk(n, k).count);
-      }
+    if (k < chunks) {
+      for (int c = 0; c < kids; ++c) tr.wait(from_kids[(k % 2) * kids + c]);
+      if (early && k + 1 < chunks) recv_kids(k + 1);
+      for (int c = 0; c < kids; ++c) reduce(at(k), slot(k, c), s.chunk(n, k).count);
+    }
   }
   // The broadcast overwrites buf, so every send of the reduction must have left it.
   tr.wait_all(sends);
   sends.clear();
 
-  Request from_parent{};
+  std::vector<Request> from_parent(2);
+  auto recv_parent = [&](std::size_t k) {
+    if (k < chunks && parent >= 0) from_parent[k % 2] = tr.irecv(at(k), bytes(k), parent);
+  };
+  if (early) recv_parent(0);
   for (std::size_t k = 0; k <= chunks; ++k) {
     auto g = tr.group();
-    if (k < chunks && parent >= 0) from_parent = tr.irecv(at(k), bytes(k), parent);
+    if (!early) recv_parent(k);
     if (k > 0)
       for (int c = 0; c < kids; ++c) sends.push_back(tr.isend(at(k - 1), bytes(k - 1), s.child(c)));
     g.end();
-    if (k < chunks && parent >= 0) tr.wait(from_parent);
+    if (k < chunks && parent >= 0) tr.wait(from_parent[k % 2]);
+    if (early) recv_parent(k + 1);
   }
   tr.wait_all(sends);
 }

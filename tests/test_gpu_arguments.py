@@ -1,0 +1,70 @@
+"""Every argument list that the GPU tests and `make gpu-check` will run, parsed here, on a host
+without a GPU, by commbench's own parsers (click's types and choices, then sizes, dtypes, ops and
+impls) without running a command: a typo there would otherwise surface only on the GPU node."""
+
+import os
+import sys
+
+import pytest
+
+from commbench.backends import parse_impls
+from commbench.cli import cli
+from commbench.sizes import parse_size, parse_sizes
+from commbench.spec import dtype_of, redop_code
+from conftest import gpu_check_module
+from test_gpu import GPU_TEST_ARGS
+
+GPU_CHECK = gpu_check_module()
+COMMBENCH_BIN = os.path.join(os.path.dirname(sys.executable), "commbench")
+
+
+def parse(argv: list) -> dict:
+    """The options of `commbench ARGV` as the command would receive them, each value checked by the
+    parser the command applies to it."""
+    group = cli.make_context("commbench", list(argv))
+    name, command, rest = cli.resolve_command(group, list(argv))
+    params = command.make_context(name, rest, parent=group).params
+    if "sizes" in params:
+        assert parse_sizes(params["sizes"])
+    for key in ("chunk", "staging_chunk"):
+        if key in params:
+            parse_size(params[key])
+    if "dtype" in params:
+        dtype_of(params["dtype"])
+    if "redop" in params:
+        redop_code(params["redop"])
+    if params.get("impl_text") and params["device"] != "auto":
+        parse_impls(params["impl_text"], params["device"])
+    return params
+
+
+def gpu_check_argvs(gpus: int) -> list:
+    steps = GPU_CHECK.steps(gpus, "/nonexistent/gpu-check-run")
+    return [s.argv[1:] for s in steps if s.argv[0] == COMMBENCH_BIN]
+
+
+ARGVS = [list(a) for a in dict.fromkeys(map(tuple, GPU_TEST_ARGS + gpu_check_argvs(1) + gpu_check_argvs(8)))]
+
+
+@pytest.mark.parametrize("argv", ARGVS, ids=" ".join)
+def test_gpu_argument_lists_parse(argv):
+    parse(argv)
+
+
+def test_gpu_check_runs_every_command_and_nccl_p2p_on_several_gpus():
+    one, eight = gpu_check_argvs(1), gpu_check_argvs(8)
+    assert {a[0] for a in one} == {"version", "topo", "doctor", "allreduce", "p2p", "copy"}
+    extra = [a for a in eight if a not in one]
+    assert all(a in eight for a in one) and extra and all(a[:3] == ["p2p", "--impl", "nccl"] for a in extra)
+
+
+@pytest.mark.parametrize("argv,wrong", [
+    (["allreduce", "--sizes", "4,1000,1M,3M:+1M"], "bad size"),  # a list item that is half a range
+    (["allreduce", "--device", "gpu"], "is not one of"),
+    (["allreduce", "--device", "cuda", "--impl", "gloo"], "runs with --device cpu"),
+    (["copy", "--staging-chunk", "4Q"], "bad size"),
+    (["allreduce", "--dtype", "float8"], "unknown dtype"),
+])
+def test_a_bad_list_is_caught(argv, wrong):
+    with pytest.raises(Exception, match=wrong):
+        parse(argv)
