@@ -224,7 +224,7 @@ def test_memory_check_counts_torchs_cached_blocks_as_free(gpu_memory):
 
 
 def test_device_samples_are_judged_against_the_event_timers_resolution():
-    from commbench.cli import timer_floor_s
+    from commbench.cli.common import timer_floor_s
     from commbench.stats import sample_flags
     assert timer_floor_s("cuda") == pytest.approx(max(gpu.CUDA_EVENT_RESOLUTION_S, timer_floor_s("cpu")))
     assert timer_floor_s("cpu") < gpu.CUDA_EVENT_RESOLUTION_S  # this host's clock is finer
@@ -237,7 +237,7 @@ def test_a_failure_midway_names_the_step_and_keeps_the_file(tmp_path, capsys):
     """What a NCCL timeout or async error becomes: one line naming the step (impl and size) and the
     rank's own words, the result file closed as failed with the rows measured before."""
     from commbench import results
-    from commbench.cli import _sweep
+    from commbench.cli.common import sweep as _sweep
     from commbench.reporter import Reporter, run_metadata
     from commbench.sweep import RunConfig
     path = str(tmp_path / "r.json")
