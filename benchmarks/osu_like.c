@@ -3,8 +3,11 @@
  *   osu_like allreduce ITERS WARMUP   4-byte MPI_Allreduce, timed per iteration with a barrier after
  *                                     each (as osu_allreduce); prints the median of the per-iteration
  *                                     maximum over ranks, and the mean.
- *   osu_like pingpong ITERS WARMUP    8-byte ping-pong between ranks 0 and 1 (as osu_latency): the
- *                                     loop's total time / (2 * ITERS), plus the per-iteration median.
+ *   osu_like pingpong ITERS WARMUP [BYTES]
+ *                                     ping-pong of BYTES (default 8) between ranks 0 and 1 as
+ *                                     osu_latency does it, from a page-aligned send buffer into a
+ *                                     page-aligned receive buffer: the loop's total time / (2 * ITERS),
+ *                                     plus the per-iteration median.
  */
 #include <mpi.h>
 #include <stdio.h>
@@ -25,8 +28,8 @@ int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  if (argc != 4) {
-    if (rank == 0) fprintf(stderr, "usage: osu_like allreduce|pingpong ITERS WARMUP\n");
+  if (argc != 4 && argc != 5) {
+    if (rank == 0) fprintf(stderr, "usage: osu_like allreduce|pingpong ITERS WARMUP [BYTES]\n");
     MPI_Finalize();
     return 2;
   }
@@ -49,23 +52,30 @@ int main(int argc, char** argv) {
     if (rank == 0)
       printf("allreduce 4 median_us %.4f mean_us %.4f\n", median(t, iters) * 1e6, sum / iters * 1e6);
   } else {
-    char buf[8] = {0};
+    const int bytes = argc == 5 ? atoi(argv[4]) : 8;
+    char *sbuf = NULL, *rbuf = NULL;
+    if (posix_memalign((void**)&sbuf, 4096, (size_t)bytes + 1) || posix_memalign((void**)&rbuf, 4096, (size_t)bytes + 1))
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    memset(sbuf, 1, (size_t)bytes + 1);
+    memset(rbuf, 0, (size_t)bytes + 1);
     double start = 0.0;
     for (int i = 0; i < warmup + iters; ++i) {
       if (i == warmup) start = MPI_Wtime();
       const double t0 = MPI_Wtime();
       if (rank == 0) {
-        MPI_Send(buf, 8, MPI_CHAR, 1, 1, MPI_COMM_WORLD);
-        MPI_Recv(buf, 8, MPI_CHAR, 1, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        MPI_Send(sbuf, bytes, MPI_CHAR, 1, 1, MPI_COMM_WORLD);
+        MPI_Recv(rbuf, bytes, MPI_CHAR, 1, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
       } else if (rank == 1) {
-        MPI_Recv(buf, 8, MPI_CHAR, 0, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-        MPI_Send(buf, 8, MPI_CHAR, 0, 1, MPI_COMM_WORLD);
+        MPI_Recv(rbuf, bytes, MPI_CHAR, 0, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        MPI_Send(sbuf, bytes, MPI_CHAR, 0, 1, MPI_COMM_WORLD);
       }
       if (i >= warmup) t[i - warmup] = (MPI_Wtime() - t0) / 2;
     }
     const double total = MPI_Wtime() - start;
     if (rank == 0)
-      printf("pingpong 8 median_us %.4f mean_us %.4f\n", median(t, iters) * 1e6, total / (2.0 * iters) * 1e6);
+      printf("pingpong %d median_us %.4f mean_us %.4f\n", bytes, median(t, iters) * 1e6, total / (2.0 * iters) * 1e6);
+    free(sbuf);
+    free(rbuf);
   }
   free(t);
   MPI_Finalize();

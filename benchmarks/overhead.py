@@ -3,8 +3,9 @@ bandwidth of our ring and tree beside MPI_Allreduce. Prints measured figures sid
 
     .venv/bin/python benchmarks/overhead.py [--iters 20000] [--repeats 3]
 
-The ratio commbench / C compares medians of per-iteration times at 4 B (all-reduce) and 8 B
-(ping-pong); the target is <= 1.10. Repeats interleave the two programs and keep each one's best
+The ratio commbench / C compares medians of per-iteration times at 4 B (all-reduce) and at 8 B,
+256 KiB and 1 MiB (ping-pong, separate page-aligned send and receive buffers on both sides, as
+osu_latency); the target is <= 1.10 for each. Repeats interleave the two programs and keep each one's best
 median, so that drift in the machine's load does not favour either.
 """
 
@@ -14,6 +15,8 @@ import os
 import subprocess
 import sys
 import tempfile
+
+from commbench.sizes import format_size
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BIN = os.path.dirname(sys.executable)
@@ -41,8 +44,11 @@ def build_reference():
     return out
 
 
-def reference(exe, test, iters):
-    fields = mpirun([exe, test, str(iters), "200"]).split()
+PINGPONG_BYTES = (8, 256 << 10, 1 << 20)
+
+
+def reference(exe, test, iters, *extra):
+    fields = mpirun([exe, test, str(iters), "200", *map(str, extra)]).split()
     return float(fields[3]), float(fields[5])  # median, mean
 
 
@@ -59,18 +65,24 @@ def main():
     ap.add_argument("--repeats", type=int, default=5)
     opts = ap.parse_args()
     exe = build_reference()
-    best = {"c_ar": [], "cb_ar": [], "c_pp": [], "cb_pp": []}
+    tests = [("allreduce 4 B (mpi)", "c_ar", "cb_ar")] + [(f"ping-pong {format_size(n)}B", f"c_pp{n}", f"cb_pp{n}")
+                                                          for n in PINGPONG_BYTES]
+    best = {key: [] for _, c, cb in tests for key in (c, cb)}
     with tempfile.TemporaryDirectory() as tmp:
         for _ in range(opts.repeats):
             best["c_ar"].append(reference(exe, "allreduce", opts.iters))
             best["cb_ar"].append(commbench_json(["allreduce", "--impl", "mpi", "--sizes", "4", "--iters",
                                                  str(opts.iters)], tmp)[0]["time_us"])
-            best["c_pp"].append(reference(exe, "pingpong", opts.iters))
-            pp = commbench_json(["p2p", "--sizes", "8", "--iters", str(opts.iters)], tmp)
-            best["cb_pp"].append(next(r for r in pp if r["op"] == "pingpong")["time_us"])
-        print(f"# overhead, 2 ranks, {opts.iters} iterations, best of {opts.repeats} runs (us)")
+            for n in PINGPONG_BYTES:
+                # Large messages take longer: fewer iterations keep each run short.
+                iters = opts.iters if n < 1024 else max(opts.iters // 20, 100)
+                best[f"c_pp{n}"].append(reference(exe, "pingpong", iters, n))
+                pp = commbench_json(["p2p", "--sizes", str(n), "--iters", str(iters)], tmp)
+                best[f"cb_pp{n}"].append(next(r for r in pp if r["op"] == "pingpong")["time_us"])
+        print(f"# overhead, 2 ranks, {opts.iters} iterations (ping-pong of 256 KiB and more: "
+              f"{max(opts.iters // 20, 100)}), best of {opts.repeats} runs (us)")
         print(f"{'test':<22}{'C median':>10}{'C mean':>10}{'commbench':>11}{'ratio':>8}")
-        for name, c, cb in (("allreduce 4 B (mpi)", "c_ar", "cb_ar"), ("ping-pong 8 B", "c_pp", "cb_pp")):
+        for name, c, cb in tests:
             c_med = min(m for m, _ in best[c])
             c_mean = min(m for _, m in best[c])
             cb_med = min(t["median"] for t in best[cb])

@@ -4,25 +4,39 @@ and (optionally) its raw samples. Never overwritten."""
 from __future__ import annotations
 
 import datetime
-import json
 import os
+import shlex
 
 from .errors import CommbenchError
+from .fit import require_usable
+from .machine import recorded_env, typed_command
+from .preflight import check_new_file
 from .results import load_document, write_new
 
 DEFAULT_DIR = os.path.join("results", "baselines")
 
 
+def clean(doc: dict) -> None:
+    """Keeps of a result file's environment only what any result file records now, and its command
+    as typed: baselines go into shared repositories, and a run file may predate those rules."""
+    doc["env"] = recorded_env(doc["env"])
+    doc["argv"] = typed_command(doc["argv"])
+
+
 def save(run_path: str, name: str, directory: str = DEFAULT_DIR, keep_samples: bool = False) -> str:
     if not name or os.sep in name or name.startswith("."):
         raise CommbenchError(f"bad baseline name '{name}': use a plain file name such as h100-node-a")
+    path = os.path.join(directory, f"{name}.json")
+    exists = f"baseline {name} already exists in {directory}; choose another --name or delete it first"
+    check_new_file(path, exists)
     doc = load_document(run_path)
+    require_usable(doc, run_path)
+    clean(doc)
     if not keep_samples:
         for r in doc["results"]:
             r["samples_us"] = []  # the summary statistics stay; fits then use the medians
     doc["baseline"] = {"name": name, "saved": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                       "source": os.path.basename(run_path), "command": " ".join(doc.get("argv", [])),
+                       "source": os.path.basename(run_path), "command": shlex.join(doc["argv"]),
                        "samples_kept": keep_samples}
-    path = os.path.join(directory, f"{name}.json")
-    write_new(path, doc, f"baseline {name} already exists in {directory}; choose another --name or delete it first")
+    write_new(path, doc, exists)
     return path

@@ -101,19 +101,18 @@ def _disjoint(a: Optional[list], b: Optional[list]) -> bool:
 
 
 def _fit_checks(bf: dict, rf: dict, tol_bw: float, tol_lat: float) -> list[dict]:
-    """The fitted bandwidth and alpha of the largest-size segments; a change counts as a regression
-    only beyond the tolerance and outside both bootstrap intervals (the fits are noisier than the
-    medians they come from)."""
+    """The fitted bandwidth (of the largest-size segments) and alpha (of the smallest-size ones); a
+    change counts as a regression only beyond the tolerance and outside both bootstrap intervals (the
+    fits are noisier than the medians they come from)."""
     out = []
-    b_top, r_top = bf["segments"][-1], rf["segments"][-1]
     if bf["bandwidth_gbps"] and rf["bandwidth_gbps"]:
         change = rf["bandwidth_gbps"] / bf["bandwidth_gbps"] - 1
         out.append({"check": "fitted bandwidth", "change": change, "tolerance": -tol_bw,
-                    "regression": change < -tol_bw and _disjoint(b_top["bandwidth_gbps_ci"], r_top["bandwidth_gbps_ci"])})
+                    "regression": change < -tol_bw and _disjoint(bf["bandwidth_gbps_ci"], rf["bandwidth_gbps_ci"])})
     if bf["alpha_us"] > 0 and rf["alpha_us"] > 0:
         change = rf["alpha_us"] / bf["alpha_us"] - 1
         out.append({"check": "fitted alpha", "change": change, "tolerance": tol_lat,
-                    "regression": change > tol_lat and _disjoint(b_top["alpha_us_ci"], r_top["alpha_us_ci"])})
+                    "regression": change > tol_lat and _disjoint(bf["alpha_us_ci"], rf["alpha_us_ci"])})
     return out
 
 

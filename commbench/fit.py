@@ -11,6 +11,8 @@ from typing import Optional
 
 import numpy as np
 
+from .errors import CommbenchError
+
 MAX_SEGMENTS = 3
 MIN_POINTS = 3  # per segment
 GOOD_FIT_RMS = 0.03  # relative RMS error under which a line needs no further split
@@ -27,23 +29,10 @@ class CostModel:
 
 def cost_model(op: str, impl: str, ranks: int) -> Optional[CostModel]:
     """None when nothing crosses a link (a collective on one rank)."""
-    from .spec import COLLECTIVES
-    spec = COLLECTIVES.get(op)
-    if spec is not None and not spec.pairwise and op != "allreduce":
-        # Other collectives (imported logs): their busbw factor makes BW comparable to a link.
-        if ranks < 2:
-            return None
-        factor = spec.busbw_factor(ranks)
-        return CostModel(f"{op}: t = alpha + {factor:.3g}*n/BW (busbw factor)", 1.0, factor, True)
-    if op == "allreduce":
-        p = ranks
-        if p < 2:
-            return None
-        if impl == "tree":
-            depth = max(1, int(math.floor(math.log2(p))))
-            return CostModel(f"pipelined binary tree: t = 2*{depth}*alpha + 2n/BW", 2 * depth, 2.0, False)
-        ring = CostModel(f"ring: t = 2({p}-1)*alpha + 2({p}-1)/{p}*n/BW", 2 * (p - 1), 2 * (p - 1) / p, impl != "ring")
-        return ring
+    from .collectives import names
+    if op in names():
+        from .collectives import get
+        return get(op).cost_model(impl, ranks)
     # Point-to-point and copies: Hockney, t = alpha + n/BW.
     return CostModel("Hockney: t = alpha + n/BW", 1.0, 1.0, False)
 
@@ -134,9 +123,16 @@ def fit_series(sizes: list[int], samples_us: list[list[float]], model: CostModel
     mad = float(np.median(np.abs(rel - np.median(rel)))) * 1.4826
     limit = max(0.10, 3 * mad)
     outliers = [int(n[k]) for k in range(len(n)) if abs(rel[k]) > limit]
-    top = segments[-1]
-    return {"model": model.name, "effective": model.effective, "alpha_us": top["alpha_us"],
-            "bandwidth_gbps": top["bandwidth_gbps"], "segments": segments, "outlier_sizes": outliers}
+    # Latency is what the smallest messages pay, bandwidth what the largest reach: the segment of the
+    # largest sizes is bandwidth-bound and its intercept says nothing about latency (it can be
+    # negative, or thousands of microseconds on shared memory).
+    low, top = segments[0], segments[-1]
+    return {"model": model.name, "effective": model.effective,
+            "alpha_us": low["alpha_us"], "alpha_us_ci": low["alpha_us_ci"],
+            "alpha_segment": [low["size_min"], low["size_max"]],
+            "bandwidth_gbps": top["bandwidth_gbps"], "bandwidth_gbps_ci": top["bandwidth_gbps_ci"],
+            "bandwidth_segment": [top["size_min"], top["size_max"]],
+            "segments": segments, "outlier_sizes": outliers}
 
 
 SERIES_FIELDS = ("op", "impl", "ranks", "dtype", "redop", "pair", "bidirectional")
@@ -151,14 +147,25 @@ def series_head(key: tuple) -> dict:
     return {f: (list(v) if isinstance(v, tuple) else v) for f, v in zip(SERIES_FIELDS, key) if v is not None}
 
 
+def usable(r: dict) -> bool:
+    """Empty messages and zero times say nothing about a line, nor fit a log axis."""
+    return r["size_bytes"] > 0 and r["time_us"]["median"] > 0
+
+
+def require_usable(doc: dict, source: str) -> None:
+    """Refuses a result file that holds nothing to fit, plot or keep as a baseline."""
+    if not doc["results"]:
+        raise CommbenchError(f"{source} holds no measured rows (run status: {doc.get('status', 'unknown')})")
+    if not any(usable(r) for r in doc["results"]):
+        raise CommbenchError(f"{source} holds no usable series: every row has an empty message or a zero time")
+
+
 def fit_records(records: list[dict]) -> list[dict]:
     """One fit per series in a run's records (see series_key); series with fewer than MIN_POINTS
-    usable sizes, or on one rank, are reported with the reason instead. Empty messages and zero
-    times say nothing about a line and are left out."""
+    usable sizes, or on one rank, are reported with the reason instead."""
     series: dict = {}
-    for r in records:
-        if r["size_bytes"] > 0 and r["time_us"]["median"] > 0:
-            series.setdefault(series_key(r), []).append(r)
+    for r in filter(usable, records):
+        series.setdefault(series_key(r), []).append(r)
     out = []
     for key, rows in series.items():
         head = series_head(key)

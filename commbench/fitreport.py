@@ -36,10 +36,14 @@ def _ci(ci) -> str:
     return "" if not ci else f"[{ci[0]:.3g}, {ci[1]:.3g}]"
 
 
+def _span(sizes: list[int]) -> str:
+    return f"{format_size(sizes[0])}-{format_size(sizes[1])}"
+
+
 def fit_lines(fits: list[dict]) -> list[str]:
     lines = ["#", "# fit: t(n) = a + b*n per (op, impl, ranks), weighted by 1/t^2, segmented where the slope changes;",
-             "# alpha = per-message latency and bandwidth = link GB/s through each algorithm's cost model,",
-             "# from the segment of the largest sizes (95% bootstrap CI over the per-iteration samples)"]
+             "# through each algorithm's cost model: alpha = per-message latency, from the segment of the smallest",
+             "# sizes; bandwidth = link GB/s, from the segment of the largest (95% bootstrap CI over the samples)"]
     for f in fits:
         who = f"{f['op']} {f['impl']} ({f['ranks']} ranks" + (f", pair {f['pair'][0]}-{f['pair'][1]}" if f.get("pair") else "") \
             + (", both ways)" if f.get("bidirectional") else ")")
@@ -47,11 +51,11 @@ def fit_lines(fits: list[dict]) -> list[str]:
             lines.append(f"# {who}: no fit, {f['skipped']}")
             continue
         note = " (effective values: the library's algorithm is unknown)" if f["effective"] else ""
-        top = f["segments"][-1]
         unresolved = " (negative intercept: latency not resolved at these sizes)" if f["alpha_us"] < 0 else ""
-        lines.append(f"# {who}: alpha {f['alpha_us']:.3g} us{unresolved} {_ci(top['alpha_us_ci'])}, bandwidth "
-                     f"{_bw(f['bandwidth_gbps'])} GB/s {_ci(top['bandwidth_gbps_ci'])}, R2 {top['r2']:.3f}; "
-                     f"{f['model']}{note}")
+        r2 = f", R2 {f['segments'][0]['r2']:.3f}" if len(f["segments"]) == 1 else ""
+        lines.append(f"# {who}: alpha {f['alpha_us']:.3g} us{unresolved} {_ci(f['alpha_us_ci'])} from "
+                     f"{_span(f['alpha_segment'])}, bandwidth {_bw(f['bandwidth_gbps'])} GB/s "
+                     f"{_ci(f['bandwidth_gbps_ci'])} from {_span(f['bandwidth_segment'])}{r2}; {f['model']}{note}")
         if "verdict" in f:
             pct = "n/a" if f["percent_of_expected"] is None else f"{f['percent_of_expected']:.0f}%"
             e = f["expected"]
@@ -61,7 +65,7 @@ def fit_lines(fits: list[dict]) -> list[str]:
                          f"for {e['fabric']} = {pct}{alpha} ({e['source']})")
         if len(f["segments"]) > 1:
             for s in f["segments"]:
-                lines.append(f"#   segment {format_size(s['size_min'])}-{format_size(s['size_max'])}: alpha "
+                lines.append(f"#   segment {_span([s['size_min'], s['size_max']])}: alpha "
                              f"{s['alpha_us']:.3g} us, bandwidth {_bw(s['bandwidth_gbps'])} GB/s, R2 {s['r2']:.3f}")
         if f["outlier_sizes"]:
             lines.append(f"#   off the fit: {', '.join(format_size(n) for n in f['outlier_sizes'])}")

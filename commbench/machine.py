@@ -8,18 +8,37 @@ import subprocess
 from functools import lru_cache
 from typing import Optional
 
-import torch
-
 from . import __version__
 
-# Variables that change how communication libraries behave. Only these are recorded: the full
-# environment can hold secrets.
-ENV_PREFIXES = ("NCCL_", "UCX_", "OMPI_", "MPICH_", "I_MPI_", "CUDA_", "TORCH_", "GLOO_")
+# The settings that change how the communication libraries and the GPUs perform: the only
+# variables a result file records, because result files go into shared repositories and the full
+# environment holds credentials, user names and paths. Library families by prefix (Open MPI's by
+# its MCA parameters only: its other OMPI_ variables describe the launch), single settings by name.
+RECORDED_PREFIXES = ("NCCL_", "UCX_", "OMPI_MCA_", "MPICH_", "I_MPI_", "FI_", "TORCH_NCCL_", "GLOO_")
+RECORDED_NAMES = frozenset({"CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "CUDA_DEVICE_MAX_CONNECTIONS",
+                            "CUDA_LAUNCH_BLOCKING", "CUDA_MODULE_LOADING", "OMP_NUM_THREADS",
+                            "TORCH_DISTRIBUTED_DEBUG"})
+# MCA variables mpirun itself sets on every rank it starts (the launch, and paths of the machine it
+# ran on), not tuning a user chose.
+LAUNCHER_SET = frozenset({"OMPI_MCA_PREFIXES", "OMPI_MCA_initial_wdir", "OMPI_MCA_num_procs", "OMPI_MCA_cpu_type"})
+# A name with any of these words holds a credential, whatever library it belongs to (UCX_PASSWORD,
+# GLOO_AUTH_TOKEN, NCCL_..._KEY).
+SECRET_WORDS = ("PASSWORD", "SECRET", "TOKEN", "KEY", "CREDENTIAL", "AUTH")
 
 
 def recorded_env(env: Optional[dict] = None) -> dict[str, str]:
+    """The performance settings of env (default: this process's environment) that a result file
+    keeps; also what cleans the environment of a result file written before this list existed."""
     env = os.environ if env is None else env
-    return {k: v for k, v in sorted(env.items()) if k.startswith(ENV_PREFIXES)}
+    return {k: v for k, v in sorted(env.items())
+            if (k in RECORDED_NAMES or k.startswith(RECORDED_PREFIXES)) and k not in LAUNCHER_SET
+            and not any(word in k.upper() for word in SECRET_WORDS)}
+
+
+def typed_command(argv: list[str]) -> list[str]:
+    """The command as its user typed it: `commbench allreduce ...`, whether this process runs as the
+    console script, as `python -m commbench` or as a rank the standalone parent re-ran."""
+    return ["commbench", *argv[1:]]
 
 
 def cpu_model() -> str:
@@ -72,6 +91,7 @@ def mpi_version() -> Optional[str]:
 
 
 def describe(hosts: list[str], ranks: int, launcher: str) -> dict:
+    import torch  # here: the analysis commands clean environments with this module and need no torch
     return {
         "hosts": list(dict.fromkeys(hosts)),
         "ranks": ranks,

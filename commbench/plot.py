@@ -3,31 +3,20 @@ size (log-log), with fitted lines, the fabric's expected line and baselines over
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import BinaryIO, Optional, Union
 
 import numpy as np
 
 from .fabrics import Expectation
 from .fit import cost_model, fit_records, series_head, series_key
+from .formats.series import by_series, label
 from .sizes import format_size
 
 
-def _series(doc: dict) -> dict:
-    out: dict = {}
-    for r in doc["results"]:
-        out.setdefault(series_key(r), []).append(r)
-    return {k: sorted(v, key=lambda r: r["size_bytes"]) for k, v in out.items()}
-
-
-def _label(key, tag: str) -> str:
-    h = series_head(key)
-    where = f"pair {h['pair'][0]}-{h['pair'][1]}" if "pair" in h else f"{h['ranks']} ranks"
-    both = ", both ways" if h.get("bidirectional") else ""
-    return f"{tag}{h['op']} {h['impl']} ({where}{both})"
-
-
-def plot(runs: list[tuple[str, dict]], path: str, baselines: Optional[list[tuple[str, dict]]] = None,
-         expected: Optional[Expectation] = None) -> None:
+def plot(runs: list[tuple[str, dict]], path: Union[str, BinaryIO], baselines: Optional[list[tuple[str, dict]]] = None,
+         expected: Optional[Expectation] = None, image_format: Optional[str] = None) -> None:
+    """Draws the runs (and baselines, dashed) into path: a file name, whose extension gives the image
+    format, or a binary stream, with image_format."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -36,23 +25,21 @@ def plot(runs: list[tuple[str, dict]], path: str, baselines: Optional[list[tuple
     fig, (ax_bw, ax_t) = plt.subplots(1, 2, figsize=(14, 5.5))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     drawn = 0
-    all_sizes = []
     for group, style in ((runs, "-"), (baselines or [], "--")):
         for name, doc in group:
             fits = {series_key(f): f for f in fit_records(doc["results"])}
             tag = "" if len(runs) == 1 and not baselines else f"{name}: "
             if style == "--":
                 tag = f"baseline {name}: "
-            for key, rows in _series(doc).items():
+            for key, rows in by_series(doc["results"]).items():
                 n = np.array([max(r["size_bytes"], 1) for r in rows], dtype=float)
                 bw = [r["busbw_gbps"] if r["busbw_gbps"] is not None else r["algbw_gbps"] for r in rows]
                 t = [r["time_us"]["median"] for r in rows]
-                all_sizes += list(n)
                 c = colors[drawn % len(colors)]
                 drawn += 1
-                label = _label(key, tag)
-                ax_bw.plot(n, bw, style, marker="o" if style == "-" else None, ms=3, color=c, label=label)
-                ax_t.plot(n, t, style, marker="o" if style == "-" else None, ms=3, color=c, label=label)
+                legend = tag + label(key)
+                ax_bw.plot(n, bw, style, marker="o" if style == "-" else None, ms=3, color=c, label=legend)
+                ax_t.plot(n, t, style, marker="o" if style == "-" else None, ms=3, color=c, label=legend)
                 f = fits.get(key)
                 h = series_head(key)
                 model = cost_model(h["op"], h["impl"], h["ranks"])
@@ -80,5 +67,5 @@ def plot(runs: list[tuple[str, dict]], path: str, baselines: Optional[list[tuple
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=7, loc="best")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, format=image_format)
     plt.close(fig)

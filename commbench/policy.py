@@ -18,10 +18,16 @@ class Policy:
 
     def describe(self) -> dict:
         d = asdict(self)
-        d["rule"] = ("fixed iterations" if self.iters else
-                     "iterations = budget / median warm-up time, clamped to [min_iters, max_iters]; "
-                     "warm-up spends at most half the budget and runs at least once")
+        d["rule"] = self.rule()
         return d
+
+    def rule(self) -> str:
+        """The policy in one line: in the result file and in the header of a run."""
+        if self.iters:
+            return f"{self.iters} timed iterations per size after {self.warmup} warm-up(s)"
+        return (f"timed iterations = {self.budget_ms:g} ms budget / warm-up median, clamped to [{self.min_iters}, "
+                f"{self.max_iters}]; up to {self.warmup} warm-up(s) within half the budget and what "
+                f"{self.min_iters} timed iterations leave of it: one where those alone exceed the budget")
 
 
 def measure(timer: Callable[[int], np.ndarray], policy: Policy,
@@ -39,7 +45,10 @@ def measure(timer: Callable[[int], np.ndarray], policy: Policy,
     estimate = float(first[0])
     extra = policy.warmup - 1
     if estimate > 0:
-        extra = min(extra, int(0.5 * budget_s / estimate))
+        # Warm-ups are paid for from the budget, never beyond it: where min_iters timed iterations
+        # alone exceed the budget (large messages), the check is the only warm-up.
+        spare = min(0.5 * budget_s, budget_s - policy.min_iters * estimate)
+        extra = min(extra, int(spare / estimate)) if spare > 0 else 0
     if extra > 0:
         # The first iteration pays for first touch and connection set-up; the rest estimate better.
         estimate = float(np.median(timer(extra)))

@@ -1,22 +1,37 @@
-"""A Markdown and HTML report of one run: what ran where, the plot, the fit table with verdicts."""
+"""A report of one run: what it says (the facts of the run, the fit table with verdicts, the records
+by series) as rows of text, which the markdown and html formats lay out; and the report folder that
+`commbench report` writes: report.md and report.html beside the plot they show."""
 
 from __future__ import annotations
 
-import html
 import os
 from typing import Optional
 
+from . import formats
 from .fabrics import Expectation
 from .fitreport import fits_with_verdicts
-from .plot import plot
+from .formats import console
+from .formats.series import by_series, label
 from .results import write_new
 from .sizes import format_size
 
+TITLE = "commbench report"
+PLOT = "plot.png"
 
-def _fit_table(fits: list[dict]) -> list[list[str]]:
+
+def facts(doc: dict, source: str) -> list[tuple[str, str]]:
+    m, cfg = doc["machine"], doc["config"]
+    return [("run", source), ("created", doc["created"]), ("command", " ".join(doc["argv"])),
+            ("hosts", ", ".join(m["hosts"])), ("ranks", str(m["ranks"])), ("CPU", m["cpu_model"]),
+            ("MPI", str(m["mpi"])), ("torch", m["torch"]), ("op / dtype", f"{cfg['op']} / {cfg['dtype']}"),
+            ("wrong elements", str(sum(r["wrong"] for r in doc["results"])))]
+
+
+def fit_table(doc: dict, options: formats.Options) -> list[list[str]]:
+    """The header row, then one row per series: its fit and its verdict against options.expected."""
     rows = [["op", "impl", "ranks", "alpha (us)", "bandwidth (GB/s)", "95% CI (GB/s)", "R²", "segments",
              "expected", "verdict"]]
-    for f in fits:
+    for f in fits_with_verdicts(doc["results"], options.expected, options.pass_pct, options.fail_pct):
         if "skipped" in f:
             rows.append([f["op"], f["impl"], str(f["ranks"]), "", "", "", "", "", "", f"no fit: {f['skipped']}"])
             continue
@@ -33,33 +48,21 @@ def _fit_table(fits: list[dict]) -> list[list[str]]:
     return rows
 
 
+def record_tables(doc: dict) -> list[tuple[str, list[list[str]]]]:
+    """Per series, its name and the console table's rows (header row first: name and unit)."""
+    head = [f"{c} {u}".strip() for c, u in zip(console.COLUMNS, console.UNITS)]
+    return [(label(key), [head] + [list(console.cells(r)) for r in recs])
+            for key, recs in by_series(doc["results"]).items()]
+
+
 def write_report(run_path: str, doc: dict, out_dir: str, expected: Optional[Expectation], pass_pct: float,
                  fail_pct: float) -> list[str]:
-    if os.path.exists(os.path.join(out_dir, "report.md")):
-        from .errors import CommbenchError
-        raise CommbenchError(f"{out_dir} already holds a report; choose another -o")
-    os.makedirs(out_dir, exist_ok=True)
-    png = os.path.join(out_dir, "plot.png")
-    plot([(os.path.basename(run_path), doc)], png, expected=expected)
-    fits = fits_with_verdicts(doc["results"], expected, pass_pct, fail_pct)
-    table = _fit_table(fits)
-    m, cfg = doc["machine"], doc["config"]
-    facts = [("run", os.path.basename(run_path)), ("created", doc["created"]), ("command", " ".join(doc["argv"])),
-             ("hosts", ", ".join(m["hosts"])), ("ranks", str(m["ranks"])), ("CPU", m["cpu_model"]),
-             ("MPI", str(m["mpi"])), ("torch", m["torch"]), ("op / dtype", f"{cfg['op']} / {cfg['dtype']}"),
-             ("wrong elements", str(sum(r["wrong"] for r in doc["results"])))]
-    md = ["# commbench report", ""] + [f"- **{k}**: {v}" for k, v in facts] + ["", "![plot](plot.png)", "",
-                                                                                "## Fit and verdicts", ""]
-    md.append("| " + " | ".join(table[0]) + " |")
-    md.append("|" + "---|" * len(table[0]))
-    md += ["| " + " | ".join(r) + " |" for r in table[1:]]
-    write_new(os.path.join(out_dir, "report.md"), "\n".join(md) + "\n", f"{out_dir}/report.md exists")
-    cells = lambda r, tag: "".join(f"<{tag}>{html.escape(c)}</{tag}>" for c in r)  # noqa: E731
-    page = ["<!doctype html><html><head><meta charset='utf-8'><title>commbench report</title>",
-            "<style>body{font-family:sans-serif;max-width:1200px;margin:auto}table{border-collapse:collapse}"
-            "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}</style></head><body>",
-            "<h1>commbench report</h1><ul>"] + [f"<li><b>{html.escape(k)}</b>: {html.escape(v)}</li>" for k, v in facts]
-    page += ["</ul><img src='plot.png' width='100%'><h2>Fit and verdicts</h2><table>",
-             f"<tr>{cells(table[0], 'th')}</tr>"] + [f"<tr>{cells(r, 'td')}</tr>" for r in table[1:]] + ["</table></body></html>"]
-    write_new(os.path.join(out_dir, "report.html"), "\n".join(page) + "\n", f"{out_dir}/report.html exists")
-    return [png, os.path.join(out_dir, "report.md"), os.path.join(out_dir, "report.html")]
+    """Writes the plot, report.md and report.html into out_dir (new files only); returns their paths."""
+    options = formats.Options(source=os.path.basename(run_path), expected=expected, pass_pct=pass_pct,
+                              fail_pct=fail_pct, image=PLOT)
+    written = []
+    for name, fmt in ((PLOT, "png"), ("report.md", "markdown"), ("report.html", "html")):
+        path = os.path.join(out_dir, name)
+        write_new(path, formats.get(fmt).render(doc, options), f"{path} exists")
+        written.append(path)
+    return written

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
 import sys
@@ -9,7 +10,8 @@ from typing import Callable, Optional
 
 import click
 
-from . import machine, output
+from . import machine
+from .formats import console as table
 from .results import ResultFile, default_path
 from .stats import FLAG_TEXT, sample_flags
 
@@ -27,7 +29,7 @@ class Reporter:
         self.current = ""  # the step being measured, named in a failure's message
         self.flagged: dict[tuple[str, str], list[tuple[str, dict]]] = {}  # (block, flag) -> sizes
         self.file = ResultFile(output_path or default_path(meta["config"]["op"]), meta)
-        for line in output.header(meta):
+        for line in table.header(meta):
             click.echo(line)
         self._progress = None
         if sys.stderr.isatty() or os.environ.get(PROGRESS_MARK):
@@ -44,7 +46,7 @@ class Reporter:
         click.echo(f"# note: {text}")
 
     def block(self, impl: str, description: str) -> None:
-        for line in output.block_header(impl, description):
+        for line in table.block_header(impl, description):
             click.echo(line)
 
     def step(self, label: str) -> None:
@@ -54,7 +56,7 @@ class Reporter:
 
     def add(self, record: dict, block: str, size_label: str) -> None:
         self.file.add(record)
-        click.echo(output.row(record))
+        click.echo(table.row(record))
         for flag in sample_flags(record["samples_us"], self.clock_floor_s, record.get("window", 1)):
             self.flagged.setdefault((block, flag), []).append((size_label, record["time_us"]))
         if self._progress is not None:
@@ -63,10 +65,39 @@ class Reporter:
     def warn(self, text: str) -> None:
         self.warnings.append(text)
 
-    def finish(self, error: Optional[str] = None) -> None:
+    def finish(self) -> None:
+        """Closes the result file of a complete run and prints the summary."""
+        self._stop_progress()
+        self.file.finish()
+        self.summary()
+
+    def refuse(self, reason: str) -> None:
+        """Bad input found once the file existed: a file without rows is removed (it would only block
+        a retry with the same --output), one with rows is kept as failed."""
+        self._stop_progress()
+        # The refusal's own line is what the user needs; a file that cannot be tidied stays as it was.
+        with contextlib.suppress(OSError):
+            if self.file.doc["results"]:
+                self.file.finish(f"bad input: {reason}")
+            else:
+                self.file.discard()
+
+    def fail(self, error: str) -> str:
+        """Closes the result file of a run that failed midway; returns what the error line says about
+        it. A failed write (the full disk that failed the run) leaves the last complete version."""
+        self._stop_progress()
+        try:
+            self.file.finish(error)
+        except OSError as e:
+            return f"{self.file.path} keeps the rows of its last complete write; closing it failed: {e.strerror}"
+        return f"measured rows kept in {self.file.path}"
+
+    def _stop_progress(self) -> None:
         if self._progress is not None:
             self._progress.stop()
-        self.file.finish(error)
+            self._progress = None
+
+    def summary(self) -> None:
         wrong = sum(r["wrong"] for r in self.file.doc["results"])
         click.echo("#")
         click.echo(f"# wrong elements in total: {wrong} {'OK' if wrong == 0 else 'FAILED'}")

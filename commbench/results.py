@@ -6,29 +6,52 @@ row, so a run that fails midway leaves every row it measured, and no existing fi
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
+import math
 import os
 import socket
 from functools import lru_cache
 from importlib import resources
-from typing import Optional
-
-import pandas as pd
+from typing import TYPE_CHECKING, Optional
 
 from .errors import CommbenchError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 SCHEMA_VERSION = 1
 
 
 @lru_cache(maxsize=1)
 def schema() -> dict:
-    return json.loads(resources.files("commbench").joinpath("schema/result.schema.json").read_text())
+    from .collectives import names
+    doc = json.loads(resources.files("commbench").joinpath("schema/result.schema.json").read_text())
+    doc["properties"]["config"]["properties"]["op"]["enum"] = [*names(), "p2p", "copy"]
+    return doc
+
+
+def _non_finite(value, path: tuple = ()) -> Optional[tuple]:
+    """(JSON path, value) of the first NaN or infinity in value. The schema cannot say it: NaN
+    passes every bound (NaN < 0 is false) and JSON Schema has no notion of infinity."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return path, value
+    children = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, child in children:
+        found = _non_finite(child, (*path, key))
+        if found is not None:
+            return found
+    return None
 
 
 def validate(doc: dict, source: str = "result") -> None:
     """Raises CommbenchError naming the first bad field (as a JSON path) of an invalid document."""
     import jsonschema
+    bad = _non_finite(doc)
+    if bad is not None:
+        where = "/".join(str(p) for p in bad[0]) or "(top level)"
+        raise CommbenchError(f"{source}: invalid field '{where}': {bad[1]} is not a finite number")
     validator = jsonschema.Draft202012Validator(schema())
     errors = sorted(validator.iter_errors(doc), key=lambda e: list(e.absolute_path))
     if errors:
@@ -37,37 +60,54 @@ def validate(doc: dict, source: str = "result") -> None:
         raise CommbenchError(f"{source}: invalid field '{where}': {err.message}")
 
 
+def _refuse_constant(name: str):
+    # Python's json reads NaN and Infinity, which JSON itself does not have.
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def read_json(path: str, what: str):
+    """The JSON value in the file at path, or CommbenchError in one line naming `what` the file
+    should have been: unreadable, not UTF-8, not JSON, or JSON with NaN or Infinity."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError as e:
+        raise CommbenchError(f"cannot read {what} {path}: {e.strerror}") from None
+    try:
+        return json.loads(raw, parse_constant=_refuse_constant)
+    except UnicodeDecodeError:
+        raise CommbenchError(f"{path} is not a {what}: not UTF-8 text") from None
+    except RecursionError:
+        raise CommbenchError(f"{path} is not a {what}: nested too deeply") from None
+    except ValueError as e:  # json.JSONDecodeError is one
+        raise CommbenchError(f"{path} is not JSON: {e}") from None
+
+
 def load_document(path: str) -> dict:
     """A result file as a validated dict."""
-    try:
-        with open(path) as f:
-            doc = json.load(f)
-    except OSError as e:
-        raise CommbenchError(f"cannot read result file {path}: {e.strerror}") from None
-    except json.JSONDecodeError as e:
-        raise CommbenchError(f"{path} is not JSON: {e}") from None
+    doc = read_json(path, "result file")
+    if not isinstance(doc, dict):  # said here: the schema's message would quote the whole document
+        raise CommbenchError(f"{path} is not a result file: JSON {type(doc).__name__}, not an object")
     validate(doc, path)
     return doc
 
 
 def write_new(path: str, doc, exists_message: str) -> None:
-    """Writes JSON (or text, for a str) to a path that must not exist yet."""
-    parent = os.path.dirname(path)
-    if parent:
-        os.makedirs(parent, exist_ok=True)
-    try:
-        with open(path, "x") as f:
-            f.write(doc if isinstance(doc, str) else json.dumps(doc, indent=1) + "\n")
-    except FileExistsError:
-        raise CommbenchError(exists_message) from None
-    except OSError as e:
-        raise CommbenchError(f"cannot write {path}: {e.strerror}") from None
+    """Writes JSON (a dict or list), text (a str) or bytes to a path that must not exist yet, whole or
+    not at all: the data goes to a temporary file in the same folder, which takes the name only
+    once complete (commbench.atomic), so a full disk or a crash leaves nothing to block a retry."""
+    from .atomic import new_file
+    data = doc if isinstance(doc, (str, bytes)) else json.dumps(doc, indent=1) + "\n"
+    with new_file(path, exists_message) as tmp:
+        with open(tmp, "wb") as f:
+            f.write(data.encode() if isinstance(data, str) else data)
 
 
 def load(path: str) -> pd.DataFrame:
     """Validates a result file and returns one DataFrame row per (impl, size) record; the time
     statistics become columns time_us_median, time_us_p99, ... and the run's metadata is in
     DataFrame.attrs['meta']."""
+    import pandas as pd  # here, not at the top: pandas takes a while to import and only load() needs it
     doc = load_document(path)
     rows = []
     for rec in doc["results"]:
@@ -80,10 +120,19 @@ def load(path: str) -> pd.DataFrame:
     return df
 
 
-def default_path(op: str, now: Optional[datetime.datetime] = None) -> str:
+DEFAULT_DIR = "commbench-results"
+
+
+def default_path(op: str, now: Optional[datetime.datetime] = None, pid: Optional[int] = None) -> str:
+    """commbench-results/<UTC stamp>-<pid>_<host>_<op>.json: the process id keeps apart the names of
+    runs started in the same second."""
     now = now or datetime.datetime.now(datetime.timezone.utc)
     stamp = now.strftime("%Y%m%dT%H%M%SZ")
-    return os.path.join("commbench-results", f"{stamp}_{socket.gethostname()}_{op}.json")
+    return os.path.join(DEFAULT_DIR, f"{stamp}-{pid or os.getpid()}_{socket.gethostname()}_{op}.json")
+
+
+def taken_message(path: str) -> str:
+    return f"result file {path} already exists; choose another --output"
 
 
 class ResultFile:
@@ -93,21 +142,44 @@ class ResultFile:
         self.path = path
         self.doc = {"schema_version": SCHEMA_VERSION, **header, "status": "running", "error": None,
                     "results": []}
+        # The whole file is rewritten after every row: each record is encoded once, when it comes,
+        # and a rewrite only joins them (encoding the whole document each time, a 1K-1G sweep spent
+        # seconds here).
+        self._encoded: list[str] = []
         # Exclusive creation: an existing result is never replaced.
-        write_new(path, self.doc, f"result file {path} already exists; choose another --output")
+        write_new(path, self.doc, taken_message(path))
 
     def add(self, record: dict) -> None:
         self.doc["results"].append(record)
-        self._write()
+        self._encoded.append(json.dumps(record))
+        try:
+            head = json.dumps({k: v for k, v in self.doc.items() if k != "results"})
+            self._write(f'{head[:-1]}, "results": [{", ".join(self._encoded)}]}}\n')
+        except OSError:
+            # The file is the record: what it lacks, the summary must not show.
+            self.doc["results"].pop()
+            self._encoded.pop()
+            raise
 
     def finish(self, error: Optional[str] = None) -> None:
         self.doc["status"] = "failed" if error else "complete"
         self.doc["error"] = error
-        self._write()
+        self._write(json.dumps(self.doc, indent=1) + "\n")
 
-    def _write(self) -> None:
+    def discard(self) -> None:
+        """Removes the file of a run refused before it measured anything: a file with no rows would
+        only block a retry with the same --output."""
+        os.unlink(self.path)
+
+    def _write(self, text: str) -> None:
+        """Replaces the file whole or not at all: a write that fails (a full disk) leaves the last
+        good version and no temporary file."""
         tmp = f"{self.path}.partial"
-        with open(tmp, "w") as f:
-            json.dump(self.doc, f, indent=1)
-            f.write("\n")
-        os.replace(tmp, self.path)
+        try:
+            with open(tmp, "w") as f:
+                f.write(text)
+            os.replace(tmp, self.path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise

@@ -37,6 +37,10 @@ def _parse_part(part: str, spec: str) -> list[int]:
         return [parse_size(part)]
     range_text, _, step_text = part.partition(":")
     lo_text, _, hi_text = range_text.partition("-")
+    if not lo_text.strip() or not hi_text.strip():
+        # '-5' reads as a range without a start: name what was typed, not the empty start.
+        raise CommbenchError(f"bad size '{part}' in --sizes '{spec}': sizes are byte counts, never negative, "
+                             f"and a range needs both ends (e.g. 1K-1G)")
     lo, hi = parse_size(lo_text), parse_size(hi_text)
     if lo > hi:
         raise CommbenchError(f"bad size range '{part}' in --sizes '{spec}': the start exceeds the end")

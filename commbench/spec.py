@@ -54,14 +54,13 @@ class CollectiveSpec:
         return algbw, busbw
 
 
+def _registered() -> dict[str, CollectiveSpec]:
+    from .collectives import all_collectives
+    return {c.name: CollectiveSpec(c.name, c.busbw_factor) for c in all_collectives()}
+
+
 COLLECTIVES: dict[str, CollectiveSpec] = {
-    "allreduce": CollectiveSpec("allreduce", lambda p: 2 * (p - 1) / p),
-    "reduce_scatter": CollectiveSpec("reduce_scatter", lambda p: (p - 1) / p),
-    "allgather": CollectiveSpec("allgather", lambda p: (p - 1) / p),
-    "alltoall": CollectiveSpec("alltoall", lambda p: (p - 1) / p),
-    "broadcast": CollectiveSpec("broadcast", lambda p: 1.0),
-    "reduce": CollectiveSpec("reduce", lambda p: 1.0),
-    "sendrecv": CollectiveSpec("sendrecv", lambda p: 1.0),
+    **_registered(),
     # Between one pair of endpoints, the pair is the "bus".
     "pingpong": CollectiveSpec("pingpong", lambda p: 1.0, pairwise=True),
     "bandwidth": CollectiveSpec("bandwidth", lambda p: 1.0, pairwise=True),

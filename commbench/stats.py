@@ -11,8 +11,15 @@ OUTLIER_SHARE = 0.01
 TIMER_FLOOR_FACTOR = 20.0
 
 
+def iqr(samples) -> float:
+    """Interquartile range (p75 - p25) of the samples, in their unit: a spread that a few long
+    outliers, which inflate the standard deviation, leave alone."""
+    q1, q3 = np.percentile(np.asarray(samples, dtype=np.float64), [25, 75])
+    return float(q3 - q1)
+
+
 def summarize(samples_s: np.ndarray) -> dict[str, float]:
-    """Per-iteration times in seconds -> summary in microseconds (cv is a fraction)."""
+    """Per-iteration times in seconds -> summary in microseconds (cv is a fraction, iqr in us)."""
     us = np.asarray(samples_s, dtype=np.float64) * 1e6
     if us.size == 0:
         raise ValueError("no samples to summarize")
@@ -27,6 +34,7 @@ def summarize(samples_s: np.ndarray) -> dict[str, float]:
         "p99": float(np.percentile(us, 99)),
         "stdev": stdev,
         "cv": stdev / mean if mean > 0 else 0.0,
+        "iqr": iqr(us),
     }
 
 
@@ -49,8 +57,7 @@ def sample_flags(samples_us, clock_floor_s: float, per_timing: int = 1) -> list[
     us = np.asarray(samples_us, dtype=np.float64)
     median = float(np.median(us))
     flags = []
-    q1, q3 = np.percentile(us, [25, 75])
-    if median > 0 and (q3 - q1) / median > NOISY_SPREAD:
+    if median > 0 and iqr(us) / median > NOISY_SPREAD:
         flags.append("noisy")
     mad = float(np.median(np.abs(us - median)))
     if mad > 0 and np.count_nonzero(0.6745 * (us - median) / mad > OUTLIER_Z) > OUTLIER_SHARE * us.size:

@@ -8,13 +8,15 @@ from typing import Optional
 import numpy as np
 import torch
 
-from . import machine
 from .errors import CommbenchError
 from .policy import Policy, measure
+from .preflight import collective_bytes, memory_problem, p2p_bytes
 from .sizes import format_size
 from .spec import COLLECTIVES, dtype_of, redop_code
 from .stats import summarize
 from .testdata import DeviceData, HostData
+from .transports import gloo
+from .transports.nccl import communicator
 from .world import World
 
 # Value the output buffer holds before an out-of-place check, so a missing copy shows as wrong.
@@ -23,7 +25,7 @@ _STALE = 77
 
 @dataclass(frozen=True)
 class RunConfig:
-    op: str  # 'allreduce' or 'p2p'
+    op: str  # a registered collective, 'p2p' or 'copy'
     impls: tuple[str, ...]
     sizes: tuple[int, ...]
     dtype: str = "float32"
@@ -32,6 +34,9 @@ class RunConfig:
     device: str = "cpu"  # 'cpu' or 'cuda'
     graph: bool = False  # GPU: replay each iteration from a CUDA graph
     chunk_bytes: int = 1 << 20  # tree pipeline chunk
+    root: int = 0  # rooted collectives
+    agg: int = 1  # calls per timed iteration (nccl-tests' -m)
+    buffers: str = "torch"  # who allocates GPU buffers: torch, or cupy (--impl mpi)
     timeout_s: float = 300.0  # GPU: how long one timed call may wait for its peers
     window: int = 64  # p2p bandwidth: messages in flight
     pairs: tuple[tuple[int, int], ...] = field(default_factory=tuple)
@@ -40,7 +45,7 @@ class RunConfig:
     def describe(self) -> dict:
         return {"op": self.op, "impls": list(self.impls), "sizes": list(self.sizes), "dtype": self.dtype,
                 "redop": self.redop, "in_place": self.in_place, "device": self.device, "graph": self.graph,
-                "chunk_bytes": self.chunk_bytes, "timeout_s": self.timeout_s,
+                "chunk_bytes": self.chunk_bytes, "root": self.root, "agg": self.agg, "buffers": self.buffers, "timeout_s": self.timeout_s,
                 "window": self.window, "pairs": [list(p) for p in self.pairs],
                 "policy": self.policy.describe()}
 
@@ -55,62 +60,101 @@ def record(op: str, impl: str, dtype: str, redop: str, ranks: int, size: int, co
             "samples_us": [round(float(s) * 1e6, 4) for s in samples_s], **extra}
 
 
-def check_memory(world: World, need_per_rank: int, what: str, device: str = "cpu") -> None:
-    """Refuses up front a sweep whose largest buffers do not fit in free memory: the host's, shared
-    by its ranks, or each rank's GPU. On a GPU, NCCL's own buffers come on top of ours, and the blocks
-    torch holds cached but unused are free for our tensors."""
-    if device == "cuda":
-        from .gpu import nccl_reserve_bytes
-        cached = torch.cuda.memory_reserved(world.device) - torch.cuda.memory_allocated(world.device)
-        avail = torch.cuda.mem_get_info(world.device)[0] + cached
-        need, where = need_per_rank + nccl_reserve_bytes(), f"GPU {world.device} (with NCCL's buffers)"
-    else:
-        avail, need = machine.meminfo_bytes("MemAvailable"), need_per_rank * world.local_size
-        where = f"host {world.hosts[world.rank]} ({world.local_size} rank(s))"
-    problem = None
-    if avail and need > 0.9 * avail:
-        problem = (f"{what} needs about {need / 2**30:.1f} GiB on {where} but {avail / 2**30:.1f} GiB is "
-                   f"available; lower the largest --sizes or use fewer ranks per host")
+def check_device_memory(world: World, need_per_rank: int, what: str) -> None:
+    """Refuses up front a sweep whose largest buffers do not fit in a rank's GPU, NCCL's own buffers
+    on top of ours; the blocks torch holds cached but unused are free for our tensors. (The host's
+    memory was checked before the ranks started, preflight.py; a GPU's is seen by its rank alone.)"""
+    from .gpu import nccl_reserve_bytes
+    cached = torch.cuda.memory_reserved(world.device) - torch.cuda.memory_allocated(world.device)
+    avail = torch.cuda.mem_get_info(world.device)[0] + cached
+    problem = memory_problem(what, need_per_rank + nccl_reserve_bytes(), avail, f"GPU {world.device} (with NCCL's buffers)")
     problems = world.gather(problem)
     first = world.bcast(next((p for p in problems if p), None) if world.rank == 0 else None)
     if first:
         raise CommbenchError(first)
 
 
-def run_allreduce(world: World, cfg: RunConfig, impls: list, reporter) -> int:
-    """Sweeps every impl over every size; returns the total count of wrong elements."""
-    dtype = dtype_of(cfg.dtype)
-    itemsize = torch.empty(0, dtype=dtype).element_size()
-    code = redop_code(cfg.redop)
+# The pattern's op for collectives that do not reduce: any rank's values are exact in every dtype.
+_MOVE_ONLY = redop_code("max")
+
+
+class _Buffers:
+    """One call's send and receive tensors for `shape`, in nccl-tests' layout: in place, views of
+    one buffer at the collective's offsets; out of place, two buffers, the receive one stale."""
+
+    def __init__(self, coll, shape, dtype, where, in_place: bool, rank: int, allocate=None):
+        """`allocate(count, dtype)` makes a buffer (default: torch's, on `where`)."""
+        allocate = allocate or (lambda count, dt: torch.empty((count,), dtype=dt, device=where))
+        if in_place:
+            so, ro = coll.places(rank, shape)
+            self.whole = allocate(max(shape.send, shape.recv), dtype).fill_(_STALE)
+            self.send, self.recv = self.whole[so:so + shape.send], self.whole[ro:ro + shape.recv]
+        else:
+            # The inputs cover the whole send buffer; only the receive buffer needs stale values.
+            self.send = allocate(shape.send, dtype)
+            self.recv = allocate(shape.recv, dtype).fill_(_STALE)
+
+
+def _fill(data, tensor, segments, code: int) -> None:
+    for seg in segments:
+        data.fill(tensor[seg.offset:seg.offset + seg.count], code, seg.first)
+
+
+def _count_wrong(data, tensor, segments, code: int) -> int:
+    return sum(data.count_wrong(tensor[seg.offset:seg.offset + seg.count], code, seg.first, seg.source)
+               for seg in segments)
+
+
+def run_collective(world: World, cfg: RunConfig, coll, impls: list, reporter) -> int:
+    """Sweeps every dtype and reduction of cfg (comma lists), every impl of `coll` and every size;
+    returns the total count of wrong elements."""
+    dtypes, redops = cfg.dtype.split(","), cfg.redop.split(",") if coll.reduces else ["none"]
+    allocate = None
     if cfg.device == "cuda":
-        data = DeviceData(world.device_comm(cfg.timeout_s))
+        data = DeviceData(communicator(world, cfg.timeout_s))
         where = torch.device("cuda", world.device)
+        if cfg.buffers == "cupy":
+            from . import cupy_buffers
+            allocate = lambda count, dt: cupy_buffers.empty(count, dt, world.device)  # noqa: E731
+        largest_item = max(dtype_of(d).itemsize for d in dtypes)
+        check_device_memory(world, collective_bytes(coll, max(cfg.sizes), largest_item, world.size, cfg.in_place),
+                            f"{coll.title} of {format_size(max(cfg.sizes))}")
     else:
         data, where = HostData(world), torch.device("cpu")
-    largest = max(cfg.sizes)
-    check_memory(world, largest * (1 if cfg.in_place else 2) + largest // world.size + (4 << 20),
-                 f"an all-reduce of {format_size(largest)}", cfg.device)
+    several = len(dtypes) * len(redops) > 1
     total_wrong = 0
-    for impl in impls:
-        if reporter:
-            reporter.block(impl.name, impl.description)
-        for size in cfg.sizes:
-            if reporter:
-                reporter.step(f"{impl.name} {format_size(size)}")
-            count = size // itemsize
-            send = torch.empty(count, dtype=dtype, device=where)
-            recv = send if cfg.in_place else torch.full((count,), _STALE, dtype=dtype, device=where)
-            data.fill(send, code)
-            if cfg.device == "cuda":
-                torch.cuda.synchronize()  # torch.full ran on torch's stream, the impls use their own
-            checked = impl.times(world, send, recv, code, 1, cfg)
-            wrong = world.sum(data.count_wrong(recv, code))
-            total_wrong += wrong
-            samples = measure(lambda n: impl.times(world, send, recv, code, n, cfg), cfg.policy, first=checked)
-            del send, recv
-            if reporter:
-                reporter.add(record("allreduce", impl.name, cfg.dtype, cfg.redop, world.size, size, count,
-                                    samples, wrong, in_place=cfg.in_place), impl.name, format_size(size))
+    for dname in dtypes:
+        dtype = dtype_of(dname)
+        itemsize = torch.empty(0, dtype=dtype).element_size()
+        for redop in redops:
+            code = redop_code(redop) if coll.reduces else _MOVE_ONLY
+            for impl in impls:
+                block = f"{impl.name} {dname} {redop}" if several else impl.name
+                if reporter:
+                    reporter.block(block, impl.description)
+                for size in cfg.sizes:
+                    shape = coll.shape(size, itemsize, world.size)
+                    if reporter:
+                        reporter.step(f"{block} {format_size(shape.size)}")
+                    bufs = _Buffers(coll, shape, dtype, where, cfg.in_place, world.rank, allocate)
+                    _fill(data, bufs.send, coll.inputs(world.rank, world.size, cfg.root, shape), code)
+                    if cfg.device == "cuda":
+                        torch.cuda.synchronize()  # torch.full ran on torch's stream, the impls use their own
+                    # One call, checked: in place, a second one would start from the first one's result.
+                    checked = impl.times(world, coll, bufs.send, bufs.recv, code, 1, cfg)
+                    expected = coll.expected(world.rank, world.size, cfg.root, shape)
+                    wrong = world.sum(_count_wrong(data, bufs.recv, expected, code))
+                    total_wrong += wrong
+                    samples = measure(lambda n: impl.times(world, coll, bufs.send, bufs.recv, code, n, cfg, cfg.agg),
+                                      cfg.policy, first=checked if cfg.agg == 1 else None)
+                    bufs = None  # freed before the next size allocates
+                    if reporter:
+                        extra = {"root": cfg.root} if coll.rooted else {}
+                        if cfg.agg > 1:
+                            extra["agg"] = cfg.agg
+                        reporter.add(record(coll.name, impl.name, dname, redop, world.size, shape.size, shape.count,
+                                            samples, wrong, in_place=cfg.in_place, **extra),
+                                     block, format_size(shape.size))
     return total_wrong
 
 
@@ -143,28 +187,33 @@ P2P_TESTS = {
 }
 
 
+_PAGE = 4096
+
+
+def page_aligned(nbytes: int, device: torch.device) -> torch.Tensor:
+    """A byte buffer that starts on a page boundary, as OSU allocates its message buffers."""
+    raw = torch.empty(nbytes + _PAGE, dtype=torch.uint8, device=device)
+    start = -raw.data_ptr() % _PAGE
+    return raw[start:start + nbytes]
+
+
 class _PairTimers:
     """Ping-pong and bandwidth loops of one rank pair: over MPI (host buffers, native loops), NCCL
-    (GPU buffers, native loops) or gloo (host buffers, timed from Python like the gloo all-reduce)."""
+    (GPU buffers, native loops) or gloo (host buffers, timed from Python like the gloo all-reduce).
+    Each rank sends from one page-aligned buffer and receives into another, as OSU and nccl-tests
+    do."""
 
     def __init__(self, world: World, impl: str, a: int, b: int, window: int, nbytes: int):
         self.window = window
         self.first = world.rank == a
         self.gloo = impl == "gloo"
-        if self.gloo:
-            self.dcomm = None
-            self.peer = b if self.first else a
-            self.buf = torch.empty(max(nbytes, 1), dtype=torch.uint8)
-        elif impl == "nccl":
-            self.dcomm = world.device_comm()
-            self.peer = b if self.first else a
-            self.buf = torch.empty(max(nbytes, 1), dtype=torch.uint8, device=torch.device("cuda", world.device))
-        else:
-            self.dcomm = None
-            # A two-rank communicator in which rank a is 0, so the native loops need no peer id.
-            self.pair = world.comm.Split(0, 0 if self.first else 1)
-            self.handle = self.pair.py2f()
-            self.buf = torch.empty(max(nbytes, 1), dtype=torch.uint8)
+        self.dcomm = communicator(world) if impl == "nccl" else None
+        where = torch.device("cuda", world.device) if self.dcomm is not None else torch.device("cpu")
+        self.send, self.recv = page_aligned(max(nbytes, 1), where), page_aligned(max(nbytes, 1), where)
+        self.peer = b if self.first else a
+        # MPI: a two-rank communicator in which rank a is 0, so the native loops need no peer id.
+        self.pair = world.comm.Split(0, 0 if self.first else 1) if impl == "mpi" else None
+        self.handle = self.pair.py2f() if self.pair is not None else None
 
     def __call__(self, test: str, size: int, iters: int) -> np.ndarray:
         from . import _host
@@ -172,27 +221,28 @@ class _PairTimers:
             return self._gloo(test, size, iters)
         if self.dcomm is not None:
             if test == "pingpong":
-                return self.dcomm.pingpong_times(self.buf, size, self.peer, iters).numpy()
-            return self.dcomm.bandwidth_times(self.buf, size, self.peer, self.window, iters).numpy() / self.window
+                return self.dcomm.pingpong_times(self.send, self.recv, size, self.peer, iters).numpy()
+            return self.dcomm.bandwidth_times(self.send, self.recv, size, self.peer, self.window, iters).numpy() / self.window
         if test == "pingpong":
-            return _host.pingpong_times(self.buf, size, iters, self.handle).numpy()
-        return _host.bandwidth_times(self.buf, size, self.window, iters, self.handle).numpy() / self.window
+            return _host.pingpong_times(self.send, self.recv, size, iters, self.handle).numpy()
+        return _host.bandwidth_times(self.send, self.recv, size, self.window, iters, self.handle).numpy() / self.window
 
     def _gloo(self, test: str, size: int, iters: int) -> np.ndarray:
         import time
 
         import torch.distributed as dist
-        view, peer, t = self.buf[:size], self.peer, np.empty(iters)
+        out, into, peer, t = self.send[:size], self.recv[:size], self.peer, np.empty(iters)
         ack = torch.zeros(1, dtype=torch.uint8)
         for i in range(iters):
             t0 = time.perf_counter_ns()
             if test == "pingpong":
-                for step in ((dist.send, dist.recv) if self.first else (dist.recv, dist.send)):
+                for step, view in (((dist.send, out), (dist.recv, into)) if self.first else
+                                   ((dist.recv, into), (dist.send, out))):
                     step(view, peer)
                 t[i] = (time.perf_counter_ns() - t0) * 0.5e-9
             else:
-                move = dist.isend if self.first else dist.irecv
-                for work in [move(view, peer) for _ in range(self.window)]:
+                moves = [dist.isend(out, peer) if self.first else dist.irecv(into, peer) for _ in range(self.window)]
+                for work in moves:
                     work.wait()
                 (dist.recv if self.first else dist.send)(ack, peer)
                 t[i] = (time.perf_counter_ns() - t0) * 1e-9 / self.window
@@ -206,16 +256,15 @@ class _PairTimers:
     def wrong(self, size: int) -> int:
         """Untimed exact check: the first rank sends a byte pattern in one ping-pong; the second
         counts the bytes that arrived wrong."""
-        pattern = _byte_pattern(size).to(self.buf.device)
-        view = self.buf[:size]
-        view.copy_(pattern) if self.first else view.zero_()
-        if view.is_cuda:
+        pattern = _byte_pattern(size).to(self.send.device)
+        self.send[:size].copy_(pattern) if self.first else self.recv[:size].zero_()
+        if self.send.is_cuda:
             torch.cuda.synchronize()
         self("pingpong", size, 1)
-        return 0 if self.first else int((view != pattern).sum())
+        return 0 if self.first else int((self.recv[:size] != pattern).sum())
 
     def close(self) -> None:
-        if self.dcomm is None and not self.gloo:
+        if self.pair is not None:
             self.pair.Free()
 
 
@@ -224,13 +273,11 @@ def run_p2p(world: World, cfg: RunConfig, reporter) -> int:
     if impl == "mpi":
         world.require_mpi("commbench p2p")
     largest = max(cfg.sizes)
-    if largest >= 2**31:
-        raise CommbenchError(f"p2p sizes must stay below 2 GiB (got {format_size(largest)})")
     if impl == "nccl":
-        world.device_comm(cfg.timeout_s)
+        communicator(world, cfg.timeout_s)
+        check_device_memory(world, p2p_bytes(largest), f"a p2p message of {format_size(largest)}")
     elif impl == "gloo":
-        world.ensure_gloo()  # a collective: every rank joins, not only the pair's
-    check_memory(world, largest + (4 << 20), f"a p2p message of {format_size(largest)}", cfg.device)
+        gloo.join(world)  # a collective: every rank joins, not only the pair's
     total_wrong = 0
     for a, b in cfg.pairs:
         member = world.rank in (a, b)

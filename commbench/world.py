@@ -10,7 +10,6 @@ Three launch modes:
 
 from __future__ import annotations
 
-import datetime
 import os
 import shutil
 import socket
@@ -106,9 +105,8 @@ class World:
     hosts: list[str]  # host name of every rank, by rank
     launcher: str  # 'standalone', 'mpi', 'torchrun', or 'local' (one process, no ranks)
     comm: Any = None  # mpi4py communicator when MPI-launched
-    _gloo_ready: bool = field(default=False, repr=False)
-    _device_comm: Any = field(default=None, repr=False)
-    device: Optional[int] = None  # this rank's GPU, once a device communicator exists
+    _attached: dict = field(default_factory=dict, repr=False)
+    device: Optional[int] = None  # this rank's GPU, once the NCCL transport chose it
 
     @property
     def has_mpi(self) -> bool:
@@ -123,19 +121,6 @@ class World:
         if self.launcher == "torchrun" and "LOCAL_RANK" in os.environ:
             return int(os.environ["LOCAL_RANK"])
         return self.hosts[: self.rank].count(self.hosts[self.rank])
-
-    def device_comm(self, timeout_s: Optional[float] = None):
-        """This rank's NCCL communicator (created on first use; one GPU per rank). `timeout_s`, when
-        given, bounds every later wait of it for its peers."""
-        from .gpu import DEFAULT_TIMEOUT_S, device_comm, rank_device
-        if self._device_comm is None:
-            import torch
-            self.device = rank_device(self)
-            torch.cuda.set_device(self.device)
-            self._device_comm = device_comm(self, self.device, timeout_s or DEFAULT_TIMEOUT_S)
-        elif timeout_s:
-            self._device_comm.set_timeout(timeout_s)
-        return self._device_comm
 
     def require_mpi(self, what: str) -> None:
         if not self.has_mpi:
@@ -183,53 +168,24 @@ class World:
             raise CommbenchError(error)
         return value
 
-    def ensure_gloo(self) -> None:
-        """A torch.distributed gloo group over all ranks. Under MPI, rank 0 opens the rendezvous
-        store on its own address and publishes it, so this works across hosts too."""
-        if self._gloo_ready:
-            return
-        import torch.distributed as dist
-        if self.launcher == "torchrun":
-            dist.init_process_group("gloo", timeout=datetime.timedelta(minutes=5))
-        else:
-            addr = self.root_call(lambda: _rendezvous_address(self.hosts))
-            store = None
-            if self.rank == 0:
-                # wait_for_workers=False: the workers can only connect once the port is published.
-                store = dist.TCPStore(addr, 0, self.size, True, timeout=datetime.timedelta(minutes=5),
-                                      wait_for_workers=False)
-            port = self.bcast(store.port if self.rank == 0 else None)
-            if self.rank != 0:
-                store = dist.TCPStore(addr, port, self.size, False, timeout=datetime.timedelta(minutes=5))
-            dist.init_process_group("gloo", store=store, rank=self.rank, world_size=self.size,
-                                    timeout=datetime.timedelta(minutes=5))
-        self._gloo_ready = True
+    def attached(self, key: str, make):
+        """The object make() created for this world under `key` (a transport's communicator or
+        process group), made on first use and dropped with the world, the last made first."""
+        if key not in self._attached:
+            self._attached[key] = make()
+        return self._attached[key]
 
     def close(self) -> None:
-        self._device_comm = None  # destroys the NCCL communicator before the process exits
-        if self._gloo_ready:
-            import torch.distributed as dist
-            dist.destroy_process_group()
-            self._gloo_ready = False
+        # The NCCL communicator goes before the process exits; a process group is closed explicitly.
+        for key in reversed(list(self._attached)):
+            resource = self._attached.pop(key)
+            if hasattr(resource, "close"):
+                resource.close()
 
 
 def local_world() -> World:
     """The single process of a command that needs no ranks (GPU copies within one process)."""
     return World(rank=0, size=1, hosts=[socket.gethostname()], launcher="local")
-
-
-def _rendezvous_address(hosts: list[str]) -> str:
-    """Where rank 0 listens: COMMBENCH_MASTER_ADDR if set, loopback when all ranks share this host,
-    else this host's resolvable address."""
-    if os.environ.get("COMMBENCH_MASTER_ADDR"):
-        return os.environ["COMMBENCH_MASTER_ADDR"]
-    if len(set(hosts)) == 1:
-        return "127.0.0.1"
-    try:
-        return socket.gethostbyname(socket.gethostname())
-    except OSError as e:
-        raise CommbenchError(f"cannot resolve this host's address for the gloo rendezvous ({e}); "
-                             f"set COMMBENCH_MASTER_ADDR to an address the other hosts can reach") from None
 
 
 def init_world() -> World:
@@ -251,7 +207,8 @@ def init_world() -> World:
         for var in ("MASTER_ADDR", "MASTER_PORT"):
             if var not in os.environ:
                 raise CommbenchError(f"torchrun-style launch without {var}: set MASTER_ADDR and MASTER_PORT")
-        world.ensure_gloo()
+        from .transports.gloo import join
+        join(world)  # torchrun's ranks have no MPI: the gloo group carries the untimed collectives too
         import torch.distributed as dist
         hosts: list = [None] * world.size
         dist.all_gather_object(hosts, socket.gethostname())

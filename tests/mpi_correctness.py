@@ -1,5 +1,8 @@
-"""Run under mpirun: every native all-reduce impl against a float64 reference built here from all
-ranks' inputs. Prints one line per failure and 'CHECKED n' on rank 0."""
+"""Run under mpirun: every collective by every native impl (the MPI library's call and our algorithms
+over MPI) against a float64 reference built here with numpy from all ranks' inputs, for every dtype,
+reduction, in and out of place, over counts that the ranks do not divide. The checker the sweeps use
+(the registry's expected segments) must agree. Prints one line per failure and 'CHECKED n' on
+rank 0."""
 
 import sys
 
@@ -7,41 +10,92 @@ import numpy as np
 import torch
 from mpi4py import MPI
 
-from commbench import _host
+from commbench import _host, collectives
 from commbench.spec import DTYPES, REDOPS
+from commbench.sweep import _Buffers, _count_wrong, _fill, _MOVE_ONLY
+from commbench.testdata import HostData
+from commbench.transports import impls_for
 
 comm = MPI.COMM_WORLD
 rank, size = comm.rank, comm.size
 REF = {"sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min}
-counts = [0, 1, 2, size - 1, size + 1, 3 * size + 2, 1000, 65537]
+COUNTS = [0, 1, 2, size - 1, size + 1, 3 * size + 2, 1000, 65537]
+TREE_CHUNKS = {"tree": [4 * 8, 1 << 20]}
+
+
+class World:  # what HostData needs of the sweep's world
+    pass
+
+
+world = World()
+world.rank, world.size = rank, size
+data = HostData(world)
+
+
+def rank_input(coll, j, root, shape, dtype, code):
+    """Rank j's send buffer, rebuilt here: the fill is deterministic, so no rank needs another's."""
+    t = torch.full((shape.send,), 77, dtype=dtype)
+    for seg in coll.inputs(j, size, root, shape):
+        _host.fill_pattern(t[seg.offset:seg.offset + seg.count], code, j, size, seg.first)
+    return t.to(torch.float64).numpy()
+
+
+def reference(coll, inputs, op, root, shape):
+    """What this rank's receive buffer must hold (None: undefined), from every rank's input."""
+    x = np.stack(inputs) if inputs[0].size else np.zeros((size, 0))
+    c = shape.count
+    reduced = REF[op](x, axis=0) if op else None
+    return {"allreduce": lambda: reduced,
+            "allgather": lambda: x.reshape(-1),
+            "reducescatter": lambda: reduced[rank * c:(rank + 1) * c],
+            "broadcast": lambda: x[root],
+            "reduce": lambda: reduced if rank == root else None,
+            "alltoall": lambda: x[:, rank * c:(rank + 1) * c].reshape(-1),
+            "sendrecv": lambda: x[(rank - 1) % size]}[coll.name]()
+
+
 checked = 0
 failures = []
-for impl, chunks in (("ring", [0]), ("tree", [4 * 8, 1 << 20]), ("mpi", [0])):
-    for dname, dtype in DTYPES.items():
-        for oname, code in REDOPS.items():
-            for count in counts:
-                for in_place in (False, True):
-                    for chunk in chunks:
-                        send = torch.empty(count, dtype=dtype)
-                        _host.fill_pattern(send, code, rank, size)
-                        inputs = comm.allgather(send.to(torch.float64).numpy())
-                        reference = REF[oname](np.stack(inputs), axis=0) if count else np.zeros(0)
-                        recv = send if in_place else torch.full((count,), 77, dtype=dtype)
-                        _host.allreduce_times(impl, send, recv, code, 1, comm.py2f(), max(chunk, 8))
-                        got = recv.to(torch.float64).numpy()
-                        bad = int(np.count_nonzero(got != reference))
-                        claimed = _host.count_wrong(recv, code, size)
-                        if bad or claimed:
-                            failures.append(f"{impl} {dname} {oname} n={count} in_place={in_place} "
-                                            f"chunk={chunk}: {bad} differ from reference, checker says {claimed}")
-                        checked += 1
-# The checker must see corruption: flip one element of a correct result.
-probe = torch.empty(100, dtype=torch.float32)
-_host.fill_pattern(probe, 0, rank, size)
-_host.allreduce_times("ring", probe, probe, 0, 1, comm.py2f(), 64)
-probe[17] += 1
-if _host.count_wrong(probe, 0, size) != 1:
-    failures.append("checker missed a corrupted element")
+for coll in collectives.all_collectives():
+    impls = [name for name in impls_for(coll, "cpu") if name != "gloo"]
+    ops = list(REDOPS) if coll.reduces else [None]
+    for impl in impls:
+        for dname, dtype in DTYPES.items():
+            itemsize = torch.empty(0, dtype=dtype).element_size()
+            for op in ops:
+                code = REDOPS[op] if op else _MOVE_ONLY
+                for i, count in enumerate(COUNTS):
+                    shape = coll.shape(count * itemsize, itemsize, size)
+                    root = i % size
+                    for in_place in ((False, True) if coll.in_place else (False,)):
+                        for chunk in TREE_CHUNKS.get(impl, [8]):
+                            bufs = _Buffers(coll, shape, dtype, torch.device("cpu"), in_place, rank)
+                            _fill(data, bufs.send, coll.inputs(rank, size, root, shape), code)
+                            inputs = [rank_input(coll, j, root, shape, dtype, code) for j in range(size)]
+                            if not np.array_equal(inputs[rank], bufs.send.to(torch.float64).numpy()):
+                                failures.append(f"{coll.name}: rank {rank}'s input differs from its rebuilt copy")
+                            _host.collective_times(coll.name, impl, bufs.send, bufs.recv, code, root, 1, comm.py2f(),
+                                                   chunk)
+                            want = reference(coll, inputs, op, root, shape)
+                            got = bufs.recv.to(torch.float64).numpy()
+                            bad = 0 if want is None else int(np.count_nonzero(got != want))
+                            claimed = _count_wrong(data, bufs.recv, coll.expected(rank, size, root, shape), code)
+                            if bad or claimed:
+                                failures.append(f"{coll.name} {impl} {dname} {op} count={count} root={root} "
+                                                f"in_place={in_place} chunk={chunk}: {bad} differ from the reference, "
+                                                f"checker says {claimed}")
+                            checked += 1
+    # The checker must see corruption: flip one element of a correct result.
+    shape = coll.shape(100 * 4 * size, 4, size)
+    bufs = _Buffers(coll, shape, torch.float32, torch.device("cpu"), False, rank)
+    code = REDOPS["sum"] if coll.reduces else _MOVE_ONLY
+    _fill(data, bufs.send, coll.inputs(rank, size, 0, shape), code)
+    _host.collective_times(coll.name, "mpi", bufs.send, bufs.recv, code, 0, 1, comm.py2f(), 8)
+    expected = coll.expected(rank, size, 0, shape)
+    if expected:
+        bufs.recv[expected[-1].offset] += 1
+        if _count_wrong(data, bufs.recv, expected, code) != 1:
+            failures.append(f"{coll.name}: the checker missed a corrupted element")
 all_failures = comm.gather(failures)
 if rank == 0:
     for f in sum(all_failures, []):

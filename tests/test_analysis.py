@@ -1,6 +1,7 @@
 """Fit, fabric verdicts, baselines, compare, plots, reports, export and import."""
 
 import copy
+import io
 import json
 import os
 
@@ -156,20 +157,27 @@ def test_nothing_in_common_is_unusable():
 
 # ---- import ------------------------------------------------------------------------------------------
 
-def _read(name):
-    with open(os.path.join(IMPORTS, name)) as f:
+NCCL_TESTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "nccl-tests")
+
+
+def _read(name, folder=IMPORTS):
+    with open(os.path.join(folder, name)) as f:
         return f.read()
 
 
+def _nccl(text, op=None):
+    return importers.import_nccl_tests(io.StringIO(text), "log", op)
+
+
 def test_osu_imports_keep_their_figures():
-    lat = importers.import_osu(_read("osu_latency-7.4-2ranks-shm.txt"), "lat")
+    lat = importers.import_osu(io.StringIO(_read("osu_latency-7.4-2ranks-shm.txt")), "lat").doc
     results.validate(lat)
     by = {r["size_bytes"]: r for r in lat["results"]}
     assert by[8]["op"] == "pingpong" and by[8]["time_us"]["median"] == 0.41 and len(by) == 21
-    bw = importers.import_osu(_read("osu_bw-7.4-2ranks-shm.txt"), "bw")
+    bw = importers.import_osu(io.StringIO(_read("osu_bw-7.4-2ranks-shm.txt")), "bw").doc
     top = max(bw["results"], key=lambda r: r["size_bytes"])
     assert top["op"] == "bandwidth" and top["algbw_gbps"] == pytest.approx(11.98861, rel=1e-4)
-    ar = importers.import_osu(_read("osu_allreduce-7.4-2ranks-shm.txt"), "ar")
+    ar = importers.import_osu(io.StringIO(_read("osu_allreduce-7.4-2ranks-shm.txt")), "ar").doc
     last = ar["results"][-1]
     assert (last["size_bytes"], last["time_us"]["median"], last["time_us"]["min"], last["iterations"]) == \
         (67108864, 46869.14, 46826.95, 100)
@@ -177,11 +185,11 @@ def test_osu_imports_keep_their_figures():
 
 
 def test_nccl_tests_table_and_json_agree():
-    table = importers.import_nccl_tests(_read("nccl-tests-all_reduce_perf-8gpu.txt"), "t")
-    js = importers.import_nccl_tests(_read("nccl-tests-all_reduce_perf-8gpu.json"), "j")
+    table = _nccl(_read("nccl-tests-all_reduce_perf-8gpu.txt")).doc
+    js = _nccl(_read("nccl-tests-all_reduce_perf-8gpu.json")).doc
     for d in (table, js):
         results.validate(d)
-        assert d["machine"]["ranks"] == 8 and d["machine"]["hosts"] == ["hgx-a01"]
+        assert d["machine"]["ranks"] == 8 and d["machine"]["hosts"] == ["hgx-a01"] and d["status"] == "complete"
         assert {r["impl"] for r in d["results"]} == {"nccl", "nccl-in-place"}
     t_times = [r["time_us"]["median"] for r in table["results"]]
     j_times = [r["time_us"]["median"] for r in js["results"]]
@@ -190,13 +198,186 @@ def test_nccl_tests_table_and_json_agree():
     assert f_out["alpha_us"] == pytest.approx(5.5, rel=0.01) and f_out["bandwidth_gbps"] == pytest.approx(360, rel=0.01)
 
 
+# Per log of tests/data/nccl-tests: op, ranks, hosts, records, dtype, redop, root, rows as the log
+# prints them: (impl, size, count, time, algbw, busbw), and the sizes of in-place rows left out. Rooted collectives print their root, the
+# others -1; collectives that reduce nothing print redop none (sendrecv prints the --op it was given);
+# count is per rank where the buffers differ in size (all-gather, reduce-scatter, all-to-all).
+NCCL_LOGS = {
+    "all_reduce_perf-16gpu-2nodes-srun.txt": (
+        "allreduce", 16, ["hgx-a01", "hgx-a02"], 20, "float32", "sum", None,
+        [("nccl", 32768, 8192, 24.61, 1.33, 2.50), ("nccl", 1073741824, 268435456, 10669.2, 100.64, 188.70),
+         ("nccl-in-place", 1073741824, 268435456, 10497.1, 102.29, 191.79)], None),
+    "all_gather_perf-8gpu.txt": (
+        "allgather", 8, ["hgx-a01"], 20, "float32", "none", None,
+        [("nccl", 0, 0, 0.26, 0.00, 0.00), ("nccl", 64, 2, 11.56, 0.01, 0.00),
+         ("nccl", 1073741824, 33554432, 2602.23, 412.62, 361.05),
+         ("nccl-in-place", 1073741824, 33554432, 2610.89, 411.25, 359.85)], None),
+    "reduce_scatter_perf-8gpu-bf16.txt": (
+        "reducescatter", 8, ["hgx-a01"], 22, "bfloat16", "sum", None,
+        [("nccl", 1024, 64, 12.71, 0.08, 0.07), ("nccl", 1073741824, 67108864, 2706.82, 396.68, 347.09),
+         ("nccl-in-place", 1073741824, 67108864, 2665.93, 402.76, 352.42)], None),
+    "broadcast_perf-8gpu.txt": (
+        "broadcast", 8, ["hgx-a01"], 20, "float32", "none", 0,
+        [("nccl", 8, 2, 9.49, 0.00, 0.00), ("nccl", 1073741824, 268435456, 3266.38, 328.72, 328.72),
+         ("nccl-in-place", 1073741824, 268435456, 3171.05, 338.61, 338.61)], None),
+    "reduce_perf-4gpu-root2-max-half.txt": (
+        "reduce", 4, ["dgx-b11"], 12, "float16", "max", 2,
+        [("nccl", 1000, 500, 10.55, 0.09, 0.09), ("nccl", 100000000, 50000000, 322.33, 310.24, 310.24),
+         ("nccl-in-place", 100000000, 50000000, 318.44, 314.03, 314.03)], None),
+    "alltoall_perf-8gpu.txt": (  # in place, nccl-tests does not check all-to-all (#wrong N/A): left out
+        "alltoall", 8, ["hgx-a01"], 7, "float32", "none", None,
+        [("nccl", 1024, 32, 18.23, 0.06, 0.05), ("nccl", 268435456, 8388608, 712.26, 376.88, 329.77)],
+        "1K, 8K, 64K, 512K, 4M, 32M, 256M"),
+    "sendrecv_perf-2nodes-ib.txt": (  # nor send-recv
+        "sendrecv", 2, ["hgx-a01", "hgx-a02"], 10, "float32", "none", None,
+        [("nccl", 4096, 1024, 15.41, 0.27, 0.27), ("nccl", 1073741824, 268435456, 21818.3, 49.21, 49.21)],
+        "8, 64, 512, 4K, 32K, 256K, 2M, 16M, 128M, 1G"),
+}
+
+
+@pytest.mark.parametrize("log", NCCL_LOGS)
+def test_every_nccl_tests_collective_is_imported_under_its_name(log):
+    op, ranks, hosts, n, dtype, redop, root, rows, left_out = NCCL_LOGS[log]
+    imported = _nccl(_read(log, NCCL_TESTS))
+    doc = imported.doc
+    results.validate(doc)
+    assert (doc["config"]["op"], doc["machine"]["ranks"], doc["machine"]["hosts"], len(doc["results"])) == \
+        (op, ranks, hosts, n)
+    assert doc["status"] == "complete" and doc["imported"] == {"tool": "nccl-tests", "source": "log", "truncated": False}
+    assert doc["machine"]["gpus"] == ["NVIDIA H100 80GB HBM3"]
+    recs = {(r["impl"], r["size_bytes"]): r for r in doc["results"]}
+    for impl, size, count, time_us, algbw, busbw in rows:
+        r = recs[(impl, size)]
+        assert (r["op"], r["count"], r["time_us"]["median"], r["samples_us"], r["wrong"]) == \
+            (op, count, time_us, [time_us], 0)
+        assert (r["dtype"], r["redop"], r.get("root"), r["ranks"]) == (dtype, redop, root, ranks)
+        # From the printed time: equal to the printed figures up to their rounding.
+        assert r["algbw_gbps"] == pytest.approx(algbw, abs=0.006)
+        assert r["busbw_gbps"] == pytest.approx(busbw, abs=0.006)
+    assert imported.warnings == ([] if left_out is None else [
+        f"log: left out {n} row(s) at {left_out}: nccl-in-place #wrong is N/A: nccl-tests did not check the result"])
+
+
+@pytest.mark.parametrize("name", ["gather", "scatter", "hypercube"])
+def test_collectives_commbench_does_not_measure_are_refused_by_name(name, workdir):
+    out = os.path.join(workdir, "out.json")
+    r = commbench(["import", "nccl-tests", os.path.join(NCCL_TESTS, f"{name}_perf-8gpu.txt"), "-o", out], cwd=workdir)
+    assert r.returncode == 2 and r.stdout == "" and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
+    assert f"is {name}_perf output: commbench does not import {name}, only all_reduce_perf" in r.stderr
+    assert os.listdir(workdir) == []
+
+
+def _unnamed(text):
+    """The log without the lines that name its binary (as nccl-tests before 2.13 prints it)."""
+    return "".join(line for line in text.splitlines(keepends=True) if "_perf" not in line)
+
+
+def test_the_log_names_the_collective_and_op_is_the_fallback():
+    reduce_log = _read("reduce_perf-4gpu-root2-max-half.txt", NCCL_TESTS)
+    with pytest.raises(CommbenchError, match="is reduce_perf output \\(reduce\\); --op broadcast disagrees"):
+        _nccl(reduce_log, "broadcast")
+    assert _nccl(reduce_log, "reduce").doc["config"]["op"] == "reduce"
+    # Without the name, a table that fits one collective only is read as that one...
+    assert _nccl(_unnamed(reduce_log)).doc["config"]["op"] == "reduce"
+    assert _nccl(_unnamed(_read("reduce_scatter_perf-8gpu-bf16.txt", NCCL_TESTS))).doc["config"]["op"] == "reducescatter"
+    # ...one that fits two needs --op, and --op must fit the table.
+    gather = _unnamed(_read("all_gather_perf-8gpu.txt", NCCL_TESTS))
+    with pytest.raises(CommbenchError, match="cannot tell which collective: .* its table fits allgather and alltoall; "
+                                             "give --op"):
+        _nccl(gather)
+    assert _nccl(gather, "allgather").doc["config"]["op"] == "allgather"
+    with pytest.raises(CommbenchError, match="not allreduce output: redop none, where allreduce reduces, in: +0 +0 +float"):
+        _nccl(gather, "allreduce")
+    with pytest.raises(CommbenchError, match="not broadcast output: 32 elements of float in 1024 bytes, where broadcast "
+                                             "on 8 ranks has 256"):
+        _nccl(_unnamed(_read("alltoall_perf-8gpu.txt", NCCL_TESTS)).replace("    none      -1", "    none       0"),
+              "broadcast")
+
+
+def test_the_op_choices_are_the_registry_names():
+    from commbench import collectives
+    from commbench.cli.analyze import import_cmd
+    [option] = [p for p in import_cmd.params if p.name == "op"]
+    assert list(option.type.choices) == ["allreduce", "allgather", "reducescatter", "broadcast", "reduce", "alltoall",
+                                         "sendrecv"]
+    assert set(option.type.choices) <= set(collectives.names())
+
+
+def test_figures_that_are_not_numbers_never_reach_the_file():
+    log = _read("broadcast_perf-8gpu.txt", NCCL_TESTS)
+    log = log.replace("float    none       0     9.49", "float    none       0      nan")
+    log = log.replace("   0     9.51    0.00    0.00       0", "   0     9.51    0.00    0.00     N/A")
+    imported = _nccl(log)
+    assert imported.warnings == [
+        "log: left out 1 row(s) at 8: nccl time is nan",
+        "log: left out 1 row(s) at 8: nccl-in-place #wrong is N/A: nccl-tests did not check the result"]
+    assert len(imported.doc["results"]) == 18 and 8 not in {r["size_bytes"] for r in imported.doc["results"]}
+    json.loads(json.dumps(imported.doc), parse_constant=lambda c: pytest.fail(f"{c} in the result file"))
+    # The same from -J JSON, which writes NaN as "nan" and an unchecked #wrong as null.
+    doc = json.loads(_read("nccl-tests-all_reduce_perf-8gpu.json"))
+    doc["results"][0]["out_of_place"]["time"] = "nan"
+    doc["results"][1]["in_place"]["nwrong"] = None
+    imported = _nccl(json.dumps(doc))
+    assert imported.warnings == ["log: left out 1 row(s) at 8: nccl time is nan",
+                                 "log: left out 1 row(s) at 64: nccl-in-place #wrong is null: nccl-tests did not check "
+                                 "the result"]
+    assert len(imported.doc["results"]) == 18
+    osu = importers.import_osu(io.StringIO("# OSU MPI Latency Test v7.4\n# Size       Avg Latency(us)\n1 0.43\n2 -nan\n"),
+                               "lat")
+    assert osu.warnings == ["lat: left out 1 row(s) at 2: the figure is -nan"]
+    assert [r["size_bytes"] for r in osu.doc["results"]] == [1]
+
+
+def test_a_truncated_log_is_a_failed_run(workdir):
+    lines = _read("all_gather_perf-8gpu.txt", NCCL_TESTS).splitlines(keepends=True)
+    cut = "".join(lines[:lines.index(next(line for line in lines if line.startswith("      262144")))])
+    imported = _nccl(cut)
+    assert imported.doc["status"] == "failed" and imported.doc["imported"]["truncated"] is True
+    assert len(imported.doc["results"]) == 10 and imported.doc["error"].startswith("truncated: log ends before")
+    assert imported.warnings == ["truncated: log ends before nccl-tests' closing 'Avg bus bandwidth' line (the run "
+                                 "was cut short after 5 size(s)); imported as a failed run"]
+    path = os.path.join(workdir, "cut.log")
+    with open(path, "w") as f:
+        f.write(cut)
+    r = commbench(["import", "nccl-tests", path, "-o", os.path.join(workdir, "cut.json")], cwd=workdir)
+    assert r.returncode == 0 and r.stdout.startswith("imported 10 records")
+    assert r.stderr == f"warning: truncated: {path} ends before nccl-tests' closing 'Avg bus bandwidth' line (the run " \
+                       "was cut short after 5 size(s)); imported as a failed run\n"
+    assert results.load_document(os.path.join(workdir, "cut.json"))["status"] == "failed"
+    # -J JSON without its closing average bus bandwidth: a run that stopped early.
+    doc = json.loads(_read("nccl-tests-all_reduce_perf-8gpu.json"))
+    del doc["average_bus_bandwidth"]
+    assert _nccl(json.dumps(doc)).doc["status"] == "failed"
+
+
+def test_other_files_are_given_up_early():
+    junk = io.StringIO("".join(f"{i} nothing like nccl-tests here\n" for i in range(100_000)))
+    with pytest.raises(CommbenchError, match="^log is not nccl-tests output: none of its first 50 lines is$"):
+        importers.import_nccl_tests(junk, "log")
+    assert junk.tell() < 2000  # a few dozen lines read, not the whole file
+    binary = io.StringIO("\x00\ufffd" * 5_000_000)  # no line breaks: read in pieces, given up all the same
+    with pytest.raises(CommbenchError, match="not nccl-tests output"):
+        importers.import_nccl_tests(binary, "log")
+    assert binary.tell() <= importers.UNRECOGNISED_LIMIT * importers.MAX_LINE
+    osu = io.StringIO("# just a log\n" * 100_000)
+    with pytest.raises(CommbenchError, match="not OSU output"):
+        importers.import_osu(osu, "log")
+    assert osu.tell() < 2000
+
+
+def test_two_runs_in_one_log_are_refused():
+    both = _read("all_gather_perf-8gpu.txt", NCCL_TESTS) + _read("alltoall_perf-8gpu.txt", NCCL_TESTS)
+    with pytest.raises(CommbenchError, match="more than one nccl-tests run \\(all_gather_perf, then alltoall_perf\\)"):
+        _nccl(both)
+
+
 def test_import_errors_are_one_line():
     with pytest.raises(CommbenchError, match="cannot tell which collective"):
-        importers.import_nccl_tests(_read("nccl-tests-all_reduce_perf-8gpu.txt").replace("all_reduce_perf", "x"), "t")
+        _nccl(_read("nccl-tests-all_reduce_perf-8gpu.txt").replace("all_reduce_perf", "x"))
     with pytest.raises(CommbenchError, match="no result rows"):
-        importers.import_nccl_tests("# nothing here\n", "t", op="allreduce")
+        _nccl("# nccl-tests version 2.18.3 nccl-headers=22703 nccl-library=22703\n", op="allreduce")
     with pytest.raises(CommbenchError, match="which OSU test"):
-        importers.import_osu("hello\n", "x")
+        importers.import_osu(io.StringIO("# Size   Latency\n8 1.0\n"), "x")
 
 
 # ---- the commands -------------------------------------------------------------------------------------
@@ -243,7 +424,7 @@ def test_baseline_compare_plot_report_export(files, workdir):
     assert "| allreduce | ring | 4 |" in md and "PASS (" in md and "![plot](plot.png)" in md
     assert "<table>" in open(os.path.join(workdir, "rep", "report.html")).read()
 
-    r = commbench(["export", files["run"], "--csv"], cwd=workdir)
+    r = commbench(["export", files["run"], "--format", "csv"], cwd=workdir)
     lines = r.stdout.splitlines()
     assert r.returncode == 0 and lines[0].startswith("op,impl,dtype") and len(lines) == 1 + len(SIZES)
     assert "samples_us" not in lines[0]
@@ -279,8 +460,8 @@ def test_empty_messages_are_left_out_of_fits_and_comparisons():
 
 def test_bad_import_inputs_say_what_is_wrong():
     with pytest.raises(CommbenchError, match="broken nccl-tests JSON"):
-        importers.import_nccl_tests('{"results": [', "j")
+        importers.import_nccl_tests(io.StringIO('{"results": ['), "j")
     with pytest.raises(CommbenchError, match="osu_bibw"):
-        importers.import_osu("# OSU MPI Bi-Directional Bandwidth Test v7.4\n1 2.0\n", "b")
+        importers.import_osu(io.StringIO("# OSU MPI Bi-Directional Bandwidth Test v7.4\n1 2.0\n"), "b")
     with pytest.raises(CommbenchError, match="cannot read 'x1.5'"):
-        importers.import_osu("# OSU MPI Latency Test v7.4\n# Size Avg Latency(us)\n8 x1.5\n", "l")
+        importers.import_osu(io.StringIO("# OSU MPI Latency Test v7.4\n# Size Avg Latency(us)\n8 x1.5\n"), "l")

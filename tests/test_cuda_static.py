@@ -57,7 +57,7 @@ def test_check_kernels_start_from_a_sentinel():
 def test_communicator_never_waits_unbounded(call):
     """A dead peer hangs an unbounded synchronisation for ever: the communicator's waits poll with a
     deadline and NCCL's asynchronous error instead."""
-    text = _without_comments(open(os.path.join(CSRC, "cuda", "module.cpp")).read())
+    text = _without_comments(open(os.path.join(CSRC, "cuda", "device_comm.h")).read())
     comm = text[text.index("class DeviceComm"):text.index("\n};\n", text.index("class DeviceComm"))]
     assert call not in comm
     assert "ncclCommGetAsyncError" in comm and "ncclCommAbort" in text

@@ -27,20 +27,34 @@ def simulator(tmp_path_factory):
     return exe
 
 
-def _run(simulator, algo, n, chunk, ranks=RANKS):
-    r = subprocess.run([simulator, "collectives", algo, str(n), str(chunk), *map(str, ranks)], capture_output=True,
-                       text=True, timeout=120)
+def _run(simulator, coll, algo, n, chunk, root=0, in_place=False, ranks=RANKS):
+    r = subprocess.run([simulator, "collectives", coll, algo, str(n), str(chunk), str(root), str(int(in_place)),
+                        *map(str, ranks)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     return [json.loads(line) for line in r.stdout.splitlines()]
 
 
-@pytest.mark.parametrize("n", [0, 1, 5, 1000, 4099])
-def test_ring_completes_exactly_in_2p_minus_2_rounds(simulator, n):
-    for row in _run(simulator, "ring", n, 1):
-        p = row["ranks"]
+def _exact(rows):
+    for row in rows:
         assert not row["deadlock"], row
         assert row["wrong"] == 0, row
-        assert row["rounds"] == (2 * (p - 1) if p > 1 else 0), row
+        yield row["ranks"], row["rounds"]
+
+
+@pytest.mark.parametrize("in_place", [False, True])
+@pytest.mark.parametrize("n", [0, 1, 5, 1000, 4099])
+def test_ring_completes_exactly_in_2p_minus_2_rounds(simulator, n, in_place):
+    for p, rounds in _exact(_run(simulator, "allreduce", "ring", n, 1, in_place=in_place)):
+        assert rounds == (2 * (p - 1) if p > 1 else 0)
+
+
+@pytest.mark.parametrize("in_place", [False, True])
+@pytest.mark.parametrize("coll", ["allgather", "reducescatter"])
+@pytest.mark.parametrize("n", [0, 5, 1000, 4099])
+def test_ring_halves_take_p_minus_1_rounds(simulator, coll, n, in_place):
+    """The ring all-gather and reduce-scatter are the all-reduce ring's two halves."""
+    for p, rounds in _exact(_run(simulator, coll, "ring", n, 1, in_place=in_place)):
+        assert rounds == (p - 1 if p > 1 else 0)
 
 
 @pytest.mark.parametrize("n,chunk", [(1, 1), (7, 3), (1000, 64), (4099, 256), (640, 640)])
@@ -48,16 +62,32 @@ def test_tree_pipelines_one_group_per_step(simulator, n, chunk):
     """Each phase takes chunks + depth - 1 steps: interior ranks receive chunk k + 1 while sending
     chunk k. Ungrouped calls on one stream would serialise those and take several times as many."""
     chunks = math.ceil(n / chunk)
-    for row in _run(simulator, "tree", n, chunk):
-        p = row["ranks"]
-        assert not row["deadlock"], row
-        assert row["wrong"] == 0, row
+    for p, rounds in _exact(_run(simulator, "allreduce", "tree", n, chunk)):
         depth = int(math.floor(math.log2(p)))
-        assert row["rounds"] == (2 * (chunks + depth - 1) if p > 1 else 0), row
+        assert rounds == (2 * (chunks + depth - 1) if p > 1 else 0)
+
+
+@pytest.mark.parametrize("in_place", [False, True])
+@pytest.mark.parametrize("coll", ["broadcast", "reduce"])
+@pytest.mark.parametrize("root", [0, 1, 5])
+def test_tree_halves_pipeline_from_any_root(simulator, coll, root, in_place):
+    """The tree broadcast and reduce are the all-reduce tree's halves, over the tree renumbered from
+    the root: one phase, chunks + depth - 1 steps, whichever rank is the root."""
+    n, chunk = 1000, 64
+    for p, rounds in _exact(_run(simulator, coll, "tree", n, chunk, root=root, in_place=in_place)):
+        depth = int(math.floor(math.log2(p)))
+        assert rounds == (math.ceil(n / chunk) + depth - 1 if p > 1 else 0)
+
+
+@pytest.mark.parametrize("n", [0, 17, 1000])
+def test_pairwise_alltoall_takes_one_round_per_rank(simulator, n):
+    """Step d pairs every rank with rank + d and rank - d; step 0 is each rank's own block."""
+    for p, rounds in _exact(_run(simulator, "alltoall", "pairwise", n, 1)):
+        assert rounds == p
 
 
 def test_empty_message_needs_no_round(simulator):
-    assert all(row["rounds"] == 0 and not row["deadlock"] for row in _run(simulator, "tree", 0, 4))
+    assert all(rounds == 0 for _, rounds in _exact(_run(simulator, "allreduce", "tree", 0, 4)))
 
 
 def test_vector_split_and_scratch_placement(simulator):
@@ -67,3 +97,25 @@ def test_vector_split_and_scratch_placement(simulator):
     r = subprocess.run([simulator, "alignment"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stdout + r.stderr
     assert json.loads(r.stdout.splitlines()[-1]) == {"failures": 0}
+
+
+# Which of our algorithms realises each collective's bus-bandwidth convention, and which volume it
+# is measured by: what the busiest rank injects (ring, pairwise: one outgoing stream per rank), or
+# what the busiest link carries (tree: a rank feeds two children, each link carries the message once).
+BUSBW_REFERENCE = {"allreduce": ("ring", "rank_bytes"), "allgather": ("ring", "rank_bytes"),
+                   "reducescatter": ("ring", "rank_bytes"), "alltoall": ("pairwise", "rank_bytes"),
+                   "broadcast": ("tree", "link_bytes"), "reduce": ("tree", "link_bytes")}
+
+
+@pytest.mark.parametrize("coll", sorted(BUSBW_REFERENCE))
+def test_busbw_factor_is_the_bytes_the_algorithm_moves(simulator, coll):
+    """busbw = algbw * factor(p) must equal the bytes on the busiest rank or link per second: the
+    registry's factor is derived here from the bytes our algorithm actually moves, per rank count."""
+    from commbench import collectives
+    entry, (algo, volume) = collectives.get(coll), BUSBW_REFERENCE[coll]
+    n = 360360  # the least common multiple of 2..13: every rank count below divides it
+    for row in _run(simulator, coll, algo, n, n, ranks=range(2, 14)):
+        p = row["ranks"]
+        assert not row["deadlock"] and row["wrong"] == 0, row
+        size = entry.shape(n * 4, 4, p).size
+        assert row[volume] / size == pytest.approx(entry.busbw_factor(p), rel=1e-12), (coll, p, row)

@@ -41,11 +41,24 @@ def exact_args(dtype, op, place):
 
 
 GRAPH_ARGS = ["allreduce", "--device", "cuda", "--graph", "--sizes", "8-64K:x8", "--budget-ms", "20"]
+
+
+def collective_args(name):
+    """Every collective on the GPUs: NCCL's call and ours, in place where it has that form, at counts
+    the ranks do not divide; the rooted ones from the last rank."""
+    from commbench import collectives
+    coll = collectives.get(name)
+    return [name, "--device", "cuda", "--sizes", "4,1000,1M-3M:+1M", "--budget-ms", "20", "--agg", "2",
+            *(["--in-place"] if coll.in_place else []), *(["--root", str(GPUS - 1)] if coll.rooted and GPUS else []),
+            *(["--dtype", "bfloat16", "--op", "max"] if coll.reduces else [])]
+
+
+COLLECTIVE_NAMES = ["allgather", "reducescatter", "broadcast", "reduce", "alltoall", "sendrecv"]
 PEER_MATRIX_ARGS = ["p2p", "--device", "cuda", "--sizes", "4,16M", "--budget-ms", "20"]
 COPY_ARGS = ["copy", "--sizes", "4K,64M", "--budget-ms", "20"]
 NCCL_P2P_ARGS = ["p2p", "--impl", "nccl", "--np", "2", "--sizes", "8,1M", "--budget-ms", "20"]
 GPU_TEST_ARGS = [*NO_GPU_REQUESTS, *(exact_args(*case) for case in EXACT_CASES), GRAPH_ARGS, PEER_MATRIX_ARGS,
-                 COPY_ARGS, NCCL_P2P_ARGS]
+                 COPY_ARGS, NCCL_P2P_ARGS, *(collective_args(n) for n in COLLECTIVE_NAMES)]
 
 
 @pytest.mark.skipif(_matching_toolkit() is None, reason="no CUDA compiler of torch's release (make install adds one)")
@@ -63,15 +76,17 @@ def _includes(path):
 
 
 def test_device_path_uses_the_host_definitions():
-    """One schedule, one executor, one functor, one test pattern: the CUDA sources include the very
-    headers the host extension uses, and nothing else defines them."""
-    assert {"commbench/collectives.h", "commbench/schedule.h", "commbench/reduce.h"} <= _includes("csrc/cuda/module.cpp")
-    assert {"commbench/collectives.h", "commbench/schedule.h", "commbench/reduce.h"} <= _includes("csrc/host/module.cpp")
+    """One schedule, one executor, one dispatch of our algorithms, one functor, one test pattern: the
+    CUDA sources include the very headers the host extension uses, and nothing else defines them."""
+    assert {"commbench/own_algorithms.h", "commbench/reduce.h"} <= _includes("csrc/cuda/device_comm.h")
+    assert {"commbench/own_algorithms.h", "commbench/reduce.h"} <= _includes("csrc/host/module.cpp")
+    assert {"commbench/collectives.h", "commbench/schedule.h"} <= _includes("csrc/include/commbench/own_algorithms.h") | \
+        _includes("csrc/include/commbench/collectives.h")
     assert {"commbench/reduce.h", "commbench/pattern.h"} <= _includes("csrc/cuda/kernels.cu")
     assert "commbench/pattern.h" in _includes("csrc/host/module.cpp")
     definitions = {r"struct OpSum\b": "reduce.h", r"struct RingSchedule\b": "schedule.h",
                    r"void ring_allreduce\(": "collectives.h", r"void tree_allreduce\(": "collectives.h",
-                   r"int pattern_value\(": "pattern.h"}
+                   r"int pattern_value\(": "pattern.h", r"std::function<void\(\)> own_call\(": "own_algorithms.h"}
     for dirpath, _, files in os.walk(os.path.join(ROOT, "csrc")):
         for name in files:
             text = open(os.path.join(dirpath, name)).read()
@@ -120,6 +135,20 @@ def test_device_allreduce_exact(dtype, op, place, workdir):
     df = results.load(out)
     assert (df["wrong"] == 0).all() and set(df["impl"]) == {"nccl", "ring", "tree"}
     assert (df["ranks"] == GPUS).all()
+
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.parametrize("name", COLLECTIVE_NAMES)
+def test_every_collective_on_the_gpus(name, workdir):
+    from commbench import collectives
+    from commbench.transports import impls_for
+    out = os.path.join(workdir, f"{name}.json")
+    r = commbench([*collective_args(name), "-o", out], cwd=workdir)
+    assert r.returncode == 0, r.stderr
+    df = results.load(out)
+    gpu_impls = {n for n, i in impls_for(collectives.get(name), "cuda").items() if i.transport.name == "nccl"}
+    assert (df["wrong"] == 0).all() and set(df["impl"]) == gpu_impls and (df["ranks"] == GPUS).all()
 
 
 @pytest.mark.gpu
@@ -199,3 +228,21 @@ def test_peer_matrix_printout_marks_unsupported_pairs():
     assert "#       1       N/A    1210.0" in text
     assert "#       0      2.00     11.00" in text  # latency from the smallest size
     assert text.count(f"# N/A: {no_peer}") == 1
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_cupy_buffers_for_cuda_aware_mpi(workdir):
+    """The MPI library's calls on buffers CuPy allocated, checked like every other run: where CuPy is
+    installed and the MPI library is CUDA-aware."""
+    import importlib.util
+
+    from commbench import _host
+    if importlib.util.find_spec("cupy") is None or not _host.mpi_cuda_aware():
+        pytest.skip("needs CuPy and a CUDA-aware MPI library")
+    out = os.path.join(workdir, "cupy.json")
+    r = commbench(["allgather", "--device", "cuda", "--impl", "mpi", "--buffers", "cupy", "--sizes", "4,1000,1M",
+                   "--budget-ms", "20", "-o", out], cwd=workdir)
+    assert r.returncode == 0, r.stderr
+    df = results.load(out)
+    assert (df["wrong"] == 0).all() and df.attrs["meta"]["config"]["buffers"] == "cupy"

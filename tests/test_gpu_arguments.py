@@ -7,9 +7,10 @@ import sys
 
 import pytest
 
-from commbench.backends import parse_impls
+from commbench import collectives
 from commbench.cli import cli
 from commbench.sizes import parse_size, parse_sizes
+from commbench.transports import parse_impls
 from commbench.spec import dtype_of, redop_code
 from conftest import gpu_check_module
 from test_gpu import GPU_TEST_ARGS
@@ -34,7 +35,7 @@ def parse(argv: list) -> dict:
     if "redop" in params:
         redop_code(params["redop"])
     if params.get("impl_text") and params["device"] != "auto":
-        parse_impls(params["impl_text"], params["device"])
+        parse_impls(params["impl_text"], collectives.get(name), params["device"])
     return params
 
 
@@ -53,7 +54,7 @@ def test_gpu_argument_lists_parse(argv):
 
 def test_gpu_check_runs_every_command_and_nccl_p2p_on_several_gpus():
     one, eight = gpu_check_argvs(1), gpu_check_argvs(8)
-    assert {a[0] for a in one} == {"version", "topo", "doctor", "allreduce", "p2p", "copy"}
+    assert {a[0] for a in one} == {"version", "topo", "doctor", "p2p", "copy", *collectives.names()}
     extra = [a for a in eight if a not in one]
     assert all(a in eight for a in one) and extra and all(a[:3] == ["p2p", "--impl", "nccl"] for a in extra)
 

@@ -209,18 +209,18 @@ def _one_rank_world():
 
 
 def test_memory_check_counts_nccls_buffers(gpu_memory):
-    from commbench.sweep import check_memory
+    from commbench.sweep import check_device_memory
     gpu_memory(free=4 << 30, cached=0)
-    check_memory(_one_rank_world(), 2 << 30, "an all-reduce of 1G", "cuda")
+    check_device_memory(_one_rank_world(), 2 << 30, "an all-reduce of 1G")
     # 3 GiB of buffers alone would fit in 90 % of 4 GiB; with NCCL's 1 GiB they do not.
     with pytest.raises(CommbenchError, match=r"needs about 4\.0 GiB on GPU 0 \(with NCCL's buffers\)"):
-        check_memory(_one_rank_world(), 3 << 30, "an all-reduce of 1.5G", "cuda")
+        check_device_memory(_one_rank_world(), 3 << 30, "an all-reduce of 1.5G")
 
 
 def test_memory_check_counts_torchs_cached_blocks_as_free(gpu_memory):
-    from commbench.sweep import check_memory
+    from commbench.sweep import check_device_memory
     gpu_memory(free=1 << 30, cached=4 << 30)
-    check_memory(_one_rank_world(), 2 << 30, "an all-reduce of 1G", "cuda")
+    check_device_memory(_one_rank_world(), 2 << 30, "an all-reduce of 1G")
 
 
 def test_device_samples_are_judged_against_the_event_timers_resolution():

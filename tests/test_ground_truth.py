@@ -79,7 +79,7 @@ def test_fit_recovers_the_shaped_link_and_compare_catches_half(link, workdir):
     p2p = _run_pair(link, P2P, os.path.join(workdir, "p2p.json"), 29561)
     assert all(r["wrong"] == 0 for r in p2p["results"])
     assert _bandwidth(p2p, "bandwidth") == pytest.approx(payload_gbps, rel=0.10)
-    ar = _run_pair(link, ["allreduce", "--device", "cpu", "--sizes", "256K-4M:x2", "--budget-ms", "100", "--min-iters", "3",
+    ar = _run_pair(link, ["allreduce", "--device", "cpu", "--sizes", "512K-8M:x2", "--budget-ms", "100", "--min-iters", "3",
                           "--warmup", "1"], os.path.join(workdir, "ar.json"), 29562)
     assert all(r["wrong"] == 0 for r in ar["results"]) and ar["machine"]["launcher"] == "torchrun"
     # Two ranks: the gloo ring moves the whole buffer across the link once each way.

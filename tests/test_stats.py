@@ -27,7 +27,7 @@ def test_single_sample_has_zero_spread():
 
 @pytest.mark.parametrize("op,p,factor", [
     ("allreduce", 2, 1.0), ("allreduce", 4, 1.5), ("allreduce", 8, 1.75),
-    ("reduce_scatter", 4, 0.75), ("allgather", 8, 0.875), ("alltoall", 2, 0.5),
+    ("reducescatter", 4, 0.75), ("allgather", 8, 0.875), ("alltoall", 2, 0.5),
     ("broadcast", 8, 1.0), ("reduce", 3, 1.0), ("sendrecv", 2, 1.0),
 ])
 def test_busbw_factors(op, p, factor):

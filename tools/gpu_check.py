@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from commbench import doctor
+from commbench.collectives import names
 from commbench.gpu import visible_gpus
 from commbench.world import launcher_free_env
 
@@ -76,6 +77,7 @@ def steps(gpus: int, folder: str) -> list[Step]:
         sweep("allreduce graph", ["allreduce", "--device", "cuda", "--impl", "nccl", "--graph", "--sizes", "8-64K:x8"]),
         sweep("allreduce bf16 max in-place", ["allreduce", "--device", "cuda", "--dtype", "bfloat16", "--op", "max",
                                               "--in-place", "--sizes", "1K-16M:x16"]),
+        *(sweep(name, [name, "--device", "cuda", "--sizes", "1K-64M:x8"]) for name in names() if name != "allreduce"),
         sweep("p2p matrix", ["p2p", "--device", "cuda", "--sizes", "4-64M:x16"]),
         sweep("copy", ["copy", "--sizes", "4K-256M:x8"]),
     ]

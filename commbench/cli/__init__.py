@@ -10,21 +10,35 @@ import click
 from ..errors import CommbenchError
 from ..world import launch_rank
 from . import analyze, measure, node  # noqa: F401  (each registers its commands on the group)
+from .common import one_line
 from .group import cli
 
 __all__ = ["cli", "main"]
 
 
+def _error(text: str) -> None:
+    if launch_rank() in (None, 0):  # one line from the whole job, not one per rank
+        click.echo(one_line(f"commbench: error: {text}"), err=True)
+
+
 def main() -> None:
+    """Every failure the user can cause or meet ends in one line on stderr, never a traceback:
+    exit 2 for bad input (click's usage errors included) and for files that cannot be read or
+    written."""
     try:
         cli.main(standalone_mode=False)
     except click.exceptions.Abort:
         click.echo("commbench: aborted", err=True)
         sys.exit(130)
-    except click.ClickException as e:
+    except click.exceptions.NoArgsIsHelpError as e:  # a group typed alone: its help, not an error line
         e.show()
         sys.exit(2)
+    except click.ClickException as e:
+        _error(e.format_message())
+        sys.exit(2)
     except CommbenchError as e:
-        if launch_rank() in (None, 0):  # one line from the whole job, not one per rank
-            click.echo(f"commbench: error: {e}", err=True)
+        _error(str(e))
         sys.exit(e.exit_code)
+    except OSError as e:  # a file the commands read or write, where no command gave its own answer
+        _error(f"{e.filename}: {e.strerror}" if e.filename else e.strerror or str(e))
+        sys.exit(2)

@@ -6,7 +6,9 @@ import sys
 
 import click
 
+from .. import formats
 from ..errors import CommbenchError
+from ..importers import NCCL_TESTS_OPS
 from .common import expectation, fit_lines_for, percent, verdict_options
 from .group import cli
 
@@ -19,9 +21,11 @@ def fit(run, as_json, judge) -> None:
     """Fit latency (alpha) and bandwidth per (op, impl, ranks) of a result file, with verdicts."""
     import json
 
+    from ..fit import require_usable
     from ..fitreport import fits_with_verdicts
     from ..results import load_document
     doc = load_document(run)
+    require_usable(doc, run)
     if as_json:
         fits = fits_with_verdicts(doc["results"], expectation(judge, doc), judge["pass_pct"], judge["fail_pct"])
         click.echo(json.dumps(fits, indent=1))
@@ -89,13 +93,21 @@ def plot(runs, output, baselines, judge) -> None:
     """Bus bandwidth and latency against size, with fits, expected line and baselines."""
     import os
 
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    from ..atomic import new_file
+    from ..fit import require_usable
     from ..plot import plot as draw
     from ..results import load_document
-    if os.path.exists(output):
-        raise CommbenchError(f"{output} already exists; choose another -o")
+    # matplotlib takes the image format from the extension, and appends one to a name without it.
+    if os.path.splitext(output)[1].lower().lstrip(".") not in FigureCanvasBase.get_supported_filetypes():
+        raise CommbenchError(f"-o {output}: name an image file, e.g. plot.png (or .svg, .pdf)")
     docs = [(os.path.basename(r), load_document(r)) for r in runs]
     bases = [(os.path.basename(b), load_document(b)) for b in baselines]
-    draw(docs, output, bases, expectation(judge, docs[0][1]))
+    for (_, doc), path in zip(docs + bases, runs + baselines):
+        require_usable(doc, path)
+    with new_file(output, f"{output} already exists; choose another -o") as tmp:
+        draw(docs, tmp, bases, expectation(judge, docs[0][1]))
     click.echo(f"wrote {output}")
 
 
@@ -105,28 +117,54 @@ def plot(runs, output, baselines, judge) -> None:
 @verdict_options
 def report(run, output, judge) -> None:
     """Markdown and HTML report of RUN: facts, plot, fit table and verdicts."""
+    import os
+
+    from ..atomic import new_files_in
+    from ..fit import require_usable
     from ..report import write_report
     from ..results import load_document
     doc = load_document(run)
-    for path in write_report(run, doc, output, expectation(judge, doc), judge["pass_pct"], judge["fail_pct"]):
-        click.echo(f"wrote {path}")
+    require_usable(doc, run)
+    with new_files_in(output, f"{output} already holds a report; choose another -o") as stage:
+        written = write_report(run, doc, stage, expectation(judge, doc), judge["pass_pct"], judge["fail_pct"])
+    for path in written:
+        click.echo(f"wrote {os.path.join(output, os.path.basename(path))}")
 
 
 @cli.command()
 @click.argument("run", type=click.Path(dir_okay=False))
-@click.option("--csv", "as_csv", is_flag=True, required=True, help="Comma-separated values, one row per (impl, size).")
-@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None, help="File (default: stdout).")
-def export(run, as_csv, output) -> None:
-    """Export a result file's records (without raw samples)."""
-    from ..results import load, write_new
-    df = load(run)
-    if df.empty:
-        raise CommbenchError(f"{run} holds no records to export")
-    text = df.drop(columns=["samples_us"]).to_csv(index=False)
+@click.option("--format", "format_name", type=click.Choice(formats.names()), default="csv", show_default=True,
+              help="; ".join(f"{name}: {formats.get(name).SUMMARY}" for name in formats.names()) + ".")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
+              help="File to write, never overwritten (default: stdout, for the formats that are text).")
+@click.option("--samples", is_flag=True, help="Keep every per-iteration sample (formats that can hold them).")
+@verdict_options
+def export(run, format_name, output, samples, judge) -> None:
+    """Write the result file RUN in another format: a table, records, a report or a plot."""
+    import os
+
+    from ..preflight import check_new_file
+    from ..results import load_document, write_new
+    fmt = formats.get(format_name)
+    if fmt.BINARY and not output:
+        raise CommbenchError(f"--format {format_name} writes binary data, not text: give -o FILE")
+    if samples and not fmt.SAMPLES:
+        raise CommbenchError(f"--samples: --format {format_name} cannot hold raw samples; formats that can: "
+                             f"{', '.join(n for n in formats.names() if formats.get(n).SAMPLES)}")
+    exists = f"{output} already exists; choose another -o"
     if output:
-        write_new(output, text, f"{output} already exists; choose another -o")
+        check_new_file(output, exists)  # before the work of rendering
+    doc = load_document(run)
+    if not doc["results"]:
+        raise CommbenchError(f"{run} holds no records to export")
+    options = formats.Options(source=os.path.basename(run), expected=expectation(judge, doc),
+                              pass_pct=judge["pass_pct"], fail_pct=judge["fail_pct"], samples=samples)
+    data = fmt.render(doc, options)
+    if output:
+        write_new(output, data, exists)
+        click.echo(f"wrote {output}")
     else:
-        click.echo(text, nl=False)
+        click.echo(data, nl=False)
 
 
 @cli.command("import")
@@ -134,23 +172,27 @@ def export(run, as_csv, output) -> None:
 @click.argument("log", type=click.Path(dir_okay=False))
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
               help="Result file (default commbench-results/<stamp>_<host>_import-<tool>.json).")
-@click.option("--op", "op", type=click.Choice(["allreduce", "allgather", "reduce_scatter", "alltoall", "broadcast",
-                                               "reduce", "sendrecv"]), default=None,
-              help="nccl-tests: the collective, when the log does not say.")
+@click.option("--op", "op", type=click.Choice(list(NCCL_TESTS_OPS.values())), default=None,
+              help="nccl-tests: the collective, for a log that does not name its binary (<name>_perf).")
 @click.option("--test", type=click.Choice(["latency", "bw", "allreduce"]), default=None,
               help="osu: which benchmark, when the log does not say.")
 @click.option("--ranks", type=click.IntRange(min=1), default=None, help="osu_allreduce: ranks it ran on (default 2).")
 def import_cmd(tool, log, output, op, test, ranks) -> None:
     """Turn nccl-tests or OSU output into a commbench result file."""
     from ..importers import import_nccl_tests, import_osu
+    from ..preflight import check_new_file
     from ..results import default_path, validate, write_new
+    path = output or default_path(f"import-{tool}")
+    exists = f"{path} already exists; choose another -o"
+    check_new_file(path, exists)
     try:
-        with open(log) as f:
-            text = f.read()
+        # Undecodable bytes become U+FFFD: a binary file is then just not the tool's output.
+        with open(log, encoding="utf-8", errors="replace") as f:
+            imported = import_nccl_tests(f, log, op) if tool == "nccl-tests" else import_osu(f, log, test, ranks)
     except OSError as e:
         raise CommbenchError(f"cannot read {log}: {e.strerror}") from None
-    doc = import_nccl_tests(text, log, op) if tool == "nccl-tests" else import_osu(text, log, test, ranks)
-    validate(doc, log)
-    path = output or default_path(f"import-{tool}")
-    write_new(path, doc, f"{path} already exists; choose another -o")
-    click.echo(f"imported {len(doc['results'])} records from {log} into {path}")
+    validate(imported.doc, log)
+    write_new(path, imported.doc, exists)
+    for w in imported.warnings:
+        click.echo(f"warning: {w}", err=True)
+    click.echo(f"imported {len(imported.doc['results'])} records from {log} into {path}")

@@ -6,6 +6,7 @@ import sys
 
 import click
 
+from .. import preflight
 from ..errors import CommbenchError
 from ..sizes import parse_size, parse_sizes, round_to_itemsize
 from ..spec import DTYPES, REDOPS, dtype_of, redop_code
@@ -15,55 +16,106 @@ from .common import (make_reporter, policy_options, ranks_option, resolve_device
 from .group import cli
 
 
-@cli.command()
-@click.option("--sizes", "-s", default="1K-1G", show_default=True,
-              help="Sizes in bytes: 1K-1G (doubling), 8-256M:x4, 1M-8M:+1M, 8,1K,1M.")
-@click.option("--impl", "impl_text", default=None,
-              help="Comma list. CPU: mpi, ring, tree, gloo (default all; gloo under torchrun). "
-                   "GPU: nccl, ring, tree, mpi (default nccl,ring,tree).")
-@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,
-              help="Where the buffers live; auto = cuda when a GPU is visible.")
-@click.option("--graph", is_flag=True, help="GPU: replay each iteration from a CUDA graph (small messages).")
-@click.option("--dtype", "-d", default="float32", show_default=True, help=f"One of {', '.join(DTYPES)}.")
-@click.option("--op", "redop", default="sum", show_default=True, help=f"Reduction: {', '.join(REDOPS)}.")
-@click.option("--in-place/--out-of-place", default=False, show_default=True)
-@click.option("--chunk", default="1M", show_default=True, help="Tree pipeline chunk size in bytes.")
-@policy_options
-@ranks_option
-@timeout_option
-@click.option("--no-fit", is_flag=True, help="Do not print the latency/bandwidth fit after the table.")
-@verdict_options
-def allreduce(sizes, impl_text, device, graph, dtype, redop, in_place, chunk, nranks, timeout_s, output, policy,
-              no_fit, judge) -> None:
-    """Time all-reduce implementations across message sizes."""
-    from ..backends import DEFAULT_IMPLS, parse_impls
-    from ..sweep import RunConfig, run_allreduce
-    torch_dtype = dtype_of(dtype)
-    redop_code(redop)
-    itemsize = torch_dtype.itemsize
-    size_list, notes = round_to_itemsize(parse_sizes(sizes), itemsize)
-    chunk_bytes = parse_size(chunk)
-    if chunk_bytes < itemsize:
-        raise CommbenchError(f"--chunk {chunk} is smaller than one {dtype} element")
-    device, gpus = resolve_device(device, impl_text)
-    if graph and device != "cuda":
-        raise CommbenchError("--graph replays CUDA graphs: it needs --device cuda")
-    default_impls = "gloo" if detect_launcher() == "torchrun" and device == "cpu" else DEFAULT_IMPLS[device]
-    impls = parse_impls(impl_text or default_impls, device)
-    cfg = RunConfig(op="allreduce", impls=tuple(i.name for i in impls), sizes=tuple(size_list), dtype=dtype,
-                    redop=redop, in_place=in_place, device=device, graph=graph, chunk_bytes=chunk_bytes,
-                    timeout_s=timeout_s, policy=policy)
+def names_or_all(text: str, known: dict, check) -> list[str]:
+    """`all`, or a comma list whose every name `check` accepts."""
+    names = list(known) if text.strip() == "all" else [t.strip() for t in text.split(",")]
+    for name in names:
+        check(name)
+    return list(dict.fromkeys(names))
 
-    def body(world):
-        for impl in impls:
-            impl.prepare(world, cfg)
-        reporter = make_reporter(world, cfg, output, len(impls) * len(size_list), None if no_fit else judge)
-        if reporter:
-            for n in notes:
-                reporter.note(n)
-        return sweep(reporter, lambda: run_allreduce(world, cfg, impls, reporter), world)
 
-    run_ranks(nranks, gpus if device == "cuda" else 2, body)
+def _impl_help(coll) -> str:
+    from ..transports import default_impls, impls_for
+    return "Comma list. " + "; ".join(
+        f"{device.upper() if device == 'cpu' else 'GPU'}: {', '.join(impls_for(coll, device))} "
+        f"(default {','.join(default_impls(coll, device, None))})" for device in ("cpu", "cuda")) + \
+        ("; gloo alone under torchrun" if "gloo" in impls_for(coll, "cpu") else "") + "."
+
+
+def collective_command(coll) -> click.Command:
+    """The command that times `coll`: its options follow from the registry entry (--op for
+    reductions, --root for rooted collectives, --in-place where it has an in-place form, --chunk
+    where one of our algorithms pipelines)."""
+
+    def run(sizes, impl_text, device, graph, dtype, agg, buffers, nranks, timeout_s, output, policy, no_fit, judge,
+            redop="none", root=0, in_place=False, chunk="1M") -> None:
+        from ..sweep import RunConfig, run_collective
+        from ..transports import default_impls, impls_for, parse_impls
+        dtypes = names_or_all(dtype, DTYPES, dtype_of)
+        redops = names_or_all(redop, REDOPS, redop_code) if coll.reduces else ["none"]
+        itemsize = max(dtype_of(d).itemsize for d in dtypes)
+        size_list = parse_sizes(sizes)
+        notes = [n for d in dtypes for n in round_to_itemsize(size_list, dtype_of(d).itemsize)[1]]
+        chunk_bytes = parse_size(chunk)
+        if chunk_bytes < itemsize:
+            raise CommbenchError(f"--chunk {chunk} is smaller than one {dtypes[0]} element")
+        device, gpus = resolve_device(device, impl_text, set(impls_for(coll, "cuda")) - set(impls_for(coll, "cpu")))
+        if graph and device != "cuda":
+            raise CommbenchError("--graph replays CUDA graphs: it needs --device cuda")
+        impls = parse_impls(",".join(default_impls(coll, device, detect_launcher())) if impl_text is None else impl_text, coll, device)
+        if buffers == "cupy":
+            from .. import cupy_buffers
+            cupy_buffers.check_request([i.name for i in impls], device, [dtype_of(d) for d in dtypes])
+            cupy_buffers.require_cupy()
+        cfg = RunConfig(op=coll.name, impls=tuple(i.name for i in impls), sizes=tuple(size_list), buffers=buffers,
+                        dtype=",".join(dtypes), redop=",".join(redops), in_place=in_place, device=device, graph=graph,
+                        chunk_bytes=chunk_bytes, root=root, agg=agg, timeout_s=timeout_s, policy=policy)
+
+        def body(world):
+            if root >= world.size:
+                raise CommbenchError(f"--root {root}: only {world.size} rank(s)")
+            for impl in impls:
+                impl.prepare(world, cfg)
+            steps = len(dtypes) * len(redops) * len(impls) * len(size_list)
+            reporter = make_reporter(world, cfg, output, steps, None if no_fit else judge)
+            if reporter:
+                for n in notes:
+                    reporter.note(n)
+            return sweep(reporter, lambda: run_collective(world, cfg, coll, impls, reporter), world)
+
+        run_ranks(nranks, gpus if device == "cuda" else 2, body, preflight.for_collective(coll, cfg, output))
+
+    options = [
+        click.option("--sizes", "-s", default="1K-1G", show_default=True,
+                     help="Sizes in bytes: 1K-1G (doubling), 8-256M:x4, 1M-8M:+1M, 8,1K,1M."),
+        click.option("--impl", "impl_text", default=None, help=_impl_help(coll)),
+        click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,
+                     help="Where the buffers live; auto = cuda when a GPU is visible."),
+        click.option("--graph", is_flag=True, help="GPU: replay each iteration from a CUDA graph (small messages)."),
+        click.option("--dtype", "-d", default="float32", show_default=True,
+                     help=f"One of {', '.join(DTYPES)}, a comma list, or all."),
+        click.option("--buffers", type=click.Choice(["torch", "cupy"]), default="torch", show_default=True,
+                     help="Who allocates the GPU buffers of --impl mpi: torch, or CuPy (as Python HPC codes hand "
+                          "them to CUDA-aware MPI)."),
+        click.option("--agg", type=click.IntRange(min=1), default=1, show_default=True,
+                     help="Calls per timed iteration (nccl-tests' -m): NCCL's calls in one group, the others one "
+                          "after another; times are per call."),
+    ]
+    if coll.reduces:
+        options.append(click.option("--op", "redop", default="sum", show_default=True,
+                                    help=f"Reduction: {', '.join(REDOPS)}, a comma list, or all."))
+    if coll.rooted:
+        options.append(click.option("--root", type=click.IntRange(min=0), default=0, show_default=True,
+                                    help="The rank the data comes from or goes to."))
+    if coll.in_place:
+        options.append(click.option("--in-place/--out-of-place", default=False, show_default=True,
+                                    help="In place as nccl-tests places the buffers."))
+    if any(name == "tree" for name in coll.algorithms):
+        options.append(click.option("--chunk", default="1M", show_default=True, help="Tree pipeline chunk size in bytes."))
+    no_fit = click.option("--no-fit", is_flag=True, help="Do not print the latency/bandwidth fit after the table.")
+    command = run
+    for decorate in (verdict_options, no_fit, timeout_option, ranks_option, policy_options, *reversed(options)):
+        command = decorate(command)
+    return click.command(coll.name, help=coll.summary)(command)
+
+
+def _register_collectives() -> None:
+    from ..collectives import all_collectives
+    for coll in all_collectives():
+        cli.add_command(collective_command(coll))
+
+
+_register_collectives()
 
 
 @cli.command()
@@ -93,7 +145,7 @@ def p2p(sizes, impl, device, pairs, window, nranks, timeout_s, output, policy, n
     impl = impl or ("gloo" if detect_launcher() == "torchrun" and device == "cpu" else "mpi")
     if impl == "nccl":
         device = "cuda"
-        gpus = resolve_device("cuda", "nccl")[1]
+        gpus = resolve_device("cuda", impl)[1]
     elif device == "cuda":
         if nranks is not None or detect_launcher() is not None:
             raise CommbenchError("p2p --device cuda measures this process's GPUs: run it once, without --np or a launcher")
@@ -108,7 +160,7 @@ def p2p(sizes, impl, device, pairs, window, nranks, timeout_s, output, policy, n
         reporter = make_reporter(world, cfg, output, 2 * len(cfg.pairs) * len(size_list), None if no_fit else judge)
         return sweep(reporter, lambda: run_p2p(world, cfg, reporter), world)
 
-    run_ranks(nranks, max(gpus, 2), body)
+    run_ranks(nranks, max(gpus, 2), body, preflight.for_p2p(size_list, pairs, device, output))
 
 
 def _local_peer_matrix(size_list, output, policy) -> None:

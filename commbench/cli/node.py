@@ -88,14 +88,8 @@ def doctor(as_json, source, expect) -> None:
 
 
 def _load_json(path: str, flag: str):
-    import json
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except OSError as e:
-        raise CommbenchError(f"{flag} {path}: {e.strerror}") from None
-    except json.JSONDecodeError as e:
-        raise CommbenchError(f"{flag} {path} is not JSON: {e}") from None
+    from ..results import read_json
+    return read_json(path, f"{flag} file")
 
 
 @cli.command()

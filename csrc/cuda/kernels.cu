@@ -87,18 +87,23 @@ unsigned arm_counter(unsigned long long* wrong, std::size_t work, cudaStream_t s
 }
 
 template <typename T>
-__global__ void fill_kernel(T* data, std::size_t n, RedOp op, int rank, int nranks) {
+__global__ void fill_kernel(T* data, std::size_t n, std::size_t first, RedOp op, int rank, int nranks) {
   for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<std::size_t>(gridDim.x) * blockDim.x)
-    data[i] = static_cast<T>(pattern_value(op, i, rank, nranks));
+    data[i] = static_cast<T>(pattern_value(op, first + i, rank, nranks));
 }
 
+// source < 0: the exact reduction over nranks; otherwise rank source's own values.
 template <typename T>
-__global__ void count_wrong_kernel(const T* data, std::size_t n, RedOp op, int nranks, unsigned long long* wrong) {
+__global__ void count_wrong_kernel(const T* data, std::size_t n, std::size_t first, RedOp op, int nranks, int source,
+                                   unsigned long long* wrong) {
   unsigned long long local = 0;
   for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<std::size_t>(gridDim.x) * blockDim.x)
-    local += static_cast<double>(data[i]) != pattern_expected(op, i, nranks) ? 1 : 0;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    const double expected = source < 0 ? pattern_expected(op, first + i, nranks)
+                                       : static_cast<double>(pattern_value(op, first + i, source, nranks));
+    local += static_cast<double>(data[i]) != expected ? 1 : 0;
+  }
   add_block_count(wrong, local);
 }
 
@@ -130,18 +135,18 @@ void launch_sm_copy(void* dst, const void* src, std::size_t bytes, cudaStream_t 
 }
 
 template <typename T>
-void launch_fill(T* data, std::size_t n, RedOp op, int rank, int nranks, cudaStream_t stream) {
+void launch_fill(T* data, std::size_t n, std::size_t first, RedOp op, int rank, int nranks, cudaStream_t stream) {
   if (n == 0) return;
-  fill_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(data, n, op, rank, nranks);
+  fill_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(data, n, first, op, rank, nranks);
   check_launch("fill kernel");
 }
 
 template <typename T>
-void launch_count_wrong(const T* data, std::size_t n, RedOp op, int nranks, unsigned long long* wrong,
-                        cudaStream_t stream) {
+void launch_count_wrong(const T* data, std::size_t n, std::size_t first, RedOp op, int nranks, int source,
+                        unsigned long long* wrong, cudaStream_t stream) {
   // Launched even for n == 0: only a kernel that ran clears the sentinel.
   const unsigned blocks = arm_counter(wrong, n, stream);
-  count_wrong_kernel<T><<<blocks, kThreads, 0, stream>>>(data, n, op, nranks, wrong);
+  count_wrong_kernel<T><<<blocks, kThreads, 0, stream>>>(data, n, first, op, nranks, source, wrong);
   check_launch("check kernel");
 }
 
@@ -163,8 +168,9 @@ void launch_count_bytes_wrong(const void* data, std::size_t bytes, unsigned seed
   template void launch_reduce<T, OpProd>(T*, const T*, std::size_t, cudaStream_t);        \
   template void launch_reduce<T, OpMax>(T*, const T*, std::size_t, cudaStream_t);         \
   template void launch_reduce<T, OpMin>(T*, const T*, std::size_t, cudaStream_t);         \
-  template void launch_fill<T>(T*, std::size_t, RedOp, int, int, cudaStream_t);           \
-  template void launch_count_wrong<T>(const T*, std::size_t, RedOp, int, unsigned long long*, cudaStream_t);
+  template void launch_fill<T>(T*, std::size_t, std::size_t, RedOp, int, int, cudaStream_t);  \
+  template void launch_count_wrong<T>(const T*, std::size_t, std::size_t, RedOp, int, int, unsigned long long*, \
+                                      cudaStream_t);
 
 COMMBENCH_FOR_OPS(float)
 COMMBENCH_FOR_OPS(double)

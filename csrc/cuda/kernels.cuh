@@ -17,16 +17,17 @@ namespace commbench {
 template <typename T, typename Op>
 void launch_reduce(T* dst, const T* src, std::size_t n, cudaStream_t stream);
 
-// The exact-reduction pattern of pattern.h: rank r's input.
+// The exact pattern of pattern.h: rank r's values at pattern indices first, first + 1, ...
 template <typename T>
-void launch_fill(T* data, std::size_t n, RedOp op, int rank, int nranks, cudaStream_t stream);
+void launch_fill(T* data, std::size_t n, std::size_t first, RedOp op, int rank, int nranks, cudaStream_t stream);
 
-// Counts the elements that differ from the exact reduction over nranks into *wrong (device memory).
+// Counts into *wrong (device memory) the elements that differ from the exact reduction over nranks
+// (source < 0) or from rank source's values, at pattern indices first, first + 1, ...
 // The counter is first set to the number of blocks, and each block takes one away as it finishes, so
 // a check kernel that never ran leaves a non-zero count instead of a false "0 wrong".
 template <typename T>
-void launch_count_wrong(const T* data, std::size_t n, RedOp op, int nranks, unsigned long long* wrong,
-                        cudaStream_t stream);
+void launch_count_wrong(const T* data, std::size_t n, std::size_t first, RedOp op, int nranks, int source,
+                        unsigned long long* wrong, cudaStream_t stream);
 
 // The byte pattern of pattern.h (byte_pattern) for copy checks, and its count of wrong bytes, with
 // the same sentinel as launch_count_wrong.

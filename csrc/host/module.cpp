@@ -9,16 +9,17 @@
 #endif
 
 #include <algorithm>
+#include <climits>
 #include <chrono>
 #include <cstring>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
-#include "commbench/collectives.h"
+#include "commbench/own_algorithms.h"
 #include "commbench/pattern.h"
 #include "commbench/reduce.h"
-#include "commbench/schedule.h"
+#include "mpi_calls.h"
 #include "mpi_transport.h"
 #include "torch_dispatch.h"
 
@@ -61,31 +62,12 @@ struct HostReducer {
   void operator()(T* dst, const T* src, std::size_t n) const { reduce_into(dst, src, n, Op{}); }
 };
 
-// MPI has no 16-bit float types, so those reduce through a user-defined op that runs our functor.
-template <typename T, typename Op>
-void mpi_user_reduce(void* in, void* inout, int* len, MPI_Datatype*) {
-  reduce_into(static_cast<T*>(inout), static_cast<const T*>(in), static_cast<std::size_t>(*len), Op{});
-}
-
-template <typename T> MPI_Datatype mpi_type() { return MPI_UINT16_T; }  // 16-bit floats
-template <> MPI_Datatype mpi_type<float>() { return MPI_FLOAT; }
-template <> MPI_Datatype mpi_type<double>() { return MPI_DOUBLE; }
-template <> MPI_Datatype mpi_type<int32_t>() { return MPI_INT32_T; }
-template <> MPI_Datatype mpi_type<int64_t>() { return MPI_INT64_T; }
-
-template <typename T>
-constexpr bool mpi_has_type() {
-  return !std::is_same<T, c10::Half>::value && !std::is_same<T, c10::BFloat16>::value;
-}
-
-MPI_Op mpi_builtin_op(RedOp op) {
-  switch (op) {
-    case RedOp::Prod: return MPI_PROD;
-    case RedOp::Max: return MPI_MAX;
-    case RedOp::Min: return MPI_MIN;
-    default: return MPI_SUM;
+struct HostCopy {
+  template <typename T>
+  void operator()(T* dst, const T* src, std::size_t n) const {
+    if (n > 0) std::memcpy(dst, src, n * sizeof(T));
   }
-}
+};
 
 // Whether the MPI library accepts GPU buffers, asked at run time where the library can say.
 bool mpi_cuda_aware() {
@@ -99,11 +81,20 @@ bool mpi_cuda_aware() {
 #endif
 }
 
-// Times one all-reduce implementation: "mpi" (MPI_Allreduce), "ring" or "tree" (ours).
-// send and recv may be the same tensor (in place). Only "mpi" takes GPU buffers, and only from a
+bool overlap(const at::Tensor& a, const at::Tensor& b) {
+  const char* a0 = static_cast<const char*>(a.data_ptr());
+  const char* b0 = static_cast<const char*>(b.data_ptr());
+  return a0 < b0 + b.nbytes() && b0 < a0 + a.nbytes();
+}
+
+// Times one call of collective `coll` by `impl`: "mpi" (the MPI library's call) or one of our
+// algorithms over MPI point-to-point (own_algorithms.h). send and recv are laid out as nccl-tests
+// lays them out, overlapping when in place. Only "mpi" takes GPU buffers, and only from a
 // CUDA-aware MPI library.
-at::Tensor allreduce_times(const std::string& impl, at::Tensor send, at::Tensor recv, int64_t op_code,
-                           int64_t iters, int64_t comm_handle, int64_t chunk_bytes) {
+at::Tensor collective_times(const std::string& coll_name, const std::string& impl, at::Tensor send, at::Tensor recv,
+                            int64_t op_code, int64_t root, int64_t iters, int64_t comm_handle, int64_t chunk_bytes,
+                            int64_t agg) {
+  if (agg < 1) throw std::invalid_argument("agg must be at least 1");
   if (impl == "mpi" && send.is_cuda() && recv.is_cuda() && mpi_cuda_aware()) {
     if (!send.is_contiguous() || !recv.is_contiguous())
       throw std::invalid_argument("buffers must be contiguous");
@@ -111,83 +102,65 @@ at::Tensor allreduce_times(const std::string& impl, at::Tensor send, at::Tensor 
     require_host_contiguous(send, "send buffer");
     require_host_contiguous(recv, "recv buffer");
   }
-  if (send.scalar_type() != recv.scalar_type() || send.numel() != recv.numel())
-    throw std::invalid_argument("send and recv buffers differ in dtype or length");
+  if (send.scalar_type() != recv.scalar_type()) throw std::invalid_argument("send and recv buffers differ in dtype");
   const RedOp op = redop_from(op_code);
   MPI_Comm comm = comm_from(comm_handle);
   int rank = 0, size = 1;
   mpi_check(MPI_Comm_rank(comm, &rank), "MPI_Comm_rank");
   mpi_check(MPI_Comm_size(comm, &size), "MPI_Comm_size");
-  const std::size_t n = static_cast<std::size_t>(recv.numel());
-  const bool in_place = send.data_ptr() == recv.data_ptr();
+  if (root < 0 || root >= size) throw std::invalid_argument("root must be a rank of the communicator");
 
   return dispatch_dtype_op(recv.scalar_type(), op, [&](auto tag, auto functor) {
     using T = typename decltype(tag)::type;
     using Op = decltype(functor);
-    T* out = static_cast<T*>(recv.data_ptr());
-    const T* in = static_cast<const T*>(send.data_ptr());
+    const CallBuffers<T> b{static_cast<const T*>(send.data_ptr()), static_cast<T*>(recv.data_ptr()),
+                           static_cast<std::size_t>(send.numel()), static_cast<std::size_t>(recv.numel()),
+                           overlap(send, recv), rank, size, static_cast<int>(root)};
     if (impl == "mpi") {
-      if (n > static_cast<std::size_t>(INT32_MAX))
-        throw std::invalid_argument("impl mpi: more than 2^31-1 elements in one MPI_Allreduce");
-      MPI_Op mop = mpi_builtin_op(op);
-      if (!mpi_has_type<T>())
-        mpi_check(MPI_Op_create(&mpi_user_reduce<T, Op>, 1, &mop), "MPI_Op_create");
-      const void* sbuf = in_place ? MPI_IN_PLACE : static_cast<const void*>(in);
-      at::Tensor times = time_iterations(comm, iters, [&] {
-        mpi_check(MPI_Allreduce(sbuf, out, static_cast<int>(n), mpi_type<T>(), mop, comm),
-                  "MPI_Allreduce");
-      });
-      if (!mpi_has_type<T>()) mpi_check(MPI_Op_free(&mop), "MPI_Op_free");
-      return times;
+      const MpiOp<T, Op> mop(op);
+      return time_iterations(comm, iters, aggregated(mpi_call(coll_name, b, mop, comm), agg, no_group)) / static_cast<double>(agg);
     }
+    const Own own = own_algo(coll_name, impl);
+    if (own.algo == Algo::Tree && chunk_bytes < static_cast<int64_t>(sizeof(T)))
+      throw std::invalid_argument("tree chunk must hold at least one element");
+    const std::size_t chunk =
+        TreeSchedule::chunk_for(static_cast<std::size_t>(std::max<int64_t>(chunk_bytes, 1)), sizeof(T), b.recv_count);
     MpiTransport transport(comm);
     HostReducer<T, Op> reducer;
-    auto copy_in = [&] {
-      if (!in_place && n > 0) std::memcpy(out, in, n * sizeof(T));
-    };
-    if (impl == "ring") {
-      const RingSchedule sched{rank, size};
-      std::vector<T> tmp(ring_scratch_elems<T>(n, size));
-      return time_iterations(comm, iters, [&] {
-        copy_in();
-        ring_allreduce(transport, reducer, sched, out, tmp.data(), n);
-      });
-    }
-    if (impl == "tree") {
-      if (chunk_bytes < static_cast<int64_t>(sizeof(T)))
-        throw std::invalid_argument("tree chunk must hold at least one element");
-      const std::size_t chunk = TreeSchedule::chunk_for(static_cast<std::size_t>(chunk_bytes), sizeof(T), n);
-      const TreeSchedule sched{rank, size, chunk};
-      std::vector<T> tmp(tree_scratch_elems<T>(chunk));
-      return time_iterations(comm, iters, [&] {
-        copy_in();
-        tree_allreduce(transport, reducer, sched, out, tmp.data(), n);
-      });
-    }
-    throw std::invalid_argument("unknown native all-reduce impl '" + impl + "'");
+    HostCopy copy;
+    std::vector<T> scratch(own_scratch_elems<T>(own, b, chunk));
+    return time_iterations(comm, iters, aggregated(own_call(own, transport, reducer, copy, b, scratch.data(), chunk), agg, no_group)) /
+           static_cast<double>(agg);
   });
 }
 
-// One side of a point-to-point test: a two-rank communicator and the message buffer.
+// One side of a point-to-point test: a two-rank communicator, and separate send and receive
+// buffers as OSU and nccl-tests use them (one buffer for both directions costs up to twice the time
+// at medium sizes, where the echo's receive and the next send contend for the same cache lines).
 struct PairSide {
   MPI_Comm comm;
   int rank;
-  char* p;
+  char* s;
+  char* r;
   int len;
 };
 
-PairSide pair_side(at::Tensor& buf, int64_t bytes, int64_t comm_handle) {
-  require_host_contiguous(buf, "buffer");
-  PairSide s{comm_from(comm_handle), 0, static_cast<char*>(buf.data_ptr()), static_cast<int>(bytes)};
-  mpi_check(MPI_Comm_rank(s.comm, &s.rank), "MPI_Comm_rank");
-  return s;
+PairSide pair_side(at::Tensor& send, at::Tensor& recv, int64_t bytes, int64_t comm_handle) {
+  require_host_contiguous(send, "send buffer");
+  require_host_contiguous(recv, "recv buffer");
+  if (bytes < 0 || bytes > static_cast<int64_t>(std::min(send.nbytes(), recv.nbytes())) || bytes > INT32_MAX)
+    throw std::invalid_argument("message of " + std::to_string(bytes) + " bytes does not fit the buffers");
+  PairSide p{comm_from(comm_handle), 0, static_cast<char*>(send.data_ptr()), static_cast<char*>(recv.data_ptr()),
+             static_cast<int>(bytes)};
+  mpi_check(MPI_Comm_rank(p.comm, &p.rank), "MPI_Comm_rank");
+  return p;
 }
 
 // Ping-pong between the two ranks of a two-rank communicator: rank 0 sends, rank 1 echoes. The time
 // of an iteration is half the round trip as seen by rank 0 (rank 1 reports zero, so the maximum
 // over ranks is rank 0's). No barrier between iterations: the exchange itself keeps lock step.
-at::Tensor pingpong_times(at::Tensor buf, int64_t bytes, int64_t iters, int64_t comm_handle) {
-  const auto [comm, rank, p, len] = pair_side(buf, bytes, comm_handle);
+at::Tensor pingpong_times(at::Tensor send, at::Tensor recv, int64_t bytes, int64_t iters, int64_t comm_handle) {
+  const auto [comm, rank, s, r, len] = pair_side(send, recv, bytes, comm_handle);
   at::Tensor out = at::zeros({iters}, at::kDouble);
   double* t = out.data_ptr<double>();
   {
@@ -196,12 +169,12 @@ at::Tensor pingpong_times(at::Tensor buf, int64_t bytes, int64_t iters, int64_t 
     for (int64_t i = 0; i < iters; ++i) {
       if (rank == 0) {
         const auto t0 = Clock::now();
-        mpi_check(MPI_Send(p, len, MPI_BYTE, 1, 1, comm), "MPI_Send");
-        mpi_check(MPI_Recv(p, len, MPI_BYTE, 1, 1, comm, MPI_STATUS_IGNORE), "MPI_Recv");
+        mpi_check(MPI_Send(s, len, MPI_BYTE, 1, 1, comm), "MPI_Send");
+        mpi_check(MPI_Recv(r, len, MPI_BYTE, 1, 1, comm, MPI_STATUS_IGNORE), "MPI_Recv");
         t[i] = std::chrono::duration<double>(Clock::now() - t0).count() / 2;
       } else {
-        mpi_check(MPI_Recv(p, len, MPI_BYTE, 0, 1, comm, MPI_STATUS_IGNORE), "MPI_Recv");
-        mpi_check(MPI_Send(p, len, MPI_BYTE, 0, 1, comm), "MPI_Send");
+        mpi_check(MPI_Recv(r, len, MPI_BYTE, 0, 1, comm, MPI_STATUS_IGNORE), "MPI_Recv");
+        mpi_check(MPI_Send(s, len, MPI_BYTE, 0, 1, comm), "MPI_Send");
       }
     }
     mpi_check(MPI_Allreduce(MPI_IN_PLACE, t, static_cast<int>(iters), MPI_DOUBLE, MPI_MAX, comm),
@@ -210,19 +183,20 @@ at::Tensor pingpong_times(at::Tensor buf, int64_t bytes, int64_t iters, int64_t 
   return out;
 }
 
-// Windowed unidirectional bandwidth: rank 0 posts `window` sends of `bytes`, rank 1 receives them
-// and answers with a 4-byte ack. The time of an iteration is the whole window, as seen by rank 0.
-at::Tensor bandwidth_times(at::Tensor buf, int64_t bytes, int64_t window, int64_t iters,
+// Windowed unidirectional bandwidth: rank 0 posts `window` sends of `bytes` from its send buffer,
+// rank 1 receives them into its receive buffer and answers with a 4-byte ack. The time of an
+// iteration is the whole window, as seen by rank 0.
+at::Tensor bandwidth_times(at::Tensor send, at::Tensor recv, int64_t bytes, int64_t window, int64_t iters,
                            int64_t comm_handle) {
-  const auto [comm, rank, p, len] = pair_side(buf, bytes, comm_handle);
+  const auto [comm, rank, s, r, len] = pair_side(send, recv, bytes, comm_handle);
   std::vector<MPI_Request> reqs(static_cast<std::size_t>(window));
   int ack = 0;
   return time_iterations(comm, iters, [&] {
     for (int64_t w = 0; w < window; ++w) {
       if (rank == 0)
-        mpi_check(MPI_Isend(p, len, MPI_BYTE, 1, 2, comm, &reqs[w]), "MPI_Isend");
+        mpi_check(MPI_Isend(s, len, MPI_BYTE, 1, 2, comm, &reqs[w]), "MPI_Isend");
       else
-        mpi_check(MPI_Irecv(p, len, MPI_BYTE, 0, 2, comm, &reqs[w]), "MPI_Irecv");
+        mpi_check(MPI_Irecv(r, len, MPI_BYTE, 0, 2, comm, &reqs[w]), "MPI_Irecv");
     }
     mpi_check(MPI_Waitall(static_cast<int>(window), reqs.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
     if (rank == 0)
@@ -232,40 +206,54 @@ at::Tensor bandwidth_times(at::Tensor buf, int64_t bytes, int64_t window, int64_
   });
 }
 
-// Fills t with rank's share of the exact-reduction pattern (pattern.h).
-void fill_pattern(at::Tensor t, int64_t op_code, int64_t rank, int64_t nranks) {
+// Walks elements [0, n) of a pattern that repeats every `period` indices, starting at index
+// `first`: f(offset, phase, m) for runs of m elements whose pattern indices are phase, phase + 1, ...
+template <typename F>
+void over_periods(std::size_t n, std::size_t first, std::size_t period, F&& f) {
+  std::size_t phase = first % period;
+  for (std::size_t k = 0; k < n;) {
+    const std::size_t m = std::min(period - phase, n - k);
+    f(k, phase, m);
+    k += m;
+    phase = 0;
+  }
+}
+
+// Fills t with rank's share of the exact pattern (pattern.h) at pattern indices first, first + 1, ...
+void fill_pattern(at::Tensor t, int64_t op_code, int64_t rank, int64_t nranks, int64_t first) {
   require_host_contiguous(t, "tensor");
   const RedOp op = redop_from(op_code);
   const int r = static_cast<int>(rank), p = static_cast<int>(nranks);
   dispatch_dtype(t.scalar_type(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     T* d = static_cast<T*>(t.data_ptr());
-    const std::size_t n = static_cast<std::size_t>(t.numel()), period = pattern_period(op, p);
+    const std::size_t period = pattern_period(op, p);
     std::vector<T> table(period);
     for (std::size_t j = 0; j < period; ++j) table[j] = static_cast<T>(pattern_value(op, j, r, p));
-    for (std::size_t base = 0; base < n; base += period)
-      std::memcpy(d + base, table.data(), std::min(period, n - base) * sizeof(T));
+    over_periods(static_cast<std::size_t>(t.numel()), static_cast<std::size_t>(first), period,
+                 [&](std::size_t k, std::size_t phase, std::size_t m) { std::memcpy(d + k, table.data() + phase, m * sizeof(T)); });
     return 0;
   });
 }
 
-// Number of elements of t that differ from the exact reduction over nranks ranks.
-int64_t count_wrong(at::Tensor t, int64_t op_code, int64_t nranks) {
+// Number of elements of t that differ from what they must hold at pattern indices first, first + 1,
+// ...: the exact reduction over nranks ranks (source < 0), or rank `source`'s own values.
+int64_t count_wrong(at::Tensor t, int64_t op_code, int64_t nranks, int64_t first, int64_t source) {
   require_host_contiguous(t, "tensor");
   const RedOp op = redop_from(op_code);
   const int p = static_cast<int>(nranks);
   return dispatch_dtype(t.scalar_type(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* d = static_cast<const T*>(t.data_ptr());
-    const std::size_t n = static_cast<std::size_t>(t.numel()), period = pattern_period(op, p);
+    const std::size_t period = pattern_period(op, p);
     std::vector<double> expected(period);
-    for (std::size_t j = 0; j < period; ++j) expected[j] = pattern_expected(op, j, p);
+    for (std::size_t j = 0; j < period; ++j)
+      expected[j] = source < 0 ? pattern_expected(op, j, p) : pattern_value(op, j, static_cast<int>(source), p);
     int64_t wrong = 0;
-    for (std::size_t base = 0; base < n; base += period) {
-      const std::size_t m = std::min(period, n - base);
-      for (std::size_t j = 0; j < m; ++j)
-        wrong += static_cast<double>(d[base + j]) != expected[j] ? 1 : 0;
-    }
+    over_periods(static_cast<std::size_t>(t.numel()), static_cast<std::size_t>(first), period,
+                 [&](std::size_t k, std::size_t phase, std::size_t m) {
+                   for (std::size_t j = 0; j < m; ++j) wrong += static_cast<double>(d[k + j]) != expected[phase + j] ? 1 : 0;
+                 });
     return wrong;
   });
 }
@@ -296,16 +284,17 @@ std::string mpi_library_version() {
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   using namespace commbench;
   m.doc() = "commbench host timed loops over MPI";
-  m.def("allreduce_times", &allreduce_times, "per-iteration all-reduce times (max over ranks)",
-        py::arg("impl"), py::arg("send"), py::arg("recv"), py::arg("op"), py::arg("iters"),
-        py::arg("comm"), py::arg("chunk_bytes"));
-  m.def("pingpong_times", &pingpong_times, py::arg("buf"), py::arg("bytes"), py::arg("iters"),
+  m.def("collective_times", &collective_times, "per-iteration times of a collective (max over ranks)",
+        py::arg("collective"), py::arg("impl"), py::arg("send"), py::arg("recv"), py::arg("op"), py::arg("root"),
+        py::arg("iters"), py::arg("comm"), py::arg("chunk_bytes"), py::arg("agg") = 1);
+  m.def("pingpong_times", &pingpong_times, py::arg("send"), py::arg("recv"), py::arg("bytes"), py::arg("iters"),
         py::arg("comm"));
-  m.def("bandwidth_times", &bandwidth_times, py::arg("buf"), py::arg("bytes"), py::arg("window"),
+  m.def("bandwidth_times", &bandwidth_times, py::arg("send"), py::arg("recv"), py::arg("bytes"), py::arg("window"),
         py::arg("iters"), py::arg("comm"));
-  m.def("fill_pattern", &fill_pattern, py::arg("tensor"), py::arg("op"), py::arg("rank"),
-        py::arg("nranks"));
-  m.def("count_wrong", &count_wrong, py::arg("tensor"), py::arg("op"), py::arg("nranks"));
+  m.def("fill_pattern", &fill_pattern, py::arg("tensor"), py::arg("op"), py::arg("rank"), py::arg("nranks"),
+        py::arg("first") = 0);
+  m.def("count_wrong", &count_wrong, py::arg("tensor"), py::arg("op"), py::arg("nranks"), py::arg("first") = 0,
+        py::arg("source") = -1);
   m.def("clock_floor", &clock_floor);
   m.def("mpi_cuda_aware", &mpi_cuda_aware);
   m.def("mpi_library_version", &mpi_library_version);

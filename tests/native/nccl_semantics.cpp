@@ -1,16 +1,21 @@
-// Runs the executors of collectives.h -- the very code the CUDA path runs over NCCL -- for p ranks
+// Runs our algorithms (own_algorithms.h over the executors of collectives.h) -- the very code the
+// CUDA path runs over NCCL -- for p ranks
 // in one process, over a recording transport with NCCL's semantics:
 //   - every call of a rank is queued on that rank's one stream and runs in order;
 //   - calls between group() and end() form one group (a call outside a group is a group of one);
 //   - a send from r to q and a receive at q from r pair up in posting order, and move data only
 //     while both of their groups are at the head of their streams: a group completes only when
 //     every peer's matching group has been posted;
-//   - reductions are kernels on the stream, run when the stream reaches them.
+//   - reductions and local copies are kernels on the stream, run when the stream reaches them.
 // Each round moves every pair that can move; a round without progress is a deadlock.
 //
-//   nccl_semantics collectives ALGO N CHUNK P...   one JSON line per rank count: rounds, wrong
-//                                                  elements, deadlock
+//   nccl_semantics collectives COLL ALGO N CHUNK ROOT IN_PLACE P...
+//       COLL of N elements (nccl-tests' size in elements) by our ALGO; one JSON line per rank count:
+//       rounds, wrong elements, deadlock, the bytes the busiest rank sends to others and the
+//       bytes on the busiest directed link; the root is ROOT mod P
 //   nccl_semantics alignment                       checks vec_split and align_like exhaustively
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -22,6 +27,7 @@
 
 #include "commbench/alignment.h"
 #include "commbench/collectives.h"
+#include "commbench/own_algorithms.h"
 #include "commbench/pattern.h"
 #include "commbench/reduce.h"
 #include "commbench/schedule.h"
@@ -47,6 +53,8 @@ struct Item {  // one entry of a stream: a group of transfers, or a kernel
 struct RankStream {
   std::vector<Item> items;
   std::size_t head = 0;
+  std::size_t sent = 0;                    // bytes this rank sent to other ranks
+  std::map<int, std::size_t> sent_to;     // ... per destination
   std::map<std::pair<int, bool>, long> posted;  // (peer, send) -> transfers posted so far
 };
 
@@ -133,6 +141,10 @@ long run_streams(std::vector<RankStream>& ranks) {
           if (u.done || u.send || u.peer != static_cast<int>(me) || u.seq != t.seq) continue;
           if (u.bytes != t.bytes) return -1;
           std::memcpy(u.ptr, t.ptr, t.bytes);
+          if (t.peer != static_cast<int>(me)) {
+            r.sent += t.bytes;
+            r.sent_to[t.peer] += t.bytes;
+          }
           t.done = u.done = true;
           moved = true;
         }
@@ -149,31 +161,81 @@ long run_streams(std::vector<RankStream>& ranks) {
   }
 }
 
-int collectives(const std::string& algo, std::size_t n, std::size_t chunk, const std::vector<int>& sizes) {
+struct RecordingCopy {
+  RankStream& s;
+  template <typename T>
+  void operator()(T* dst, const T* src, std::size_t n) const {
+    s.items.push_back(Item{{}, [dst, src, n] { std::memmove(dst, src, n * sizeof(T)); }});
+  }
+};
+
+// What rank r's receive buffer must hold at index i afterwards (c: elements per block), or NaN where
+// it is undefined; the inputs are rank j's pattern_value(Sum, index, j, p).
+double expected_at(Coll coll, int r, int p, int root, std::size_t c, std::size_t i) {
+  const std::size_t block = c ? i / c : 0, within = c ? i % c : 0;
+  switch (coll) {
+    case Coll::AllReduce: return pattern_expected(RedOp::Sum, i, p);
+    case Coll::AllGather: return pattern_value(RedOp::Sum, within, static_cast<int>(block), p);
+    case Coll::ReduceScatter: return pattern_expected(RedOp::Sum, static_cast<std::size_t>(r) * c + i, p);
+    case Coll::Broadcast: return pattern_value(RedOp::Sum, i, root, p);
+    case Coll::Reduce: return r == root ? pattern_expected(RedOp::Sum, i, p) : std::nan("");
+    case Coll::AllToAll:
+      return pattern_value(RedOp::Sum, static_cast<std::size_t>(r) * c + within, static_cast<int>(block), p);
+    default: return std::nan("");
+  }
+}
+
+int collectives(const std::string& name, const std::string& impl, std::size_t n, std::size_t chunk, int root_arg,
+                bool in_place, const std::vector<int>& sizes) {
   using T = float;
+  const Own own = own_algo(name, impl);
+  const Coll coll = own.coll;
   for (int p : sizes) {
+    const int root = root_arg % p;
+    // nccl-tests' shapes: per-rank blocks of c elements for the gather/scatter/all-to-all family.
+    const std::size_t c = n / static_cast<std::size_t>(p), pc = c * static_cast<std::size_t>(p);
+    std::size_t send_n = n, recv_n = n;
+    if (coll == Coll::AllGather) send_n = c, recv_n = pc;
+    if (coll == Coll::ReduceScatter) send_n = pc, recv_n = c;
+    if (coll == Coll::AllToAll) send_n = recv_n = pc;
     std::vector<RankStream> streams(static_cast<std::size_t>(p));
-    std::vector<std::vector<T>> bufs(static_cast<std::size_t>(p)), tmps(static_cast<std::size_t>(p));
+    std::vector<std::vector<T>> whole(static_cast<std::size_t>(p)), recvs(static_cast<std::size_t>(p)),
+        tmps(static_cast<std::size_t>(p));
+    std::vector<T*> outs(static_cast<std::size_t>(p));
     for (int r = 0; r < p; ++r) {
-      std::vector<T>& b = bufs[r];
-      b.resize(n);
-      for (std::size_t i = 0; i < n; ++i) b[i] = static_cast<T>(pattern_value(RedOp::Sum, i, r, p));
+      // In place, one buffer as nccl-tests places send and recv in it; else the send buffer.
+      whole[r].assign(std::max(send_n, recv_n), T(-77));
+      std::size_t send_at = 0, recv_at = 0;
+      if (in_place && coll == Coll::AllGather) send_at = static_cast<std::size_t>(r) * c;
+      if (in_place && coll == Coll::ReduceScatter) recv_at = static_cast<std::size_t>(r) * c;
+      T* send = whole[r].data() + send_at;
+      for (std::size_t i = 0; i < send_n; ++i) send[i] = static_cast<T>(pattern_value(RedOp::Sum, i, r, p));
+      recvs[r].assign(recv_n, T(-77));
+      outs[r] = in_place ? whole[r].data() + recv_at : recvs[r].data();
+      const CallBuffers<T> b{send, outs[r], send_n, recv_n, in_place, r, p, root};
+      const std::size_t tree_chunk = TreeSchedule::chunk_for(chunk * sizeof(T), sizeof(T), recv_n);
+      tmps[r].resize(own_scratch_elems<T>(own, b, tree_chunk));
       RecordingTransport tr(streams[r]);
       RecordingReducer<T> red{streams[r]};
-      if (algo == "ring") {
-        tmps[r].resize(ring_scratch_elems<T>(n, p));
-        ring_allreduce(tr, red, RingSchedule{r, p}, b.data(), tmps[r].data(), n);
-      } else {
-        tmps[r].resize(tree_scratch_elems<T>(chunk));
-        tree_allreduce(tr, red, TreeSchedule{r, p, chunk}, b.data(), tmps[r].data(), n);
-      }
+      RecordingCopy copy{streams[r]};
+      own_call(own, tr, red, copy, b, tmps[r].data(), tree_chunk)();
     }
     const long rounds = run_streams(streams);
+    // The busiest rank's bytes sent to others, and the busiest directed link's.
+    std::size_t rank_max = 0, link_max = 0;
+    for (const RankStream& st : streams) {
+      rank_max = std::max(rank_max, st.sent);
+      for (const auto& kv : st.sent_to) link_max = std::max(link_max, kv.second);
+    }
     long wrong = 0;
     for (int r = 0; r < p && rounds >= 0; ++r)
-      for (std::size_t i = 0; i < n; ++i) wrong += bufs[r][i] != pattern_expected(RedOp::Sum, i, p) ? 1 : 0;
-    std::printf("{\"algo\": \"%s\", \"ranks\": %d, \"n\": %zu, \"chunk\": %zu, \"rounds\": %ld, \"deadlock\": %s, \"wrong\": %ld}\n",
-                algo.c_str(), p, n, chunk, rounds, rounds < 0 ? "true" : "false", wrong);
+      for (std::size_t i = 0; i < recv_n; ++i) {
+        const double want = expected_at(coll, r, p, root, c, i);
+        wrong += !std::isnan(want) && outs[r][i] != want ? 1 : 0;
+      }
+    std::printf("{\"collective\": \"%s\", \"algo\": \"%s\", \"ranks\": %d, \"n\": %zu, \"chunk\": %zu, \"rounds\": %ld, "
+                "\"deadlock\": %s, \"wrong\": %ld, \"rank_bytes\": %zu, \"link_bytes\": %zu}\n",
+                name.c_str(), impl.c_str(), p, n, chunk, rounds, rounds < 0 ? "true" : "false", wrong, rank_max, link_max);
   }
   return 0;
 }
@@ -218,11 +280,12 @@ int alignment() {
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
   if (mode == "alignment") return alignment();
-  if (mode == "collectives" && argc > 5) {
+  if (mode == "collectives" && argc > 8) {
     std::vector<int> sizes;
-    for (int i = 5; i < argc; ++i) sizes.push_back(std::atoi(argv[i]));
-    return collectives(argv[2], std::strtoull(argv[3], nullptr, 10), std::strtoull(argv[4], nullptr, 10), sizes);
+    for (int i = 8; i < argc; ++i) sizes.push_back(std::atoi(argv[i]));
+    return collectives(argv[2], argv[3], std::strtoull(argv[4], nullptr, 10), std::strtoull(argv[5], nullptr, 10),
+                       std::atoi(argv[6]), std::atoi(argv[7]) != 0, sizes);
   }
-  std::fprintf(stderr, "usage: nccl_semantics collectives ring|tree N CHUNK P... | alignment\n");
+  std::fprintf(stderr, "usage: nccl_semantics collectives COLL ALGO N CHUNK ROOT IN_PLACE P... | alignment\n");
   return 2;
 }

@@ -34,11 +34,12 @@ std::size_t ring_scratch_elems(std::size_t n, int p) {
   return n / static_cast<std::size_t>(p) + 1 + align_slack<T>();
 }
 
-// In-place ring all-reduce of buf[0, n). tmp holds ring_scratch_elems<T>(n, p) elements.
+// Ring steps [first, last) over buf[0, n) in place; tmp holds ring_scratch_elems<T>(n, p) elements
+// when a reduce-scatter step is among them.
 template <typename T, typename Transport, typename Reducer>
-void ring_allreduce(Transport& tr, Reducer& reduce, const RingSchedule& s, T* buf, T* tmp,
-                    std::size_t n) {
-  for (int st = 0; st < s.steps(); ++st) {
+void ring_steps(Transport& tr, Reducer& reduce, const RingSchedule& s, T* buf, T* tmp, std::size_t n, int first,
+                int last) {
+  for (int st = first; st < last; ++st) {
     const RingStep step = s.step(st);
     const Span out = s.chunk(n, step.send_chunk), in = s.chunk(n, step.recv_chunk);
     T* landing = step.reduce ? align_like(tmp, buf + in.begin) : buf + in.begin;
@@ -48,6 +49,25 @@ void ring_allreduce(Transport& tr, Reducer& reduce, const RingSchedule& s, T* bu
   }
 }
 
+// In-place ring all-reduce of buf[0, n).
+template <typename T, typename Transport, typename Reducer>
+void ring_allreduce(Transport& tr, Reducer& reduce, const RingSchedule& s, T* buf, T* tmp, std::size_t n) {
+  ring_steps(tr, reduce, s, buf, tmp, n, 0, s.steps());
+}
+
+// In-place ring reduce-scatter of buf[0, n): afterwards chunk r (split_part(n, p, r)) of rank r holds
+// the reduction over all ranks.
+template <typename T, typename Transport, typename Reducer>
+void ring_reduce_scatter(Transport& tr, Reducer& reduce, const RingSchedule& s, T* buf, T* tmp, std::size_t n) {
+  ring_steps(tr, reduce, s, buf, tmp, n, 0, s.reduce_scatter_steps());
+}
+
+// In-place ring all-gather of buf[0, n), rank r contributing chunk r.
+template <typename T, typename Transport, typename Reducer>
+void ring_allgather(Transport& tr, Reducer& reduce, const RingSchedule& s, T* buf, std::size_t n) {
+  ring_steps(tr, reduce, s, buf, static_cast<T*>(nullptr), n, s.reduce_scatter_steps(), s.steps());
+}
+
 // Scratch elements tree_allreduce needs: two pipeline slots for each of up to two children, each
 // with room for alignment.
 template <typename T>
@@ -55,16 +75,14 @@ std::size_t tree_scratch_elems(std::size_t chunk_elems) {
   return 4 * (chunk_elems + align_slack<T>());
 }
 
-// In-place pipelined tree all-reduce of buf[0, n); tmp holds tree_scratch_elems<T>(chunk) elements.
-// Reduce towards the root in steps k = 0..chunks: step k receives chunk k from the children while
-// chunk k - 1, already reduced, goes to the parent; then chunk k is reduced. The broadcast back down
-// mirrors it: step k receives chunk k from the parent while chunk k - 1 goes to the children. A rank
-// at depth h takes step k together with its parent's step k - 1 and its children's step k + 1
-// (reduce; the other way round in the broadcast), so every group finds its peers' matching groups
-// and the whole pipeline takes chunks + depth - 1 steps per phase.
+// Pipelined tree reduce of buf[0, n) in place towards s.root (whose buf ends with the reduction
+// over all ranks; the other ranks' buf with partial results); tmp holds tree_scratch_elems<T>(chunk).
+// Step k = 0..chunks receives chunk k from the children while chunk k - 1, already reduced, goes to
+// the parent; then chunk k is reduced. A rank at depth h takes step k together with its parent's step
+// k - 1 and its children's step k + 1, so every group finds its peers' matching groups and the
+// pipeline takes chunks + depth - 1 steps.
 template <typename T, typename Transport, typename Reducer>
-void tree_allreduce(Transport& tr, Reducer& reduce, const TreeSchedule& s, T* buf, T* tmp,
-                    std::size_t n) {
+void tree_reduce(Transport& tr, Reducer& reduce, const TreeSchedule& s, T* buf, T* tmp, std::size_t n) {
   using Request = typename Transport::Request;
   constexpr bool early = !Transport::kStreamOrdered;  // post receive k + 1 before finishing chunk k
   const std::size_t chunks = s.num_chunks(n);
@@ -94,11 +112,22 @@ void tree_allreduce(Transport& tr, Reducer& reduce, const TreeSchedule& s, T* bu
       for (int c = 0; c < kids; ++c) reduce(at(k), slot(k, c), s.chunk(n, k).count);
     }
   }
-  // The broadcast overwrites buf, so every send of the reduction must have left it.
   tr.wait_all(sends);
-  sends.clear();
+}
 
-  std::vector<Request> from_parent(2);
+// Pipelined tree broadcast of buf[0, n) from s.root: step k receives chunk k from the parent while
+// chunk k - 1 goes to the children, the mirror image of tree_reduce.
+template <typename T, typename Transport>
+void tree_broadcast(Transport& tr, const TreeSchedule& s, T* buf, std::size_t n) {
+  using Request = typename Transport::Request;
+  constexpr bool early = !Transport::kStreamOrdered;
+  const std::size_t chunks = s.num_chunks(n);
+  const int kids = s.num_children(), parent = s.parent();
+  if (s.size == 1 || chunks == 0) return;
+
+  auto at = [&](std::size_t k) { return buf + s.chunk(n, k).begin; };
+  auto bytes = [&](std::size_t k) { return s.chunk(n, k).count * sizeof(T); };
+  std::vector<Request> from_parent(2), sends;
   auto recv_parent = [&](std::size_t k) {
     if (k < chunks && parent >= 0) from_parent[k % 2] = tr.irecv(at(k), bytes(k), parent);
   };
@@ -113,6 +142,27 @@ void tree_allreduce(Transport& tr, Reducer& reduce, const TreeSchedule& s, T* bu
     if (early) recv_parent(k + 1);
   }
   tr.wait_all(sends);
+}
+
+// In-place pipelined tree all-reduce of buf[0, n): the reduce, then the broadcast from the root
+// (which overwrites buf, so every send of the reduce has left it by then).
+template <typename T, typename Transport, typename Reducer>
+void tree_allreduce(Transport& tr, Reducer& reduce, const TreeSchedule& s, T* buf, T* tmp, std::size_t n) {
+  tree_reduce(tr, reduce, s, buf, tmp, n);
+  tree_broadcast(tr, s, buf, n);
+}
+
+// Pairwise-exchange all-to-all: blocks of `block` elements, block j of send going to rank j and
+// block i of recv coming from rank i. Step d = 0..p-1 exchanges with ranks r + d and r - d (d = 0
+// is this rank's own block), so every step pairs each rank with one sender and one receiver.
+template <typename T, typename Transport>
+void pairwise_alltoall(Transport& tr, int rank, int size, const T* send, T* recv, std::size_t block) {
+  const std::size_t bytes = block * sizeof(T);
+  for (int d = 0; d < size; ++d) {
+    const int to = wrap(rank + d, size), from = wrap(rank - d, size);
+    tr.sendrecv(send + static_cast<std::size_t>(to) * block, bytes, to, recv + static_cast<std::size_t>(from) * block,
+                bytes, from);
+  }
 }
 
 }  // namespace commbench

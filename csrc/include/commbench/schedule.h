@@ -23,8 +23,9 @@ inline Span split_part(std::size_t n, int parts, int index) {
 
 inline int wrap(int i, int p) { return ((i % p) + p) % p; }
 
-// Ring all-reduce = reduce-scatter then all-gather over p chunks, 2(p-1) steps. At every step each
-// rank sends one chunk to its right neighbour and receives one from its left neighbour.
+// Ring all-reduce = reduce-scatter then all-gather over p chunks, 2(p-1) steps; the first p - 1
+// steps alone are the ring reduce-scatter and the last p - 1 alone the ring all-gather. At every step
+// each rank sends one chunk to its right neighbour and receives one from its left neighbour.
 struct RingStep {
   int send_peer;
   int recv_peer;
@@ -38,28 +39,32 @@ struct RingSchedule {
   int size;
 
   int steps() const { return size > 1 ? 2 * (size - 1) : 0; }
+  // Steps [0, reduce_scatter_steps()) reduce-scatter, the rest all-gather.
+  int reduce_scatter_steps() const { return size > 1 ? size - 1 : 0; }
   Span chunk(std::size_t n, int c) const { return split_part(n, size, c); }
 
   RingStep step(int s) const {
     const int right = wrap(rank + 1, size), left = wrap(rank - 1, size);
     if (s < size - 1) {
-      // Reduce-scatter: after step s, chunk (rank - s - 1) holds the partial result of s + 2 ranks;
-      // after p - 1 steps, rank r owns the complete chunk (r + 1) mod p.
-      return RingStep{right, left, wrap(rank - s, size), wrap(rank - s - 1, size), true};
+      // Reduce-scatter: after step s, chunk (rank - s - 2) holds the partial result of s + 2 ranks;
+      // after p - 1 steps, rank r owns the complete chunk r, as a reduce-scatter must leave it.
+      return RingStep{right, left, wrap(rank - s - 1, size), wrap(rank - s - 2, size), true};
     }
-    // All-gather: pass the completed chunks around the ring.
+    // All-gather: each rank starts from its own chunk r and passes the completed chunks around.
     const int g = s - (size - 1);
-    return RingStep{right, left, wrap(rank + 1 - g, size), wrap(rank - g, size), false};
+    return RingStep{right, left, wrap(rank - g, size), wrap(rank - g - 1, size), false};
   }
 };
 
-// Binary tree rooted at rank 0 (children 2r+1, 2r+2). The all-reduce reduces towards the root and
-// then broadcasts back, both pipelined in chunks so that interior ranks forward chunk k while their
-// children already send chunk k + 1.
+// Binary tree over the ranks renumbered from `root` (virtual rank v = rank - root mod p; children
+// of v are 2v+1 and 2v+2). The all-reduce reduces towards the root and then broadcasts back, both
+// pipelined in chunks so that interior ranks forward chunk k while their children already send chunk
+// k + 1; each half alone is the tree reduce or the tree broadcast from `root`.
 struct TreeSchedule {
   int rank;
   int size;
   std::size_t chunk_elems;  // pipeline granularity, at least 1
+  int root = 0;
 
   // Pipeline chunk (elements) for a message of n elements of elem_bytes: chunk_bytes in whole
   // elements, at least one, and no larger than the message (more would only waste scratch memory).
@@ -68,13 +73,17 @@ struct TreeSchedule {
     return c < 1 ? 1 : (c < n ? c : (n > 0 ? n : 1));
   }
 
-  int parent() const { return rank == 0 ? -1 : (rank - 1) / 2; }
+  int virtual_rank() const { return wrap(rank - root, size); }
+  int parent() const {
+    const int v = virtual_rank();
+    return v == 0 ? -1 : wrap((v - 1) / 2 + root, size);
+  }
   int num_children() const {
     int c = 0;
-    for (int k = 1; k <= 2; ++k) c += (2 * rank + k < size) ? 1 : 0;
+    for (int k = 1; k <= 2; ++k) c += (2 * virtual_rank() + k < size) ? 1 : 0;
     return c;
   }
-  int child(int k) const { return 2 * rank + 1 + k; }
+  int child(int k) const { return wrap(2 * virtual_rank() + 1 + k + root, size); }
   std::size_t num_chunks(std::size_t n) const {
     return n == 0 ? 0 : (n + chunk_elems - 1) / chunk_elems;
   }

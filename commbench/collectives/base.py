@@ -1,0 +1,87 @@
+"""What a collective is to commbench: its buffers for p ranks (nccl-tests' layout and size
+convention), the exact data it must deliver, its bus-bandwidth factor and the cost models of the
+algorithms that implement it. Each collective is one module of this package that defines
+`COLLECTIVE`, an instance of a subclass of Collective."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+from ..fit import CostModel
+
+# count_wrong's source for "the exact reduction over all ranks" (pattern.h).
+REDUCED = -1
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One call's buffers in elements per rank, and the figures nccl-tests prints for it."""
+    send: int
+    recv: int
+    count: int  # elements as nccl-tests prints them (per rank where the buffers differ in size)
+    size: int  # bytes as nccl-tests prints them: the larger of the send and receive buffers
+
+
+@dataclass(frozen=True)
+class Segment:
+    """Elements [offset, offset + count) of a buffer hold pattern indices first, first + 1, ... of
+    rank `source`'s values, or of the exact reduction when source is REDUCED."""
+    offset: int
+    count: int
+    first: int
+    source: int
+
+
+class Collective:
+    name = ""  # the command and the result files' `op`
+    aliases: tuple = ()  # other spellings the command accepts (nccl-tests')
+    title = ""  # in prose: "all-gather"
+    summary = ""  # the command's help line
+    reduces = False  # takes --op
+    rooted = False  # takes --root
+    in_place = True  # has an in-place form
+    order = 0  # position in listings
+    # Our algorithms for it: name -> what it does (the transport adds "over MPI/NCCL point-to-point").
+    algorithms: dict = {}
+
+    def busbw_factor(self, p: int) -> float:
+        raise NotImplementedError
+
+    def shape(self, size_bytes: int, itemsize: int, p: int) -> Shape:
+        """Same-size buffers of size_bytes (all-reduce, broadcast, reduce, send-recv)."""
+        n = size_bytes // itemsize
+        return Shape(n, n, n, n * itemsize)
+
+    def places(self, rank: int, shape: Shape) -> tuple[int, int]:
+        """In place: offsets of the send and the receive buffer within one buffer of
+        max(send, recv) elements, as nccl-tests places them."""
+        return 0, 0
+
+    def inputs(self, rank: int, p: int, root: int, shape: Shape) -> list[Segment]:
+        """What each rank's send buffer is filled with: its own values."""
+        return [Segment(0, shape.send, 0, rank)]
+
+    def expected(self, rank: int, p: int, root: int, shape: Shape) -> list[Segment]:
+        raise NotImplementedError
+
+    def cost_model(self, impl: str, p: int) -> Optional[CostModel]:
+        """t = alpha_messages*alpha + bytes_factor*n/BW for impl on p ranks; None on one rank."""
+        raise NotImplementedError
+
+
+def per_rank_shape(size_bytes: int, itemsize: int, p: int, send_blocks: int, recv_blocks: int) -> Shape:
+    """Buffers of c-element blocks, c = size // (p * itemsize): nccl-tests rounds the size down to
+    whole blocks and prints c as the count."""
+    c = size_bytes // itemsize // p
+    return Shape(c * send_blocks, c * recv_blocks, c, c * max(send_blocks, recv_blocks) * itemsize)
+
+
+def step_model(algorithm: str, steps: int, bytes_factor: float, effective: bool) -> CostModel:
+    """An algorithm of `steps` latency terms that moves bytes_factor * n per rank over its link."""
+    return CostModel(f"{algorithm}: t = {steps}*alpha + {bytes_factor:.3g}*n/BW", steps, bytes_factor, effective)
+
+
+def tree_depth(p: int) -> int:
+    return max(1, int(math.floor(math.log2(p))))

@@ -1,0 +1,31 @@
+"""Reduce-scatter: rank r ends with block r of the reduction of all ranks' buffers."""
+
+from .base import REDUCED, Collective, Segment, per_rank_shape, step_model
+
+
+class ReduceScatter(Collective):
+    name = "reducescatter"
+    aliases = ("reduce_scatter",)
+    title = "reduce-scatter"
+    summary = "Time reduce-scatter implementations (size = each rank's input, as nccl-tests counts it)."
+    reduces = True
+    order = 2
+    algorithms = {"ring": "commbench ring reduce-scatter (the all-reduce ring's first half)"}
+
+    def busbw_factor(self, p):
+        return (p - 1) / p
+
+    def shape(self, size_bytes, itemsize, p):
+        return per_rank_shape(size_bytes, itemsize, p, p, 1)
+
+    def places(self, rank, shape):
+        return 0, rank * shape.recv
+
+    def expected(self, rank, p, root, shape):
+        return [Segment(0, shape.recv, rank * shape.recv, REDUCED)]
+
+    def cost_model(self, impl, p):
+        return step_model("ring", p - 1, (p - 1) / p, impl != "ring") if p > 1 else None
+
+
+COLLECTIVE = ReduceScatter()

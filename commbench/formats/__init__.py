@@ -1,0 +1,61 @@
+"""The registry of output formats: each format is one module of this package, named in FORMATS.
+
+A format module defines
+    SUMMARY   one line saying what the format holds (the --format help lists it);
+    BINARY    True when its output is bytes that only a file can take: `export` then requires -o;
+    SAMPLES   True when it can carry every per-iteration sample: `export --samples` is refused otherwise;
+    render(doc, options) -> str | bytes, the whole output for one result document.
+
+Adding a format is one new module here and its line in FORMATS: `commbench export --format` takes
+its choices, help and checks from this registry, and nothing else names a format.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from types import ModuleType
+from typing import TYPE_CHECKING, Optional
+
+from ..errors import CommbenchError
+from ..fabrics import FAIL_PCT, PASS_PCT
+
+if TYPE_CHECKING:
+    from ..fabrics import Expectation
+
+# name -> module of this package
+FORMATS = {
+    "console": "console",
+    "json": "json",
+    "csv": "csv",
+    "markdown": "markdown",
+    "html": "html",
+    "png": "png",
+}
+
+
+@dataclass(frozen=True)
+class Options:
+    """What a render may need beside the document."""
+    source: str = "run"  # the result file's name, for titles
+    expected: Optional[Expectation] = None  # the fabric fits are judged against
+    pass_pct: float = PASS_PCT
+    fail_pct: float = FAIL_PCT
+    samples: bool = False  # keep every per-iteration sample (formats with SAMPLES)
+    image: Optional[str] = None  # markdown, html: the plot file shown beside the text (a report folder)
+
+
+def records(doc: dict, samples: bool) -> list[dict]:
+    """The document's records, without their raw samples unless `samples`."""
+    return doc["results"] if samples else [{k: v for k, v in r.items() if k != "samples_us"} for r in doc["results"]]
+
+
+def names() -> list[str]:
+    return list(FORMATS)
+
+
+def get(name: str) -> ModuleType:
+    # Imported on demand: a format's own imports (pandas, matplotlib) cost only when it is used.
+    if name not in FORMATS:
+        raise CommbenchError(f"unknown format '{name}': choose from {', '.join(FORMATS)}")
+    return importlib.import_module(f"{__name__}.{FORMATS[name]}")

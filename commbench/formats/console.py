@@ -1,0 +1,91 @@
+"""console: the table a run prints as it goes, in nccl-tests' layout: header lines, then one block
+per impl with one row per size. The live run (reporter.py) prints it line by line with these
+functions; `export --format console` prints a whole result file the same way, one block per series.
+
+Every cell is right-aligned in its column and one space from its neighbours, so values never run
+together. A live run prints each row as it is measured, before the widest value is known: its
+columns are as wide as any plausible value (DEFAULT_WIDTHS, e.g. 100 s in microseconds); a whole
+file's columns widen further where a value needs it.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from ..fit import series_head
+from ..stats import iqr
+from .series import by_series, where
+
+SUMMARY = "the table a run prints: nccl-tests' layout, one block per series, CV and IQR beside the median"
+BINARY = False
+SAMPLES = False
+
+COLUMNS = ("size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "min", "p99", "CV", "IQR")
+UNITS = ("(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(us)", "(%)", "(%)")
+DEFAULT_WIDTHS = (11, 11, 8, 5, 4, 11, 7, 7, 6, 11, 11, 6, 6)
+
+
+def header(meta: dict) -> list[str]:
+    """The lines above the blocks: what ran where, and what the figures mean."""
+    m = meta["machine"]
+    hosts = m["hosts"]
+    cfg = meta["config"]
+    return [
+        f"# commbench {meta['tool']['version']}" + (f" ({meta['tool']['git_commit'][:12]})" if meta["tool"]["git_commit"] else ""),
+        f"# {cfg['op']}: {m['ranks']} rank(s) on {len(hosts)} host(s): {', '.join(hosts)} (launcher: {m['launcher']})",
+        f"# MPI: {m['mpi'] or 'not available'}",
+        f"# torch {m['torch']}, Python {m['python']}, {m['cpu_model']}, {m['cores']} cores",
+        f"# impls: {', '.join(cfg['impls'])}; dtype {cfg['dtype']}; redop {cfg['redop']}; "
+        + ("in-place" if cfg["in_place"] else "out-of-place"),
+        "# time = median (p50) over iterations of the slowest rank's time; GB/s = 1e9 B/s",
+        "# CV = stdev / mean; IQR = (p75 - p25) / median, a spread that a few long outliers leave alone",
+    ]
+
+
+def _line(cells, widths) -> str:
+    return " ".join(str(c).rjust(w) for c, w in zip(cells, widths))
+
+
+def block_header(impl: str, description: str, widths=DEFAULT_WIDTHS) -> list[str]:
+    # The column names' first character gives way to '#', as nccl-tests marks its header lines.
+    return ["#", f"# impl {impl}: {description}", "#" + _line(COLUMNS, widths)[1:], "#" + _line(UNITS, widths)[1:]]
+
+
+def _num(x: Optional[float], digits: int = 2) -> str:
+    return "n/a" if x is None else f"{x:.{digits}f}"
+
+
+def _spread(rec: dict) -> str:
+    """IQR / median in percent. Files written before the IQR was recorded still hold the samples it
+    comes from; a baseline saved without samples has neither."""
+    t = rec["time_us"]
+    q = t.get("iqr", iqr(rec["samples_us"]) if rec["samples_us"] else None)
+    return "n/a" if q is None or t["median"] <= 0 else f"{100 * q / t['median']:.1f}"
+
+
+def cells(rec: dict) -> tuple:
+    """One record's row, as text per column."""
+    t = rec["time_us"]
+    return (str(rec["size_bytes"]), str(rec["count"]), rec["dtype"], rec.get("redop", "none"), str(rec.get("root", -1)),
+            _num(t["median"]), _num(rec["algbw_gbps"]), _num(rec["busbw_gbps"]), str(rec["wrong"]),
+            _num(t["min"]), _num(t["p99"]), f"{100 * t['cv']:.1f}", _spread(rec))
+
+
+def row(rec: dict, widths=DEFAULT_WIDTHS) -> str:
+    return _line(cells(rec), widths)
+
+
+def widths_for(records: list[dict]) -> tuple:
+    """DEFAULT_WIDTHS, widened where a record's value is wider."""
+    columns = list(zip(*map(cells, records))) or [()] * len(COLUMNS)
+    return tuple(max([w, *map(len, col)]) for w, col in zip(DEFAULT_WIDTHS, columns))
+
+
+def render(doc: dict, options) -> str:
+    widths = widths_for(doc["results"])
+    lines = header(doc)
+    for key, recs in by_series(doc["results"]).items():
+        h = series_head(key)
+        lines += block_header(h["impl"], f"{h['op']} ({where(key)})", widths)
+        lines += [row(r, widths) for r in recs]
+    return "\n".join(lines) + "\n"

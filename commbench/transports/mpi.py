@@ -1,0 +1,42 @@
+"""MPI: the library's call for each collective and our algorithms over MPI point-to-point, on host
+buffers, timed in native code (commbench._host). With --device cuda only the library's call runs,
+on GPU buffers, and only with a CUDA-aware MPI library."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import CommbenchError
+
+
+class MpiTransport:
+    name = "mpi"
+
+    def impls(self, coll, device: str) -> dict[str, str]:
+        library = {"mpi": f"the MPI library's {coll.title} call" +
+                          (" on GPU buffers (CUDA-aware MPI)" if device == "cuda" else "")}
+        if device == "cuda":
+            return library
+        return {**library, **{name: f"{text} over MPI point-to-point" for name, text in coll.algorithms.items()}}
+
+    def prepare(self, world, cfg) -> None:
+        world.require_mpi(f"--impl {self.name}")
+        if cfg.device == "cuda":
+            from .. import _host
+            if not _host.mpi_cuda_aware():
+                raise CommbenchError(f"--impl mpi --device cuda: {_host.mpi_library_version().splitlines()[0][:60]} "
+                                     f"is not CUDA-aware; use --impl nccl, or 'commbench copy' to see what staging "
+                                     f"through host memory costs")
+            from .nccl import communicator
+            communicator(world, cfg.timeout_s)  # chooses the rank's GPU, where its data lives
+
+    def times(self, world, coll, impl: str, send, recv, op: int, iters: int, cfg, agg: int) -> np.ndarray:
+        from .. import _host
+        if send.is_cuda:
+            import torch
+            torch.cuda.synchronize()
+        return _host.collective_times(coll.name, impl, send, recv, op, cfg.root, iters, world.comm.py2f(),
+                                      cfg.chunk_bytes, agg).numpy()
+
+
+MPI = MpiTransport()

@@ -1,0 +1,423 @@
+// The NCCL communicator of one rank and everything timed on it: collectives (NCCL's calls and our
+// algorithms over NCCL point-to-point, own_algorithms.h), NCCL ping-pong and bandwidth, the exact
+// data's fill and check kernels. One stream per communicator; every wait for it is bounded.
+#pragma once
+
+#include <torch/extension.h>
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "commbench/own_algorithms.h"
+#include "commbench/reduce.h"
+#include "errors.h"
+#include "kernels.cuh"
+#include "nccl_calls.h"
+#include "nccl_transport.h"
+#include "resources.h"
+#include "torch_dispatch.h"
+
+namespace commbench {
+
+
+using Clock = std::chrono::steady_clock;
+
+template <typename T, typename Op>
+struct DeviceReducer {
+  cudaStream_t stream;
+  void operator()(T* dst, const T* src, std::size_t n) const { launch_reduce<T, Op>(dst, src, n, stream); }
+};
+
+// Copies within this rank's GPU, in stream order.
+struct DeviceCopy {
+  cudaStream_t stream;
+  Where where;
+  template <typename T>
+  void operator()(T* dst, const T* src, std::size_t n) const {
+    if (n > 0)
+      cuda_check(cudaMemcpyAsync(dst, src, n * sizeof(T), cudaMemcpyDeviceToDevice, stream), "cudaMemcpyAsync", where);
+  }
+};
+
+inline bool overlap(const at::Tensor& a, const at::Tensor& b) {
+  const char* a0 = static_cast<const char*>(a.data_ptr());
+  const char* b0 = static_cast<const char*>(b.data_ptr());
+  return a0 < b0 + b.nbytes() && b0 < a0 + a.nbytes();
+}
+
+inline void require_device_tensor(const at::Tensor& t, int device, const char* what) {
+  if (!t.is_cuda() || t.get_device() != device || !t.is_contiguous())
+    throw std::invalid_argument(std::string(what) + " must be a contiguous tensor on cuda:" + std::to_string(device));
+}
+
+inline py::bytes nccl_unique_id() {
+  ncclUniqueId id;
+  nccl_check(ncclGetUniqueId(&id), "ncclGetUniqueId", Where{});
+  return py::bytes(id.internal, sizeof(id.internal));
+}
+
+// The NCCL communicator handle: destroyed normally, or aborted once a peer failed (an aborted
+// communicator must not be destroyed again).
+class NcclComm {
+ public:
+  NcclComm(const ncclUniqueId& id, int rank, int size, const Where& w) {
+    nccl_check(ncclCommInitRank(&comm_, size, id, rank), "ncclCommInitRank", w);
+  }
+  ~NcclComm() {
+    if (comm_) ncclCommDestroy(comm_);
+  }
+  ncclComm_t get() const { return comm_; }
+  bool alive() const { return comm_ != nullptr; }
+  void abort() {
+    if (comm_) ncclCommAbort(comm_);
+    comm_ = nullptr;
+  }
+  NcclComm(const NcclComm&) = delete;
+  NcclComm& operator=(const NcclComm&) = delete;
+
+ private:
+  ncclComm_t comm_ = nullptr;
+};
+
+inline ncclUniqueId unique_id_from(const std::string& uid) {
+  ncclUniqueId id;
+  if (uid.size() != sizeof(id.internal)) throw std::invalid_argument("NCCL unique id has the wrong length");
+  std::memcpy(id.internal, uid.data(), uid.size());
+  return id;
+}
+
+// Scratch layout: the barrier's int, the pair barrier's two ints, the check kernels' counter.
+constexpr std::size_t kScratch = 64;
+constexpr std::size_t kPairSendOffset = 4, kPairRecvOffset = 8, kCounterOffset = 16;
+
+// A NCCL communicator over all ranks, one GPU per rank, with its own stream. Every wait for the
+// stream is bounded (see wait()).
+class DeviceComm {
+ public:
+  DeviceComm(const std::string& uid, int rank, int size, int device, double timeout_s)
+      : where_{rank, device}, size_(size), timeout_s_(timeout_s), stream_(device, where_),
+        scratch_(kScratch, device, where_), comm_(unique_id_from(uid), rank, size, where_) {}
+
+  void set_timeout(double seconds) {
+    if (!(seconds > 0)) throw std::invalid_argument("timeout must be positive");
+    timeout_s_ = seconds;
+  }
+
+  // Untimed: all ranks meet and this rank's stream is idle.
+  void barrier() {
+    or_abort([&] {
+      nccl_check(ncclAllReduce(scratch_.ptr, scratch_.ptr, 1, ncclInt32, ncclSum, comm(), stream_.s), "ncclAllReduce", where_);
+      wait("barrier");
+    });
+  }
+
+  // Times one call of collective `coll` by `impl`: "nccl" (NCCL's call) or one of our algorithms
+  // over NCCL point-to-point (own_algorithms.h). Buffers as nccl-tests lays them out.
+  at::Tensor collective_times(const std::string& coll_name, const std::string& impl, at::Tensor send, at::Tensor recv,
+                              int64_t op_code, int64_t root, int64_t iters, int64_t chunk_bytes, bool graph, int64_t agg) {
+    if (agg < 1) throw std::invalid_argument("agg must be at least 1");
+      require_device_tensor(send, where_.device, "send buffer");
+    require_device_tensor(recv, where_.device, "recv buffer");
+    if (send.scalar_type() != recv.scalar_type()) throw std::invalid_argument("send and recv buffers differ in dtype");
+    if (root < 0 || root >= size_) throw std::invalid_argument("root must be a rank of the communicator");
+    cuda_check(cudaSetDevice(where_.device), "cudaSetDevice", where_);
+    const RedOp op = redop_from(op_code);
+    const std::string what = coll_name + " " + impl;
+    pybind11::gil_scoped_release no_gil;
+    return dispatch_dtype_op(recv.scalar_type(), op, [&](auto tag, auto functor) {
+      using T = typename decltype(tag)::type;
+      using Op = decltype(functor);
+      const CallBuffers<T> b{static_cast<const T*>(send.data_ptr()), static_cast<T*>(recv.data_ptr()),
+                             static_cast<std::size_t>(send.numel()), static_cast<std::size_t>(recv.numel()),
+                             overlap(send, recv), where_.rank, size_, static_cast<int>(root)};
+      const double per_op = 1.0 / static_cast<double>(agg);
+      if (impl == "nccl")
+        return timed(iters, graph, what.c_str(),
+                     aggregated(nccl_call(coll_name, b, op, comm(), stream_.s, where_), agg, [this] { return NcclGroup(where_); })) *
+               per_op;
+      const Own own = own_algo(coll_name, impl);
+      if (own.algo == Algo::Tree && chunk_bytes < static_cast<int64_t>(sizeof(T)))
+        throw std::invalid_argument("tree chunk must hold at least one element");
+      const std::size_t chunk =
+          TreeSchedule::chunk_for(static_cast<std::size_t>(std::max<int64_t>(chunk_bytes, 1)), sizeof(T), b.recv_count);
+      NcclTransport transport(comm(), stream_.s, where_);
+      DeviceReducer<T, Op> reducer{stream_.s};
+      DeviceCopy copy{stream_.s, where_};
+      at::Tensor scratch = device_scratch(own_scratch_elems<T>(own, b, chunk) * sizeof(T), where_.device);
+      return timed(iters, graph, what.c_str(),
+                   aggregated(own_call(own, transport, reducer, copy, b, static_cast<T*>(scratch.data_ptr()), chunk), agg,
+                              no_group)) *
+             per_op;
+    });
+  }
+
+  // NCCL ping-pong between this rank and `peer`, from the send buffer into the receive buffer; the
+  // lower rank starts. Half the round trip. A pair barrier before each iteration keeps the pair's
+  // skew out of the first sample.
+  at::Tensor pingpong_times(at::Tensor send, at::Tensor recv, int64_t bytes, int64_t peer, int64_t iters) {
+    require_message(send, recv, bytes, peer);
+    cuda_check(cudaSetDevice(where_.device), "cudaSetDevice", where_);
+    const void* s = send.data_ptr();
+    void* r = recv.data_ptr();
+    const int other = static_cast<int>(peer);
+    const bool first = where_.rank < other;
+    pybind11::gil_scoped_release no_gil;
+    std::vector<double> t = or_abort([&] { return event_times(stream_.s, iters, where_, [&] { pair_barrier(other); }, [&] {
+      for (int leg = 0; leg < 2; ++leg) {
+        if ((leg == 0) == first)
+          nccl_check(ncclSend(s, static_cast<std::size_t>(bytes), ncclUint8, other, comm(), stream_.s), "ncclSend", where_);
+        else
+          nccl_check(ncclRecv(r, static_cast<std::size_t>(bytes), ncclUint8, other, comm(), stream_.s), "ncclRecv", where_);
+      }
+    }, [&] { wait("NCCL ping-pong"); }); });
+    for (double& x : t) x /= 2;
+    return to_tensor(max_with_peer(std::move(t), other));
+  }
+
+  // Unidirectional bandwidth: `window` messages from the lower rank to the higher in one NCCL group
+  // per iteration, after a pair barrier. Time per iteration (the whole window).
+  at::Tensor bandwidth_times(at::Tensor send, at::Tensor recv, int64_t bytes, int64_t peer, int64_t window,
+                             int64_t iters) {
+    require_message(send, recv, bytes, peer);
+    cuda_check(cudaSetDevice(where_.device), "cudaSetDevice", where_);
+    const void* s = send.data_ptr();
+    void* r = recv.data_ptr();
+    const int other = static_cast<int>(peer);
+    const bool sender = where_.rank < other;
+    pybind11::gil_scoped_release no_gil;
+    std::vector<double> t = or_abort([&] { return event_times(stream_.s, iters, where_, [&] { pair_barrier(other); }, [&] {
+      NcclGroup g(where_);
+      for (int64_t w = 0; w < window; ++w) {
+        if (sender)
+          nccl_check(ncclSend(s, static_cast<std::size_t>(bytes), ncclUint8, other, comm(), stream_.s), "ncclSend", where_);
+        else
+          nccl_check(ncclRecv(r, static_cast<std::size_t>(bytes), ncclUint8, other, comm(), stream_.s), "ncclRecv", where_);
+      }
+      g.end();
+    }, [&] { wait("NCCL bandwidth window"); }); });
+    return to_tensor(max_with_peer(std::move(t), other));
+  }
+
+  // Maximum over ranks, element-wise, of a host tensor of doubles. Copies between the stream and
+  // pageable memory wait for the stream without a bound, so each one starts on an idle stream.
+  at::Tensor max_over_ranks(at::Tensor host) {
+    const std::size_t n = static_cast<std::size_t>(host.numel());
+    cuda_check(cudaSetDevice(where_.device), "cudaSetDevice", where_);
+    at::Tensor d = device_scratch(n * sizeof(double), where_.device);
+    at::Tensor out = host.contiguous().clone();
+    return or_abort([&] {
+      wait("the timed calls");
+      cuda_check(cudaMemcpyAsync(d.data_ptr(), out.data_ptr(), n * sizeof(double), cudaMemcpyHostToDevice, stream_.s), "cudaMemcpyAsync", where_);
+      nccl_check(ncclAllReduce(d.data_ptr(), d.data_ptr(), n, ncclFloat64, ncclMax, comm(), stream_.s), "ncclAllReduce", where_);
+      wait("maximum of the times over ranks");
+      cuda_check(cudaMemcpyAsync(out.data_ptr(), d.data_ptr(), n * sizeof(double), cudaMemcpyDeviceToHost, stream_.s), "cudaMemcpyAsync", where_);
+      wait("copy of the maximum to the host");
+      return out;
+    });
+  }
+
+  // This rank's share of the exact pattern at pattern indices first, first + 1, ... (pattern.h).
+  void fill_pattern(at::Tensor t, int64_t op_code, int64_t first) {
+    require_device_tensor(t, where_.device, "tensor");
+    cuda_check(cudaSetDevice(where_.device), "cudaSetDevice", where_);
+    const RedOp op = redop_from(op_code);
+    dispatch_dtype(t.scalar_type(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      launch_fill<T>(static_cast<T*>(t.data_ptr()), static_cast<std::size_t>(t.numel()), static_cast<std::size_t>(first), op,
+                     where_.rank, size_, stream_.s);
+      return 0;
+    });
+    wait("fill kernel");
+  }
+
+  // Elements that differ from the exact reduction (source < 0) or from rank source's values, at
+  // pattern indices first, first + 1, ...
+  int64_t count_wrong(at::Tensor t, int64_t op_code, int64_t first, int64_t source) {
+    require_device_tensor(t, where_.device, "tensor");
+    cuda_check(cudaSetDevice(where_.device), "cudaSetDevice", where_);
+    const RedOp op = redop_from(op_code);
+    unsigned long long* wrong = reinterpret_cast<unsigned long long*>(static_cast<char*>(scratch_.ptr) + kCounterOffset);
+    dispatch_dtype(t.scalar_type(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      launch_count_wrong<T>(static_cast<const T*>(t.data_ptr()), static_cast<std::size_t>(t.numel()),
+                            static_cast<std::size_t>(first), op, size_, static_cast<int>(source), wrong, stream_.s);
+      return 0;
+    });
+    wait("check kernel");
+    unsigned long long host = 0;
+    cuda_check(cudaMemcpyAsync(&host, wrong, sizeof(host), cudaMemcpyDeviceToHost, stream_.s), "cudaMemcpyAsync", where_);
+    wait("copy of the check count");
+    return static_cast<int64_t>(host);
+  }
+
+ private:
+  ncclComm_t comm() const {
+    if (!comm_.alive()) throw std::runtime_error("the NCCL communicator was aborted after an earlier failure" + where_.text());
+    return comm_.get();
+  }
+
+  // Runs `work`, which queues NCCL operations. Any failure once work is queued aborts the
+  // communicator before the exception unwinds further: an NCCL kernel left waiting for a peer that
+  // will never post would otherwise block for ever whatever frees memory on the way out.
+  template <typename Work>
+  auto or_abort(Work&& work) -> decltype(work()) {
+    try {
+      return work();
+    } catch (...) {
+      comm_.abort();
+      throw;
+    }
+  }
+
+  void require_message(const at::Tensor& send, const at::Tensor& recv, int64_t bytes, int64_t peer) const {
+    require_device_tensor(send, where_.device, "send buffer");
+    require_device_tensor(recv, where_.device, "recv buffer");
+    if (bytes < 0 || bytes > static_cast<int64_t>(std::min(send.nbytes(), recv.nbytes())))
+      throw std::invalid_argument("message of " + std::to_string(bytes) + " bytes does not fit the buffers");
+    if (peer < 0 || peer >= size_ || peer == where_.rank) throw std::invalid_argument("peer must be another rank");
+  }
+
+  // Waits until the stream is idle. A dead or stalled peer would hang cudaStreamSynchronize for
+  // ever, so the stream is polled together with NCCL's asynchronous error, against a deadline;
+  // either failure aborts the communicator, which releases the stream, and throws.
+  void wait(const char* what) {
+    const auto start = Clock::now();
+    const auto deadline = start + std::chrono::duration<double>(timeout_s_);
+    for (;;) {
+      const cudaError_t rc = cudaStreamQuery(stream_.s);
+      if (rc == cudaSuccess) return;
+      if (rc != cudaErrorNotReady) cuda_check(rc, what, where_);
+      cudaGetLastError();  // "not ready" is a status, not an error: keep it from the next launch check
+      ncclResult_t async = ncclSuccess;
+      nccl_check(ncclCommGetAsyncError(comm(), &async), "ncclCommGetAsyncError", where_);
+      if (async != ncclSuccess && async != ncclInProgress) {
+        const std::string text = nccl_error_text(async);
+        comm_.abort();
+        throw std::runtime_error(std::string(what) + " failed: " + text + where_.text() + "; NCCL communicator aborted");
+      }
+      const auto now = Clock::now();
+      if (now > deadline) {
+        comm_.abort();
+        char limit[32];
+        std::snprintf(limit, sizeof(limit), "%g", timeout_s_);
+        throw std::runtime_error(std::string(what) + " did not finish within --timeout " + limit + " s" + where_.text() +
+                                 ": a peer rank is dead or stalled; NCCL communicator aborted");
+      }
+      // Spin for the first second: the barrier before each timed iteration must return on every
+      // rank at once, or the skew between ranks enters the next sample. Past that, a peer is slow
+      // or gone, and polling gently is enough.
+      if (now - start < std::chrono::seconds(1))
+        std::this_thread::yield();
+      else
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+
+  // Untimed: this rank and `peer` meet, and this rank's stream is idle.
+  void pair_barrier(int peer) {
+    char* s = static_cast<char*>(scratch_.ptr);
+    NcclGroup g(where_);
+    nccl_check(ncclSend(s + kPairSendOffset, 1, ncclInt32, peer, comm(), stream_.s), "ncclSend", where_);
+    nccl_check(ncclRecv(s + kPairRecvOffset, 1, ncclInt32, peer, comm(), stream_.s), "ncclRecv", where_);
+    g.end();
+    wait("pair barrier");
+  }
+
+  // Per-iteration event times, reduced to the maximum over ranks. With `graph`, the body is
+  // captured once into a CUDA graph and each iteration launches the graph, which removes the
+  // host's launch cost from small messages.
+  // The graph is run once untimed after its upload, and the body once before its capture: NCCL
+  // connects peers on first use, which a capture must not contain.
+  template <typename Body>
+  at::Tensor timed(int64_t iters, bool graph, const char* what, Body&& body) {
+    auto sync = [&] { barrier(); };
+    auto done = [&] { wait(what); };
+    std::vector<double> t = or_abort([&] {
+      if (!graph) return event_times(stream_.s, iters, where_, sync, body, done);
+      sync();
+      body();
+      done();
+      Graph g(stream_.s, where_, body);
+      sync();
+      g.launch();
+      done();
+      return event_times(stream_.s, iters, where_, sync, [&] { g.launch(); }, done);
+    });
+    return max_over_ranks(to_tensor(t));
+  }
+
+  // A CUDA graph captured from `body` on `stream`, and its executable instance.
+  struct Graph {
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    cudaStream_t stream;
+    Where where;
+    template <typename Body>
+    Graph(cudaStream_t s, const Where& w, Body&& body) : stream(s), where(w) {
+      cuda_check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture", where);
+      try {
+        body();
+      } catch (...) {
+        // End the capture so the stream stays usable; the constructor never finishes, so no
+        // destructor will free what the capture made.
+        cudaStreamEndCapture(stream, &graph);
+        if (graph) cudaGraphDestroy(graph);
+        throw;
+      }
+      cuda_check(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture", where);
+      try {
+        cuda_check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate", where);
+        cuda_check(cudaGraphUpload(exec, stream), "cudaGraphUpload", where);
+      } catch (...) {
+        if (exec) cudaGraphExecDestroy(exec);
+        cudaGraphDestroy(graph);
+        throw;
+      }
+    }
+    void launch() { cuda_check(cudaGraphLaunch(exec, stream), "cudaGraphLaunch", where); }
+    ~Graph() {
+      if (exec) cudaGraphExecDestroy(exec);
+      if (graph) cudaGraphDestroy(graph);
+    }
+    Graph(const Graph&) = delete;
+    Graph& operator=(const Graph&) = delete;
+  };
+
+  // Element-wise maximum of this rank's times and its peer's: both ranks of a pair then hold the
+  // same samples, as the maximum over the pair.
+  std::vector<double> max_with_peer(std::vector<double> t, int peer) {
+    const std::size_t bytes = t.size() * sizeof(double);
+    at::Tensor mine = device_scratch(bytes, where_.device), theirs = device_scratch(bytes, where_.device);
+    std::vector<double> other(t.size());
+    or_abort([&] {
+      cuda_check(cudaMemcpyAsync(mine.data_ptr(), t.data(), bytes, cudaMemcpyHostToDevice, stream_.s), "cudaMemcpyAsync", where_);
+      NcclGroup g(where_);
+      nccl_check(ncclSend(mine.data_ptr(), t.size(), ncclFloat64, peer, comm(), stream_.s), "ncclSend", where_);
+      nccl_check(ncclRecv(theirs.data_ptr(), t.size(), ncclFloat64, peer, comm(), stream_.s), "ncclRecv", where_);
+      g.end();
+      wait("exchange of times with the peer");
+      cuda_check(cudaMemcpyAsync(other.data(), theirs.data_ptr(), bytes, cudaMemcpyDeviceToHost, stream_.s), "cudaMemcpyAsync", where_);
+      wait("copy of the peer's times to the host");
+    });
+    for (std::size_t i = 0; i < t.size(); ++i) t[i] = std::max(t[i], other[i]);
+    return t;
+  }
+
+  Where where_;
+  int size_;
+  double timeout_s_;
+  // Declared in order of construction; destroyed in reverse, the communicator first.
+  Stream stream_;
+  DeviceBuffer scratch_;
+  NcclComm comm_;
+};
+
+}  // namespace commbench

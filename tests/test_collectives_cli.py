@@ -1,0 +1,137 @@
+"""Every collective command as a user types it: standalone, under mpirun (4 ranks, in place, another
+root, another reduction) and torchrun-style with gloo; exact results, result files that validate,
+nccl-tests' size and count, and its bus-bandwidth factors."""
+
+import os
+import subprocess
+
+import pytest
+
+from commbench import collectives, results
+from commbench.spec import DTYPES, REDOPS
+from commbench.transports import impls_for
+from conftest import COMMBENCH, commbench, mpirun
+from test_cli import _free_port, _torchrun_env
+
+COLLECTIVES = collectives.names()
+# nccl-tests' spellings are accepted too; the result files use the registry's names.
+TYPED = {"allgather": "all_gather", "reducescatter": "reduce_scatter"}
+SIZES = "8,1000,64K"
+
+
+def _table_rows(stdout: str) -> list:
+    return [line.split() for line in stdout.splitlines() if line.strip() and not line.startswith("#")]
+
+
+@pytest.mark.parametrize("name", COLLECTIVES)
+def test_standalone_three_ranks_exact_in_nccl_tests_layout(name, workdir):
+    coll = collectives.get(name)
+    out = os.path.join(workdir, f"{name}.json")
+    r = commbench([TYPED.get(name, name), "--device", "cpu", "--np", "3", "--sizes", SIZES, "--budget-ms", "5",
+                   "--warmup", "1", "-o", out], cwd=workdir)
+    assert r.returncode == 0, r.stderr
+    assert "wrong elements in total: 0 OK" in r.stdout
+    df = results.load(out)
+    assert set(df["op"]) == {name} and set(df["impl"]) == set(impls_for(coll, "cpu"))
+    assert (df["wrong"] == 0).all() and (df["ranks"] == 3).all()
+    for size in (8, 1000, 65536):
+        shape = coll.shape(size, 4, 3)
+        got = df[df["size_bytes"] == shape.size]
+        assert len(got) == len(impls_for(coll, "cpu")) and (got["count"] == shape.count).all(), (size, shape)
+    moved = df[df["size_bytes"] > 0]  # 8 B split into 3 blocks of 4-byte elements leaves empty blocks
+    assert ((moved["busbw_gbps"] / moved["algbw_gbps"] - coll.busbw_factor(3)).abs() < 1e-9).all()
+    # The table prints the same size and count as the file.
+    assert {(int(row[0]), int(row[1])) for row in _table_rows(r.stdout)} == set(zip(df["size_bytes"], df["count"]))
+
+
+def _variant(coll) -> list:
+    """Options that change what a 4-rank run computes: another reduction, the last rank as root, in
+    place where the collective has that form."""
+    args = []
+    if coll.reduces:
+        args += ["--op", "max", "--dtype", "bfloat16"]
+    if coll.rooted:
+        args += ["--root", "3"]
+    if coll.in_place:
+        args += ["--in-place"]
+    return args
+
+
+@pytest.mark.parametrize("name", COLLECTIVES)
+def test_mpirun_four_ranks_variant_exact(name, workdir):
+    coll = collectives.get(name)
+    out = os.path.join(workdir, f"{name}.json")
+    r = mpirun(4, [COMMBENCH, name, "--device", "cpu", "--sizes", "6,1004,65538", "--iters", "3", "--warmup", "1",
+                   *_variant(coll), "-o", out], cwd=workdir)
+    assert r.returncode == 0, r.stderr
+    df = results.load(out)
+    assert (df["wrong"] == 0).all() and (df["ranks"] == 4).all() and (df["iterations"] == 3).all()
+    if coll.rooted:
+        assert (df["root"] == 3).all()
+    assert df.attrs["meta"]["config"]["in_place"] is coll.in_place
+
+
+@pytest.mark.parametrize("name", [n for n in COLLECTIVES if "gloo" in impls_for(collectives.get(n), "cpu")])
+def test_torchrun_style_gloo(name, workdir):
+    port = _free_port()
+    out = os.path.join(workdir, f"{name}.json")
+    procs = [subprocess.Popen([COMMBENCH, name, "--device", "cpu", "--sizes", "1K,1M", "--budget-ms", "10", "-o", out],
+                              env=_torchrun_env(r, 2, port), cwd=workdir, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for r in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    df = results.load(out)
+    assert list(df["impl"]) == ["gloo", "gloo"] and (df["wrong"] == 0).all() and (df["op"] == name).all()
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["alltoall", "--in-place"], "No such option '--in-place'"),
+    (["broadcast", "--root", "5", "--np", "2"], "--root 5: only 2 rank(s)"),
+    (["allgather", "--op", "max"], "No such option '--op'"),
+    (["reducescatter", "--impl", "tree"], "unknown impl 'tree' for reducescatter: choose from mpi, nccl, ring"),
+    (["reducescatter", "--impl", "gloo"], "unknown impl 'gloo' for reducescatter"),
+])
+def test_options_that_do_not_apply_are_refused_in_one_line(args, needle, workdir):
+    r = commbench([*args, "--device", "cpu", "--sizes", "1K"], cwd=workdir)
+    assert r.returncode == 2, r.stderr
+    assert needle in r.stderr and "Traceback" not in r.stderr
+
+
+def test_every_dtype_and_reduction_in_one_run(workdir):
+    """--dtype all --op all: one invocation covers the whole matrix, as nccl-tests' -d all -o all."""
+    out = os.path.join(workdir, "all.json")
+    r = mpirun(3, [COMMBENCH, "reducescatter", "--device", "cpu", "--impl", "mpi,ring", "--dtype", "all", "--op", "all",
+                   "--sizes", "1K,12K", "--iters", "2", "--warmup", "1", "--no-fit", "-o", out], cwd=workdir)
+    assert r.returncode == 0, r.stderr
+    df = results.load(out)
+    assert len(df) == 6 * 4 * 2 * 2 and (df["wrong"] == 0).all()
+    assert set(df["dtype"]) == set(DTYPES) and set(df["redop"]) == set(REDOPS)
+    assert "# impl ring bfloat16 prod:" in r.stdout
+
+
+def test_aggregated_calls_per_iteration(workdir):
+    out = os.path.join(workdir, "agg.json")
+    r = mpirun(2, [COMMBENCH, "allgather", "--device", "cpu", "--impl", "mpi,ring", "--agg", "4", "--sizes", "64K",
+                   "--iters", "3", "--warmup", "1", "--no-fit", "-o", out], cwd=workdir)
+    assert r.returncode == 0, r.stderr
+    df = results.load(out)
+    assert (df["agg"] == 4).all() and (df["wrong"] == 0).all()
+    assert df.attrs["meta"]["config"]["agg"] == 4
+
+
+def test_analysis_commands_take_any_collective(workdir):
+    """fit, compare, plot and report read an all-to-all result file as they read an all-reduce one,
+    with the all-to-all's own cost model."""
+    out = os.path.join(workdir, "a2a.json")
+    r = mpirun(2, [COMMBENCH, "alltoall", "--device", "cpu", "--impl", "mpi,pairwise", "--sizes", "4K-256K:x4",
+                   "--iters", "5", "--warmup", "1", "-o", out], cwd=workdir)
+    assert r.returncode == 0, r.stderr
+    assert "pairwise: t = 1*alpha + 0.5*n/BW" in r.stdout
+    fit = commbench(["fit", out], cwd=workdir)
+    assert fit.returncode == 0 and "alltoall pairwise (2 ranks)" in fit.stdout, fit.stderr
+    same = commbench(["compare", out, out], cwd=workdir)
+    assert same.returncode == 0, same.stderr
+    plot = commbench(["plot", out, "-o", os.path.join(workdir, "a2a.png")], cwd=workdir)
+    assert plot.returncode == 0 and os.path.getsize(os.path.join(workdir, "a2a.png")) > 0, plot.stderr
+    report = commbench(["report", out, "-o", os.path.join(workdir, "report")], cwd=workdir)
+    assert report.returncode == 0, report.stderr

@@ -1,0 +1,323 @@
+"""Failure paths end every rank with one line and leave no broken file; refused runs leave no file;
+result files keep secrets out and the command as typed; the fit's headline reads as latency and
+bandwidth; the policy spends no warm-ups it cannot afford."""
+
+import errno
+import glob
+import json
+import os
+import shlex
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from commbench import atomic, fit, fitreport, machine, policy, results
+from commbench.cli import main
+from commbench.errors import CommbenchError
+from conftest import COMMBENCH, HERE, ROOT, commbench, mpi_env, mpirun
+from docs import result_doc, ring_run, row
+
+FULL_DISK = os.path.join(HERE, "stubs", "full_disk")
+NO_SPACE = os.strerror(errno.ENOSPC)
+
+
+def _error_lines(stderr: str) -> list:
+    return [line for line in stderr.splitlines() if line.startswith("commbench: error")]
+
+
+def _run_main(args, monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["commbench", *args])
+    with pytest.raises(SystemExit) as ended:
+        main()
+    return ended.value.code, capsys.readouterr().err
+
+
+# ---- a disk that fills up ------------------------------------------------------------------------
+
+def test_full_disk_mid_sweep_ends_every_rank_with_one_line(workdir):
+    """The third row's write fails, and so does the failed run's last write: the job still ends (no
+    rank left in a collective), says so once, and the file keeps its last complete version."""
+    env = mpi_env()
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [FULL_DISK, env.get("PYTHONPATH")]))
+    env["COMMBENCH_STUB_FULL_AFTER"] = "2"
+    out = os.path.join(workdir, "full.json")
+    r = commbench(["allreduce", "--device", "cpu", "--impl", "ring", "--sizes", "1K-64K", "--budget-ms", "5", "-o", out],
+                  cwd=workdir, env=env, timeout=180)
+    assert r.returncode == 1, r.stderr
+    [line] = _error_lines(r.stderr)
+    assert line.startswith("commbench: error at ring 4K: OSError:") and NO_SPACE in line
+    assert f"{out} keeps the rows of its last complete write; closing it failed: {NO_SPACE}" in line
+    assert "Traceback" not in r.stderr
+    doc = results.load_document(out)
+    assert [r["size_bytes"] for r in doc["results"]] == [1024, 2048] and doc["status"] == "running"
+    assert os.listdir(workdir) == ["full.json"]
+
+
+class _Comm:
+    def __init__(self):
+        self.aborts = []
+
+    def Abort(self, code):  # noqa: N802 - mpi4py's name
+        self.aborts.append(code)
+
+
+class _World:
+    def __init__(self, rank):
+        self.rank, self.size, self.comm = rank, 2, _Comm()
+
+
+class _BrokenReporter:
+    """A reporter whose every step after the failure fails too."""
+    current = "ring 64M"
+
+    def fail(self, error):
+        return "measured rows kept in r.json"
+
+    def summary(self):
+        raise RuntimeError("the summary failed as well")
+
+
+@pytest.mark.parametrize("rank,reporter,line", [
+    (0, _BrokenReporter(), "commbench: error at ring 64M: ValueError: peer gone (measured rows kept in r.json)"),
+    (1, None, "commbench: error on rank 1: ValueError: peer gone"),
+])
+def test_a_failure_ends_every_rank_once_whatever_fails_after_it(rank, reporter, line, monkeypatch, capsys):
+    from commbench.cli import common
+    slept = []
+    monkeypatch.setattr(common.time, "sleep", slept.append)
+    world = _World(rank)
+
+    def run():
+        raise ValueError("peer\ngone")
+    with pytest.raises(SystemExit) as ended:
+        common.sweep(reporter, run, world)
+    assert ended.value.code == 1 and world.comm.aborts == [1]
+    assert capsys.readouterr().err == line + "\n"
+    assert slept == ([common.RANK_SPEAKS_AFTER_S] if rank else [])  # rank 0 speaks for the job at once
+
+
+def test_a_failed_write_keeps_the_last_good_result_file(tmp_path, monkeypatch):
+    path = str(tmp_path / "r.json")
+    f = results.ResultFile(path, {k: v for k, v in ring_run().items() if k not in ("status", "error", "results")})
+    first, second = ring_run()["results"][:2]
+    f.add(first)
+
+    def full_disk(name, mode="r", *args, **kwargs):
+        open(name, mode, *args, **kwargs).close()  # the file is created, the write finds no space
+        raise OSError(errno.ENOSPC, NO_SPACE, name)
+
+    monkeypatch.setattr(results, "open", full_disk, raising=False)
+    with pytest.raises(OSError):
+        f.add(second)
+    with pytest.raises(OSError):
+        f.finish("OSError")
+    monkeypatch.undo()
+    assert len(f.doc["results"]) == 1  # what the summary prints matches the file
+    assert len(results.load_document(path)["results"]) == 1 and os.listdir(str(tmp_path)) == ["r.json"]
+
+
+class _FullDisk:
+    """Files opened for writing under `folder` take a few bytes, then the disk is full."""
+
+    def __init__(self, folder, real_open):
+        self.folder, self.real_open = folder, real_open
+
+    def __call__(self, file, mode="r", *args, **kwargs):
+        f = self.real_open(file, mode, *args, **kwargs)
+        writing = isinstance(file, (str, os.PathLike)) and any(m in mode for m in "wax+")
+        return _Filling(f) if writing and os.path.abspath(file).startswith(self.folder) else f
+
+
+class _Filling:
+    def __init__(self, f):
+        self._f = f
+
+    def write(self, data):
+        self._f.write(data[:8])
+        raise OSError(errno.ENOSPC, NO_SPACE)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self._f.close()
+
+    def __getattr__(self, name):
+        return getattr(self._f, name)
+
+
+@pytest.mark.parametrize("command,line", [
+    (["plot", "run.json", "-o", "p.png"], f"commbench: error: cannot write p.png: {NO_SPACE}"),
+    (["report", "run.json", "-o", "rep"], f"commbench: error: cannot write rep/plot.png: {NO_SPACE}"),
+    (["baseline", "save", "run.json", "--name", "a", "--dir", "bl"], f"commbench: error: cannot write bl/a.json: {NO_SPACE}"),
+])
+def test_files_written_on_a_full_disk_leave_nothing(command, line, tmp_path, monkeypatch, capsys):
+    import builtins
+    (tmp_path / "run.json").write_text(json.dumps(ring_run()))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(builtins, "open", _FullDisk(str(tmp_path), builtins.open))
+    assert _run_main(command, monkeypatch, capsys) == (2, line + "\n")
+    # Nothing but the folder the baseline was to go into, empty.
+    assert sorted(p.name for p in tmp_path.rglob("*")) == (["bl", "run.json"] if "baseline" in command else ["run.json"])
+
+
+def test_new_files_appear_whole_and_never_replace_one(tmp_path):
+    target = str(tmp_path / "sub" / "a.txt")
+    with atomic.new_file(target, "taken") as tmp:
+        assert os.path.dirname(tmp) == os.path.dirname(target) and not os.path.exists(target)
+        with open(tmp, "w") as f:
+            f.write("whole")
+    assert open(target).read() == "whole" and os.listdir(os.path.dirname(target)) == ["a.txt"]
+    with pytest.raises(CommbenchError, match="^taken$"):
+        with atomic.new_file(target, "taken"):
+            pass
+    folder = str(tmp_path / "rep")
+    with atomic.new_files_in(folder, "has a report") as stage:
+        open(os.path.join(stage, "report.md"), "w").close()
+    with pytest.raises(CommbenchError, match="has a report"):
+        with atomic.new_files_in(folder, "has a report") as stage:
+            open(os.path.join(stage, "report.md"), "w").close()
+    assert sorted(os.listdir(str(tmp_path))) == ["rep", "sub"] and os.listdir(folder) == ["report.md"]
+
+
+# ---- refused before it measures: no file, no rank ----------------------------------------------------
+
+def test_a_run_refused_on_the_ranks_leaves_no_result_file(workdir):
+    """Under torchrun an MPI p2p is refused once the ranks run and the result file exists: the
+    file goes, so a retry with the same -o works."""
+    from test_cli import _free_port, _torchrun_env
+    port = _free_port()
+    out = os.path.join(workdir, "p.json")
+    procs = [subprocess.Popen([COMMBENCH, "p2p", "--impl", "mpi", "--sizes", "1K", "-o", out],
+                              env=_torchrun_env(rank, 2, port), cwd=workdir, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for rank in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [2, 2]
+    assert outs[0][1] == ("commbench: error: commbench p2p needs an MPI launch (mpirun/srun, or no launcher at "
+                          "all); under torchrun use --impl gloo\n")
+    assert outs[1][1] == "" and not os.path.exists(out)
+
+
+def test_under_a_launcher_rank_0_refuses_before_any_measurement(workdir):
+    out = os.path.join(workdir, "big.json")
+    r = mpirun(2, [COMMBENCH, "allreduce", "--device", "cpu", "--sizes", "16T", "-o", out], cwd=workdir)
+    assert r.returncode != 0
+    [line] = _error_lines(r.stderr)
+    assert "all-reduce of 16T needs about" in line and "(2 rank(s))" in line
+    assert "Traceback" not in r.stderr and os.listdir(workdir) == []
+
+
+def test_an_os_error_no_command_answered_is_one_line(monkeypatch, capsys):
+    from commbench import fabrics
+
+    def unreadable():
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), "/site/commbench/fabrics.json")
+    monkeypatch.setattr(fabrics, "catalog", unreadable)
+    code, err = _run_main(["fabrics"], monkeypatch, capsys)
+    assert (code, err) == (2, f"commbench: error: /site/commbench/fabrics.json: {os.strerror(errno.EACCES)}\n")
+
+
+# ---- what result files record ----------------------------------------------------------------------
+
+SECRETS = {"UCX_PASSWORD": "hunter2", "GLOO_AUTH_TOKEN": "t0k", "NCCL_IB_SECRET": "s", "MY_API_KEY": "k",
+           "AWS_SECRET_ACCESS_KEY": "a", "OMPI_MCA_credential_file": "/home/me/.cred"}
+SETTINGS = {"NCCL_IB_HCA": "mlx5_0", "OMPI_MCA_btl_tcp_if_include": "lo", "FI_PROVIDER": "tcp"}
+
+
+@pytest.mark.parametrize("name,kept", [
+    *[(n, False) for n in SECRETS],
+    *[(n, True) for n in SETTINGS],
+    ("CUDA_VISIBLE_DEVICES", True), ("UCX_TLS", True), ("TORCH_NCCL_BLOCKING_WAIT", True),
+    ("OMPI_COMM_WORLD_RANK", False), ("OMPI_FILE_LOCATION", False), ("PMIX_RANK", False),
+    ("OMPI_MCA_initial_wdir", False), ("OMPI_COMMAND", False), ("CUDA_HOME", False), ("HOME", False),
+    ("ncclfoo", False),
+])
+def test_the_environment_is_an_allow_list_without_secrets(name, kept):
+    assert (name in machine.recorded_env({name: "x"})) == kept
+
+
+def test_a_run_records_settings_not_secrets_and_the_command_as_typed(workdir):
+    env = {**mpi_env(), **SECRETS, **SETTINGS}
+    out = os.path.join(workdir, "r.json")
+    args = ["allreduce", "--device", "cpu", "--impl", "mpi", "--sizes", "1K", "--iters", "2", "--warmup", "1", "-o", out]
+    r = commbench(args, cwd=workdir, env=env)
+    assert r.returncode == 0, r.stderr
+    assert "# policy: 2 timed iterations per size after 1 warm-up(s)" in r.stdout
+    doc = results.load_document(out)
+    assert {k: doc["env"].get(k) for k in SETTINGS} == SETTINGS
+    assert not set(SECRETS) & set(doc["env"]) and doc["env"] == machine.recorded_env(doc["env"])
+    assert doc["argv"] == ["commbench", *args]
+    rep = commbench(["report", out, "-o", "rep"], cwd=workdir)
+    assert rep.returncode == 0, rep.stderr
+    assert f"- **command**: {shlex.join(['commbench', *args])}" in open(os.path.join(workdir, "rep", "report.md")).read()
+
+
+def test_checked_in_baselines_are_clean():
+    paths = glob.glob(os.path.join(ROOT, "results", "baselines", "*.json"))
+    assert paths
+    for path in paths:
+        doc = results.load_document(path)
+        assert doc["env"] == machine.recorded_env(doc["env"]), path
+        assert doc["argv"][0] == "commbench" and doc["baseline"]["command"] == shlex.join(doc["argv"]), path
+
+
+def test_baseline_save_cleans_what_an_older_run_file_recorded(tmp_path, monkeypatch, capsys):
+    old = result_doc(ring_run()["results"], env={"UCX_PASSWORD": "p", "NCCL_DEBUG": "WARN", "OMPI_FILE_LOCATION": "/tmp/x"},
+                     argv=["/build/commbench/__main__.py", "allreduce", "--sizes", "1K-16M"])
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["commbench", "baseline", "save", "old.json", "--name", "a", "--dir", "bl"])
+    main()
+    doc = results.load_document(str(tmp_path / "bl" / "a.json"))
+    assert doc["env"] == {"NCCL_DEBUG": "WARN"} and doc["baseline"]["command"] == "commbench allreduce --sizes 1K-16M"
+
+
+def test_default_result_names_differ_between_processes_in_the_same_second():
+    import datetime
+    now = datetime.datetime(2026, 11, 22, 12, 0, 0, tzinfo=datetime.timezone.utc)
+    a, b = results.default_path("allreduce", now, pid=101), results.default_path("allreduce", now, pid=102)
+    assert a != b and os.path.basename(a).startswith("20261122T120000Z-101_")
+    assert f"-{os.getpid()}_" in results.default_path("allreduce")
+
+
+# ---- the fit's headline -------------------------------------------------------------------------------
+
+def test_headline_latency_comes_from_the_smallest_sizes_and_bandwidth_from_the_largest():
+    """Shared memory: past the caches (16M and up) the line is steeper and its intercept negative; the
+    headline must still read as the latency of small messages."""
+    def t_us(n):
+        return 0.5 + n / 5e3 if n < 16 << 20 else -2000 + n / 1.5e3
+    [f] = fit.fit_records([row(n, t_us(n)) for n in (1 << k for k in range(10, 31))])
+    assert f["alpha_us"] == pytest.approx(0.25, rel=0.05)  # a = 2(p-1) alpha with p = 2
+    assert f["alpha_segment"][0] == 1024 and f["alpha_segment"][1] < 16 << 20
+    assert f["bandwidth_gbps"] == pytest.approx(1.5, rel=0.02) and f["bandwidth_segment"] == [16 << 20, 1 << 30]
+    assert f["alpha_us_ci"] == f["segments"][0]["alpha_us_ci"]
+    [headline] = [line for line in fitreport.fit_lines([f]) if line.startswith("# allreduce ring")]
+    assert f"alpha {f['alpha_us']:.3g} us " in headline and "negative intercept" not in headline
+    assert f"from 1K-{fitreport.format_size(f['alpha_segment'][1])}," in headline
+    assert "GB/s" in headline and headline.count(" from ") == 2 and "from 16M-1G" in headline
+
+
+# ---- the measurement policy -------------------------------------------------------------------------
+
+def _calls_of(measure_one_s, p):
+    calls = []
+
+    def timer(n):
+        calls.append(n)
+        return np.full(n, measure_one_s)
+    samples = policy.measure(timer, p, first=timer(1))
+    return calls, samples
+
+
+def test_no_warm_up_beyond_the_check_where_the_floor_of_iterations_exceeds_the_budget():
+    p = policy.Policy(warmup=5, budget_ms=200, min_iters=5)
+    calls, samples = _calls_of(0.05, p)  # 5 x 50 ms > 200 ms
+    assert calls == [1, 5] and len(samples) == 5
+    calls, _ = _calls_of(0.001, p)  # cheap: every warm-up, then the budget's worth
+    assert calls == [1, 4, 200]
+    calls, _ = _calls_of(0.03, p)  # 5 x 30 ms leave 50 ms: one more warm-up
+    assert calls == [1, 1, 6]
+    assert "one where those alone exceed the budget" in p.rule()
