@@ -13,6 +13,7 @@ from ..spec import DTYPES, REDOPS, dtype_of, redop_code
 from ..world import detect_launcher
 from .common import (make_reporter, policy_options, ranks_option, resolve_device, run_ranks, sweep, timeout_option,
                      verdict_options)
+from ..transports import TRANSPORTS, default_p2p_transport, transport_names
 from .group import cli
 
 
@@ -26,10 +27,12 @@ def names_or_all(text: str, known: dict, check) -> list[str]:
 
 def _impl_help(coll) -> str:
     from ..transports import default_impls, impls_for
+    under_torchrun = default_impls(coll, "cpu", "torchrun")
     return "Comma list. " + "; ".join(
         f"{device.upper() if device == 'cpu' else 'GPU'}: {', '.join(impls_for(coll, device))} "
         f"(default {','.join(default_impls(coll, device, None))})" for device in ("cpu", "cuda")) + \
-        ("; gloo alone under torchrun" if "gloo" in impls_for(coll, "cpu") else "") + "."
+        (f"; {','.join(under_torchrun)} alone under torchrun" if under_torchrun != default_impls(coll, "cpu", None)
+         else "") + "."
 
 
 def collective_command(coll) -> click.Command:
@@ -120,9 +123,8 @@ _register_collectives()
 
 @cli.command()
 @click.option("--sizes", "-s", default="1-4M", show_default=True, help="Message sizes in bytes (as for allreduce).")
-@click.option("--impl", type=click.Choice(["mpi", "nccl", "gloo"]), default=None,
-              help="Transport between ranks: mpi (default; host buffers), nccl (GPU buffers), gloo (host buffers, "
-                   "timed from Python; the default under torchrun).")
+@click.option("--impl", type=click.Choice(transport_names()), default=None,
+              help="Transport between ranks: " + "; ".join(f"{t.name} ({t.p2p_summary})" for t in TRANSPORTS) + ".")
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True,
               help="cuda with --impl mpi: the peer-to-peer matrix of this process's GPUs (no ranks).")
 @click.option("--pairs", default="0:1", show_default=True,
@@ -139,11 +141,12 @@ def p2p(sizes, impl, device, pairs, window, nranks, timeout_s, output, policy, n
     of this process's GPUs (--device cuda)."""
     from ..sweep import RunConfig, resolve_pairs, run_p2p
     size_list = parse_sizes(sizes)
-    if device == "cuda" and impl in ("mpi", "gloo"):
-        raise CommbenchError(f"p2p --impl {impl} moves host buffers; for GPUs use --impl nccl (between ranks) or "
-                             f"--device cuda alone (this process's GPUs)")
-    impl = impl or ("gloo" if detect_launcher() == "torchrun" and device == "cpu" else "mpi")
-    if impl == "nccl":
+    gpu_transports = [t.name for t in TRANSPORTS if t.p2p_device == "cuda"]
+    if device == "cuda" and impl is not None and impl not in gpu_transports:
+        raise CommbenchError(f"p2p --impl {impl} moves host buffers; for GPUs use --impl {'/'.join(gpu_transports)} "
+                             f"(between ranks) or --device cuda alone (this process's GPUs)")
+    impl = impl or default_p2p_transport(detect_launcher())
+    if impl in gpu_transports:
         device = "cuda"
         gpus = resolve_device("cuda", impl)[1]
     elif device == "cuda":

@@ -13,6 +13,15 @@ from .nccl import NCCL
 TRANSPORTS = (MPI, NCCL, GLOO)
 
 
+def transport_names() -> list[str]:
+    return [t.name for t in TRANSPORTS]
+
+
+def default_p2p_transport(launcher) -> str:
+    """p2p without --impl: MPI, or gloo under torchrun, which starts no MPI."""
+    return GLOO.name if launcher == "torchrun" else MPI.name
+
+
 class Impl:
     """One way to run a collective: a transport and an impl name it answers to."""
 

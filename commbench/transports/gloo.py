@@ -110,6 +110,8 @@ CALLS = {"allreduce": _allreduce, "allgather": _allgather, "broadcast": _broadca
 
 class GlooTransport:
     name = "gloo"
+    p2p_device = "cpu"
+    p2p_summary = "host buffers, timed from Python; the default under torchrun"
 
     def impls(self, coll, device: str) -> dict[str, str]:
         if device != "cpu" or coll.name not in CALLS:

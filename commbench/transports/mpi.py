@@ -11,6 +11,8 @@ from ..errors import CommbenchError
 
 class MpiTransport:
     name = "mpi"
+    p2p_device = "cpu"
+    p2p_summary = "the default; host buffers, native loops"
 
     def impls(self, coll, device: str) -> dict[str, str]:
         library = {"mpi": f"the MPI library's {coll.title} call" +

@@ -26,6 +26,8 @@ def communicator(world, timeout_s: Optional[float] = None):
 
 class NcclTransport:
     name = "nccl"
+    p2p_device = "cuda"
+    p2p_summary = "GPU buffers, native loops"
 
     def impls(self, coll, device: str) -> dict[str, str]:
         if device != "cuda":
