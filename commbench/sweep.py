@@ -78,21 +78,31 @@ def check_device_memory(world: World, need_per_rank: int, what: str) -> None:
 _MOVE_ONLY = redop_code("max")
 
 
-class _Buffers:
-    """One call's send and receive tensors for `shape`, in nccl-tests' layout: in place, views of
-    one buffer at the collective's offsets; out of place, two buffers, the receive one stale."""
+class Buffers:
+    """A sweep's send and receive buffers, allocated once at the largest size: each size takes views
+    of them, so a sweep faults its pages in once rather than at every size and impl. Views follow
+    nccl-tests' layout: in place, one buffer with send and receive at the collective's offsets; out of
+    place, two buffers, the receive one stale."""
 
-    def __init__(self, coll, shape, dtype, where, in_place: bool, rank: int, allocate=None):
-        """`allocate(count, dtype)` makes a buffer (default: torch's, on `where`)."""
-        allocate = allocate or (lambda count, dt: torch.empty((count,), dtype=dt, device=where))
+    def __init__(self, coll, largest, dtype, in_place: bool, allocate):
+        """`allocate(count, dtype)` makes a buffer; `largest` is the Shape of the largest size."""
+        self.coll, self.in_place = coll, in_place
         if in_place:
-            so, ro = coll.places(rank, shape)
-            self.whole = allocate(max(shape.send, shape.recv), dtype).fill_(_STALE)
-            self.send, self.recv = self.whole[so:so + shape.send], self.whole[ro:ro + shape.recv]
+            self.whole = allocate(max(largest.send, largest.recv), dtype)
         else:
-            # The inputs cover the whole send buffer; only the receive buffer needs stale values.
-            self.send = allocate(shape.send, dtype)
-            self.recv = allocate(shape.recv, dtype).fill_(_STALE)
+            self.send, self.recv = allocate(largest.send, dtype), allocate(largest.recv, dtype)
+
+    def views(self, shape, rank: int):
+        """(send, recv) of one call; the stale values go where no input will overwrite them."""
+        if self.in_place:
+            so, ro = self.coll.places(rank, shape)
+            whole = self.whole[:max(shape.send, shape.recv)].fill_(_STALE)
+            return whole[so:so + shape.send], whole[ro:ro + shape.recv]
+        return self.send[:shape.send], self.recv[:shape.recv].fill_(_STALE)
+
+
+def torch_allocator(where: torch.device):
+    return lambda count, dtype: torch.empty((count,), dtype=dtype, device=where)
 
 
 def _fill(data, tensor, segments, code: int) -> None:
@@ -109,10 +119,9 @@ def run_collective(world: World, cfg: RunConfig, coll, impls: list, reporter) ->
     """Sweeps every dtype and reduction of cfg (comma lists), every impl of `coll` and every size;
     returns the total count of wrong elements."""
     dtypes, redops = cfg.dtype.split(","), cfg.redop.split(",") if coll.reduces else ["none"]
-    allocate = None
     if cfg.device == "cuda":
         data = DeviceData(communicator(world, cfg.timeout_s))
-        where = torch.device("cuda", world.device)
+        allocate = torch_allocator(torch.device("cuda", world.device))
         if cfg.buffers == "cupy":
             from . import cupy_buffers
             allocate = lambda count, dt: cupy_buffers.empty(count, dt, world.device)  # noqa: E731
@@ -120,12 +129,13 @@ def run_collective(world: World, cfg: RunConfig, coll, impls: list, reporter) ->
         check_device_memory(world, collective_bytes(coll, max(cfg.sizes), largest_item, world.size, cfg.in_place),
                             f"{coll.title} of {format_size(max(cfg.sizes))}")
     else:
-        data, where = HostData(world), torch.device("cpu")
+        data, allocate = HostData(world), torch_allocator(torch.device("cpu"))
     several = len(dtypes) * len(redops) > 1
     total_wrong = 0
     for dname in dtypes:
         dtype = dtype_of(dname)
         itemsize = torch.empty(0, dtype=dtype).element_size()
+        pool = Buffers(coll, coll.shape(max(cfg.sizes), itemsize, world.size), dtype, cfg.in_place, allocate)
         for redop in redops:
             code = redop_code(redop) if coll.reduces else _MOVE_ONLY
             for impl in impls:
@@ -136,18 +146,17 @@ def run_collective(world: World, cfg: RunConfig, coll, impls: list, reporter) ->
                     shape = coll.shape(size, itemsize, world.size)
                     if reporter:
                         reporter.step(f"{block} {format_size(shape.size)}")
-                    bufs = _Buffers(coll, shape, dtype, where, cfg.in_place, world.rank, allocate)
-                    _fill(data, bufs.send, coll.inputs(world.rank, world.size, cfg.root, shape), code)
+                    send, recv = pool.views(shape, world.rank)
+                    _fill(data, send, coll.inputs(world.rank, world.size, cfg.root, shape), code)
                     if cfg.device == "cuda":
-                        torch.cuda.synchronize()  # torch.full ran on torch's stream, the impls use their own
+                        torch.cuda.synchronize()  # fill_ ran on torch's stream, the impls use their own
                     # One call, checked: in place, a second one would start from the first one's result.
-                    checked = impl.times(world, coll, bufs.send, bufs.recv, code, 1, cfg)
+                    checked = impl.times(world, coll, send, recv, code, 1, cfg)
                     expected = coll.expected(world.rank, world.size, cfg.root, shape)
-                    wrong = world.sum(_count_wrong(data, bufs.recv, expected, code))
+                    wrong = world.sum(_count_wrong(data, recv, expected, code))
                     total_wrong += wrong
-                    samples = measure(lambda n: impl.times(world, coll, bufs.send, bufs.recv, code, n, cfg, cfg.agg),
+                    samples = measure(lambda n: impl.times(world, coll, send, recv, code, n, cfg, cfg.agg),
                                       cfg.policy, first=checked if cfg.agg == 1 else None)
-                    bufs = None  # freed before the next size allocates
                     if reporter:
                         extra = {"root": cfg.root} if coll.rooted else {}
                         if cfg.agg > 1:

@@ -12,7 +12,7 @@ from mpi4py import MPI
 
 from commbench import _host, collectives
 from commbench.spec import DTYPES, REDOPS
-from commbench.sweep import _Buffers, _count_wrong, _fill, _MOVE_ONLY
+from commbench.sweep import _MOVE_ONLY, Buffers, _count_wrong, _fill, torch_allocator
 from commbench.testdata import HostData
 from commbench.transports import impls_for
 
@@ -30,6 +30,7 @@ class World:  # what HostData needs of the sweep's world
 world = World()
 world.rank, world.size = rank, size
 data = HostData(world)
+HOST = torch_allocator(torch.device("cpu"))
 
 
 def rank_input(coll, j, root, shape, dtype, code):
@@ -69,17 +70,17 @@ for coll in collectives.all_collectives():
                     root = i % size
                     for in_place in ((False, True) if coll.in_place else (False,)):
                         for chunk in TREE_CHUNKS.get(impl, [8]):
-                            bufs = _Buffers(coll, shape, dtype, torch.device("cpu"), in_place, rank)
-                            _fill(data, bufs.send, coll.inputs(rank, size, root, shape), code)
+                            send, recv = Buffers(coll, shape, dtype, in_place, HOST).views(shape, rank)
+                            _fill(data, send, coll.inputs(rank, size, root, shape), code)
                             inputs = [rank_input(coll, j, root, shape, dtype, code) for j in range(size)]
-                            if not np.array_equal(inputs[rank], bufs.send.to(torch.float64).numpy()):
+                            if not np.array_equal(inputs[rank], send.to(torch.float64).numpy()):
                                 failures.append(f"{coll.name}: rank {rank}'s input differs from its rebuilt copy")
-                            _host.collective_times(coll.name, impl, bufs.send, bufs.recv, code, root, 1, comm.py2f(),
+                            _host.collective_times(coll.name, impl, send, recv, code, root, 1, comm.py2f(),
                                                    chunk)
                             want = reference(coll, inputs, op, root, shape)
-                            got = bufs.recv.to(torch.float64).numpy()
+                            got = recv.to(torch.float64).numpy()
                             bad = 0 if want is None else int(np.count_nonzero(got != want))
-                            claimed = _count_wrong(data, bufs.recv, coll.expected(rank, size, root, shape), code)
+                            claimed = _count_wrong(data, recv, coll.expected(rank, size, root, shape), code)
                             if bad or claimed:
                                 failures.append(f"{coll.name} {impl} {dname} {op} count={count} root={root} "
                                                 f"in_place={in_place} chunk={chunk}: {bad} differ from the reference, "
@@ -87,14 +88,14 @@ for coll in collectives.all_collectives():
                             checked += 1
     # The checker must see corruption: flip one element of a correct result.
     shape = coll.shape(100 * 4 * size, 4, size)
-    bufs = _Buffers(coll, shape, torch.float32, torch.device("cpu"), False, rank)
+    send, recv = Buffers(coll, shape, torch.float32, False, HOST).views(shape, rank)
     code = REDOPS["sum"] if coll.reduces else _MOVE_ONLY
-    _fill(data, bufs.send, coll.inputs(rank, size, 0, shape), code)
-    _host.collective_times(coll.name, "mpi", bufs.send, bufs.recv, code, 0, 1, comm.py2f(), 8)
+    _fill(data, send, coll.inputs(rank, size, 0, shape), code)
+    _host.collective_times(coll.name, "mpi", send, recv, code, 0, 1, comm.py2f(), 8)
     expected = coll.expected(rank, size, 0, shape)
     if expected:
-        bufs.recv[expected[-1].offset] += 1
-        if _count_wrong(data, bufs.recv, expected, code) != 1:
+        recv[expected[-1].offset] += 1
+        if _count_wrong(data, recv, expected, code) != 1:
             failures.append(f"{coll.name}: the checker missed a corrupted element")
 all_failures = comm.gather(failures)
 if rank == 0:

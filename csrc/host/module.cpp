@@ -12,6 +12,7 @@
 #include <climits>
 #include <chrono>
 #include <cstring>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -81,6 +82,22 @@ bool mpi_cuda_aware() {
 #endif
 }
 
+// Scratch memory for our algorithms, kept from call to call: a timed call is made several times per
+// size (check, warm-up, timed iterations), and allocating and faulting in up to a whole message each
+// time costs more than the call itself at large sizes.
+template <typename T>
+T* reused_scratch(std::size_t elems) {
+  static std::unique_ptr<char[]> memory;
+  static std::size_t capacity = 0;
+  const std::size_t bytes = std::max<std::size_t>(elems * sizeof(T), 16);
+  if (bytes > capacity) {
+    memory.reset();  // the old block goes first, so the peak is the new size, not both
+    memory.reset(new char[bytes]);
+    capacity = bytes;
+  }
+  return reinterpret_cast<T*>(memory.get());
+}
+
 bool overlap(const at::Tensor& a, const at::Tensor& b) {
   const char* a0 = static_cast<const char*>(a.data_ptr());
   const char* b0 = static_cast<const char*>(b.data_ptr());
@@ -128,8 +145,8 @@ at::Tensor collective_times(const std::string& coll_name, const std::string& imp
     MpiTransport transport(comm);
     HostReducer<T, Op> reducer;
     HostCopy copy;
-    std::vector<T> scratch(own_scratch_elems<T>(own, b, chunk));
-    return time_iterations(comm, iters, aggregated(own_call(own, transport, reducer, copy, b, scratch.data(), chunk), agg, no_group)) /
+    T* scratch = reused_scratch<T>(own_scratch_elems<T>(own, b, chunk));
+    return time_iterations(comm, iters, aggregated(own_call(own, transport, reducer, copy, b, scratch, chunk), agg, no_group)) /
            static_cast<double>(agg);
   });
 }
