@@ -154,6 +154,9 @@ def usable(r: dict) -> bool:
 
 def require_usable(doc: dict, source: str) -> None:
     """Refuses a result file that holds nothing to fit, plot or keep as a baseline."""
+    if "numerics" in doc:
+        raise CommbenchError(f"{source} is a numerics result (commbench numerics): it holds no timings to fit or "
+                             f"keep as a baseline; 'commbench report', 'plot' and 'export' show it")
     if not doc["results"]:
         raise CommbenchError(f"{source} holds no measured rows (run status: {doc.get('status', 'unknown')})")
     if not any(usable(r) for r in doc["results"]):

@@ -36,7 +36,7 @@ def _ci(ci) -> str:
     return "" if not ci else f"[{ci[0]:.3g}, {ci[1]:.3g}]"
 
 
-def _span(sizes: list[int]) -> str:
+def span(sizes: list[int]) -> str:
     return f"{format_size(sizes[0])}-{format_size(sizes[1])}"
 
 
@@ -54,8 +54,8 @@ def fit_lines(fits: list[dict]) -> list[str]:
         unresolved = " (negative intercept: latency not resolved at these sizes)" if f["alpha_us"] < 0 else ""
         r2 = f", R2 {f['segments'][0]['r2']:.3f}" if len(f["segments"]) == 1 else ""
         lines.append(f"# {who}: alpha {f['alpha_us']:.3g} us{unresolved} {_ci(f['alpha_us_ci'])} from "
-                     f"{_span(f['alpha_segment'])}, bandwidth {_bw(f['bandwidth_gbps'])} GB/s "
-                     f"{_ci(f['bandwidth_gbps_ci'])} from {_span(f['bandwidth_segment'])}{r2}; {f['model']}{note}")
+                     f"{span(f['alpha_segment'])}, bandwidth {_bw(f['bandwidth_gbps'])} GB/s "
+                     f"{_ci(f['bandwidth_gbps_ci'])} from {span(f['bandwidth_segment'])}{r2}; {f['model']}{note}")
         if "verdict" in f:
             pct = "n/a" if f["percent_of_expected"] is None else f"{f['percent_of_expected']:.0f}%"
             e = f["expected"]
@@ -65,7 +65,7 @@ def fit_lines(fits: list[dict]) -> list[str]:
                          f"for {e['fabric']} = {pct}{alpha} ({e['source']})")
         if len(f["segments"]) > 1:
             for s in f["segments"]:
-                lines.append(f"#   segment {_span([s['size_min'], s['size_max']])}: alpha "
+                lines.append(f"#   segment {span([s['size_min'], s['size_max']])}: alpha "
                              f"{s['alpha_us']:.3g} us, bandwidth {_bw(s['bandwidth_gbps'])} GB/s, R2 {s['r2']:.3f}")
         if f["outlier_sizes"]:
             lines.append(f"#   off the fit: {', '.join(format_size(n) for n in f['outlier_sizes'])}")

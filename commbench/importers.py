@@ -6,8 +6,9 @@ record has that one figure as its only sample; the fit's confidence intervals ar
 
 Three rules hold:
 - a file that is not the tool's output is given up early: unless one of its first
-  UNRECOGNISED_LIMIT lines is the tool's, nothing more of it is read (nccl-tests' -J JSON, one
-  document, is read whole);
+  UNRECOGNISED_LIMIT lines is the tool's, nothing more of it is read, and reading stops at the first
+  UNRECOGNISED_LIMIT lines in a row that are not (a long log with a few of the tool's lines in it);
+  nccl-tests' -J JSON, one document, is read whole up to MAX_JSON characters;
 - a figure that is not a number (nan, inf, N/A) never reaches a result file: its row is left out,
   with a warning;
 - a nccl-tests log that ends before its closing "Avg bus bandwidth" line (a run cut short) is
@@ -34,10 +35,13 @@ UNRECOGNISED_LIMIT = 50
 # Longest line read at once: a file without line breaks (a binary) is read in pieces of this size,
 # so that it too is given up after UNRECOGNISED_LIMIT of them.
 MAX_LINE = 1 << 16
+# Largest -J JSON read: nccl-tests writes a few hundred bytes per size, so a larger "JSON" file is
+# not its output, and reading it whole would take as long as the disk and memory allow.
+MAX_JSON = 64 << 20
 
-# nccl-tests binary (<name>_perf) -> commbench's op
-NCCL_TESTS_OPS = {"all_reduce": "allreduce", "all_gather": "allgather", "reduce_scatter": "reducescatter",
-                  "broadcast": "broadcast", "reduce": "reduce", "alltoall": "alltoall", "sendrecv": "sendrecv"}
+# nccl-tests binary (<name>_perf) -> commbench's op: the collective that has <name> as its name or
+# one of its aliases, so that a new collective module is imported with no change here.
+NCCL_TESTS_OPS = {spelling: c.name for c in collectives.all_collectives() for spelling in (c.name, *c.aliases)}
 # nccl-tests binaries of collectives commbench does not measure
 NCCL_TESTS_REFUSED = ("gather", "scatter", "hypercube")
 # sendrecv_perf prints the reduction it was given (--op, default sum) though it reduces nothing.
@@ -62,12 +66,19 @@ def _lines(stream: TextIO) -> Iterator[str]:
 
 
 def _tool_lines(lines: Iterable[str], recognised, tool: str, source: str) -> list[str]:
-    """Every line, once one of the first UNRECOGNISED_LIMIT lines is the tool's."""
-    lines = iter(lines)
-    head = [line.rstrip("\n") for line in itertools.islice(lines, UNRECOGNISED_LIMIT)]
-    if any(map(recognised, head)):
-        return head + [line.rstrip("\n") for line in lines]
-    raise CommbenchError(f"{source} is not {tool} output: none of its first {len(head)} lines is")
+    """The lines up to the first UNRECOGNISED_LIMIT in a row that are not the tool's: where its
+    output ends in a longer log, whose rest is not read. Refused when the file opens with such a run."""
+    kept: list[str] = []
+    unrecognised = 0
+    for line in lines:
+        line = line.rstrip("\n")
+        unrecognised = 0 if recognised(line) else unrecognised + 1
+        kept.append(line)
+        if unrecognised == UNRECOGNISED_LIMIT:
+            break
+    if unrecognised == len(kept):
+        raise CommbenchError(f"{source} is not {tool} output: none of its first {len(kept)} lines is")
+    return kept
 
 
 def _figure(value, source: str, context: str) -> Optional[float]:
@@ -176,8 +187,12 @@ def import_nccl_tests(stream: TextIO, source: str, op: Optional[str] = None) -> 
     is the one the log names (its binary); `op` is the fallback for a log that does not."""
     first = stream.readline(MAX_LINE)
     if first.lstrip().startswith("{"):
+        text = first + stream.read(max(0, MAX_JSON + 1 - len(first)))  # one more than allowed tells
+        if len(text) > MAX_JSON:
+            raise CommbenchError(f"{source}: not the JSON of nccl-tests -J: larger than "
+                                 f"{format_size(MAX_JSON)} characters")
         try:
-            doc = json.loads(first + stream.read())
+            doc = json.loads(text)
         except json.JSONDecodeError as e:
             raise CommbenchError(f"{source}: truncated or broken nccl-tests JSON ({e})") from None
         run = _nccl_tests_json(doc, source)
@@ -265,18 +280,19 @@ def _layout_problem(op: str, row: _Row, ranks: int) -> Optional[str]:
 def _which_op(run: _Run, source: str, given: Optional[str], ranks: int) -> str:
     """The log's collective: the binary it names, else `given` (--op), else the only one whose
     layout fits every row."""
+    imported = ", ".join(collectives.names())
     if run.binary in NCCL_TESTS_REFUSED:
         raise CommbenchError(f"{source} is {run.binary}_perf output: commbench does not import {run.binary}, only "
-                             f"{', '.join(f'{b}_perf' for b in NCCL_TESTS_OPS)}")
+                             f"the nccl-tests runs of {imported}")
     if run.binary and run.binary not in NCCL_TESTS_OPS:
         raise CommbenchError(f"{source} is {run.binary}_perf output, which commbench does not import; it imports "
-                             f"{', '.join(f'{b}_perf' for b in NCCL_TESTS_OPS)}")
+                             f"the nccl-tests runs of {imported}")
     named = NCCL_TESTS_OPS.get(run.binary)
     if named and given and given != named:
         raise CommbenchError(f"{source} is {run.binary}_perf output ({named}); --op {given} disagrees")
     op = named or given
     if op is None:
-        fitting = [o for o in NCCL_TESTS_OPS.values() if not any(_layout_problem(o, r, ranks) for r in run.rows)]
+        fitting = [o for o in collectives.names() if not any(_layout_problem(o, r, ranks) for r in run.rows)]
         if len(fitting) != 1:
             raise CommbenchError(f"{source}: cannot tell which collective: the log does not name its nccl-tests "
                                  f"binary (<name>_perf) and its table fits {' and '.join(fitting) or 'none'}; give --op")

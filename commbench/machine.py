@@ -24,15 +24,29 @@ LAUNCHER_SET = frozenset({"OMPI_MCA_PREFIXES", "OMPI_MCA_initial_wdir", "OMPI_MC
 # A name with any of these words holds a credential, whatever library it belongs to (UCX_PASSWORD,
 # GLOO_AUTH_TOKEN, NCCL_..._KEY).
 SECRET_WORDS = ("PASSWORD", "SECRET", "TOKEN", "KEY", "CREDENTIAL", "AUTH")
+# A name with one of these endings, or an absolute path as its value, is a path of the machine the
+# run was on (NCCL_TOPO_FILE, UCX_..._DIR, a plugin's location): it means nothing on another machine
+# and shows how this one is laid out.
+PATH_SUFFIXES = ("_ROOT", "_PATH", "_DIR", "_HOME", "_FILE", "_PREFIX")
+
+
+def _setting(name: str) -> bool:
+    return (name in RECORDED_NAMES or name.startswith(RECORDED_PREFIXES)) and name not in LAUNCHER_SET
+
+
+def _secret(name: str) -> bool:
+    return any(word in name.upper() for word in SECRET_WORDS)
+
+
+def _path(name: str, value: str) -> bool:
+    return name.upper().endswith(PATH_SUFFIXES) or os.path.isabs(value)
 
 
 def recorded_env(env: Optional[dict] = None) -> dict[str, str]:
     """The performance settings of env (default: this process's environment) that a result file
     keeps; also what cleans the environment of a result file written before this list existed."""
     env = os.environ if env is None else env
-    return {k: v for k, v in sorted(env.items())
-            if (k in RECORDED_NAMES or k.startswith(RECORDED_PREFIXES)) and k not in LAUNCHER_SET
-            and not any(word in k.upper() for word in SECRET_WORDS)}
+    return {k: v for k, v in sorted(env.items()) if _setting(k) and not _secret(k) and not _path(k, v)}
 
 
 def typed_command(argv: list[str]) -> list[str]:

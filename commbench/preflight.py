@@ -80,6 +80,8 @@ class Checks:
     bytes_per_rank: Callable[[int], int]  # host memory one rank needs, given the number of ranks
     device: str = "cpu"
     pairs: Optional[str] = None  # p2p --pairs, as typed
+    root: Optional[int] = None  # a rooted collective's --root
+    ranks_used: Optional[int] = None  # the most ranks one measurement takes (scale --ranks)
 
     def run(self, ranks: int, local_ranks: int, host: str) -> None:
         """Raises CommbenchError for the first problem; `local_ranks` of the `ranks` share `host`."""
@@ -89,6 +91,11 @@ class Checks:
             check_new_file(self.output, taken_message(self.output))
         else:
             check_folder(DEFAULT_DIR, DEFAULT_DIR)
+        if self.ranks_used is not None and self.ranks_used > ranks:
+            raise CommbenchError(f"--ranks asks for {self.ranks_used} ranks but {ranks} are started: launch "
+                                 f"{self.ranks_used} (--np {self.ranks_used} without a launcher) or lower --ranks")
+        if self.root is not None and self.root >= ranks:
+            raise CommbenchError(f"--root {self.root}: only {ranks} rank(s)")
         if self.pairs is not None:
             from .sweep import resolve_pairs
             resolve_pairs(self.pairs, ranks)
@@ -102,10 +109,11 @@ class Checks:
 
 
 def for_collective(coll, cfg, output: Optional[str]) -> Checks:
-    from .spec import dtype_of
-    largest, itemsize = max(cfg.sizes), max(dtype_of(d).itemsize for d in cfg.dtype.split(","))
+    from .spec import itemsize_of
+    largest, itemsize = max(cfg.sizes), max(itemsize_of(d) for d in cfg.dtype.split(","))
     return Checks(output, f"{coll.title} of {format_size(largest)}",
-                  lambda ranks: collective_bytes(coll, largest, itemsize, ranks, cfg.in_place), cfg.device)
+                  lambda ranks: collective_bytes(coll, largest, itemsize, ranks, cfg.in_place), cfg.device,
+                  root=cfg.root if coll.rooted else None)
 
 
 def for_p2p(sizes: list[int], pairs: str, device: str, output: Optional[str]) -> Checks:

@@ -5,15 +5,16 @@ by series) as rows of text, which the markdown and html formats lay out; and the
 from __future__ import annotations
 
 import os
+import shlex
 from typing import Optional
 
 from . import formats
 from .fabrics import Expectation
-from .fitreport import fits_with_verdicts
+from .fitreport import span, fits_with_verdicts
 from .formats import console
 from .formats.series import by_series, label
+from .machine import typed_command
 from .results import write_new
-from .sizes import format_size
 
 TITLE = "commbench report"
 PLOT = "plot.png"
@@ -21,27 +22,39 @@ PLOT = "plot.png"
 
 def facts(doc: dict, source: str) -> list[tuple[str, str]]:
     m, cfg = doc["machine"], doc["config"]
-    return [("run", source), ("created", doc["created"]), ("command", " ".join(doc["argv"])),
+    return [("run", source), ("created", doc["created"]), ("command", shlex.join(typed_command(doc["argv"]))),
             ("hosts", ", ".join(m["hosts"])), ("ranks", str(m["ranks"])), ("CPU", m["cpu_model"]),
             ("MPI", str(m["mpi"])), ("torch", m["torch"]), ("op / dtype", f"{cfg['op']} / {cfg['dtype']}"),
             ("wrong elements", str(sum(r["wrong"] for r in doc["results"])))]
 
 
+FIT_HEADER = ["op", "impl", "ranks", "alpha (us)", "alpha from", "bandwidth (GB/s)", "95% CI (GB/s)",
+              "bandwidth from", "segments", "expected", "verdict"]
+
+
+def _source(f: dict, sizes: list[int]) -> str:
+    """The sizes of the segment a headline figure comes from, and how well the line fits them."""
+    [seg] = [s for s in f["segments"] if [s["size_min"], s["size_max"]] == sizes]
+    return f"{span(sizes)} (R² {seg['r2']:.3f})"
+
+
 def fit_table(doc: dict, options: formats.Options) -> list[list[str]]:
-    """The header row, then one row per series: its fit and its verdict against options.expected."""
-    rows = [["op", "impl", "ranks", "alpha (us)", "bandwidth (GB/s)", "95% CI (GB/s)", "R²", "segments",
-             "expected", "verdict"]]
+    """The header row, then one row per series: its fit, the segments its alpha and bandwidth come
+    from (latency from the smallest sizes, bandwidth from the largest), and its verdict against
+    options.expected."""
+    rows = [FIT_HEADER]
     for f in fits_with_verdicts(doc["results"], options.expected, options.pass_pct, options.fail_pct):
         if "skipped" in f:
-            rows.append([f["op"], f["impl"], str(f["ranks"]), "", "", "", "", "", "", f"no fit: {f['skipped']}"])
+            rows.append([f["op"], f["impl"], str(f["ranks"])] + [""] * (len(FIT_HEADER) - 4)
+                        + [f"no fit: {f['skipped']}"])
             continue
-        top = f["segments"][-1]
-        ci = top["bandwidth_gbps_ci"]
-        segs = "; ".join(f"{format_size(s['size_min'])}-{format_size(s['size_max'])}" for s in f["segments"])
+        ci = f["bandwidth_gbps_ci"]
+        segs = "; ".join(span([s["size_min"], s["size_max"]]) for s in f["segments"])
         exp = f.get("expected")
         rows.append([f["op"], f["impl"] + (" (effective)" if f["effective"] else ""), str(f["ranks"]),
-                     f"{f['alpha_us']:.3g}", "latency-bound" if f["bandwidth_gbps"] is None else f"{f['bandwidth_gbps']:.3g}",
-                     f"{ci[0]:.3g} – {ci[1]:.3g}" if ci else "", f"{top['r2']:.3f}", segs,
+                     f"{f['alpha_us']:.3g}", _source(f, f["alpha_segment"]),
+                     "latency-bound" if f["bandwidth_gbps"] is None else f"{f['bandwidth_gbps']:.3g}",
+                     f"{ci[0]:.3g} – {ci[1]:.3g}" if ci else "", _source(f, f["bandwidth_segment"]), segs,
                      f"{exp['bandwidth_gbps']:.3g} GB/s ({exp['fabric']})" if exp else "",
                      (f"{f['verdict']} ({f['percent_of_expected']:.0f}%)" if f.get("percent_of_expected") is not None
                       else f.get("verdict", ""))])
@@ -63,6 +76,6 @@ def write_report(run_path: str, doc: dict, out_dir: str, expected: Optional[Expe
     written = []
     for name, fmt in ((PLOT, "png"), ("report.md", "markdown"), ("report.html", "html")):
         path = os.path.join(out_dir, name)
-        write_new(path, formats.get(fmt).render(doc, options), f"{path} exists")
+        write_new(path, formats.render(fmt, doc, options), f"{path} exists")
         written.append(path)
     return written

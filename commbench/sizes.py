@@ -12,13 +12,19 @@ from .errors import CommbenchError
 
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 _SIZE_RE = re.compile(r"^\s*(\d+)\s*([BKMGT]?)(?:I?B)?\s*$", re.IGNORECASE)
+# Most sizes one sweep may have: far more than any useful sweep, and few enough to list at once
+# (1-1T:+1 would name 10^12 sizes, and take all memory before one is measured).
+MAX_SIZES = 10_000
 
 
-def parse_size(text: str) -> int:
-    """`4K` -> 4096. Raises CommbenchError on anything that is not a whole byte count."""
+def parse_size(text: str, option: str = "") -> int:
+    """`4K` -> 4096. Raises CommbenchError on anything that is not a whole byte count, naming the
+    option it was given to."""
     m = _SIZE_RE.match(text)
     if not m:
-        raise CommbenchError(f"bad size '{text}': expected a number with an optional unit B, K, M, G or T (e.g. 8, 1K, 256M)")
+        given = f" for {option}" if option else ""
+        raise CommbenchError(f"bad size '{text}'{given}: expected a number with an optional unit B, K, M, G or T "
+                             f"(e.g. 8, 1K, 256M)")
     return int(m.group(1)) * _UNITS[m.group(2).upper()]
 
 
@@ -29,19 +35,26 @@ def parse_sizes(spec: str) -> list[int]:
     sizes: set[int] = set()
     for part in spec.split(","):
         sizes.update(_parse_part(part.strip(), spec))
+    _check_count(len(sizes), f"--sizes '{spec}'")
     return sorted(sizes)
+
+
+def _check_count(count: int, where: str) -> None:
+    if count > MAX_SIZES:
+        raise CommbenchError(f"too many sizes: {where} names {count} sizes, more than the {MAX_SIZES} a sweep may "
+                             f"have; use a larger step")
 
 
 def _parse_part(part: str, spec: str) -> list[int]:
     if "-" not in part:
-        return [parse_size(part)]
+        return [parse_size(part, "--sizes")]
     range_text, _, step_text = part.partition(":")
     lo_text, _, hi_text = range_text.partition("-")
     if not lo_text.strip() or not hi_text.strip():
         # '-5' reads as a range without a start: name what was typed, not the empty start.
         raise CommbenchError(f"bad size '{part}' in --sizes '{spec}': sizes are byte counts, never negative, "
                              f"and a range needs both ends (e.g. 1K-1G)")
-    lo, hi = parse_size(lo_text), parse_size(hi_text)
+    lo, hi = parse_size(lo_text, "--sizes"), parse_size(hi_text, "--sizes")
     if lo > hi:
         raise CommbenchError(f"bad size range '{part}' in --sizes '{spec}': the start exceeds the end")
     step_text = step_text.strip() or "x2"
@@ -60,9 +73,10 @@ def _parse_part(part: str, spec: str) -> list[int]:
             s *= factor
         return out
     if step_text[0] == "+":
-        inc = parse_size(step_text[1:])
+        inc = parse_size(step_text[1:], "--sizes")
         if inc <= 0:
             raise CommbenchError(f"bad step '{step_text}' in --sizes '{spec}': an increment must be positive")
+        _check_count((hi - lo) // inc + 1, f"'{part}' in --sizes '{spec}'")
         return list(range(lo, hi + 1, inc))
     raise CommbenchError(f"bad step '{step_text}' in --sizes '{spec}': use :xN (multiply) or :+SIZE (add)")
 

@@ -9,28 +9,35 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-import torch
-
 from .errors import CommbenchError
 
-DTYPES: dict[str, torch.dtype] = {
-    "float32": torch.float32,
-    "float64": torch.float64,
-    "float16": torch.float16,
-    "bfloat16": torch.bfloat16,
-    "int32": torch.int32,
-    "int64": torch.int64,
+# Bytes per element of each dtype a sweep takes. torch's dtypes are looked up only where buffers are
+# made: importing torch costs seconds, which a command that starts ranks or reads files need not pay.
+DTYPES: dict[str, int] = {
+    "float32": 4,
+    "float64": 8,
+    "float16": 2,
+    "bfloat16": 2,
+    "int32": 4,
+    "int64": 8,
 }
 
 # Codes shared with the native RedOp enum (csrc/include/commbench/reduce.h).
 REDOPS: dict[str, int] = {"sum": 0, "prod": 1, "max": 2, "min": 3}
 
 
-def dtype_of(name: str) -> torch.dtype:
+def itemsize_of(name: str) -> int:
     try:
         return DTYPES[name]
     except KeyError:
         raise CommbenchError(f"unknown dtype '{name}': choose one of {', '.join(DTYPES)}") from None
+
+
+def dtype_of(name: str):
+    """The torch dtype of a name of DTYPES."""
+    itemsize_of(name)
+    import torch
+    return getattr(torch, name)
 
 
 def redop_code(name: str) -> int:

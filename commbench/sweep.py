@@ -12,7 +12,7 @@ from .errors import CommbenchError
 from .policy import Policy, measure
 from .preflight import collective_bytes, memory_problem, p2p_bytes
 from .sizes import format_size
-from .spec import COLLECTIVES, dtype_of, redop_code
+from .spec import COLLECTIVES, dtype_of, itemsize_of, redop_code
 from .stats import summarize
 from .testdata import DeviceData, HostData
 from .transports import gloo
@@ -21,6 +21,7 @@ from .world import World
 
 # Value the output buffer holds before an out-of-place check, so a missing copy shows as wrong.
 _STALE = 77
+_PAGE = 4096
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,13 @@ def check_device_memory(world: World, need_per_rank: int, what: str) -> None:
 _MOVE_ONLY = redop_code("max")
 
 
+def page_aligned(nbytes: int, device: torch.device) -> torch.Tensor:
+    """A byte buffer that starts on a page boundary, as OSU allocates its message buffers."""
+    raw = torch.empty(nbytes + _PAGE, dtype=torch.uint8, device=device)
+    start = -raw.data_ptr() % _PAGE
+    return raw[start:start + nbytes]
+
+
 class Buffers:
     """A sweep's send and receive buffers, allocated once at the largest size: each size takes views
     of them, so a sweep faults its pages in once rather than at every size and impl. Views follow
@@ -102,7 +110,9 @@ class Buffers:
 
 
 def torch_allocator(where: torch.device):
-    return lambda count, dtype: torch.empty((count,), dtype=dtype, device=where)
+    """Buffers that start on a page boundary, as OSU and nccl-tests allocate theirs: where a buffer
+    starts changes what the library's copies cost."""
+    return lambda count, dtype: page_aligned(count * torch.empty(0, dtype=dtype).element_size(), where).view(dtype)
 
 
 def _fill(data, tensor, segments, code: int) -> None:
@@ -115,9 +125,10 @@ def _count_wrong(data, tensor, segments, code: int) -> int:
                for seg in segments)
 
 
-def run_collective(world: World, cfg: RunConfig, coll, impls: list, reporter) -> int:
+def run_collective(world: World, cfg: RunConfig, coll, impls: list, reporter, where: str = "") -> int:
     """Sweeps every dtype and reduction of cfg (comma lists), every impl of `coll` and every size;
-    returns the total count of wrong elements."""
+    returns the total count of wrong elements. `where` follows each block's name (the rank count,
+    when one run measures several)."""
     dtypes, redops = cfg.dtype.split(","), cfg.redop.split(",") if coll.reduces else ["none"]
     if cfg.device == "cuda":
         data = DeviceData(communicator(world, cfg.timeout_s))
@@ -125,7 +136,7 @@ def run_collective(world: World, cfg: RunConfig, coll, impls: list, reporter) ->
         if cfg.buffers == "cupy":
             from . import cupy_buffers
             allocate = lambda count, dt: cupy_buffers.empty(count, dt, world.device)  # noqa: E731
-        largest_item = max(dtype_of(d).itemsize for d in dtypes)
+        largest_item = max(itemsize_of(d) for d in dtypes)
         check_device_memory(world, collective_bytes(coll, max(cfg.sizes), largest_item, world.size, cfg.in_place),
                             f"{coll.title} of {format_size(max(cfg.sizes))}")
     else:
@@ -139,7 +150,7 @@ def run_collective(world: World, cfg: RunConfig, coll, impls: list, reporter) ->
         for redop in redops:
             code = redop_code(redop) if coll.reduces else _MOVE_ONLY
             for impl in impls:
-                block = f"{impl.name} {dname} {redop}" if several else impl.name
+                block = (f"{impl.name} {dname} {redop}" if several else impl.name) + where
                 if reporter:
                     reporter.block(block, impl.description)
                 for size in cfg.sizes:
@@ -194,16 +205,6 @@ P2P_TESTS = {
     "pingpong": "ping-pong, one-way latency = round trip / 2",
     "bandwidth": "windowed unidirectional bandwidth, time per message",
 }
-
-
-_PAGE = 4096
-
-
-def page_aligned(nbytes: int, device: torch.device) -> torch.Tensor:
-    """A byte buffer that starts on a page boundary, as OSU allocates its message buffers."""
-    raw = torch.empty(nbytes + _PAGE, dtype=torch.uint8, device=device)
-    start = -raw.data_ptr() % _PAGE
-    return raw[start:start + nbytes]
 
 
 class _PairTimers:

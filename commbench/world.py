@@ -14,6 +14,7 @@ import os
 import shutil
 import socket
 import sys
+import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -107,6 +108,7 @@ class World:
     comm: Any = None  # mpi4py communicator when MPI-launched
     _attached: dict = field(default_factory=dict, repr=False)
     device: Optional[int] = None  # this rank's GPU, once the NCCL transport chose it
+    group: Any = None  # torch.distributed group of these ranks; None: the default (all launched ranks)
 
     @property
     def has_mpi(self) -> bool:
@@ -134,7 +136,7 @@ class World:
             return self.comm.bcast(obj, root=0)
         import torch.distributed as dist
         box = [obj]
-        dist.broadcast_object_list(box, src=0)
+        dist.broadcast_object_list(box, src=0, group=self.group)
         return box[0]
 
     def gather(self, obj) -> Optional[list]:
@@ -145,8 +147,21 @@ class World:
             return self.comm.gather(obj, root=0)
         import torch.distributed as dist
         out = [None] * self.size if self.rank == 0 else None
-        dist.gather_object(obj, out, dst=0)
+        dist.gather_object(obj, out, dst=0, group=self.group)
         return out
+
+    def quiet_barrier(self, poll_s: float = 1e-3) -> None:
+        """A barrier that sleeps while it waits: ranks left out of a measurement (World.subset) must
+        not spin on the cores the measured ranks use, as MPI's blocking barrier does."""
+        if self.size == 1:
+            return
+        if self.comm is not None:
+            request = self.comm.Ibarrier()
+            while not request.Test():
+                time.sleep(poll_s)
+            return
+        import torch.distributed as dist
+        dist.barrier(group=self.group)  # gloo waits in a blocking socket read
 
     def sum(self, value: int) -> int:
         got = self.gather(value)
@@ -175,12 +190,41 @@ class World:
             self._attached[key] = make()
         return self._attached[key]
 
+    def subset(self, k: int) -> Optional["World"]:
+        """The first k ranks as a world of their own, for measuring at several rank counts under one
+        launch; None on the other ranks. Every rank must call it (it is collective). Ranks keep their
+        numbers, so a rank of the subset is the same rank in the launched world (torch.distributed's
+        calls take global ranks)."""
+        if not 1 <= k <= self.size:
+            raise CommbenchError(f"{k} ranks asked for, {self.size} launched")
+        comm, group = None, None
+        if self.comm is not None:
+            from mpi4py import MPI
+            comm = self.comm.Split(0 if self.rank < k else MPI.UNDEFINED, self.rank)
+        import torch.distributed as dist
+        if dist.is_available() and dist.is_initialized():
+            group = dist.new_group(list(range(k)))  # collective over every rank, members or not
+        if self.rank >= k:
+            return None
+        sub = World(rank=self.rank, size=k, hosts=self.hosts[:k], launcher=self.launcher, comm=comm, group=group)
+        if comm is not None:
+            sub._attached["comm"] = _FreeOnClose(comm)
+        return sub
+
     def close(self) -> None:
         # The NCCL communicator goes before the process exits; a process group is closed explicitly.
         for key in reversed(list(self._attached)):
             resource = self._attached.pop(key)
             if hasattr(resource, "close"):
                 resource.close()
+
+
+class _FreeOnClose:
+    def __init__(self, comm):
+        self.comm = comm
+
+    def close(self) -> None:
+        self.comm.Free()
 
 
 def local_world() -> World:

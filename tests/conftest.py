@@ -60,3 +60,26 @@ def gpu_check_module():
 @pytest.fixture
 def workdir(tmp_path):
     return str(tmp_path)
+
+
+@pytest.fixture
+def make_cluster():
+    """Factory of test clusters (tests/cluster.py): make_cluster(hosts, mbit=..., rates=[...]) builds
+    one, torn down after the test whatever happens; skips the test with one line where network
+    namespaces cannot be made (not root, no ip/tc, not permitted)."""
+    from cluster import Cluster, ClusterUnavailable
+    made = []
+
+    def make(hosts: int = 2, mbit: float = 400, rates=None):
+        c = Cluster(hosts, mbit, rates)
+        made.append(c)
+        try:
+            return c.__enter__()
+        except ClusterUnavailable as e:
+            pytest.skip(str(e))
+
+    try:
+        yield make
+    finally:
+        for c in made:
+            c.teardown()

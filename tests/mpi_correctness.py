@@ -1,5 +1,5 @@
-"""Run under mpirun: every collective by every native impl (the MPI library's call and our algorithms
-over MPI) against a float64 reference built here with numpy from all ranks' inputs, for every dtype,
+"""Run under mpirun: every collective by every CPU impl (the MPI library's call, our algorithms over
+MPI, gloo) against a float64 reference built here with numpy from all ranks' inputs, for every dtype,
 reduction, in and out of place, over counts that the ranks do not divide. The checker the sweeps use
 (the registry's expected segments) must agree. Prints one line per failure and 'CHECKED n' on
 rank 0."""
@@ -11,24 +11,19 @@ import torch
 from mpi4py import MPI
 
 from commbench import _host, collectives
-from commbench.spec import DTYPES, REDOPS
-from commbench.sweep import _MOVE_ONLY, Buffers, _count_wrong, _fill, torch_allocator
+from commbench.spec import DTYPES, REDOPS, dtype_of
+from commbench.sweep import _MOVE_ONLY, Buffers, RunConfig, _count_wrong, _fill, torch_allocator
 from commbench.testdata import HostData
-from commbench.transports import impls_for
+from commbench.transports import gloo, impls_for
+from commbench.world import init_world
 
+world = init_world()
+gloo.join(world)
 comm = MPI.COMM_WORLD
 rank, size = comm.rank, comm.size
 REF = {"sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min}
 COUNTS = [0, 1, 2, size - 1, size + 1, 3 * size + 2, 1000, 65537]
 TREE_CHUNKS = {"tree": [4 * 8, 1 << 20]}
-
-
-class World:  # what HostData needs of the sweep's world
-    pass
-
-
-world = World()
-world.rank, world.size = rank, size
 data = HostData(world)
 HOST = torch_allocator(torch.device("cpu"))
 
@@ -58,10 +53,10 @@ def reference(coll, inputs, op, root, shape):
 checked = 0
 failures = []
 for coll in collectives.all_collectives():
-    impls = [name for name in impls_for(coll, "cpu") if name != "gloo"]
     ops = list(REDOPS) if coll.reduces else [None]
-    for impl in impls:
-        for dname, dtype in DTYPES.items():
+    for impl in impls_for(coll, "cpu").values():
+        for dname in DTYPES:
+            dtype = dtype_of(dname)
             itemsize = torch.empty(0, dtype=dtype).element_size()
             for op in ops:
                 code = REDOPS[op] if op else _MOVE_ONLY
@@ -69,20 +64,21 @@ for coll in collectives.all_collectives():
                     shape = coll.shape(count * itemsize, itemsize, size)
                     root = i % size
                     for in_place in ((False, True) if coll.in_place else (False,)):
-                        for chunk in TREE_CHUNKS.get(impl, [8]):
+                        for chunk in TREE_CHUNKS.get(impl.name, [8]):
                             send, recv = Buffers(coll, shape, dtype, in_place, HOST).views(shape, rank)
                             _fill(data, send, coll.inputs(rank, size, root, shape), code)
                             inputs = [rank_input(coll, j, root, shape, dtype, code) for j in range(size)]
                             if not np.array_equal(inputs[rank], send.to(torch.float64).numpy()):
                                 failures.append(f"{coll.name}: rank {rank}'s input differs from its rebuilt copy")
-                            _host.collective_times(coll.name, impl, send, recv, code, root, 1, comm.py2f(),
-                                                   chunk)
+                            cfg = RunConfig(op=coll.name, impls=(impl.name,), sizes=(shape.size,), root=root,
+                                            in_place=in_place, chunk_bytes=chunk)
+                            impl.times(world, coll, send, recv, code, 1, cfg)
                             want = reference(coll, inputs, op, root, shape)
                             got = recv.to(torch.float64).numpy()
                             bad = 0 if want is None else int(np.count_nonzero(got != want))
                             claimed = _count_wrong(data, recv, coll.expected(rank, size, root, shape), code)
                             if bad or claimed:
-                                failures.append(f"{coll.name} {impl} {dname} {op} count={count} root={root} "
+                                failures.append(f"{coll.name} {impl.name} {dname} {op} count={count} root={root} "
                                                 f"in_place={in_place} chunk={chunk}: {bad} differ from the reference, "
                                                 f"checker says {claimed}")
                             checked += 1
@@ -102,4 +98,5 @@ if rank == 0:
     for f in sum(all_failures, []):
         print("FAIL", f)
     print("CHECKED", checked)
+world.close()
 sys.exit(0)

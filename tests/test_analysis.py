@@ -263,7 +263,8 @@ def test_collectives_commbench_does_not_measure_are_refused_by_name(name, workdi
     out = os.path.join(workdir, "out.json")
     r = commbench(["import", "nccl-tests", os.path.join(NCCL_TESTS, f"{name}_perf-8gpu.txt"), "-o", out], cwd=workdir)
     assert r.returncode == 2 and r.stdout == "" and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
-    assert f"is {name}_perf output: commbench does not import {name}, only all_reduce_perf" in r.stderr
+    assert f"is {name}_perf output: commbench does not import {name}, only the nccl-tests runs of allreduce, " \
+           "allgather, reducescatter, broadcast, reduce, alltoall, sendrecv\n" in r.stderr
     assert os.listdir(workdir) == []
 
 
@@ -363,6 +364,38 @@ def test_other_files_are_given_up_early():
     with pytest.raises(CommbenchError, match="not OSU output"):
         importers.import_osu(osu, "log")
     assert osu.tell() < 2000
+
+
+def test_a_log_is_read_only_as_far_as_the_tools_output_goes():
+    """One recognised line in a long log does not make the whole log read: reading stops at the first
+    UNRECOGNISED_LIMIT lines in a row that are not the tool's."""
+    chatter = "".join(f"step {i} loss 0.5\n" for i in range(100_000))
+    training = io.StringIO("host: NCCL INFO Bootstrap : Using eth0\n" + chatter)
+    with pytest.raises(CommbenchError, match="no result rows"):
+        importers.import_nccl_tests(training, "log")
+    assert training.tell() < 5000
+    after_a_run = io.StringIO(_read("all_gather_perf-8gpu.txt", NCCL_TESTS) + chatter)
+    imported = importers.import_nccl_tests(after_a_run, "log")
+    assert imported.doc["status"] == "complete" and imported.warnings == [] and after_a_run.tell() < 20_000
+    osu = io.StringIO("# OSU MPI Latency Test v7.4\n# Size       Avg Latency(us)\n1 0.43\n" + chatter)
+    assert len(importers.import_osu(osu, "lat").doc["results"]) == 1 and osu.tell() < 5000
+
+
+def test_json_larger_than_nccl_tests_writes_is_refused_unread(monkeypatch):
+    monkeypatch.setattr(importers, "MAX_JSON", 1000)
+    huge = io.StringIO("{\n" + " " * 100_000 + "}")
+    with pytest.raises(CommbenchError, match="^log: not the JSON of nccl-tests -J: larger than 1000 characters$"):
+        importers.import_nccl_tests(huge, "log")
+    assert huge.tell() <= 1002  # the first line, and one character more than allowed
+
+
+def test_nccl_tests_binaries_are_the_registry_names_and_aliases():
+    from commbench import collectives
+    binaries = {"all_reduce": "allreduce", "all_gather": "allgather", "reduce_scatter": "reducescatter",
+                "broadcast": "broadcast", "reduce": "reduce", "alltoall": "alltoall", "sendrecv": "sendrecv"}
+    assert {b: importers.NCCL_TESTS_OPS[b] for b in binaries} == binaries
+    assert importers.NCCL_TESTS_OPS == {s: c.name for c in collectives.all_collectives() for s in (c.name, *c.aliases)}
+    assert not set(importers.NCCL_TESTS_REFUSED) & set(importers.NCCL_TESTS_OPS)
 
 
 def test_two_runs_in_one_log_are_refused():

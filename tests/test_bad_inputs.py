@@ -34,7 +34,8 @@ def _rows() -> list:
 
 
 def _make_files(folder: str) -> None:
-    """The files the table names: one valid run, and one for each way a file can be wrong."""
+    """The files the table names: one valid run, one valid nccl-tests log, and one for each way a
+    file can be wrong."""
     run = ring_run()
     docs = {
         "run.json": run,
@@ -53,7 +54,10 @@ def _make_files(folder: str) -> None:
         "overflow.json": json.dumps(ring_run()).replace('"samples_us": [', '"samples_us": [1e999, ', 1).encode(),
         "taken.json": b"precious",
         "taken.png": b"precious",
+        "garbage.log": bytes(range(256)) * 64,  # neither text nor anyone's output, with a line break every 256 bytes
     }
+    with open(os.path.join(HERE, "data", "nccl-tests", "all_gather_perf-8gpu.txt"), "rb") as f:
+        texts["nccl.log"] = f.read()
     for name, data in texts.items():
         with open(os.path.join(folder, name), "wb") as f:
             f.write(data)

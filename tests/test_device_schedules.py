@@ -119,3 +119,13 @@ def test_busbw_factor_is_the_bytes_the_algorithm_moves(simulator, coll):
         assert not row["deadlock"] and row["wrong"] == 0, row
         size = entry.shape(n * 4, 4, p).size
         assert row[volume] / size == pytest.approx(entry.busbw_factor(p), rel=1e-12), (coll, p, row)
+
+
+def test_sendrecv_busbw_factor_is_the_bytes_each_rank_sends():
+    """Send-recv has no algorithm of ours to count bytes in: each rank sends its whole buffer to one
+    neighbour, over one link, so the busiest rank and link move exactly the size."""
+    from commbench import collectives
+    entry = collectives.get("sendrecv")
+    for p in range(2, 14):
+        shape = entry.shape(360360 * 4, 4, p)
+        assert shape.send * 4 / shape.size == entry.busbw_factor(p)

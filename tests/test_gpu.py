@@ -11,7 +11,7 @@ import torch
 
 from commbench import results, toolkit
 from commbench.gpu import visible_gpus
-from commbench.spec import DTYPES, REDOPS
+from commbench.spec import DTYPES, REDOPS, dtype_of
 from conftest import commbench
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -117,8 +117,8 @@ def test_reduction_kernel_matches_torch(dtype, op):
     ref = {"sum": torch.add, "prod": torch.mul, "max": torch.maximum, "min": torch.minimum}[op]
     g = torch.Generator().manual_seed(3)
     for n, offset in ((1, 0), (7, 0), (1000, 0), (1 << 20, 0), (1001, 1), (65537, 1)):
-        a = torch.randint(-3, 4, (n + offset,), generator=g).to(DTYPES[dtype]).cuda()
-        b = torch.randint(-3, 4, (n + offset,), generator=g).to(DTYPES[dtype]).cuda()
+        a = torch.randint(-3, 4, (n + offset,), generator=g).to(dtype_of(dtype)).cuda()
+        b = torch.randint(-3, 4, (n + offset,), generator=g).to(dtype_of(dtype)).cuda()
         expected = ref(a[offset:], b[offset:])
         dst = a[offset:]
         _cuda.reduce_tensors(dst, b[offset:].contiguous(), REDOPS[op])

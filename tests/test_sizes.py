@@ -39,6 +39,15 @@ def test_bad_specs_raise_one_clear_error(bad):
     assert "\n" not in str(e.value)
 
 
+def test_sweeps_of_too_many_sizes_are_refused_before_they_are_listed():
+    with pytest.raises(CommbenchError, match="^too many sizes: '1-1T:\\+1' in --sizes '8,1-1T:\\+1' names 1099511627776 "
+                                             "sizes, more than the 10000 a sweep may have; use a larger step$"):
+        parse_sizes("8,1-1T:+1")
+    assert len(parse_sizes("1-10000:+1")) == 10_000
+    with pytest.raises(CommbenchError, match="^too many sizes: --sizes '1-10000:\\+1,0' names 10001 sizes"):
+        parse_sizes("1-10000:+1,0")
+
+
 def test_rounding_to_dtype_notes_each_change():
     sizes, notes = round_to_itemsize([8, 10, 1023, 1024], 4)
     assert sizes == [8, 1020, 1024]

@@ -6,9 +6,8 @@ import sys
 
 import click
 
-from .. import formats
+from .. import collectives, formats
 from ..errors import CommbenchError
-from ..importers import NCCL_TESTS_OPS
 from .common import expectation, fit_lines_for, percent, verdict_options
 from .group import cli
 
@@ -104,10 +103,17 @@ def plot(runs, output, baselines, judge) -> None:
         raise CommbenchError(f"-o {output}: name an image file, e.g. plot.png (or .svg, .pdf)")
     docs = [(os.path.basename(r), load_document(r)) for r in runs]
     bases = [(os.path.basename(b), load_document(b)) for b in baselines]
-    for (_, doc), path in zip(docs + bases, runs + baselines):
-        require_usable(doc, path)
+    if any("numerics" in doc for _, doc in docs + bases):
+        if len(docs) + len(bases) > 1:
+            raise CommbenchError("a numerics result (commbench numerics) is plotted alone: give one RUN and no --baseline")
+        from ..numerics_report import plot as draw_numerics
+        render = lambda tmp: draw_numerics(docs[0][1], tmp)  # noqa: E731
+    else:
+        for (_, doc), path in zip(docs + bases, runs + baselines):
+            require_usable(doc, path)
+        render = lambda tmp: draw(docs, tmp, bases, expectation(judge, docs[0][1]))  # noqa: E731
     with new_file(output, f"{output} already exists; choose another -o") as tmp:
-        draw(docs, tmp, bases, expectation(judge, docs[0][1]))
+        render(tmp)
     click.echo(f"wrote {output}")
 
 
@@ -124,7 +130,8 @@ def report(run, output, judge) -> None:
     from ..report import write_report
     from ..results import load_document
     doc = load_document(run)
-    require_usable(doc, run)
+    if "numerics" not in doc:  # a numerics result has its own report (numerics_report.py)
+        require_usable(doc, run)
     with new_files_in(output, f"{output} already holds a report; choose another -o") as stage:
         written = write_report(run, doc, stage, expectation(judge, doc), judge["pass_pct"], judge["fail_pct"])
     for path in written:
@@ -155,11 +162,11 @@ def export(run, format_name, output, samples, judge) -> None:
     if output:
         check_new_file(output, exists)  # before the work of rendering
     doc = load_document(run)
-    if not doc["results"]:
+    if not doc["results"] and "numerics" not in doc:
         raise CommbenchError(f"{run} holds no records to export")
     options = formats.Options(source=os.path.basename(run), expected=expectation(judge, doc),
                               pass_pct=judge["pass_pct"], fail_pct=judge["fail_pct"], samples=samples)
-    data = fmt.render(doc, options)
+    data = formats.render(format_name, doc, options)
     if output:
         write_new(output, data, exists)
         click.echo(f"wrote {output}")
@@ -172,7 +179,7 @@ def export(run, format_name, output, samples, judge) -> None:
 @click.argument("log", type=click.Path(dir_okay=False))
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
               help="Result file (default commbench-results/<stamp>_<host>_import-<tool>.json).")
-@click.option("--op", "op", type=click.Choice(list(NCCL_TESTS_OPS.values())), default=None,
+@click.option("--op", "op", type=click.Choice(collectives.names()), default=None,
               help="nccl-tests: the collective, for a log that does not name its binary (<name>_perf).")
 @click.option("--test", type=click.Choice(["latency", "bw", "allreduce"]), default=None,
               help="osu: which benchmark, when the log does not say.")

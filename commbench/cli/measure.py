@@ -9,7 +9,7 @@ import click
 from .. import preflight
 from ..errors import CommbenchError
 from ..sizes import parse_size, parse_sizes, round_to_itemsize
-from ..spec import DTYPES, REDOPS, dtype_of, redop_code
+from ..spec import DTYPES, REDOPS, dtype_of, itemsize_of, redop_code
 from ..world import detect_launcher
 from .common import (make_reporter, policy_options, ranks_option, resolve_device, run_ranks, sweep, timeout_option,
                      verdict_options)
@@ -44,12 +44,12 @@ def collective_command(coll) -> click.Command:
             redop="none", root=0, in_place=False, chunk="1M") -> None:
         from ..sweep import RunConfig, run_collective
         from ..transports import default_impls, impls_for, parse_impls
-        dtypes = names_or_all(dtype, DTYPES, dtype_of)
+        dtypes = names_or_all(dtype, DTYPES, itemsize_of)
         redops = names_or_all(redop, REDOPS, redop_code) if coll.reduces else ["none"]
-        itemsize = max(dtype_of(d).itemsize for d in dtypes)
+        itemsize = max(itemsize_of(d) for d in dtypes)
         size_list = parse_sizes(sizes)
-        notes = [n for d in dtypes for n in round_to_itemsize(size_list, dtype_of(d).itemsize)[1]]
-        chunk_bytes = parse_size(chunk)
+        notes = [n for d in dtypes for n in round_to_itemsize(size_list, itemsize_of(d))[1]]
+        chunk_bytes = parse_size(chunk, "--chunk")
         if chunk_bytes < itemsize:
             raise CommbenchError(f"--chunk {chunk} is smaller than one {dtypes[0]} element")
         device, gpus = resolve_device(device, impl_text, set(impls_for(coll, "cuda")) - set(impls_for(coll, "cpu")))
@@ -65,8 +65,6 @@ def collective_command(coll) -> click.Command:
                         chunk_bytes=chunk_bytes, root=root, agg=agg, timeout_s=timeout_s, policy=policy)
 
         def body(world):
-            if root >= world.size:
-                raise CommbenchError(f"--root {root}: only {world.size} rank(s)")
             for impl in impls:
                 impl.prepare(world, cfg)
             steps = len(dtypes) * len(redops) * len(impls) * len(size_list)
@@ -103,7 +101,7 @@ def collective_command(coll) -> click.Command:
     if coll.in_place:
         options.append(click.option("--in-place/--out-of-place", default=False, show_default=True,
                                     help="In place as nccl-tests places the buffers."))
-    if any(name == "tree" for name in coll.algorithms):
+    if coll.pipelined:
         options.append(click.option("--chunk", default="1M", show_default=True, help="Tree pipeline chunk size in bytes."))
     no_fit = click.option("--no-fit", is_flag=True, help="Do not print the latency/bandwidth fit after the table.")
     command = run
@@ -202,7 +200,7 @@ def copy(sizes, src, dst, staging_chunk, output, policy) -> None:
     from ..sweep import RunConfig
     from ..world import local_world
     size_list = parse_sizes(sizes)
-    chunk = parse_size(staging_chunk)
+    chunk = parse_size(staging_chunk, "--staging-chunk")
     if chunk <= 0:
         raise CommbenchError("--staging-chunk must be positive")
     gpus = require_gpu("commbench copy")

@@ -13,6 +13,8 @@ from ..fit import CostModel
 
 # count_wrong's source for "the exact reduction over all ranks" (pattern.h).
 REDUCED = -1
+# Our algorithms that send a message in chunks, one pipeline stage per chunk (the chunk is an option).
+PIPELINED = ("tree",)
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,11 @@ class Collective:
     order = 0  # position in listings
     # Our algorithms for it: name -> what it does (the transport adds "over MPI/NCCL point-to-point").
     algorithms: dict = {}
+
+    @property
+    def pipelined(self) -> bool:
+        """One of our algorithms for it pipelines in chunks (its command takes --chunk)."""
+        return any(name in PIPELINED for name in self.algorithms)
 
     def busbw_factor(self, p: int) -> float:
         raise NotImplementedError

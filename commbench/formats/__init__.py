@@ -54,6 +54,15 @@ def names() -> list[str]:
     return list(FORMATS)
 
 
+def render(name: str, doc: dict, options: Options):
+    """The output of format `name` for one result document. A numerics result (commbench numerics)
+    holds no timing records: its own views (numerics_report.py) show it in every format."""
+    if "numerics" in doc:
+        from ..numerics_report import render as numerics
+        return numerics(name, doc, options)
+    return get(name).render(doc, options)
+
+
 def get(name: str) -> ModuleType:
     # Imported on demand: a format's own imports (pandas, matplotlib) cost only when it is used.
     if name not in FORMATS:

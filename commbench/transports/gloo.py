@@ -10,7 +10,6 @@ import socket
 import time
 
 import numpy as np
-import torch
 
 from ..errors import CommbenchError
 
@@ -25,7 +24,10 @@ class _ProcessGroup:
 
 def join(world) -> None:
     """The torch.distributed gloo group over all ranks, created on first use. Under MPI, rank 0 opens
-    the rendezvous store on its own address and publishes it, so this works across hosts too."""
+    the rendezvous store on its own address and publishes it, so this works across hosts too. A
+    world of some of the ranks (World.subset) already has its group."""
+    if world.group is not None:
+        return
     world.attached("gloo", lambda: _open(world))
 
 
@@ -69,37 +71,40 @@ def _allreduce(send, recv, op, root, world, in_place):
     import torch.distributed as dist
     if not in_place:
         recv.copy_(send)
-    dist.all_reduce(recv, op=_op(op))
+    dist.all_reduce(recv, op=_op(op), group=world.group)
 
 
 def _allgather(send, recv, op, root, world, in_place):
     import torch.distributed as dist
-    dist.all_gather_into_tensor(recv, send)
+    dist.all_gather_into_tensor(recv, send, group=world.group)
 
 
 def _broadcast(send, recv, op, root, world, in_place):
     import torch.distributed as dist
     if not in_place and world.rank == root:
         recv.copy_(send)
-    dist.broadcast(recv, src=root)
+    dist.broadcast(recv, src=root, group=world.group)
 
 
 def _reduce(send, recv, op, root, world, in_place):
     import torch.distributed as dist
     if not in_place:
         recv.copy_(send)
-    dist.reduce(recv, dst=root, op=_op(op))
+    dist.reduce(recv, dst=root, op=_op(op), group=world.group)
 
 
 def _alltoall(send, recv, op, root, world, in_place):
     import torch.distributed as dist
-    dist.all_to_all_single(recv, send)
+    dist.all_to_all_single(recv, send, group=world.group)
 
 
 def _sendrecv(send, recv, op, root, world, in_place):
     import torch.distributed as dist
+    if world.size == 1:  # gloo has no pair to itself; nccl-tests' one-rank send-recv is a copy
+        recv.copy_(send)
+        return
     right, left = (world.rank + 1) % world.size, (world.rank - 1) % world.size
-    for work in (dist.isend(send, right), dist.irecv(recv, left)):
+    for work in (dist.isend(send, right, group=world.group), dist.irecv(recv, left, group=world.group)):
         work.wait()
 
 
@@ -121,20 +126,21 @@ class GlooTransport:
     def prepare(self, world, cfg) -> None:
         join(world)
 
-    def times(self, world, coll, impl: str, send: torch.Tensor, recv: torch.Tensor, op: int, iters: int,
+    def times(self, world, coll, impl: str, send, recv, op: int, iters: int,
               cfg, agg: int) -> np.ndarray:
+        import torch
         import torch.distributed as dist
         call = CALLS[coll.name]
         in_place = send.data_ptr() == recv.data_ptr() or cfg.in_place
         t = np.empty(iters, dtype=np.float64)
         for i in range(iters):
-            dist.barrier()
+            dist.barrier(group=world.group)
             t0 = time.perf_counter_ns()
             for _ in range(agg):  # gloo has no groups: the calls run one after another
                 call(send, recv, op, cfg.root, world, in_place)
             t[i] = (time.perf_counter_ns() - t0) * 1e-9 / agg
         slowest = torch.from_numpy(t)
-        dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+        dist.all_reduce(slowest, op=dist.ReduceOp.MAX, group=world.group)
         return slowest.numpy()
 
 

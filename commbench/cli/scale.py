@@ -1,0 +1,164 @@
+"""`commbench scale`: one collective at several rank counts under one launch, and whether adding
+ranks pays for a data-parallel step (commbench/scaling.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Optional
+
+import click
+
+from .. import preflight
+from ..errors import CommbenchError
+from ..sizes import parse_size, parse_sizes
+from ..spec import itemsize_of
+from ..world import detect_launcher
+from .common import Finite, make_reporter, policy_options, ranks_option, resolve_device, run_ranks, sweep, \
+    timeout_option, verdict_options
+from .group import cli
+
+
+def parse_counts(text: str) -> list[int]:
+    counts = []
+    for part in text.split(","):
+        if not part.strip().isdigit() or int(part) < 1:
+            raise CommbenchError(f"bad count '{part.strip()}' in --ranks: give positive integers, e.g. 1,2,4,8")
+        counts.append(int(part))
+    return sorted(set(counts))
+
+
+def _collective_names() -> list[str]:
+    from ..collectives import names
+    return names()
+
+
+def _workload(compute_ms, grad_bytes, params, dtype, overlap, strong, largest: int):
+    from ..scaling import Workload
+    if grad_bytes is not None and params is not None:
+        raise CommbenchError("give --grad-bytes or --params, not both")
+    size = params * itemsize_of(dtype) if params is not None else parse_size(grad_bytes, "--grad-bytes") if grad_bytes else largest
+    if size <= 0:
+        raise CommbenchError("the gradients must be at least one byte (--grad-bytes, --params)")
+    return Workload(compute_ms, size, overlap, strong)
+
+
+@cli.command()
+@click.option("--op", "op", type=click.Choice(_collective_names()), default="allreduce", show_default=True,
+              help="The collective a step runs over its gradients.")
+@click.option("--ranks", "counts_text", default="1,2,4,8", show_default=True,
+              help="Rank counts to measure, each on the first ranks of one launch (sub-communicators).")
+@click.option("--sizes", "-s", default="1K-256M:x4", show_default=True, help="Sizes in bytes, as for allreduce.")
+@click.option("--impl", "impl_text", default=None, help="Comma list of impls, as for the collective's command.")
+@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
+@click.option("--dtype", "-d", default="float32", show_default=True, help="Element type of buffers and gradients.")
+@click.option("--compute-ms", type=Finite(min=0, min_open=True), default=100.0, show_default=True,
+              help="One step's compute time on one rank.")
+@click.option("--grad-bytes", default=None, help="Gradient bytes reduced each step (default: the largest size).")
+@click.option("--params", type=click.IntRange(min=1), default=None, help="Or: parameters, in --dtype elements.")
+@click.option("--overlap", type=Finite(0, 1), default=0.0, show_default=True,
+              help="Share of the communication hidden behind compute (0-1).")
+@click.option("--strong", is_flag=True, help="Fixed global batch: compute shrinks as 1/ranks (default: each rank keeps "
+                                             "its batch, so throughput is ranks x batch per step).")
+@click.option("--extrapolate", "extra_text", default="16,32,64,128,256,512,1024", show_default=True,
+              help="Counts to predict beyond those measured, through the cost model.")
+@click.option("--ranks-per-host", type=click.IntRange(min=1), default=None,
+              help="For predictions with --fabric/--expect-gbps: counts above this leave one host (default: the "
+                   "ranks per host of this launch).")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
+              help="PNG of speedup against ranks: ideal line, measured points, predicted curve.")
+@click.option("--from", "source", type=click.Path(dir_okay=False), default=None,
+              help="Judge an earlier scale result file for this workload instead of measuring.")
+@click.option("--json", "as_json", is_flag=True, help="With --from: print the analysis as JSON instead of the table.")
+@policy_options
+@ranks_option
+@timeout_option
+@verdict_options
+def scale(op, counts_text, sizes, impl_text, device, dtype, compute_ms, grad_bytes, params, overlap, strong,
+          extra_text, ranks_per_host, plot_path, source, as_json, nranks, timeout_s, output, policy, judge) -> None:
+    """Does adding ranks pay? A collective at several rank counts (default 1, 2, 4, 8), its fit per
+    count, and a data-parallel step (compute + the collective over the gradients) measured and
+    predicted at each count and beyond."""
+    from ..collectives import get
+    from ..fabrics import expectation
+    from ..transports import default_impls, parse_impls
+    coll = get(op)
+    counts, extra = parse_counts(counts_text), parse_counts(extra_text)
+    if as_json and source is None:
+        raise CommbenchError("--json prints the analysis of --from RUN; a run keeps it in its result file ('scale')")
+    itemsize_of(dtype)
+    fabric = expectation(judge["fabric"], judge["expect_gbps"], judge["expect_us"])
+    if plot_path is not None:
+        preflight.check_new_file(plot_path, f"{plot_path} already exists; choose another --plot")
+    if source is not None:
+        from ..results import load_document
+        doc = load_document(source)
+        if doc["config"]["op"] != coll.name:
+            raise CommbenchError(f"{source} measured {doc['config']['op']}, not {coll.name}: give --op {doc['config']['op']}")
+        workload = _workload(compute_ms, grad_bytes, params, dtype, overlap, strong, max(doc["config"]["sizes"]))
+        per_host = ranks_per_host or max(doc["machine"]["ranks"] // max(len(set(doc["machine"]["hosts"])), 1), 1)
+        _show(_analyses(doc["results"], coll, doc["config"]["impls"], workload, extra, fabric, per_host), plot_path,
+              as_json)
+        return
+
+    from ..sweep import RunConfig, run_collective
+    size_list = parse_sizes(sizes)
+    workload = _workload(compute_ms, grad_bytes, params, dtype, overlap, strong, max(size_list))
+    device, gpus = resolve_device(device, impl_text)
+    impls = parse_impls(",".join(default_impls(coll, device, detect_launcher())) if impl_text is None else impl_text,
+                        coll, device)
+    cfg = RunConfig(op=coll.name, impls=tuple(i.name for i in impls), sizes=tuple(size_list), dtype=dtype,
+                    redop="sum" if coll.reduces else "none", device=device, timeout_s=timeout_s, policy=policy)
+    checks = dataclasses.replace(preflight.for_collective(coll, cfg, output), ranks_used=max(counts))
+
+    def body(world):
+        for impl in impls:
+            impl.prepare(world, cfg)  # on every rank: gloo's group must exist before its subgroups
+        reporter = make_reporter(world, cfg, output, len(counts) * len(impls) * len(size_list), judge)
+        if reporter:
+            reporter.file.doc["config"]["scale"] = {"ranks": counts, "workload": dataclasses.asdict(workload)}
+
+        def run():
+            wrong = 0
+            for k in counts:
+                sub = world.subset(k)
+                if sub is not None:
+                    try:
+                        wrong += run_collective(sub, cfg, coll, impls, reporter, f" ({k} ranks)")
+                    finally:
+                        sub.close()
+                world.quiet_barrier()
+            # Judged on rank 0, which holds the rows; a refusal there reaches every rank.
+            analyses = world.root_call(lambda: _analyses(reporter.file.doc["results"], coll, cfg.impls, workload,
+                                                         extra, fabric, ranks_per_host or world.local_size))
+            if reporter:
+                reporter.file.doc["scale"] = analyses
+            return world.bcast(wrong)
+
+        wrong = sweep(reporter, run, world)
+        if reporter:
+            _show(reporter.file.doc["scale"], plot_path, as_json)
+        return wrong
+
+    run_ranks(nranks, max(counts) if device == "cpu" else gpus, body, checks)
+
+
+def _analyses(records, coll, impls, workload, extra, fabric, per_host: Optional[int]) -> list[dict]:
+    from ..scaling import analyse
+    return [analyse(records, coll, impl, workload, extra, fabric, per_host) for impl in impls]
+
+
+def _show(analyses: list[dict], plot_path: Optional[str], as_json: bool) -> None:
+    from ..scaling import lines, plot
+    if as_json:
+        click.echo(json.dumps(analyses, indent=1))
+    else:
+        for analysis in analyses:
+            click.echo("#")
+            for line in lines(analysis):
+                click.echo(line)
+    if plot_path is not None:
+        from ..atomic import new_file
+        with new_file(plot_path, f"{plot_path} already exists; choose another --plot") as tmp:
+            plot(analyses, tmp)
+        click.echo(f"# plot: {plot_path}")

@@ -1,0 +1,438 @@
+"""A test cluster on one machine: N network namespaces ("hosts") on a Linux bridge, each with its own
+veth, address, host name and tbf rate, so that every link's payload rate is known. Open MPI (the
+bundled mpirun) and gloo (torchrun-style environments) both run across it.
+
+Layout (TAG = "cb" + this process's pid + a letter per cluster it made, so that parallel runs never collide):
+
+    root namespace:  bridge TAG-br, address 10.77.S.254/24 (mpirun and its OOB listen here)
+                     TAG-b<i>: bridge-side end of host i's veth, enslaved to the bridge
+    namespace TAG-h<i> (host name TAG-h<i>):  eth0, address 10.77.S.<i+1>/24, lo
+
+S is a /24 of 10.77.0.0/16 that no route of the root namespace uses yet (starting from one derived
+from the pid). Only these addresses and loopback are ever targets: the namespaces have no default
+route and no other interface.
+
+Shaping: host i's rate is applied as `tc qdisc ... root tbf` on BOTH ends of its veth: eth0 inside
+the namespace (what the host sends) and TAG-b<i> in the root namespace (what the bridge delivers to
+it). A link is then symmetric like a real NIC port, and traffic from host a to host b is limited by
+min(rate_a, rate_b) — so one slow host slows every pair it is part of, in both directions, which is
+what a test that must find "the bad host" needs. tbf counts whole Ethernet frames: a 1514-byte frame
+of a 1500-byte MTU carries 1448 bytes of TCP payload (IP 20 + TCP 32 with timestamps), so the payload
+rate is rate x 1448/1514 (payload_gbps). ACKs of the opposite direction share the same queue and
+cost about 2 % when a host both sends and receives at full rate (a ring).
+
+MPI across the namespaces (verified with Open MPI 5.0.11 / PRRTE from the PyPI wheel): each namespace
+needs its own PRRTE daemon, so mpirun gets a hostfile of the namespaces' addresses and an ssh agent
+(`--prtemca plm_ssh_agent AGENT`): AGENT is called as `AGENT HOST COMMAND...` (PRRTE passes no ssh
+options), maps the address to its namespace and runs
+`ip netns exec NS unshare --uts sh -c "hostname NS; COMMAND"` (the words joined by spaces and handed
+to sh, exactly as ssh hands them to a remote shell). The own host name per namespace is required:
+without it (tried) every daemon reports the same node name and the TCP BTL fails between ranks
+(`mca_btl_tcp_frag_recv: readv error`); ranks of several namespaces under one daemon fail `PML add
+procs` likewise. What else mpirun_prefix() passes, and which of it is precaution, is noted there.
+
+Known limit (PRRTE, not the cluster): processes that exit milliseconds after they start, two or more
+per daemon (`hostname` with ranks_per_host=2), make prterun wait for ever in about one run in five —
+a daemon never reports one child's exit. MPI programs never showed it (60 runs); tests run those.
+
+Timing on few cores: every host's ranks share this machine's cores. Busy-polling ranks make a core
+change hands only at scheduler ticks, so small messages show milliseconds of latency; rates of a
+few hundred Mbit/s and messages of MBs keep the links, not the CPUs, in charge of the fitted
+bandwidth (see tests/test_ground_truth.py for measured figures).
+
+The module needs no pytest: tests use the fixture factory `make_cluster` in conftest.py, which skips
+with one line (ClusterUnavailable) where namespaces cannot be made. `python tests/cluster.py N`
+builds an N-host cluster, runs `hostname` on every host under mpirun (one rank each), prints the
+mpirun command and tears the cluster down.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import Optional
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from conftest import COMMBENCH, MPIRUN, mpi_env  # noqa: E402
+
+# tbf counts whole Ethernet frames; TCP payload per 1500-byte-MTU frame (see the module docstring).
+PAYLOAD_SHARE = 1448 / 1514
+MAX_HOSTS = 8
+# The bucket: enough for the kernel's timer granularity at these rates, small against the messages
+# (256 KiB and up) so that a message cannot ride a full bucket at line rate.
+BURST = "32kb"
+# tbf's queue limit, as the longest wait of a frame: a NIC-like shallow queue (see TSQ_BYTES).
+LATENCY_MS = 20
+TSQ_BYTES = 65536
+# Torchrun-style rendezvous port on host 0 (every namespace has its own port space).
+MASTER_PORT = 29500
+
+
+class ClusterUnavailable(Exception):
+    """Network namespaces cannot be made here (not root, no ip/tc, not permitted)."""
+
+
+@dataclass
+class Host:
+    index: int
+    ns: str  # network namespace, also the host name its processes see
+    addr: str
+    dev: str  # the veth end inside the namespace
+    bridge_dev: str  # the veth end on the bridge (root namespace)
+    mbit: float
+
+    @property
+    def name(self) -> str:
+        return self.ns
+
+
+def _run(argv: list, check: bool = True) -> subprocess.CompletedProcess:
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+    if check and r.returncode != 0:
+        raise RuntimeError(f"{shlex.join(argv)}: {r.stderr.strip() or r.stdout.strip()}")
+    return r
+
+
+def _used_subnets() -> set:
+    out = _run(["ip", "-4", "route", "show", "table", "all"], check=False).stdout
+    out += _run(["ip", "-4", "addr"], check=False).stdout
+    return {int(m) for m in re.findall(r"\b10\.77\.(\d+)\.\d+", out)}
+
+
+def _is_up(argv: list) -> bool:
+    return "LOWER_UP" in _run(argv, check=False).stdout
+
+
+_made = 0  # clusters made by this process, for their names
+_STALE = re.compile(r"^(cb(\d+)[a-z])-h0$")
+
+
+def reap_stale() -> None:
+    """Deletes what a test cluster left behind when its process was killed before tearing down:
+    only clusters named by this module whose process no longer exists, and only when nothing
+    runs in their namespaces any more."""
+    for line in _run(["ip", "netns", "list"], check=False).stdout.splitlines():
+        m = _STALE.match(line.split()[0]) if line.strip() else None
+        if not m or os.path.exists(f"/proc/{m.group(2)}"):
+            continue
+        tag = m.group(1)
+        names = [n.split()[0] for n in _run(["ip", "netns", "list"], check=False).stdout.splitlines()
+                 if n.startswith(f"{tag}-h")]
+        if any(_run(["ip", "netns", "pids", n], check=False).stdout.strip() for n in names):
+            continue
+        for n in names:
+            _run(["ip", "netns", "del", n], check=False)
+        _run(["ip", "link", "del", f"{tag}-br"], check=False)
+
+
+class Cluster:
+    """N namespaces on a bridge; a context manager that always tears everything down."""
+
+    def __init__(self, hosts: int = 2, mbit: float = 400, rates: Optional[list] = None, tag: Optional[str] = None):
+        if not 2 <= hosts <= MAX_HOSTS:
+            raise ValueError(f"a cluster has 2 to {MAX_HOSTS} hosts, not {hosts}")
+        rates = list(rates) if rates is not None else [mbit] * hosts
+        if len(rates) != hosts:
+            raise ValueError("one rate per host")
+        global _made
+        # Interface names have at most 15 characters: "cb" + pid (<= 7 digits) + a letter + "-br".
+        self.tag = tag or f"cb{os.getpid()}{chr(ord('a') + _made % 26)}"
+        _made += 1
+        self.bridge = f"{self.tag}-br"
+        self.hosts: list[Host] = []
+        self._rates = rates
+        self._procs: list[subprocess.Popen] = []
+        self._tmp: Optional[str] = None
+        self.subnet = ""
+        self.bridge_addr = ""
+
+    # ---- building and tearing down -------------------------------------------------------------
+
+    @staticmethod
+    def check() -> None:
+        """Raises ClusterUnavailable with one line where namespaces cannot be made."""
+        if os.geteuid() != 0:
+            raise ClusterUnavailable("the test cluster needs root (network namespaces, veth, tc)")
+        for tool in ("ip", "tc", "unshare"):
+            if shutil.which(tool) is None:
+                raise ClusterUnavailable(f"the test cluster needs '{tool}' on PATH")
+
+    def __enter__(self) -> "Cluster":
+        self.check()
+        try:
+            self._build()
+        except BaseException:
+            self.teardown()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.teardown()
+
+    def _pick_subnet(self) -> int:
+        used = _used_subnets()
+        start = os.getpid() % 200 + 20
+        for k in range(254):
+            s = (start + k - 1) % 254 + 1
+            if s not in used:
+                return s
+        raise ClusterUnavailable("no free /24 left in 10.77.0.0/16")
+
+    def _build(self) -> None:
+        reap_stale()
+        made = _run(["ip", "netns", "add", f"{self.tag}-h0"], check=False)
+        if made.returncode != 0:
+            raise ClusterUnavailable(f"network namespaces not permitted here: {made.stderr.strip()}")
+        s = self._pick_subnet()
+        self.subnet = f"10.77.{s}.0/24"
+        self.bridge_addr = f"10.77.{s}.254"
+        self._tmp = tempfile.mkdtemp(prefix=f"{self.tag}-")
+        for i, rate in enumerate(self._rates):
+            self.hosts.append(Host(i, f"{self.tag}-h{i}", f"10.77.{s}.{i + 1}", "eth0", f"{self.tag}-b{i}", rate))
+        try:
+            # Where the kernel lacks bridges, veths or tbf, the first host says so: skip, not fail.
+            _run(["ip", "link", "add", self.bridge, "type", "bridge"])
+            self._add_host(self.hosts[0])
+        except RuntimeError as e:
+            raise ClusterUnavailable(f"cannot build a test cluster here: {e}") from None
+        _run(["ip", "addr", "add", f"{self.bridge_addr}/24", "dev", self.bridge])
+        _run(["ip", "link", "set", self.bridge, "up"])
+        for h in self.hosts[1:]:
+            _run(["ip", "netns", "add", h.ns])
+            self._add_host(h)
+        self._write_agent()
+        # The bridge has no STP: its ports forward as soon as both ends of every veth are up.
+        deadline = time.monotonic() + 10
+        for h in self.hosts:
+            while not (_is_up(["ip", "-n", h.ns, "link", "show", h.dev]) and _is_up(["ip", "link", "show", h.bridge_dev])):
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{h.ns}: the link to the bridge did not come up")
+                time.sleep(0.05)
+
+    def _add_host(self, h: Host) -> None:
+        _run(["ip", "link", "add", h.bridge_dev, "type", "veth", "peer", "name", h.dev, "netns", h.ns])
+        _run(["ip", "link", "set", h.bridge_dev, "master", self.bridge])
+        _run(["ip", "link", "set", h.bridge_dev, "up"])
+        _run(["ip", "-n", h.ns, "addr", "add", f"{h.addr}/24", "dev", h.dev])
+        _run(["ip", "-n", h.ns, "link", "set", h.dev, "up"])
+        _run(["ip", "-n", h.ns, "link", "set", "lo", "up"])
+        self._tbf(h, h.mbit, "add")
+        # TCP small queues: at most TSQ_BYTES of one socket wait in the host's own qdisc (the
+        # namespace's default is 4 MB), so that the ACKs of what a host receives do not queue
+        # behind what it sends (a ring sends and receives at once): measured on 4 hosts, the
+        # ring's fitted link bandwidth rose from about 0.90 to 0.93-0.94 of the payload rate.
+        _run(["ip", "netns", "exec", h.ns, "sysctl", "-qw", f"net.ipv4.tcp_limit_output_bytes={TSQ_BYTES}"])
+
+    def _tbf(self, h: Host, mbit: float, verb: str) -> None:
+        spec = ["root", "tbf", "rate", f"{int(mbit * 1000)}kbit", "burst", BURST, "latency", f"{LATENCY_MS}ms"]
+        _run(["ip", "netns", "exec", h.ns, "tc", "qdisc", verb, "dev", h.dev, *spec])
+        _run(["tc", "qdisc", verb, "dev", h.bridge_dev, *spec])
+
+    def _write_agent(self) -> None:
+        cases = "\n".join(f"  {h.addr}|{h.ns}) ns={h.ns} ;;" for h in self.hosts)
+        script = f"""#!/bin/sh
+# mpirun's ssh agent for the commbench test cluster {self.tag}: called as AGENT [ssh options] HOST COMMAND...
+# Runs COMMAND in HOST's network namespace under a host name of its own, as ssh would on HOST.
+while [ $# -gt 0 ]; do
+  case "$1" in
+    -[bcDEeFIiJLlmOopQRSWw]) shift 2 ;;
+    -*) shift ;;
+    *) break ;;
+  esac
+done
+host=$1; shift
+case "$host" in
+{cases}
+  *) echo "commbench test cluster agent: unknown host '$host'" >&2; exit 255 ;;
+esac
+echo "$host $*" >> {shlex.quote(os.path.join(self._tmp, 'agent.log'))}
+exec ip netns exec "$ns" unshare --uts sh -c "hostname $ns; $*"
+"""
+        self.agent = os.path.join(self._tmp, "agent")
+        with open(self.agent, "w") as f:
+            f.write(script)
+        os.chmod(self.agent, 0o755)
+        self.hostfile = os.path.join(self._tmp, "hostfile")
+
+    def teardown(self) -> None:
+        """Kills every process left (ours, and anything in the namespaces), deletes the namespaces,
+        the veths and the bridge. Safe to call twice and after a partial build."""
+        for p in self._procs:
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    p.kill()
+        for p in self._procs:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+        self._procs.clear()
+        names = [h.ns for h in self.hosts] or [f"{self.tag}-h0"]
+        for ns in names:
+            for _ in range(3):
+                pids = _run(["ip", "netns", "pids", ns], check=False).stdout.split()
+                if not pids:
+                    break
+                for pid in pids:
+                    try:
+                        os.kill(int(pid), signal.SIGKILL)
+                    except (ProcessLookupError, ValueError):
+                        pass
+                time.sleep(0.1)
+            _run(["ip", "netns", "del", ns], check=False)
+        for h in self.hosts:
+            _run(["ip", "link", "del", h.bridge_dev], check=False)
+        _run(["ip", "link", "del", self.bridge], check=False)
+        if self._tmp:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None
+
+    # ---- rates ---------------------------------------------------------------------------------
+
+    def shape(self, host: int, mbit: float) -> None:
+        """Re-shapes one host's link (both directions) to `mbit` Mbit/s."""
+        h = self.hosts[host]
+        self._tbf(h, mbit, "change")
+        h.mbit = mbit
+
+    @staticmethod
+    def payload_gbps(mbit: float) -> float:
+        """TCP payload rate in GB/s (commbench's unit, 1e9 bytes/s) of a link shaped to `mbit`."""
+        return mbit * 1e6 / 8 * PAYLOAD_SHARE / 1e9
+
+    # ---- running things on the hosts -------------------------------------------------------------
+
+    def in_host(self, host: int, argv: list) -> list:
+        """argv run in one host's namespace under its own host name."""
+        ns = self.hosts[host].ns
+        return ["ip", "netns", "exec", ns, "unshare", "--uts", "sh", "-c", f'hostname {ns} && exec "$@"', "sh", *argv]
+
+    def env(self) -> dict:
+        """This environment without launcher variables; mpirun allowed as root."""
+        return mpi_env()
+
+    def mpirun_prefix(self, ranks_per_host: int = 1, hosts: Optional[list] = None) -> list:
+        """The bundled mpirun's argv up to the program, across `hosts` (indices; default all) with
+        `ranks_per_host` slots each; ranks are placed by slot (host 0 first). Run it with env()."""
+        chosen = [self.hosts[i] for i in (hosts if hosts is not None else range(len(self.hosts)))]
+        hostfile = f"{self.hostfile}.{'-'.join(str(h.index) for h in chosen)}.{ranks_per_host}"
+        with open(hostfile, "w") as f:
+            f.writelines(f"{h.addr} slots={ranks_per_host}\n" for h in chosen)
+        return [
+            MPIRUN, "--hostfile", hostfile, "--np", str(len(chosen) * ranks_per_host),
+            # Required: one PRRTE daemon per namespace, started through our agent instead of ssh.
+            "--prtemca", "plm_ssh_agent", self.agent,
+            # The rest is precaution (runs also passed without each of them, tried one at a time):
+            # every daemon started by mpirun itself, not by other daemons (tree spawn), so that a
+            # daemon's failure to start is mpirun's own error;
+            "--prtemca", "plm_ssh_no_tree_spawn", "1",
+            # the daemons call back over the bridge only (mpirun also advertises eth0's address,
+            # which the namespaces cannot reach);
+            "--prtemca", "oob_tcp_if_include", self.subnet,
+            # ranks of different hosts talk TCP on the cluster subnet only, ranks of one host over
+            # shared memory, as on a real node (with tcp,self alone they would use TCP through
+            # their own address, not shaped either);
+            "--mca", "btl", "tcp,sm,self", "--mca", "btl_tcp_if_include", self.subnet,
+            # 2 cores serve up to 8 hosts: no binding, oversubscription allowed, and waiting ranks
+            # yield the core (measured: a 4-host all-reduce at 256 KiB took 20 ms instead of 125).
+            "--bind-to", "none", "--oversubscribe", "--mca", "mpi_yield_when_idle", "1",
+        ]
+
+    def mpirun(self, args: list, ranks_per_host: int = 1, hosts: Optional[list] = None, timeout: float = 120,
+               cwd: Optional[str] = None) -> subprocess.CompletedProcess:
+        """Runs `args` (program and its arguments) under mpirun across the cluster and waits, at most
+        `timeout` seconds (then everything it started is killed and TimeoutExpired raised)."""
+        p = self.popen([*self.mpirun_prefix(ranks_per_host, hosts), *args], env=self.env(), cwd=cwd)
+        try:
+            out, err = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill_all()
+            raise
+        return subprocess.CompletedProcess(p.args, p.returncode, out, err)
+
+    def popen(self, argv: list, env: Optional[dict] = None, cwd: Optional[str] = None) -> subprocess.Popen:
+        """A process of ours (in its own process group), killed at teardown if still running."""
+        p = subprocess.Popen(argv, env=env or self.env(), cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, start_new_session=True)
+        self._procs.append(p)
+        return p
+
+    def kill_all(self) -> None:
+        """Kills our processes and everything running in the namespaces; the cluster stays up."""
+        for p in self._procs:
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        for h in self.hosts:
+            for pid in _run(["ip", "netns", "pids", h.ns], check=False).stdout.split():
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except (ProcessLookupError, ValueError):
+                    pass
+
+    def torchrun_envs(self, hosts: Optional[list] = None, port: int = MASTER_PORT) -> list:
+        """One torchrun-style environment per host (one process each), rank i on hosts[i]; the
+        rendezvous on the first host."""
+        chosen = [self.hosts[i] for i in (hosts if hosts is not None else range(len(self.hosts)))]
+        envs = []
+        for rank, h in enumerate(chosen):
+            env = self.env()
+            env.update(RANK=str(rank), WORLD_SIZE=str(len(chosen)), LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
+                       MASTER_ADDR=chosen[0].addr, MASTER_PORT=str(port), GLOO_SOCKET_IFNAME=h.dev)
+            envs.append(env)
+        return envs
+
+    def spawn_gloo(self, args: list, hosts: Optional[list] = None, program: Optional[list] = None,
+                   cwd: Optional[str] = None, port: int = MASTER_PORT) -> list:
+        """Starts `commbench ARGS` (or PROGRAM ARGS) once per host, torchrun-style; returns the
+        Popen objects (rank order). See run_gloo to wait for them."""
+        chosen = list(hosts if hosts is not None else range(len(self.hosts)))
+        return [self.popen(self.in_host(i, [*(program or [COMMBENCH]), *args]), env=env, cwd=cwd)
+                for i, env in zip(chosen, self.torchrun_envs(chosen, port))]
+
+    def run_gloo(self, args: list, hosts: Optional[list] = None, timeout: float = 120,
+                 cwd: Optional[str] = None, port: int = MASTER_PORT) -> list:
+        """spawn_gloo and wait, at most `timeout` seconds for all; [(returncode, stdout, stderr)]."""
+        procs = self.spawn_gloo(args, hosts, cwd=cwd, port=port)
+        deadline = time.monotonic() + timeout
+        outs = []
+        try:
+            for p in procs:
+                out, err = p.communicate(timeout=max(0.1, deadline - time.monotonic()))
+                outs.append((p.returncode, out, err))
+        except subprocess.TimeoutExpired:
+            self.kill_all()
+            raise
+        return outs
+
+
+def main(argv: list) -> int:
+    n = int(argv[0]) if argv else 2
+    try:
+        with Cluster(n) as c:
+            t = time.monotonic()
+            r = c.mpirun(["hostname"], timeout=60)
+            print(shlex.join(c.mpirun_prefix()))
+            print(f"rc={r.returncode} in {time.monotonic() - t:.1f} s\n{r.stdout}{r.stderr}")
+            with open(os.path.join(c._tmp, "agent.log")) as f:
+                print(f.read())
+            return r.returncode
+    except ClusterUnavailable as e:
+        print(f"skipped: {e}")
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
