@@ -81,6 +81,7 @@ class Checks:
     device: str = "cpu"
     pairs: Optional[str] = None  # p2p --pairs, as typed
     root: Optional[int] = None  # a rooted collective's --root
+    delay_rank: Optional[int] = None  # the rank of a collective's --delay
     ranks_used: Optional[int] = None  # the most ranks one measurement takes (scale --ranks)
 
     def run(self, ranks: int, local_ranks: int, host: str) -> None:
@@ -96,6 +97,8 @@ class Checks:
                                  f"{self.ranks_used} (--np {self.ranks_used} without a launcher) or lower --ranks")
         if self.root is not None and self.root >= ranks:
             raise CommbenchError(f"--root {self.root}: only {ranks} rank(s)")
+        if self.delay_rank is not None and self.delay_rank >= ranks:
+            raise CommbenchError(f"--delay: no rank {self.delay_rank} among the {ranks} started (numbered from 0)")
         if self.pairs is not None:
             from .sweep import resolve_pairs
             resolve_pairs(self.pairs, ranks)
@@ -113,7 +116,7 @@ def for_collective(coll, cfg, output: Optional[str]) -> Checks:
     largest, itemsize = max(cfg.sizes), max(itemsize_of(d) for d in cfg.dtype.split(","))
     return Checks(output, f"{coll.title} of {format_size(largest)}",
                   lambda ranks: collective_bytes(coll, largest, itemsize, ranks, cfg.in_place), cfg.device,
-                  root=cfg.root if coll.rooted else None)
+                  root=cfg.root if coll.rooted else None, delay_rank=cfg.delay[0] if cfg.delay else None)
 
 
 def for_p2p(sizes: list[int], pairs: str, device: str, output: Optional[str]) -> Checks:

@@ -8,7 +8,7 @@ import os
 import shlex
 from typing import Optional
 
-from . import formats
+from . import formats, stragglers
 from .fabrics import Expectation
 from .fitreport import span, fits_with_verdicts
 from .formats import console
@@ -25,7 +25,9 @@ def facts(doc: dict, source: str) -> list[tuple[str, str]]:
     return [("run", source), ("created", doc["created"]), ("command", shlex.join(typed_command(doc["argv"]))),
             ("hosts", ", ".join(m["hosts"])), ("ranks", str(m["ranks"])), ("CPU", m["cpu_model"]),
             ("MPI", str(m["mpi"])), ("torch", m["torch"]), ("op / dtype", f"{cfg['op']} / {cfg['dtype']}"),
-            ("wrong elements", str(sum(r["wrong"] for r in doc["results"])))]
+            ("wrong elements", str(sum(r["wrong"] for r in doc["results"])))] + \
+        ([("delay", stragglers.delay_text(cfg["delay"], cfg.get("agg", 1)))] if cfg.get("delay") else []) + \
+        [("straggler", line.partition(": ")[2]) for line in stragglers.summary_lines(doc)]
 
 
 FIT_HEADER = ["op", "impl", "ranks", "alpha (us)", "alpha from", "bandwidth (GB/s)", "95% CI (GB/s)",

@@ -6,11 +6,12 @@ import contextlib
 import datetime
 import os
 import sys
+import threading
 from typing import Callable, Optional
 
 import click
 
-from . import machine
+from . import machine, stragglers
 from .formats import console as table
 from .results import ResultFile, default_path
 from .stats import FLAG_TEXT, sample_flags
@@ -29,6 +30,8 @@ class Reporter:
         self.current = ""  # the step being measured, named in a failure's message
         self.flagged: dict[tuple[str, str], list[tuple[str, dict]]] = {}  # (block, flag) -> sizes
         self.file = ResultFile(output_path or default_path(meta["config"]["op"]), meta)
+        # The watchdog's thread may close the file while the main thread adds a row.
+        self._writing = threading.Lock()
         for line in table.header(meta):
             click.echo(line)
         self._progress = None
@@ -55,8 +58,9 @@ class Reporter:
             self._progress.update(self._task, description=label)
 
     def add(self, record: dict, block: str, size_label: str) -> None:
-        self.file.add(record)
-        click.echo(table.row(record))
+        with self._writing:
+            self.file.add(record)
+            click.echo(table.row(record))
         for flag in sample_flags(record["samples_us"], self.clock_floor_s, record.get("window", 1)):
             self.flagged.setdefault((block, flag), []).append((size_label, record["time_us"]))
         if self._progress is not None:
@@ -82,12 +86,14 @@ class Reporter:
             else:
                 self.file.discard()
 
-    def fail(self, error: str) -> str:
-        """Closes the result file of a run that failed midway; returns what the error line says about
-        it. A failed write (the full disk that failed the run) leaves the last complete version."""
+    def fail(self, error: str, status: str = "failed") -> str:
+        """Closes the result file of a run that failed midway (status: failed, timeout, peer-lost or
+        interrupted); returns what the error line says about it. A failed write (the full disk that
+        failed the run) leaves the last complete version."""
         self._stop_progress()
         try:
-            self.file.finish(error)
+            with self._writing:
+                self.file.finish(error, status)
         except OSError as e:
             return f"{self.file.path} keeps the rows of its last complete write; closing it failed: {e.strerror}"
         return f"measured rows kept in {self.file.path}"
@@ -104,6 +110,8 @@ class Reporter:
         if self.fit and self.file.doc["results"]:
             for line in self.fit(self.file.doc):
                 click.echo(line)
+        for line in stragglers.summary_lines(self.file.doc):
+            click.echo(f"# {line}")
         click.echo(f"# results: {self.file.path}")
         for (block, flag), hits in self.flagged.items():
             what, remedy = FLAG_TEXT[flag]

@@ -161,8 +161,8 @@ class ResultFile:
             self._encoded.pop()
             raise
 
-    def finish(self, error: Optional[str] = None) -> None:
-        self.doc["status"] = "failed" if error else "complete"
+    def finish(self, error: Optional[str] = None, status: str = "failed") -> None:
+        self.doc["status"] = status if error else "complete"
         self.doc["error"] = error
         self._write(json.dumps(self.doc, indent=1) + "\n")
 

@@ -8,6 +8,8 @@ from typing import Optional
 import numpy as np
 import torch
 
+from . import stragglers
+from . import watchdog
 from .errors import CommbenchError
 from .policy import Policy, measure
 from .preflight import collective_bytes, memory_problem, p2p_bytes
@@ -41,6 +43,7 @@ class RunConfig:
     timeout_s: float = 300.0  # GPU: how long one timed call may wait for its peers
     window: int = 64  # p2p bandwidth: messages in flight
     pairs: tuple[tuple[int, int], ...] = field(default_factory=tuple)
+    delay: Optional[tuple[int, float]] = None  # collectives: (rank, us) that rank waits before each timed iteration
     policy: Policy = Policy()
 
     def describe(self) -> dict:
@@ -48,6 +51,7 @@ class RunConfig:
                 "redop": self.redop, "in_place": self.in_place, "device": self.device, "graph": self.graph,
                 "chunk_bytes": self.chunk_bytes, "root": self.root, "agg": self.agg, "buffers": self.buffers, "timeout_s": self.timeout_s,
                 "window": self.window, "pairs": [list(p) for p in self.pairs],
+                "delay": {"rank": self.delay[0], "us": self.delay[1]} if self.delay else None,
                 "policy": self.policy.describe()}
 
 
@@ -155,6 +159,7 @@ def run_collective(world: World, cfg: RunConfig, coll, impls: list, reporter, wh
                     reporter.block(block, impl.description)
                 for size in cfg.sizes:
                     shape = coll.shape(size, itemsize, world.size)
+                    watchdog.arm(f"{coll.name} {block} {format_size(shape.size)}")
                     if reporter:
                         reporter.step(f"{block} {format_size(shape.size)}")
                     send, recv = pool.views(shape, world.rank)
@@ -166,15 +171,18 @@ def run_collective(world: World, cfg: RunConfig, coll, impls: list, reporter, wh
                     expected = coll.expected(world.rank, world.size, cfg.root, shape)
                     wrong = world.sum(_count_wrong(data, recv, expected, code))
                     total_wrong += wrong
-                    samples = measure(lambda n: impl.times(world, coll, send, recv, code, n, cfg, cfg.agg),
-                                      cfg.policy, first=checked if cfg.agg == 1 else None)
+                    timings = stragglers.Timings(lambda n: impl.rank_times(world, coll, send, recv, code, n, cfg,
+                                                                           cfg.agg, delayed=True))
+                    samples = measure(timings, cfg.policy, first=checked if cfg.agg == 1 else None)
                     if reporter:
                         extra = {"root": cfg.root} if coll.rooted else {}
                         if cfg.agg > 1:
                             extra["agg"] = cfg.agg
-                        reporter.add(record(coll.name, impl.name, dname, redop, world.size, shape.size, shape.count,
-                                            samples, wrong, in_place=cfg.in_place, **extra),
-                                     block, format_size(shape.size))
+                        rec = record(coll.name, impl.name, dname, redop, world.size, shape.size, shape.count,
+                                     samples, wrong, in_place=cfg.in_place, **extra)
+                        rec.update(stragglers.figures(timings.last, world.hosts, rec["time_us"]["median"],
+                                                      reporter.clock_floor_s))
+                        reporter.add(rec, block, format_size(shape.size))
     return total_wrong
 
 
@@ -213,17 +221,18 @@ class _PairTimers:
     Each rank sends from one page-aligned buffer and receives into another, as OSU and nccl-tests
     do."""
 
-    def __init__(self, world: World, impl: str, a: int, b: int, window: int, nbytes: int):
-        self.window = window
+    def __init__(self, world: World, impl: str, a: int, b: int, window: int, nbytes: int, pair=None):
+        """`pair`: MPI's two-rank communicator of a and b (pair_comm), which close() frees; NCCL and
+        gloo address the peer by its rank in `world`."""
+        self.window, self.ranks = window, [a, b]
         self.first = world.rank == a
         self.gloo = impl == "gloo"
         self.dcomm = communicator(world) if impl == "nccl" else None
         where = torch.device("cuda", world.device) if self.dcomm is not None else torch.device("cpu")
         self.send, self.recv = page_aligned(max(nbytes, 1), where), page_aligned(max(nbytes, 1), where)
         self.peer = b if self.first else a
-        # MPI: a two-rank communicator in which rank a is 0, so the native loops need no peer id.
-        self.pair = world.comm.Split(0, 0 if self.first else 1) if impl == "mpi" else None
-        self.handle = self.pair.py2f() if self.pair is not None else None
+        self.pair = pair
+        self.handle = pair.py2f() if pair is not None else None
 
     def __call__(self, test: str, size: int, iters: int) -> np.ndarray:
         from . import _host
@@ -273,45 +282,62 @@ class _PairTimers:
         self("pingpong", size, 1)
         return 0 if self.first else int((self.recv[:size] != pattern).sum())
 
+    def row(self, test: str, size: int, policy: Policy, impl: str, ranks: int) -> tuple[Optional[dict], int]:
+        """One test at one size, checked then timed: (the pair's row on its first rank, None on the
+        other; the bytes this rank's check found wrong, which the caller adds into the row)."""
+        wrong = self.wrong(size)
+        samples = measure(lambda n: self(test, size, n), policy)
+        rec = record(test, impl, "uint8", "none", ranks, size, size, samples, 0, pair=self.ranks,
+                     window=self.window if test == "bandwidth" else 1) if self.first else None
+        return rec, wrong
+
     def close(self) -> None:
         if self.pair is not None:
             self.pair.Free()
 
 
-def run_p2p(world: World, cfg: RunConfig, reporter) -> int:
-    impl = cfg.impls[0]
+def pair_comm(world: World, pairs) -> Optional[object]:
+    """MPI: this rank's two-rank communicator among disjoint `pairs`, in which the pair's first rank
+    is 0 so the native loops need no peer id; None on a rank in no pair. Collective over the world:
+    one split gives every pair of a round its communicator at once."""
+    from mpi4py import MPI
+    mine = next((i for i, pair in enumerate(pairs) if world.rank in pair), None)
+    if mine is None:
+        world.comm.Split(MPI.UNDEFINED, 0)
+        return None
+    return world.comm.Split(mine, list(pairs[mine]).index(world.rank))
+
+
+def prepare_pairs(world: World, cfg: RunConfig, command: str) -> None:
+    """What every rank does before pairs of cfg's transport are timed, members of a pair or not."""
+    impl, largest = cfg.impls[0], max(cfg.sizes)
     if impl == "mpi":
-        world.require_mpi("commbench p2p")
-    largest = max(cfg.sizes)
+        world.require_mpi(command)
     if impl == "nccl":
         communicator(world, cfg.timeout_s)
         check_device_memory(world, p2p_bytes(largest), f"a p2p message of {format_size(largest)}")
     elif impl == "gloo":
         gloo.join(world)  # a collective: every rank joins, not only the pair's
+
+
+def run_p2p(world: World, cfg: RunConfig, reporter) -> int:
+    impl = cfg.impls[0]
+    prepare_pairs(world, cfg, "commbench p2p")
+    largest = max(cfg.sizes)
     total_wrong = 0
     for a, b in cfg.pairs:
         member = world.rank in (a, b)
-        if impl == "mpi":
-            # Every rank takes part in the split; the others get no communicator.
-            from mpi4py import MPI
-            if not member:
-                world.comm.Split(MPI.UNDEFINED, 0)
-        timers = _PairTimers(world, impl, a, b, cfg.window, largest) if member else None
+        comm = pair_comm(world, [(a, b)]) if impl == "mpi" else None
+        timers = _PairTimers(world, impl, a, b, cfg.window, largest, comm) if member else None
         for test, description in P2P_TESTS.items():
             block = f"{impl} {test} {a}->{b}"
             if reporter:
                 reporter.block(block, f"{impl.upper()} {description}")
             for size in cfg.sizes:
+                watchdog.arm(f"p2p {block} {format_size(size)}")
                 if reporter:
                     reporter.step(f"{block} {format_size(size)}")
-                rec: Optional[dict] = None
-                wrong = 0
-                if timers is not None:
-                    wrong = timers.wrong(size)
-                    samples = measure(lambda n: timers(test, size, n), cfg.policy)
-                    if world.rank == a:
-                        rec = record(test, impl, "uint8", "none", world.size, size, size, samples, 0,
-                                     pair=[a, b], window=cfg.window if test == "bandwidth" else 1)
+                rec, wrong = timers.row(test, size, cfg.policy, impl, world.size) if timers is not None else (None, 0)
                 got = world.gather((rec, wrong))
                 if reporter:
                     rec = next(r for r, _ in got if r is not None)

@@ -1,6 +1,6 @@
 """Command line: parse, choose, print. No measurement logic lives here. Commands are grouped by
-concern: measure.py (collectives, p2p, copies), scale.py (rank counts), numerics.py (rounding
-across rank counts), analyze.py (result files), node.py (the node)."""
+concern: measure.py (collectives, p2p, copies), scale.py (rank counts), links.py (the bad link,
+rank or host), numerics.py (rounding across rank counts), analyze.py (result files), node.py (the node)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import click
 
 from ..errors import CommbenchError
 from ..world import launch_rank
-from . import analyze, measure, node, numerics, scale  # noqa: F401  (each registers its commands on the group)
+from . import analyze, links, measure, node, numerics, scale  # noqa: F401  (each registers its commands on the group)
 from .common import one_line
 from .group import cli
 

@@ -3,8 +3,11 @@ and the sweep's failure handling."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
+import os
+import signal
 import socket
 import subprocess
 import sys
@@ -101,8 +104,9 @@ def fit_lines_for(doc: dict, judge: dict) -> list[str]:
 def timeout_option(f):
     return click.option("--timeout", "timeout_s", type=Finite(min=0, min_open=True), default=DEFAULT_TIMEOUT_S,
                         show_default=True,
-                        help="GPU: seconds one timed call may wait for its peers; then the NCCL communicator "
-                             "is aborted and the run ends with exit 1, keeping the rows measured so far.")(f)
+                        help="Seconds one size may take on every rank (GPU: one timed call may wait for its peers); "
+                             "then every rank ends with one line naming the size and the ranks that did not "
+                             "arrive, exit 1, the rows measured so far kept.")(f)
 
 
 def ranks_option(f):
@@ -126,7 +130,7 @@ def run_ranks(nranks: Optional[int], default_ranks: int, body, checks) -> None:
             env[PROGRESS_MARK] = "1"
         for n in notes:
             click.echo(f"commbench: {n}", err=True)
-        sys.exit(subprocess.call(argv, env=env))
+        sys.exit(_spawn(argv, env))
     world = init_world()
     if nranks is not None and nranks != world.size:
         raise CommbenchError(f"--np {nranks} given but the launcher started {world.size} ranks; drop --np under a launcher")
@@ -140,6 +144,48 @@ def run_ranks(nranks: Optional[int], default_ranks: int, body, checks) -> None:
     finally:
         world.close()
     sys.exit(1 if wrong else 0)
+
+
+# How long the ranks have, once interrupted, to report before the launch is killed whole.
+STOP_WITHIN_S = 10.0
+
+
+def _spawn(argv: list[str], env: dict) -> int:
+    """Runs the ranks under mpirun and returns the exit status. SIGINT/SIGTERM go on to the ranks
+    themselves (rank 0 then closes the result file and speaks, and mpirun ends the rest): a signalled
+    mpirun would stop relaying the ranks' output. mpirun gets a session of its own so that whatever
+    is left after STOP_WITHIN_S goes with it."""
+    proc = subprocess.Popen(argv, env=env, start_new_session=True)
+    interrupted = []
+
+    def forward(signum, _frame):
+        interrupted.append(signum)
+        for pid in _session_members(proc.pid) or [proc.pid]:  # no ranks yet: mpirun ends its launch
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signum)
+
+    for s in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(s, forward)
+    while True:
+        try:
+            rc = proc.wait(timeout=STOP_WITHIN_S if interrupted else None)
+            break
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+    # A rank killed by a signal makes mpirun's own status a signal number; the command's is 1.
+    return rc if rc in (0, 1, 2) and not (interrupted and rc == 0) else 1
+
+
+def _session_members(sid: int) -> list[int]:
+    """The processes of session `sid` but its leader: the ranks of a single-host mpirun."""
+    members = []
+    for name in os.listdir("/proc"):
+        if name.isdigit() and int(name) != sid:
+            with contextlib.suppress(OSError):
+                if os.getsid(int(name)) == sid:
+                    members.append(int(name))
+    return members
 
 
 def resolve_device(device: str, impl_text: Optional[str], gpu_only=()) -> tuple[str, int]:
@@ -156,8 +202,9 @@ def resolve_device(device: str, impl_text: Optional[str], gpu_only=()) -> tuple[
 
 
 def make_reporter(world, cfg, output, steps, judge=None):
-    """The Reporter on rank 0, None elsewhere. The result file is created (or refused) before any
-    measurement starts."""
+    """The Reporter on rank 0, None elsewhere, and every rank's watchdog (--timeout). The result
+    file is created (or refused) before any measurement starts."""
+    from .. import watchdog
     from ..machine import typed_command
     from ..reporter import Reporter, run_metadata
     made = []  # the Reporter stays on rank 0; only the success travels
@@ -165,6 +212,7 @@ def make_reporter(world, cfg, output, steps, judge=None):
                                                  steps, timer_floor_s(cfg.device),
                                                  (lambda doc: fit_lines_for(doc, judge)) if judge else None)))
     reporter = made[0] if made else None
+    watchdog.start(world, cfg.timeout_s, reporter)
     if reporter:
         click.echo(f"# policy: {cfg.policy.rule()}")
     if reporter and world.local_size > reporter.meta["machine"]["cores"]:
@@ -185,12 +233,15 @@ def timer_floor_s(device: str) -> float:
 def sweep(reporter, run, world) -> int:
     """Runs the sweep. Bad input found before any row was measured leaves no result file; any other
     failure keeps the rows measured so far and ends every rank (see _fail)."""
+    from .. import watchdog
     try:
         wrong = run()
+        watchdog.stop()
         if reporter:
             reporter.finish()
         return wrong
     except CommbenchError as e:
+        watchdog.stop()
         if reporter:
             reporter.refuse(str(e))
         raise
@@ -201,7 +252,11 @@ def sweep(reporter, run, world) -> int:
 def _fail(reporter, world, error: Exception) -> NoReturn:
     """One line, the rows kept, every rank ended, whatever else fails on the way: the full disk that
     failed the sweep refuses the failed file's last write too, and a rank left waiting in a
-    collective would hang the job."""
+    collective would hang the job. With a watchdog running, it reports: it also knows which ranks
+    are gone."""
+    from .. import watchdog
+    if watchdog.current() is not None:
+        watchdog.current().fail(error)
     abort = world.comm is not None and world.size > 1
     try:
         if reporter:

@@ -40,8 +40,9 @@ def collective_command(coll) -> click.Command:
     reductions, --root for rooted collectives, --in-place where it has an in-place form, --chunk
     where one of our algorithms pipelines)."""
 
-    def run(sizes, impl_text, device, graph, dtype, agg, buffers, nranks, timeout_s, output, policy, no_fit, judge,
-            redop="none", root=0, in_place=False, chunk="1M") -> None:
+    def run(sizes, impl_text, device, graph, dtype, agg, buffers, delay, nranks, timeout_s, output, policy, no_fit,
+            judge, redop="none", root=0, in_place=False, chunk="1M") -> None:
+        from ..stragglers import delay_text, parse_delay
         from ..sweep import RunConfig, run_collective
         from ..transports import default_impls, impls_for, parse_impls
         dtypes = names_or_all(dtype, DTYPES, itemsize_of)
@@ -62,7 +63,10 @@ def collective_command(coll) -> click.Command:
             cupy_buffers.require_cupy()
         cfg = RunConfig(op=coll.name, impls=tuple(i.name for i in impls), sizes=tuple(size_list), buffers=buffers,
                         dtype=",".join(dtypes), redop=",".join(redops), in_place=in_place, device=device, graph=graph,
-                        chunk_bytes=chunk_bytes, root=root, agg=agg, timeout_s=timeout_s, policy=policy)
+                        chunk_bytes=chunk_bytes, root=root, agg=agg, timeout_s=timeout_s, delay=parse_delay(delay),
+                        policy=policy)
+        if cfg.delay:
+            notes.append(delay_text(cfg.describe()["delay"], agg))
 
         def body(world):
             for impl in impls:
@@ -91,6 +95,9 @@ def collective_command(coll) -> click.Command:
         click.option("--agg", type=click.IntRange(min=1), default=1, show_default=True,
                      help="Calls per timed iteration (nccl-tests' -m): NCCL's calls in one group, the others one "
                           "after another; times are per call."),
+        click.option("--delay", default=None, metavar="RANK:US",
+                     help="Rank RANK busy-waits US microseconds before each timed iteration (not the check), "
+                          "to show what one slow rank costs the others: their time grows by about US."),
     ]
     if coll.reduces:
         options.append(click.option("--op", "redop", default="sum", show_default=True,

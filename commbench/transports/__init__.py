@@ -5,6 +5,9 @@ transport's point-to-point calls."""
 
 from __future__ import annotations
 
+import numpy as np
+
+from .. import stragglers
 from ..errors import CommbenchError
 from .gloo import GLOO
 from .mpi import MPI
@@ -31,9 +34,17 @@ class Impl:
     def prepare(self, world, cfg) -> None:
         self.transport.prepare(world, cfg)
 
-    def times(self, world, coll, send, recv, op: int, iters: int, cfg, agg: int = 1):
-        """Seconds per call, per iteration of `agg` calls fused as the transport allows."""
-        return self.transport.times(world, coll, self.name, send, recv, op, iters, cfg, agg)
+    def rank_times(self, world, coll, send, recv, op: int, iters: int, cfg, agg: int = 1,
+                   delayed: bool = False) -> np.ndarray:
+        """Every rank's own seconds per call, ranks x iterations (of `agg` calls fused as the
+        transport allows), on every rank; `delayed`: with cfg's --delay (stragglers.py)."""
+        own = self.transport.times(world, coll, self.name, send, recv, op, iters, cfg, agg,
+                                   stragglers.delay_s(world, cfg) if delayed else 0.0)
+        return stragglers.all_ranks(world, own)
+
+    def times(self, world, coll, send, recv, op: int, iters: int, cfg, agg: int = 1) -> np.ndarray:
+        """Seconds per call of the slowest rank, which sets the pace; never delayed."""
+        return self.rank_times(world, coll, send, recv, op, iters, cfg, agg).max(axis=0)
 
 
 def impls_for(coll, device: str) -> dict[str, Impl]:

@@ -12,8 +12,10 @@ import time
 import numpy as np
 
 from ..errors import CommbenchError
+from ..gpu import DEFAULT_TIMEOUT_S
 
-_TIMEOUT = datetime.timedelta(minutes=5)
+# gloo's own bound on a wait; the watchdog (--timeout) ends a stalled run first.
+_TIMEOUT = datetime.timedelta(seconds=DEFAULT_TIMEOUT_S)
 
 
 class _ProcessGroup:
@@ -127,21 +129,22 @@ class GlooTransport:
         join(world)
 
     def times(self, world, coll, impl: str, send, recv, op: int, iters: int,
-              cfg, agg: int) -> np.ndarray:
-        import torch
+              cfg, agg: int, delay_s: float) -> np.ndarray:
         import torch.distributed as dist
         call = CALLS[coll.name]
         in_place = send.data_ptr() == recv.data_ptr() or cfg.in_place
         t = np.empty(iters, dtype=np.float64)
         for i in range(iters):
             dist.barrier(group=world.group)
+            # --delay: a busy wait outside the timed interval, as the native loops spin (spin.h).
+            until = time.perf_counter_ns() + delay_s * 1e9
+            while time.perf_counter_ns() < until:
+                pass
             t0 = time.perf_counter_ns()
             for _ in range(agg):  # gloo has no groups: the calls run one after another
                 call(send, recv, op, cfg.root, world, in_place)
             t[i] = (time.perf_counter_ns() - t0) * 1e-9 / agg
-        slowest = torch.from_numpy(t)
-        dist.all_reduce(slowest, op=dist.ReduceOp.MAX, group=world.group)
-        return slowest.numpy()
+        return t
 
 
 GLOO = GlooTransport()

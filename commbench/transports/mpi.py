@@ -32,13 +32,14 @@ class MpiTransport:
             from .nccl import communicator
             communicator(world, cfg.timeout_s)  # chooses the rank's GPU, where its data lives
 
-    def times(self, world, coll, impl: str, send, recv, op: int, iters: int, cfg, agg: int) -> np.ndarray:
+    def times(self, world, coll, impl: str, send, recv, op: int, iters: int, cfg, agg: int,
+              delay_s: float) -> np.ndarray:
         from .. import _host
         if send.is_cuda:
             import torch
             torch.cuda.synchronize()
         return _host.collective_times(coll.name, impl, send, recv, op, cfg.root, iters, world.comm.py2f(),
-                                      cfg.chunk_bytes, agg).numpy()
+                                      cfg.chunk_bytes, agg, delay_s).numpy()
 
 
 MPI = MpiTransport()

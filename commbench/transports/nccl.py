@@ -38,10 +38,11 @@ class NcclTransport:
     def prepare(self, world, cfg) -> None:
         communicator(world, cfg.timeout_s)
 
-    def times(self, world, coll, impl: str, send, recv, op: int, iters: int, cfg, agg: int) -> np.ndarray:
+    def times(self, world, coll, impl: str, send, recv, op: int, iters: int, cfg, agg: int,
+              delay_s: float) -> np.ndarray:
         # NCCL's calls are fused into one group per iteration, ours run one after another.
         return communicator(world).collective_times(coll.name, impl, send, recv, op, cfg.root, iters, cfg.chunk_bytes,
-                                                    cfg.graph, agg).numpy()
+                                                    cfg.graph, agg, delay_s).numpy()
 
 
 NCCL = NcclTransport()

@@ -9,6 +9,7 @@
 #include <nccl.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -18,6 +19,7 @@
 
 #include "commbench/own_algorithms.h"
 #include "commbench/reduce.h"
+#include "commbench/spin.h"
 #include "errors.h"
 #include "kernels.cuh"
 #include "nccl_calls.h"
@@ -120,11 +122,14 @@ class DeviceComm {
   }
 
   // Times one call of collective `coll` by `impl`: "nccl" (NCCL's call) or one of our algorithms
-  // over NCCL point-to-point (own_algorithms.h). Buffers as nccl-tests lays them out.
+  // over NCCL point-to-point (own_algorithms.h). Buffers as nccl-tests lays them out. Returns this
+  // rank's own times; `delay_s` delays this rank before each timed iteration (see timed()).
   at::Tensor collective_times(const std::string& coll_name, const std::string& impl, at::Tensor send, at::Tensor recv,
-                              int64_t op_code, int64_t root, int64_t iters, int64_t chunk_bytes, bool graph, int64_t agg) {
+                              int64_t op_code, int64_t root, int64_t iters, int64_t chunk_bytes, bool graph, int64_t agg,
+                              double delay_s) {
     if (agg < 1) throw std::invalid_argument("agg must be at least 1");
-      require_device_tensor(send, where_.device, "send buffer");
+    if (!(delay_s >= 0) || !std::isfinite(delay_s)) throw std::invalid_argument("delay must be finite and not negative");
+    require_device_tensor(send, where_.device, "send buffer");
     require_device_tensor(recv, where_.device, "recv buffer");
     if (send.scalar_type() != recv.scalar_type()) throw std::invalid_argument("send and recv buffers differ in dtype");
     if (root < 0 || root >= size_) throw std::invalid_argument("root must be a rank of the communicator");
@@ -140,7 +145,7 @@ class DeviceComm {
                              overlap(send, recv), where_.rank, size_, static_cast<int>(root)};
       const double per_op = 1.0 / static_cast<double>(agg);
       if (impl == "nccl")
-        return timed(iters, graph, what.c_str(),
+        return timed(iters, graph, delay_s, what.c_str(),
                      aggregated(nccl_call(coll_name, b, op, comm(), stream_.s, where_), agg, [this] { return NcclGroup(where_); })) *
                per_op;
       const Own own = own_algo(coll_name, impl);
@@ -152,7 +157,7 @@ class DeviceComm {
       DeviceReducer<T, Op> reducer{stream_.s};
       DeviceCopy copy{stream_.s, where_};
       at::Tensor scratch = device_scratch(own_scratch_elems<T>(own, b, chunk) * sizeof(T), where_.device);
-      return timed(iters, graph, what.c_str(),
+      return timed(iters, graph, delay_s, what.c_str(),
                    aggregated(own_call(own, transport, reducer, copy, b, static_cast<T*>(scratch.data_ptr()), chunk), agg,
                               no_group)) *
              per_op;
@@ -204,24 +209,6 @@ class DeviceComm {
       g.end();
     }, [&] { wait("NCCL bandwidth window"); }); });
     return to_tensor(max_with_peer(std::move(t), other));
-  }
-
-  // Maximum over ranks, element-wise, of a host tensor of doubles. Copies between the stream and
-  // pageable memory wait for the stream without a bound, so each one starts on an idle stream.
-  at::Tensor max_over_ranks(at::Tensor host) {
-    const std::size_t n = static_cast<std::size_t>(host.numel());
-    cuda_check(cudaSetDevice(where_.device), "cudaSetDevice", where_);
-    at::Tensor d = device_scratch(n * sizeof(double), where_.device);
-    at::Tensor out = host.contiguous().clone();
-    return or_abort([&] {
-      wait("the timed calls");
-      cuda_check(cudaMemcpyAsync(d.data_ptr(), out.data_ptr(), n * sizeof(double), cudaMemcpyHostToDevice, stream_.s), "cudaMemcpyAsync", where_);
-      nccl_check(ncclAllReduce(d.data_ptr(), d.data_ptr(), n, ncclFloat64, ncclMax, comm(), stream_.s), "ncclAllReduce", where_);
-      wait("maximum of the times over ranks");
-      cuda_check(cudaMemcpyAsync(out.data_ptr(), d.data_ptr(), n * sizeof(double), cudaMemcpyDeviceToHost, stream_.s), "cudaMemcpyAsync", where_);
-      wait("copy of the maximum to the host");
-      return out;
-    });
   }
 
   // This rank's share of the exact pattern at pattern indices first, first + 1, ... (pattern.h).
@@ -331,17 +318,27 @@ class DeviceComm {
     wait("pair barrier");
   }
 
-  // Per-iteration event times, reduced to the maximum over ranks. With `graph`, the body is
-  // captured once into a CUDA graph and each iteration launches the graph, which removes the
-  // host's launch cost from small messages.
+  // This rank's per-iteration event times. With `graph`, the body is captured once into a CUDA
+  // graph and each iteration launches the graph, which removes the host's launch cost from small
+  // messages.
   // The graph is run once untimed after its upload, and the body once before its capture: NCCL
   // connects peers on first use, which a capture must not contain.
+  // A delay spins on the host between the barrier and the start event of each timed iteration.
+  // The barrier leaves the stream idle, so holding back the enqueue holds back this GPU's start of
+  // the call by the same time, as a compute kernel queued ahead of it would; the start event is
+  // recorded after the wait, so the delay stays out of this rank's own time and shows in its
+  // peers', which wait for it inside the call. The graph path gets the same delay without
+  // capturing it.
   template <typename Body>
-  at::Tensor timed(int64_t iters, bool graph, const char* what, Body&& body) {
+  at::Tensor timed(int64_t iters, bool graph, double delay_s, const char* what, Body&& body) {
     auto sync = [&] { barrier(); };
+    auto start = [&] {
+      barrier();
+      spin_for(delay_s);
+    };
     auto done = [&] { wait(what); };
-    std::vector<double> t = or_abort([&] {
-      if (!graph) return event_times(stream_.s, iters, where_, sync, body, done);
+    return to_tensor(or_abort([&] {
+      if (!graph) return event_times(stream_.s, iters, where_, start, body, done);
       sync();
       body();
       done();
@@ -349,9 +346,8 @@ class DeviceComm {
       sync();
       g.launch();
       done();
-      return event_times(stream_.s, iters, where_, sync, [&] { g.launch(); }, done);
-    });
-    return max_over_ranks(to_tensor(t));
+      return event_times(stream_.s, iters, where_, start, [&] { g.launch(); }, done);
+    }));
   }
 
   // A CUDA graph captured from `body` on `stream`, and its executable instance.

@@ -99,7 +99,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def("barrier", &DeviceComm::barrier, py::call_guard<py::gil_scoped_release>())
       .def("collective_times", &DeviceComm::collective_times, py::arg("collective"), py::arg("impl"), py::arg("send"),
            py::arg("recv"), py::arg("op"), py::arg("root"), py::arg("iters"), py::arg("chunk_bytes"),
-           py::arg("graph") = false, py::arg("agg") = 1)
+           py::arg("graph") = false, py::arg("agg") = 1, py::arg("delay_s") = 0.0)
       .def("pingpong_times", &DeviceComm::pingpong_times, py::arg("send"), py::arg("recv"), py::arg("bytes"), py::arg("peer"),
            py::arg("iters"))
       .def("bandwidth_times", &DeviceComm::bandwidth_times, py::arg("send"), py::arg("recv"), py::arg("bytes"), py::arg("peer"),

@@ -1,6 +1,7 @@
 // commbench._host: timed loops on host memory over MPI. Every function runs its whole loop in native
-// code with the GIL released and returns one time per iteration (seconds), already reduced to the
-// maximum over the ranks of the communicator, because the slowest rank sets the pace.
+// code with the GIL released and returns one time per iteration (seconds). A collective returns this
+// rank's own times, which Python gathers from every rank (the slowest sets the pace; the others'
+// show who kept them waiting); a point-to-point test returns the maximum over its pair.
 #include <torch/extension.h>
 
 #include <mpi.h>
@@ -11,6 +12,7 @@
 #include <algorithm>
 #include <climits>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <stdexcept>
@@ -20,6 +22,7 @@
 #include "commbench/own_algorithms.h"
 #include "commbench/pattern.h"
 #include "commbench/reduce.h"
+#include "commbench/spin.h"
 #include "mpi_calls.h"
 #include "mpi_transport.h"
 #include "torch_dispatch.h"
@@ -34,23 +37,35 @@ MPI_Comm comm_from(int64_t fortran_handle) {
 }
 
 // Runs body() iters times, each preceded by an untimed barrier so that every iteration starts
-// together, and returns the per-iteration maximum over ranks.
+// together and, on a rank given a delay, by that delay (spin.h) outside the timed interval: the rank
+// arrives late and its peers wait for it inside theirs. The delayed rank keeps MPI progressing while
+// it spins: a library without a progress thread may hold the barrier's last message until the
+// rank's next call, and the peers would wait in the untimed barrier instead of the timed call.
+// Returns this rank's own times.
 template <typename Body>
-at::Tensor time_iterations(MPI_Comm comm, int64_t iters, Body&& body) {
+at::Tensor time_iterations(MPI_Comm comm, int64_t iters, double delay_s, Body&& body) {
   at::Tensor out = at::empty({iters}, at::kDouble);
   double* t = out.data_ptr<double>();
-  {
-    pybind11::gil_scoped_release no_gil;
-    for (int64_t i = 0; i < iters; ++i) {
-      mpi_check(MPI_Barrier(comm), "MPI_Barrier");
-      const auto t0 = Clock::now();
-      body();
-      t[i] = std::chrono::duration<double>(Clock::now() - t0).count();
-    }
-    mpi_check(MPI_Allreduce(MPI_IN_PLACE, t, static_cast<int>(iters), MPI_DOUBLE, MPI_MAX, comm),
-              "MPI_Allreduce");
+  pybind11::gil_scoped_release no_gil;
+  for (int64_t i = 0; i < iters; ++i) {
+    mpi_check(MPI_Barrier(comm), "MPI_Barrier");
+    spin_for(delay_s, [&] {
+      int arrived = 0;
+      mpi_check(MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm, &arrived, MPI_STATUS_IGNORE), "MPI_Iprobe");
+    });
+    const auto t0 = Clock::now();
+    body();
+    t[i] = std::chrono::duration<double>(Clock::now() - t0).count();
   }
   return out;
+}
+
+// Element-wise maximum over the ranks of comm, in place.
+at::Tensor max_over_ranks(MPI_Comm comm, at::Tensor t) {
+  pybind11::gil_scoped_release no_gil;
+  mpi_check(MPI_Allreduce(MPI_IN_PLACE, t.data_ptr<double>(), static_cast<int>(t.numel()), MPI_DOUBLE, MPI_MAX, comm),
+            "MPI_Allreduce");
+  return t;
 }
 
 void require_host_contiguous(const at::Tensor& t, const char* what) {
@@ -110,8 +125,9 @@ bool overlap(const at::Tensor& a, const at::Tensor& b) {
 // CUDA-aware MPI library.
 at::Tensor collective_times(const std::string& coll_name, const std::string& impl, at::Tensor send, at::Tensor recv,
                             int64_t op_code, int64_t root, int64_t iters, int64_t comm_handle, int64_t chunk_bytes,
-                            int64_t agg) {
+                            int64_t agg, double delay_s) {
   if (agg < 1) throw std::invalid_argument("agg must be at least 1");
+  if (!(delay_s >= 0) || !std::isfinite(delay_s)) throw std::invalid_argument("delay must be finite and not negative");
   if (impl == "mpi" && send.is_cuda() && recv.is_cuda() && mpi_cuda_aware()) {
     if (!send.is_contiguous() || !recv.is_contiguous())
       throw std::invalid_argument("buffers must be contiguous");
@@ -135,7 +151,7 @@ at::Tensor collective_times(const std::string& coll_name, const std::string& imp
                            overlap(send, recv), rank, size, static_cast<int>(root)};
     if (impl == "mpi") {
       const MpiOp<T, Op> mop(op);
-      return time_iterations(comm, iters, aggregated(mpi_call(coll_name, b, mop, comm), agg, no_group)) / static_cast<double>(agg);
+      return time_iterations(comm, iters, delay_s, aggregated(mpi_call(coll_name, b, mop, comm), agg, no_group)) / static_cast<double>(agg);
     }
     const Own own = own_algo(coll_name, impl);
     if (own.algo == Algo::Tree && chunk_bytes < static_cast<int64_t>(sizeof(T)))
@@ -146,7 +162,7 @@ at::Tensor collective_times(const std::string& coll_name, const std::string& imp
     HostReducer<T, Op> reducer;
     HostCopy copy;
     T* scratch = reused_scratch<T>(own_scratch_elems<T>(own, b, chunk));
-    return time_iterations(comm, iters, aggregated(own_call(own, transport, reducer, copy, b, scratch, chunk), agg, no_group)) /
+    return time_iterations(comm, iters, delay_s, aggregated(own_call(own, transport, reducer, copy, b, scratch, chunk), agg, no_group)) /
            static_cast<double>(agg);
   });
 }
@@ -194,10 +210,8 @@ at::Tensor pingpong_times(at::Tensor send, at::Tensor recv, int64_t bytes, int64
         mpi_check(MPI_Send(s, len, MPI_BYTE, 0, 1, comm), "MPI_Send");
       }
     }
-    mpi_check(MPI_Allreduce(MPI_IN_PLACE, t, static_cast<int>(iters), MPI_DOUBLE, MPI_MAX, comm),
-              "MPI_Allreduce");
   }
-  return out;
+  return max_over_ranks(comm, out);
 }
 
 // Windowed unidirectional bandwidth: rank 0 posts `window` sends of `bytes` from its send buffer,
@@ -208,7 +222,7 @@ at::Tensor bandwidth_times(at::Tensor send, at::Tensor recv, int64_t bytes, int6
   const auto [comm, rank, s, r, len] = pair_side(send, recv, bytes, comm_handle);
   std::vector<MPI_Request> reqs(static_cast<std::size_t>(window));
   int ack = 0;
-  return time_iterations(comm, iters, [&] {
+  return max_over_ranks(comm, time_iterations(comm, iters, 0.0, [&] {
     for (int64_t w = 0; w < window; ++w) {
       if (rank == 0)
         mpi_check(MPI_Isend(s, len, MPI_BYTE, 1, 2, comm, &reqs[w]), "MPI_Isend");
@@ -220,7 +234,7 @@ at::Tensor bandwidth_times(at::Tensor send, at::Tensor recv, int64_t bytes, int6
       mpi_check(MPI_Recv(&ack, 1, MPI_INT, 1, 3, comm, MPI_STATUS_IGNORE), "MPI_Recv");
     else
       mpi_check(MPI_Send(&ack, 1, MPI_INT, 0, 3, comm), "MPI_Send");
-  });
+  }));
 }
 
 // Walks elements [0, n) of a pattern that repeats every `period` indices, starting at index
@@ -301,9 +315,9 @@ std::string mpi_library_version() {
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   using namespace commbench;
   m.doc() = "commbench host timed loops over MPI";
-  m.def("collective_times", &collective_times, "per-iteration times of a collective (max over ranks)",
+  m.def("collective_times", &collective_times, "this rank's per-iteration times of a collective",
         py::arg("collective"), py::arg("impl"), py::arg("send"), py::arg("recv"), py::arg("op"), py::arg("root"),
-        py::arg("iters"), py::arg("comm"), py::arg("chunk_bytes"), py::arg("agg") = 1);
+        py::arg("iters"), py::arg("comm"), py::arg("chunk_bytes"), py::arg("agg") = 1, py::arg("delay_s") = 0.0);
   m.def("pingpong_times", &pingpong_times, py::arg("send"), py::arg("recv"), py::arg("bytes"), py::arg("iters"),
         py::arg("comm"));
   m.def("bandwidth_times", &bandwidth_times, py::arg("send"), py::arg("recv"), py::arg("bytes"), py::arg("window"),

@@ -1,0 +1,107 @@
+"""`commbench links`: every rank pair's latency and bandwidth, alone and under load, and the link,
+rank or host that is slow (commbench/links.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+
+import click
+
+from .. import preflight
+from ..errors import CommbenchError
+from ..sizes import parse_size
+from ..transports import TRANSPORTS, default_p2p_transport, transport_names
+from ..world import detect_launcher
+from .common import Finite, make_reporter, policy_options, ranks_option, resolve_device, run_ranks, sweep, \
+    timeout_option
+from .group import cli
+
+
+@cli.command()
+@click.option("--impl", type=click.Choice(transport_names()), default=None,
+              help="Transport between ranks: " + "; ".join(f"{t.name} ({t.p2p_summary})" for t in TRANSPORTS) + ".")
+@click.option("--latency-size", default="8", show_default=True, help="Ping-pong message size in bytes.")
+@click.option("--bandwidth-size", default="4M", show_default=True, help="Bandwidth message size in bytes.")
+@click.option("--window", type=click.IntRange(min=1), default=64, show_default=True,
+              help="Messages in flight per bandwidth iteration.")
+@click.option("--threshold-pct", type=Finite(0, 100, min_open=True, max_open=True), default=75.0, show_default=True,
+              help="Flag a pair below this percent of the median bandwidth of comparable pairs (latency: above "
+                   "the median / this share).")
+@click.option("--mad-z", type=Finite(min=0, min_open=True), default=None,
+              help="Also flag a pair whose modified z-score (on the MAD of comparable pairs) passes this, the "
+                   "slow way (3.5 is customary; off by default, see README).")
+@click.option("--judge", "judged", type=click.Choice(["both", "bandwidth", "latency"]), default="both",
+              show_default=True, help="Which metric flags pairs (the matrices show both).")
+@click.option("--from", "source", type=click.Path(dir_okay=False), default=None,
+              help="Judge an earlier links result file again instead of measuring.")
+@policy_options
+@ranks_option
+@timeout_option
+def links(impl, latency_size, bandwidth_size, window, threshold_pct, mad_z, judged, source, nranks, timeout_s, output,
+          policy) -> None:
+    """Find the bad link, rank or host: every rank pair's latency and bandwidth, one pair at a time
+    and in rounds of disjoint pairs at once, as rank x rank matrices; pairs far below the median of
+    comparable (intra-host or inter-host) pairs are flagged and attributed. Exit 1 when anything is
+    flagged."""
+    from ..links import METRICS, section
+    judged = tuple(METRICS) if judged == "both" else tuple(m for m, name in METRICS.items() if name == judged)
+    if source is not None:
+        from ..results import load_document
+        doc = load_document(source)
+        if "links" not in doc:
+            raise CommbenchError(f"{source} holds no links section: give a result file of 'commbench links'")
+        old = doc["links"]
+        found = section(old["impl"], old["hosts"], old["latency_size"], old["bandwidth_size"], threshold_pct, mad_z,
+                        doc["results"], judged)
+        _show(found)
+        sys.exit(1 if found["findings"] else 0)
+
+    sizes = [parse_size(latency_size, "--latency-size"), parse_size(bandwidth_size, "--bandwidth-size")]
+    if min(sizes) < 1:
+        raise CommbenchError("--latency-size and --bandwidth-size must be at least 1 byte")
+    impl = impl or default_p2p_transport(detect_launcher())
+    device = next(t.p2p_device for t in TRANSPORTS if t.name == impl)
+    gpus = resolve_device("cuda", impl)[1] if device == "cuda" else 0
+    if detect_launcher() is None and (nranks or 2) < 2:
+        raise CommbenchError("links needs at least 2 ranks: use --np 2 or more")
+    # The pairs are all of them, whatever the count: links checks the rank count itself.
+    checks = dataclasses.replace(preflight.for_p2p(sizes, "all", device, output), pairs=None)
+
+    def body(world):
+        from ..results import default_path
+        from ..sweep import RunConfig
+        from ..links_run import run_links
+        if world.size < 2:
+            raise CommbenchError("links needs at least 2 ranks: launch 2 or more")
+        cfg = RunConfig(op="p2p", impls=(impl,), sizes=tuple(sizes), dtype="uint8", redop="none", device=device,
+                        window=window, timeout_s=timeout_s, policy=policy)
+        pairs = world.size * (world.size - 1) // 2
+        reporter = make_reporter(world, cfg, output or default_path("links"), 2 * 2 * pairs)
+        if reporter:
+            reporter.file.doc["config"]["links"] = {"latency_size": sizes[0], "bandwidth_size": sizes[1],
+                                                    "threshold_pct": threshold_pct, "mad_z": mad_z,
+                                                    "judged": list(judged)}
+
+        def run():
+            wrong = run_links(world, cfg, sizes[0], sizes[1], reporter)
+            # Judged on rank 0, which holds the rows; a refusal there reaches every rank.
+            found = world.root_call(lambda: section(impl, world.hosts, sizes[0], sizes[1], threshold_pct, mad_z,
+                                                    reporter.file.doc["results"], judged))
+            if reporter:
+                reporter.file.doc["links"] = found
+            return wrong + len(found["findings"])
+
+        flagged = sweep(reporter, run, world)
+        if reporter:
+            _show(reporter.file.doc["links"])
+        return flagged
+
+    run_ranks(nranks, max(gpus, 2), body, checks)
+
+
+def _show(found: dict) -> None:
+    from ..links import lines
+    click.echo("#")
+    for line in lines(found):
+        click.echo(line)

@@ -1,0 +1,197 @@
+"""Faults: a dead (kill -9) or stopped (SIGSTOP) rank, or an interrupted run, ends every rank within
+--timeout and a few seconds, with one line naming the size and the rank, exit 1, the rows measured
+before kept in a valid result file whose status says what happened, and no process left."""
+
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from commbench import results
+from conftest import COMMBENCH, MPIRUN, mpi_env
+
+TIMEOUT_S = 3
+# Many small sizes and a fixed count of iterations: a sweep that lasts, made of cheap sizes.
+SWEEP = ["allreduce", "--device", "cpu", "--impl", "ring", "--sizes", "1K-4K:+8", "--iters", "200", "--warmup", "1",
+         "--timeout", str(TIMEOUT_S)]
+
+
+def _rank_pids(marker: str) -> dict:
+    """rank -> pid of the ranks whose command line holds `marker` (the result file's path)."""
+    found = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if marker.encode() not in f.read():
+                    continue
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = dict(v.split(b"=", 1) for v in f.read().split(b"\0") if b"=" in v)
+        except OSError:
+            continue
+        if b"OMPI_COMM_WORLD_RANK" in env:
+            found[int(env[b"OMPI_COMM_WORLD_RANK"])] = int(pid)
+    return found
+
+
+def _left(marker: str) -> list:
+    return subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout.split()
+
+
+def _wait_for_rows(out: str, proc, deadline_s: float = 90) -> None:
+    until = time.monotonic() + deadline_s
+    while time.monotonic() < until and proc.poll() is None:
+        try:
+            if results.read_json(out, "result file")["results"]:
+                return
+        except Exception:  # noqa: BLE001 - not there yet, or replaced as we read it
+            pass
+        time.sleep(0.1)
+    raise AssertionError("no row was measured")
+
+
+@pytest.mark.parametrize("launch", ["standalone", "mpirun"])
+@pytest.mark.parametrize("fault", ["kill", "stop", "interrupt"])
+def test_a_fault_ends_every_rank_with_one_line_and_keeps_the_rows(launch, fault, workdir):
+    out = os.path.join(workdir, f"{fault}-{launch}.json")
+    args = [*SWEEP, "-o", out]
+    argv = ([COMMBENCH, *args, "--np", "3"] if launch == "standalone" else
+            [MPIRUN, "--np", "3", "--oversubscribe", "--bind-to", "none", COMMBENCH, *args])
+    p = subprocess.Popen(argv, env=mpi_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    try:
+        _wait_for_rows(out, p)
+        ranks = _rank_pids(out)
+        assert sorted(ranks) == [0, 1, 2]
+        t = time.monotonic()
+        if fault == "kill":
+            os.kill(ranks[2], signal.SIGKILL)
+        elif fault == "stop":
+            os.kill(ranks[2], signal.SIGSTOP)
+        else:  # Ctrl-C reaches the command; a user's mpirun gets SIGTERM from its job's end
+            os.kill(p.pid, signal.SIGINT if launch == "standalone" else signal.SIGTERM)
+        _, err = p.communicate(timeout=TIMEOUT_S + 30)
+        elapsed = time.monotonic() - t
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    assert elapsed < TIMEOUT_S + 5, elapsed
+    doc = results.load_document(out)
+    assert doc["results"], "the rows measured before are kept"
+    status = {"kill": "peer-lost", "stop": "timeout", "interrupt": "interrupted"}[fault]
+    assert doc["status"] == status, doc["error"]
+    assert doc["error"].startswith("allreduce ring ")
+    if fault == "kill":
+        assert "rank 2 did not arrive: its process ended" in doc["error"]
+    elif fault == "stop":
+        assert f"rank 2 did not arrive within --timeout {TIMEOUT_S} s" in doc["error"]
+    else:
+        assert "interrupted" in doc["error"]
+    lines = [line for line in err.splitlines() if line.startswith("commbench: error")]
+    if launch == "standalone":
+        assert p.returncode == 1
+        assert lines == [f"commbench: error: {doc['error']} (measured rows kept in {out})"], err
+    else:
+        # mpirun's own status; a signalled mpirun stops relaying its ranks' output.
+        assert p.returncode != 0
+        assert len(lines) <= 1 and (fault == "interrupt" or lines), err
+    time.sleep(0.5)
+    assert _left(out) == []
+
+
+def _free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("fault", ["kill", "stop", "interrupt"])
+def test_a_fault_under_torchrun_style_gloo_ends_every_rank(fault, workdir):
+    """No launcher to end the rest here: each rank's own watchdog does. A stopped rank leaves once
+    resumed."""
+    out = os.path.join(workdir, f"{fault}-gloo.json")
+    args = [*SWEEP, "--impl", "gloo", "-o", out]
+    port = str(_free_port())
+    procs = []
+    for rank in range(3):
+        env = mpi_env()
+        env.update(RANK=str(rank), WORLD_SIZE="3", LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+        procs.append(subprocess.Popen([COMMBENCH, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True, start_new_session=True))
+    try:
+        _wait_for_rows(out, procs[0])
+        t = time.monotonic()
+        if fault == "kill":
+            os.kill(procs[2].pid, signal.SIGKILL)
+        elif fault == "stop":
+            os.kill(procs[2].pid, signal.SIGSTOP)
+        else:  # Ctrl-C in the terminal reaches every rank
+            for p in procs:
+                os.kill(p.pid, signal.SIGINT)
+        ends = [p.communicate(timeout=TIMEOUT_S + 30) for p in procs[:2]]
+        elapsed = time.monotonic() - t
+        if fault == "stop":
+            os.kill(procs[2].pid, signal.SIGCONT)
+        procs[2].communicate(timeout=TIMEOUT_S + 10)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+    assert elapsed < TIMEOUT_S + 5, elapsed
+    assert [p.returncode for p in procs[:2]] == [1, 1]
+    doc = results.load_document(out)
+    assert doc["results"]
+    status = {"kill": "peer-lost", "stop": "timeout", "interrupt": "interrupted"}[fault]
+    assert doc["status"] == status, doc["error"]
+    assert doc["error"].startswith("allreduce gloo ")
+    if fault != "interrupt":
+        assert "rank 2 did not arrive" in doc["error"]
+    lines = [line for _, err in ends for line in err.splitlines() if line.startswith("commbench: error")]
+    assert lines == [f"commbench: error: {doc['error']} (measured rows kept in {out})"], ends
+    assert _left(out) == []
+
+
+@pytest.mark.parametrize("launch", ["mpirun", "gloo"])
+@pytest.mark.parametrize("fault", ["kill", "stop", "interrupt"])
+def test_a_fault_on_a_cluster_names_the_rank_of_the_other_host(launch, fault, make_cluster, workdir):
+    c = make_cluster(3, 400)
+    out = os.path.join(workdir, f"{fault}-{launch}.json")
+    args = [*SWEEP, "-o", out]
+    if launch == "mpirun":
+        # Rank 0's address for the watchdogs' side channel: the namespaces' host names do not resolve.
+        procs = [c.popen([*c.mpirun_prefix(), "-x", f"COMMBENCH_MASTER_ADDR={c.hosts[0].addr}", COMMBENCH, *args],
+                         cwd=workdir)]
+    else:
+        procs = c.spawn_gloo([*args, "--impl", "gloo"], cwd=workdir)
+    _wait_for_rows(out, procs[0], 120)
+    victim = _rank_pids(out)[2] if launch == "mpirun" else procs[2].pid
+    t = time.monotonic()
+    if fault == "kill":
+        os.kill(victim, signal.SIGKILL)
+    elif fault == "stop":
+        os.kill(victim, signal.SIGSTOP)
+    else:
+        for p in procs:
+            os.kill(p.pid, signal.SIGTERM if launch == "mpirun" else signal.SIGINT)
+    ends = [p.communicate(timeout=TIMEOUT_S + 30) for p in procs[:2]]
+    elapsed = time.monotonic() - t
+    if launch == "gloo":
+        if fault == "stop":
+            os.kill(victim, signal.SIGCONT)
+        procs[2].communicate(timeout=TIMEOUT_S + 10)
+    assert elapsed < TIMEOUT_S + 5, elapsed
+    assert all(p.returncode != 0 for p in procs)
+    doc = results.load_document(out)
+    assert doc["results"]
+    status = {"kill": "peer-lost", "stop": "timeout", "interrupt": "interrupted"}[fault]
+    assert doc["status"] == status, doc["error"]
+    if fault != "interrupt":
+        assert "rank 2 did not arrive" in doc["error"]
+    lines = [line for _, err in ends for line in err.splitlines() if line.startswith("commbench: error")]
+    assert len(lines) <= 1, ends
+    if launch == "gloo":  # mpirun may stop relaying output as soon as it sees a rank end
+        assert lines == [f"commbench: error: {doc['error']} (measured rows kept in {out})"], ends
+    time.sleep(0.5)
+    assert _left(out) == []

@@ -1,0 +1,158 @@
+"""Stragglers: per-rank times and arrival skew, the finding that names the rank the others wait for,
+and --delay, which makes one rank late on purpose (on any machine, so the finding can be checked)."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from commbench import results, stragglers
+from commbench.errors import CommbenchError
+from conftest import COMMBENCH, commbench, mpirun
+
+DELAY_US = 2000.0
+HOSTS = ["h0", "h1", "h2"]
+
+
+def test_per_rank_arithmetic():
+    # Rank 2 is fast at every iteration (it arrived late); the slowest rank sets the pace.
+    ranks_s = np.array([[10, 12, 30, 11], [11, 10, 31, 10], [2, 3, 1, 2]]) * 1e-6
+    got = stragglers.per_rank(ranks_s, HOSTS)
+    assert [p["rank"] for p in got] == [0, 1, 2] and [p["host"] for p in got] == HOSTS
+    assert [p["median_us"] for p in got] == [11.5, 10.5, 2.0]
+    # skew = max over ranks - own: rank 0 [1, 0, 1, 0], rank 1 [0, 2, 0, 1], rank 2 [9, 9, 30, 9]
+    assert [p["skew_median_us"] for p in got] == [0.5, 0.5, 9.0]
+    assert got[2]["skew_p90_us"] == pytest.approx(np.percentile([9, 9, 30, 9], 90))
+    found = stragglers.finding(got, median_us=11.5, clock_floor_s=1e-8)
+    assert found == {"rank": 2, "host": "h2", "waited_us": 9.0}
+
+
+@pytest.mark.parametrize("skews,median,floor_s,named", [
+    ([0, 0, 9], 100.0, 1e-8, False),  # 9 % of the time per call: noise
+    ([0, 0, 11], 100.0, 1e-8, True),
+    ([0, 6, 11], 100.0, 1e-8, False),  # two ranks late: the barrier's release order, not one straggler
+    ([0, 5, 11], 100.0, 1e-8, True),
+    ([0, 0, 11], 100.0, 1e-6, False),  # within 20x of the clock step
+])
+def test_finding_rules(skews, median, floor_s, named):
+    ranks = [{"rank": r, "host": f"h{r}", "median_us": median, "skew_median_us": s, "skew_p90_us": s}
+             for r, s in enumerate(skews)]
+    assert (stragglers.finding(ranks, median, floor_s) is not None) == named
+
+
+def test_one_rank_is_never_a_straggler():
+    assert stragglers.finding(stragglers.per_rank(np.ones((1, 5)), ["h"]), 1e6, 1e-9) is None
+
+
+def test_the_timer_measure_drives_is_the_slowest_rank():
+    timings = stragglers.Timings(lambda n: np.array([[1.0] * n, [3.0] * n]))
+    assert list(timings(2)) == [3.0, 3.0] and timings.last.shape == (2, 2)
+
+
+def test_summary_names_the_delayed_rank_once_per_series():
+    def rec(size, waited):
+        return {"op": "allreduce", "impl": "ring", "dtype": "float32", "redop": "sum", "ranks": 3, "size_bytes": size,
+                "time_us": {"median": 2100.0}, "straggler": {"rank": 1, "host": "h1", "waited_us": waited}}
+    doc = {"config": {"delay": {"rank": 1, "us": DELAY_US}}, "results": [rec(1024, 1990.0), rec(65536, 2010.0)]}
+    assert stragglers.summary_lines(doc) == [
+        "straggler: allreduce ring (3 ranks): rank 1 (host h1) arrives 2.0 ms late at every size; the others wait "
+        "for it (= 2.0 ms of the 2.1 ms per call); it is the rank --delay holds back"]
+
+
+@pytest.mark.parametrize("text", ["1", "a:5", "1:x", "-1:5", "1:-5", "1:inf", "1:nan"])
+def test_parse_delay_refuses(text):
+    with pytest.raises(CommbenchError, match="--delay"):
+        stragglers.parse_delay(text)
+
+
+@pytest.mark.parametrize("text,wrong", [("3:100", "no rank 3"), ("1:-1", "finite"), ("1:inf", "finite"),
+                                        ("one:5", "RANK:US")])
+def test_bad_delay_is_one_line_and_exit_2(text, wrong, workdir):
+    r = commbench(["allreduce", "--np", "3", "--delay", text, "--sizes", "1K"], cwd=workdir)
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("commbench: error: ") and wrong in lines[0]
+
+
+def _doc(path: str) -> dict:
+    with open(path) as f:
+        doc = json.load(f)
+    results.validate(doc)
+    return doc
+
+
+def _medians(doc: dict) -> dict:
+    return {(r["impl"], r["size_bytes"]): r["time_us"]["median"] for r in doc["results"]}
+
+
+def test_delayed_rank_is_named_and_costs_the_others_its_delay(workdir):
+    common = [COMMBENCH, "allreduce", "--device", "cpu", "--impl", "mpi,ring", "--sizes", "1K,64K", "--no-fit"]
+    late = os.path.join(workdir, "late.json")
+    r = mpirun(3, [*common, "--delay", f"1:{DELAY_US:g}", "--budget-ms", "60", "-o", late], cwd=workdir)
+    assert r.returncode == 0, r.stderr
+    assert "# note: rank 1 delayed by 2000 us before each call: the others' time grows by about that much" in r.stdout
+    doc = _doc(late)
+    assert doc["config"]["delay"] == {"rank": 1, "us": DELAY_US}
+    for rec in doc["results"]:
+        assert [p["rank"] for p in rec["per_rank"]] == [0, 1, 2]
+        assert rec["straggler"]["rank"] == 1, rec["per_rank"]
+        assert 0.7 * DELAY_US < rec["straggler"]["waited_us"] < 1.4 * DELAY_US
+    for impl in ("mpi", "ring"):
+        assert f"# straggler: allreduce {impl} (3 ranks): rank 1 " in r.stdout and "at every size" in r.stdout
+
+    steady = os.path.join(workdir, "steady.json")
+    r = mpirun(3, [*common, "--budget-ms", "20", "-o", steady], cwd=workdir)
+    assert r.returncode == 0, r.stderr
+    undelayed = _doc(steady)
+    assert undelayed["config"]["delay"] is None
+    # Noise may make one rank a little late, never by anything near the delay.
+    assert all(rec.get("straggler", {}).get("waited_us", 0) < 0.25 * DELAY_US for rec in undelayed["results"])
+    before, after = _medians(undelayed), _medians(doc)
+    for key, t in after.items():
+        assert 0.6 * DELAY_US < t - before[key] < 1.5 * DELAY_US, (key, before[key], t)
+
+
+def test_gloo_names_the_delayed_rank(workdir):
+    out = os.path.join(workdir, "gloo.json")
+    delay = 2.5 * DELAY_US  # gloo's own times on a loaded machine are milliseconds
+    r = commbench(["allreduce", "--impl", "gloo", "--np", "3", "--delay", f"2:{delay:g}", "--sizes", "1K,64K",
+                   "--budget-ms", "100", "--no-fit", "-o", out], cwd=workdir)
+    assert r.returncode == 0, r.stderr
+    for rec in _doc(out)["results"]:
+        assert rec["straggler"]["rank"] == 2, rec["per_rank"]
+        assert 0.7 * delay < rec["straggler"]["waited_us"] < 1.4 * delay
+
+
+def test_gpu_delay_arguments_parse():
+    from test_gpu_arguments import parse
+    params = parse(["allreduce", "--device", "cuda", "--impl", "nccl,ring", "--delay", "1:500", "--sizes", "1K-1M:x8"])
+    assert stragglers.parse_delay(params["delay"]) == (1, 500.0)
+
+
+def _code(*parts) -> str:
+    from test_cuda_static import ROOT, _without_comments
+    with open(os.path.join(ROOT, "csrc", *parts)) as f:
+        return _without_comments(f.read())
+
+
+def test_gpu_loop_returns_own_times_and_delays_before_the_start_event():
+    """No GPU here: read the CUDA loop. Each timed iteration (plain or graph) starts with the barrier
+    then the delay, both before event_times records its start event; nothing reduces the times over
+    ranks any more (Python gathers them); the graph's capture holds no delay."""
+    text = _code("cuda", "device_comm.h")
+    timed = text[text.index("at::Tensor timed("):text.index("struct Graph")]
+    start = timed[timed.index("auto start"):timed.index("};", timed.index("auto start"))]
+    assert start.index("barrier()") < start.index("spin_for(delay_s)")
+    assert timed.count("spin_for") == 1 and timed.count("event_times(stream_.s, iters, where_, start,") == 2
+    assert "ncclMax" not in text and "max_over_ranks" not in text
+    events = _code("cuda", "resources.h")
+    loop = events[events.index("std::vector<double> event_times("):]
+    assert loop.index("sync();") < loop.index("cudaEventRecord(ev[2 * i].e")
+
+
+def test_host_loop_delays_between_barrier_and_clock():
+    text = _code("host", "module.cpp")
+    loop = text[text.index("at::Tensor time_iterations("):text.index("at::Tensor max_over_ranks(")]
+    assert loop.index("MPI_Barrier") < loop.index("spin_for(delay_s") < loop.index("Clock::now()")
+    assert "MPI_Allreduce" not in loop
