@@ -3,11 +3,13 @@ a time ("clean") and in rounds of disjoint pairs at once ("loaded"): the rank x 
 pairs that fall outside their comparable pairs, and who the slow pairs point at.
 
 Comparable pairs are those of one class: intra-host (both ranks on one host name) or inter-host;
-shared memory and a network are never judged against each other. A pair is flagged when its
-bandwidth is below `threshold` of its class's median (its latency above median / `threshold`), or,
-with `mad_z`, when its modified z-score (0.6745 (x - median) / MAD) passes mad_z the slow way. The
-z-score is off by default: with few ranks one slow rank touches up to half of the pairs (3 of 6 at
-4 ranks), and the MAD of such a class sees no outlier, while the ratio to the median still does.
+shared memory and a network are never judged against each other. A class's typical value is the
+median over its ranks of each rank's median pair: one slow rank touches up to half of the pairs (3
+of 6 at 4 ranks) and would drag the plain median of the pairs half-way down, while the other ranks'
+own medians stay on the good pairs. A pair is flagged when its bandwidth is below `threshold` of its
+class's typical value (its latency above typical / `threshold`), or, with `mad_z`, when its modified
+z-score (0.6745 (x - typical) / MAD) passes mad_z the slow way. The z-score is off by default: where
+half of the pairs are slow, the MAD is as large as their distance and no pair stands out by it.
 
 Attribution: a rank all (from 4 ranks on: all but one) of whose pairs are flagged is a slow rank; a
 host all of whose ranks are slow is a slow host; a flagged pair of neither is a slow link.
@@ -72,9 +74,16 @@ def _pairs(p: int):
     return [(a, b) for a in range(p) for b in range(a + 1, p)]
 
 
+def typical(grid: list, pairs: list[tuple[int, int]]) -> float:
+    """The median over the ranks of `pairs` of each rank's median pair (see the module docstring)."""
+    ranks = sorted({r for pair in pairs for r in pair})
+    return float(np.median([np.median([grid[a][b] for a, b in pairs if r in (a, b)]) for r in ranks]))
+
+
 def outliers(grid: list, hosts: list[str], metric: str, threshold: float, mad_z: Optional[float]) -> list[dict]:
-    """The flagged pairs of one matrix, each with its class, value, the class's median, the ratio
-    to it (value / median for bandwidth, median / value for latency: below 1 is worse) and z."""
+    """The flagged pairs of one matrix, each with its class, value, the class's typical value
+    (`median`), the ratio to it (value / typical for bandwidth, typical / value for latency: below 1
+    is worse) and z."""
     by_class: dict[str, list[tuple[int, int]]] = {}
     for a, b in _pairs(len(grid)):
         if grid[a][b] is not None:
@@ -82,7 +91,7 @@ def outliers(grid: list, hosts: list[str], metric: str, threshold: float, mad_z:
     flagged = []
     for cls, pairs in by_class.items():
         values = np.array([grid[a][b] for a, b in pairs], dtype=float)
-        median = float(np.median(values))
+        median = typical(grid, pairs)
         mad = float(np.median(np.abs(values - median)))
         for (a, b), v in zip(pairs, values):
             # Oriented so that "worse" is low for both metrics.
@@ -151,8 +160,8 @@ def judge(records: list[dict], impl: str, hosts: list[str], threshold: float, ma
 
 def _figure(f: dict) -> str:
     if f["metric"] == "bandwidth_gbps":
-        return f"{100 * f['ratio']:.0f} % of the median bandwidth"
-    return f"{1 / f['ratio']:.1f}x the median latency" if f["ratio"] > 0 else "an unmeasurable latency"
+        return f"{100 * f['ratio']:.0f} % of the typical bandwidth"
+    return f"{1 / f['ratio']:.1f}x the typical latency" if f["ratio"] > 0 else "an unmeasurable latency"
 
 
 def finding_text(f: dict, hosts: list[str], p: int) -> str:
@@ -207,7 +216,7 @@ def lines(section: dict) -> list[str]:
     out = [f"# links: {len(hosts)} ranks on {len(set(hosts))} host(s), {section['impl']}; latency at "
            f"{format_size(section['latency_size'])}, bandwidth at {format_size(section['bandwidth_size'])}; "
            f"{' and '.join(METRICS[m] for m in section['judged'])} flagged (*) below {section['threshold_pct']:g} % "
-           f"of the median of comparable pairs"
+           f"of the typical comparable pair"
            + (f" or beyond modified z {section['mad_z']:g}" if section.get("mad_z") is not None else "")]
     for sched, where in SCHEDULES.items():
         for metric, (title, digits) in {"latency_us": ("latency (us)", 2),

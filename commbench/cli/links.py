@@ -26,8 +26,8 @@ from .group import cli
 @click.option("--window", type=click.IntRange(min=1), default=64, show_default=True,
               help="Messages in flight per bandwidth iteration.")
 @click.option("--threshold-pct", type=Finite(0, 100, min_open=True, max_open=True), default=75.0, show_default=True,
-              help="Flag a pair below this percent of the median bandwidth of comparable pairs (latency: above "
-                   "the median / this share).")
+              help="Flag a pair below this percent of the typical bandwidth of comparable pairs (the median over "
+                   "ranks of each rank's median pair; latency: above the typical one / this share).")
 @click.option("--mad-z", type=Finite(min=0, min_open=True), default=None,
               help="Also flag a pair whose modified z-score (on the MAD of comparable pairs) passes this, the "
                    "slow way (3.5 is customary; off by default, see README).")
@@ -41,8 +41,8 @@ from .group import cli
 def links(impl, latency_size, bandwidth_size, window, threshold_pct, mad_z, judged, source, nranks, timeout_s, output,
           policy) -> None:
     """Find the bad link, rank or host: every rank pair's latency and bandwidth, one pair at a time
-    and in rounds of disjoint pairs at once, as rank x rank matrices; pairs far below the median of
-    comparable (intra-host or inter-host) pairs are flagged and attributed. Exit 1 when anything is
+    and in rounds of disjoint pairs at once, as rank x rank matrices; pairs far below the typical
+    one of comparable (intra-host or inter-host) pairs are flagged and attributed. Exit 1 when anything is
     flagged."""
     from ..links import METRICS, section
     judged = tuple(METRICS) if judged == "both" else tuple(m for m, name in METRICS.items() if name == judged)
