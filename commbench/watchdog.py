@@ -257,8 +257,13 @@ class Watchdog:
         # A failure caused by a peer that died arrives a moment after its connection closed.
         time.sleep(2 * TICK_S)
         text = f"{type(error).__name__}: {error}"
+        # TimeoutError: a wait for peers that ran past --timeout inside a call (the GPU path's NCCL
+        # waits): the same deadline as the watchdog's, seen from inside the call.
+        status = "timeout" if isinstance(error, TimeoutError) else "failed"
         if self.rank != 0:
-            self.end("failed", text)
+            self.end(status, text)
+        if status == "timeout":
+            self.end(status, self._absent_text(f"did not arrive within --timeout {self.timeout_s:g} s"))
         absent = self._absent()
         if absent:
             self.end("peer-lost", f"{self.label}: {_ranks(absent)} did not arrive; {text}")

@@ -63,6 +63,16 @@ def test_communicator_never_waits_unbounded(call):
     assert "ncclCommGetAsyncError" in comm and "ncclCommAbort" in text
 
 
+def test_the_deadline_reaches_python_as_a_timeout():
+    """A wait past --timeout throws DeadlineExceeded, which Python sees as TimeoutError: the run then
+    reports a timeout (tests/test_faults.py drives that path with the same exception on the CPU)."""
+    comm = _without_comments(open(os.path.join(CSRC, "cuda", "device_comm.h")).read())
+    deadline = comm[comm.index("if (now > deadline)"):]
+    assert deadline[:deadline.index("}")].count("throw DeadlineExceeded(") == 1
+    module = _without_comments(open(os.path.join(CSRC, "cuda", "module.cpp")).read())
+    assert 'py::register_exception<DeadlineExceeded>(m, "DeadlineExceeded", PyExc_TimeoutError);' in module
+
+
 def test_every_nccl_and_cuda_call_is_checked():
     """Every NCCL call and every CUDA call that can fail sits inside a check, except the cleanup in
     destructors and abort paths, which must not throw."""

@@ -195,3 +195,27 @@ def test_a_fault_on_a_cluster_names_the_rank_of_the_other_host(launch, fault, ma
         assert lines == [f"commbench: error: {doc['error']} (measured rows kept in {out})"], ends
     time.sleep(0.5)
     assert _left(out) == []
+
+
+def test_a_wait_past_the_deadline_inside_a_call_is_a_timeout(workdir):
+    """The GPU path's NCCL waits end with DeadlineExceeded, a TimeoutError, when peers do not come
+    within --timeout (csrc/cuda/device_comm.h): the run reports a timeout, like the watchdog's own
+    deadline, not some failure. tests/stubs/deadline raises it on rank 0's fourth timed call."""
+    out = os.path.join(workdir, "deadline.json")
+    env = mpi_env()
+    env.update(PYTHONPATH=os.pathsep.join(filter(None, [os.path.join(os.path.dirname(__file__), "stubs", "deadline"),
+                                                         env.get("PYTHONPATH")])),
+               COMMBENCH_STUB_DEADLINE_RANK="0", COMMBENCH_STUB_DEADLINE_CALL="4")
+    start = time.monotonic()
+    r = subprocess.run([COMMBENCH, "allreduce", "--device", "cpu", "--impl", "mpi", "--sizes", "1K-64K",
+                        "--iters", "3", "--warmup", "1", "--timeout", "30", "--np", "2", "-o", out],
+                       env=env, capture_output=True, text=True, timeout=120, cwd=workdir)
+    assert r.returncode == 1, r.stderr
+    assert time.monotonic() - start < 30
+    # Per size: the check call, then one call for the timed iterations: the fourth is 2K's timed one.
+    lines = [line for line in r.stderr.splitlines() if line.startswith("commbench: error")]
+    assert lines == ["commbench: error: allreduce mpi 2K: did not finish within --timeout 30 s; every rank was "
+                     f"alive in it (measured rows kept in {out})"], r.stderr
+    doc = results.load_document(out)
+    assert doc["status"] == "timeout" and [x["size_bytes"] for x in doc["results"]] == [1024]
+    assert not _left(out)

@@ -295,7 +295,7 @@ class DeviceComm {
         comm_.abort();
         char limit[32];
         std::snprintf(limit, sizeof(limit), "%g", timeout_s_);
-        throw std::runtime_error(std::string(what) + " did not finish within --timeout " + limit + " s" + where_.text() +
+        throw DeadlineExceeded(std::string(what) + " did not finish within --timeout " + limit + " s" + where_.text() +
                                  ": a peer rank is dead or stalled; NCCL communicator aborted");
       }
       // Spin for the first second: the barrier before each timed iteration must return on every

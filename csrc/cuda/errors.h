@@ -17,6 +17,12 @@ struct Where {
   std::string text() const { return " (rank " + std::to_string(rank) + ", device " + std::to_string(device) + ")"; }
 };
 
+// A wait for peers that ran past --timeout: Python sees it as TimeoutError (module.cpp registers it),
+// which the run reports as a timeout, not as any failure.
+struct DeadlineExceeded : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
 inline void cuda_check(cudaError_t rc, const char* call, const Where& w) {
   if (rc != cudaSuccess)
     throw std::runtime_error(std::string(call) + " failed: " + cudaGetErrorString(rc) + w.text());

@@ -92,6 +92,7 @@ std::string versions() {
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   using namespace commbench;
   m.doc() = "commbench GPU timed loops (NCCL, device ring/tree, copies)";
+  py::register_exception<DeadlineExceeded>(m, "DeadlineExceeded", PyExc_TimeoutError);
   py::class_<DeviceComm>(m, "DeviceComm")
       .def(py::init<const std::string&, int, int, int, double>(), py::arg("unique_id"), py::arg("rank"), py::arg("size"),
            py::arg("device"), py::arg("timeout_s"))
