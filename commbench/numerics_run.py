@@ -16,6 +16,7 @@ import click
 import numpy as np
 import torch
 
+from . import watchdog
 from .collectives import get
 from .numerics import contribution, drift, errors, reference, round_to, shares
 from .results import ResultFile, default_path
@@ -115,6 +116,9 @@ def _rows_at(sub: World, plan: Plan, impls: list, cfg, batch: _Batch, first: dic
         local = local_sum([batch.values(c) for c in share], dtype, where)
         send, recv = allocate(plan.count, dtype_of(dtype)), allocate(plan.count, dtype_of(dtype))
         for impl in impls:
+            # Counts grow (Plan.ranks is sorted): a rank left out of this one was never armed, and
+            # waits for it unwatched rather than past an old deadline.
+            watchdog.arm(f"numerics {impl.name} {dtype} on {sub.size} ranks")
             prints, result = _calls(sub, impl, cfg, plan.repeats, local, send, recv)
             if sub.rank != 0:
                 yield None
@@ -180,9 +184,9 @@ class NumericsOutput:
             else:
                 self.file.discard()
 
-    def fail(self, error: str) -> str:
+    def fail(self, error: str, status: str = "failed") -> str:
         try:
-            self.file.finish(error)
+            self.file.finish(error, status)
         except OSError as e:
             return f"closing {self.file.path} failed: {e.strerror}"
         return f"measured rows kept in {self.file.path}"

@@ -219,3 +219,34 @@ def test_a_wait_past_the_deadline_inside_a_call_is_a_timeout(workdir):
     doc = results.load_document(out)
     assert doc["status"] == "timeout" and [x["size_bytes"] for x in doc["results"]] == [1024]
     assert not _left(out)
+
+
+def test_a_stopped_rank_ends_numerics_too(workdir):
+    """numerics runs under the same watchdog: a rank stopped amid its calls ends the run within
+    --timeout, one line, a valid result file saying so, no process left."""
+    out = os.path.join(workdir, "numerics.json")
+    p = subprocess.Popen([COMMBENCH, "numerics", "--ranks", "2", "--impl", "ring", "--dtype", "float32",
+                          "--count", "1M", "--repeats", "5000", "--timeout", str(TIMEOUT_S), "-o", out],
+                         env=mpi_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    try:
+        until = time.monotonic() + 60
+        while not os.path.exists(out) and time.monotonic() < until:
+            time.sleep(0.1)
+        time.sleep(1)  # rank 0 made the file once every rank was up; now both are amid the calls
+        assert p.poll() is None, p.communicate()
+        os.kill(_rank_pids(out)[1], signal.SIGSTOP)
+        t = time.monotonic()
+        _, err = p.communicate(timeout=TIMEOUT_S + 30)
+        elapsed = time.monotonic() - t
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    assert p.returncode == 1 and elapsed < TIMEOUT_S + 5, (elapsed, err)
+    doc = results.load_document(out)
+    assert doc["status"] == "timeout" and doc["numerics"]["rows"] == []
+    assert doc["error"] == f"numerics ring float32 on 2 ranks: rank 1 did not arrive within --timeout {TIMEOUT_S} s"
+    assert [line for line in err.splitlines() if line.startswith("commbench: error")] == [
+        f"commbench: error: {doc['error']} (measured rows kept in {out})"], err
+    time.sleep(0.5)
+    assert _left(out) == []

@@ -7,7 +7,7 @@ from typing import Optional
 
 import click
 
-from .. import preflight
+from .. import preflight, watchdog
 from ..collectives import get
 from ..errors import CommbenchError
 from ..numerics import DATA, FORMATS
@@ -101,6 +101,7 @@ def numerics(ranks_text, impl_text, dtype, data, count_text, seed, repeats, devi
         world.root_call(lambda: made.append(NumericsOutput(run_metadata(world, config, typed_command(sys.argv)), plan,
                                                            output)))
         out = made[0] if made else None
+        watchdog.start(world, cfg.timeout_s, out)
 
         def run() -> int:
             wrong = 0
