@@ -79,9 +79,9 @@ def figures(ranks_s: np.ndarray, hosts: list[str], median_us: float, clock_floor
     return {"per_rank": ranks, **({"straggler": found} if found else {})}
 
 
-def parse_delay(text: Optional[str]) -> Optional[tuple[int, float]]:
+def parse_delay(text: Optional[str], timeout_s: float) -> Optional[tuple[int, float]]:
     """--delay RANK:US -> (rank, microseconds); whether the rank exists is checked once the rank
-    count is known (preflight)."""
+    count is known (preflight). A delay of --timeout or more would read as a dead rank."""
     if text is None:
         return None
     rank, _, us = text.partition(":")
@@ -92,6 +92,9 @@ def parse_delay(text: Optional[str]) -> Optional[tuple[int, float]]:
     if parsed[0] < 0 or not math.isfinite(parsed[1]) or parsed[1] < 0:
         raise CommbenchError(f"--delay {text!r}: the rank must be 0 or more and US a finite number of "
                              f"microseconds, 0 or more")
+    if parsed[1] * 1e-6 >= timeout_s:
+        raise CommbenchError(f"--delay {text!r}: {parsed[1]:g} us is not below --timeout {timeout_s:g} s; the others "
+                             f"would take the delayed rank for a dead one")
     return parsed
 
 

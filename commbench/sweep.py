@@ -173,7 +173,8 @@ def run_collective(world: World, cfg: RunConfig, coll, impls: list, reporter, wh
                     total_wrong += wrong
                     timings = stragglers.Timings(lambda n: impl.rank_times(world, coll, send, recv, code, n, cfg,
                                                                            cfg.agg, delayed=True))
-                    samples = measure(timings, cfg.policy, first=checked if cfg.agg == 1 else None)
+                    # The check is undelayed: with --delay, the iteration count comes from a delayed call.
+                    samples = measure(timings, cfg.policy, first=checked if cfg.agg == 1 and not cfg.delay else None)
                     if reporter:
                         extra = {"root": cfg.root} if coll.rooted else {}
                         if cfg.agg > 1:

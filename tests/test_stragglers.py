@@ -60,10 +60,10 @@ def test_summary_names_the_delayed_rank_once_per_series():
         "for it (= 2.0 ms of the 2.1 ms per call); it is the rank --delay holds back"]
 
 
-@pytest.mark.parametrize("text", ["1", "a:5", "1:x", "-1:5", "1:-5", "1:inf", "1:nan"])
+@pytest.mark.parametrize("text", ["1", "a:5", "1:x", "-1:5", "1:-5", "1:inf", "1:nan", "1:300000000"])
 def test_parse_delay_refuses(text):
     with pytest.raises(CommbenchError, match="--delay"):
-        stragglers.parse_delay(text)
+        stragglers.parse_delay(text, 300.0)
 
 
 @pytest.mark.parametrize("text,wrong", [("3:100", "no rank 3"), ("1:-1", "finite"), ("1:inf", "finite"),
@@ -127,7 +127,7 @@ def test_gloo_names_the_delayed_rank(workdir):
 def test_gpu_delay_arguments_parse():
     from test_gpu_arguments import parse
     params = parse(["allreduce", "--device", "cuda", "--impl", "nccl,ring", "--delay", "1:500", "--sizes", "1K-1M:x8"])
-    assert stragglers.parse_delay(params["delay"]) == (1, 500.0)
+    assert stragglers.parse_delay(params["delay"], 300.0) == (1, 500.0)
 
 
 def _code(*parts) -> str:

@@ -63,7 +63,7 @@ def collective_command(coll) -> click.Command:
             cupy_buffers.require_cupy()
         cfg = RunConfig(op=coll.name, impls=tuple(i.name for i in impls), sizes=tuple(size_list), buffers=buffers,
                         dtype=",".join(dtypes), redop=",".join(redops), in_place=in_place, device=device, graph=graph,
-                        chunk_bytes=chunk_bytes, root=root, agg=agg, timeout_s=timeout_s, delay=parse_delay(delay),
+                        chunk_bytes=chunk_bytes, root=root, agg=agg, timeout_s=timeout_s, delay=parse_delay(delay, timeout_s),
                         policy=policy)
         if cfg.delay:
             notes.append(delay_text(cfg.describe()["delay"], agg))
