@@ -27,9 +27,12 @@ def parse(argv: list) -> dict:
     params = command.make_context(name, rest, parent=group).params
     if "sizes" in params:
         assert parse_sizes(params["sizes"])
-    for key in ("chunk", "staging_chunk"):
+    for key in ("chunk", "staging_chunk", "latency_size", "bandwidth_size"):
         if key in params:
             parse_size(params[key])
+    if params.get("delay"):
+        from commbench.stragglers import parse_delay
+        parse_delay(params["delay"], params["timeout_s"])
     if "dtype" in params:
         dtype_of(params["dtype"])
     if "redop" in params:
@@ -52,11 +55,15 @@ def test_gpu_argument_lists_parse(argv):
     parse(argv)
 
 
-def test_gpu_check_runs_every_command_and_nccl_p2p_on_several_gpus():
+def test_gpu_check_runs_every_command_and_the_multi_gpu_ones_on_several_gpus():
     one, eight = gpu_check_argvs(1), gpu_check_argvs(8)
     assert {a[0] for a in one} == {"version", "topo", "doctor", "p2p", "copy", *collectives.names()}
     extra = [a for a in eight if a not in one]
-    assert all(a in eight for a in one) and extra and all(a[:3] == ["p2p", "--impl", "nccl"] for a in extra)
+    assert all(a in eight for a in one)
+    # NCCL between ranks: p2p, links over every GPU, and a delayed rank (stragglers).
+    assert [a[:3] for a in extra] == [["p2p", "--impl", "nccl"], ["links", "--impl", "nccl"],
+                                      ["allreduce", "--device", "cuda"]]
+    assert extra[1][extra[1].index("--np") + 1] == "8" and "--delay" in extra[2]
 
 
 @pytest.mark.parametrize("argv,wrong", [

@@ -83,6 +83,9 @@ def steps(gpus: int, folder: str) -> list[Step]:
     ]
     if gpus >= 2:
         out.append(sweep("p2p nccl", ["p2p", "--impl", "nccl", "--np", "2", "--sizes", "4-64M:x16"]))
+        out.append(sweep("links nccl", ["links", "--impl", "nccl", "--np", str(gpus), "--bandwidth-size", "64M"]))
+        out.append(sweep("allreduce delay", ["allreduce", "--device", "cuda", "--impl", "nccl,ring", "--delay", "1:2000",
+                                             "--sizes", "1K-1M:x32"]))
     return out
 
 
