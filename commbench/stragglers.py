@@ -72,10 +72,13 @@ def finding(ranks: list[dict], median_us: float, clock_floor_s: float) -> Option
     return {"rank": top["rank"], "host": top["host"], "waited_us": waited}
 
 
-def figures(ranks_s: np.ndarray, hosts: list[str], median_us: float, clock_floor_s: float) -> dict:
-    """What a collective's record gains: `per_rank`, and `straggler` when one is found."""
+def figures(ranks_s: np.ndarray, hosts: list[str], median_us: float, clock_floor_s: float,
+            same_work: bool = True) -> dict:
+    """What a collective's record gains: `per_rank`, and `straggler` when one is found. Only where
+    every rank does the same work (`same_work`): in a rooted collective the root's own time is short
+    by its role (a broadcast's root only sends), and would read as a late arrival."""
     ranks = per_rank(ranks_s, hosts)
-    found = finding(ranks, median_us, clock_floor_s)
+    found = finding(ranks, median_us, clock_floor_s) if same_work else None
     return {"per_rank": ranks, **({"straggler": found} if found else {})}
 
 

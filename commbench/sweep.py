@@ -182,7 +182,7 @@ def run_collective(world: World, cfg: RunConfig, coll, impls: list, reporter, wh
                         rec = record(coll.name, impl.name, dname, redop, world.size, shape.size, shape.count,
                                      samples, wrong, in_place=cfg.in_place, **extra)
                         rec.update(stragglers.figures(timings.last, world.hosts, rec["time_us"]["median"],
-                                                      reporter.clock_floor_s))
+                                                      reporter.clock_floor_s, same_work=not coll.rooted))
                         reporter.add(rec, block, format_size(shape.size))
     return total_wrong
 

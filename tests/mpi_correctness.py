@@ -11,6 +11,7 @@ import torch
 from mpi4py import MPI
 
 from commbench import _host, collectives
+from commbench.collectives.base import PIPELINED
 from commbench.spec import DTYPES, REDOPS, dtype_of
 from commbench.sweep import _MOVE_ONLY, Buffers, RunConfig, _count_wrong, _fill, torch_allocator
 from commbench.testdata import HostData
@@ -23,7 +24,7 @@ comm = MPI.COMM_WORLD
 rank, size = comm.rank, comm.size
 REF = {"sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min}
 COUNTS = [0, 1, 2, size - 1, size + 1, 3 * size + 2, 1000, 65537]
-TREE_CHUNKS = {"tree": [4 * 8, 1 << 20]}
+TREE_CHUNKS = {name: [4 * 8, 1 << 20] for name in PIPELINED}
 data = HostData(world)
 HOST = torch_allocator(torch.device("cpu"))
 

@@ -70,12 +70,14 @@ def test_tree_pipelines_one_group_per_step(simulator, n, chunk):
 @pytest.mark.parametrize("in_place", [False, True])
 @pytest.mark.parametrize("coll", ["broadcast", "reduce"])
 @pytest.mark.parametrize("root", [0, 1, 5])
-def test_tree_halves_pipeline_from_any_root(simulator, coll, root, in_place):
+@pytest.mark.parametrize("algo", ["tree", "chain"])
+def test_tree_halves_pipeline_from_any_root(simulator, algo, coll, root, in_place):
     """The tree broadcast and reduce are the all-reduce tree's halves, over the tree renumbered from
-    the root: one phase, chunks + depth - 1 steps, whichever rank is the root."""
+    the root: one phase, chunks + depth - 1 steps, whichever rank is the root; the chain is the same
+    pipeline with one child per rank, depth p - 1."""
     n, chunk = 1000, 64
-    for p, rounds in _exact(_run(simulator, coll, "tree", n, chunk, root=root, in_place=in_place)):
-        depth = int(math.floor(math.log2(p)))
+    for p, rounds in _exact(_run(simulator, coll, algo, n, chunk, root=root, in_place=in_place)):
+        depth = int(math.floor(math.log2(p))) if algo == "tree" else p - 1
         assert rounds == (math.ceil(n / chunk) + depth - 1 if p > 1 else 0)
 
 

@@ -6,6 +6,7 @@ import sys
 import pytest
 
 from commbench import collectives
+from commbench.collectives.base import PIPELINED
 from commbench.spec import DTYPES, REDOPS
 from commbench.transports import impls_for
 from conftest import HERE, mpirun
@@ -14,11 +15,11 @@ pytestmark = pytest.mark.mpi
 
 
 def expected_cases() -> int:
-    """Collective x CPU impl (the tree at two chunk sizes) x dtype x reduction x 8 counts x
+    """Collective x CPU impl (the tree and the chain at two chunk sizes) x dtype x reduction x 8 counts x
     placements: what mpi_correctness.py must have checked."""
     total = 0
     for coll in collectives.all_collectives():
-        variants = sum(2 if name == "tree" else 1 for name in impls_for(coll, "cpu"))
+        variants = sum(2 if name in PIPELINED else 1 for name in impls_for(coll, "cpu"))
         total += variants * len(DTYPES) * (len(REDOPS) if coll.reduces else 1) * 8 * (2 if coll.in_place else 1)
     return total
 

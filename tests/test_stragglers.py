@@ -45,6 +45,14 @@ def test_one_rank_is_never_a_straggler():
     assert stragglers.finding(stragglers.per_rank(np.ones((1, 5)), ["h"]), 1e6, 1e-9) is None
 
 
+def test_a_rooted_collective_names_no_straggler():
+    # A broadcast's root only sends: its own time is short by its role, not by arriving late.
+    ranks_s = np.array([[100e-6] * 5, [10e-6] * 5, [100e-6] * 5])
+    assert "straggler" in stragglers.figures(ranks_s, ["h"] * 3, 100.0, 1e-9)
+    found = stragglers.figures(ranks_s, ["h"] * 3, 100.0, 1e-9, same_work=False)
+    assert "straggler" not in found and found["per_rank"][1]["skew_median_us"] == pytest.approx(90.0)
+
+
 def test_the_timer_measure_drives_is_the_slowest_rank():
     timings = stragglers.Timings(lambda n: np.array([[1.0] * n, [3.0] * n]))
     assert list(timings(2)) == [3.0, 3.0] and timings.last.shape == (2, 2)

@@ -14,7 +14,7 @@ from ..fit import CostModel
 # count_wrong's source for "the exact reduction over all ranks" (pattern.h).
 REDUCED = -1
 # Our algorithms that send a message in chunks, one pipeline stage per chunk (the chunk is an option).
-PIPELINED = ("tree",)
+PIPELINED = ("tree", "chain")
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,8 @@ class Broadcast(Collective):
     summary = "Time broadcast implementations from --root."
     rooted = True
     order = 3
-    algorithms = {"tree": "commbench pipelined binary tree broadcast (the all-reduce tree's second half)"}
+    algorithms = {"tree": "commbench pipelined binary tree broadcast (the all-reduce tree's second half)",
+                  "chain": "commbench pipelined chain broadcast (the same pipeline, one child per rank)"}
 
     def busbw_factor(self, p):
         return 1.0
@@ -19,7 +20,12 @@ class Broadcast(Collective):
         return [Segment(0, shape.recv, 0, root)]
 
     def cost_model(self, impl, p):
-        return step_model("pipelined tree", tree_depth(p), 1.0, impl != "tree") if p > 1 else None
+        if p < 2:
+            return None
+        # A chain's pipeline fills over p - 1 hops; the tree's over its depth.
+        if impl == "chain":
+            return step_model("pipelined chain", p - 1, 1.0, False)
+        return step_model("pipelined tree", tree_depth(p), 1.0, impl != "tree")
 
 
 COLLECTIVE = Broadcast()

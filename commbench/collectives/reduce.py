@@ -10,7 +10,8 @@ class Reduce(Collective):
     reduces = True
     rooted = True
     order = 4
-    algorithms = {"tree": "commbench pipelined binary tree reduce (the all-reduce tree's first half)"}
+    algorithms = {"tree": "commbench pipelined binary tree reduce (the all-reduce tree's first half)",
+                  "chain": "commbench pipelined chain reduce (the same pipeline, one child per rank)"}
 
     def busbw_factor(self, p):
         return 1.0
@@ -20,7 +21,12 @@ class Reduce(Collective):
         return [Segment(0, shape.recv, 0, REDUCED)] if rank == root else []
 
     def cost_model(self, impl, p):
-        return step_model("pipelined tree", tree_depth(p), 1.0, impl != "tree") if p > 1 else None
+        if p < 2:
+            return None
+        # A chain's pipeline fills over p - 1 hops; the tree's over its depth.
+        if impl == "chain":
+            return step_model("pipelined chain", p - 1, 1.0, False)
+        return step_model("pipelined tree", tree_depth(p), 1.0, impl != "tree")
 
 
 COLLECTIVE = Reduce()

@@ -149,8 +149,8 @@ class DeviceComm {
                      aggregated(nccl_call(coll_name, b, op, comm(), stream_.s, where_), agg, [this] { return NcclGroup(where_); })) *
                per_op;
       const Own own = own_algo(coll_name, impl);
-      if (own.algo == Algo::Tree && chunk_bytes < static_cast<int64_t>(sizeof(T)))
-        throw std::invalid_argument("tree chunk must hold at least one element");
+      if (pipelined(own) && chunk_bytes < static_cast<int64_t>(sizeof(T)))
+        throw std::invalid_argument("pipeline chunk must hold at least one element");
       const std::size_t chunk =
           TreeSchedule::chunk_for(static_cast<std::size_t>(std::max<int64_t>(chunk_bytes, 1)), sizeof(T), b.recv_count);
       NcclTransport transport(comm(), stream_.s, where_);

@@ -154,8 +154,8 @@ at::Tensor collective_times(const std::string& coll_name, const std::string& imp
       return time_iterations(comm, iters, delay_s, aggregated(mpi_call(coll_name, b, mop, comm), agg, no_group)) / static_cast<double>(agg);
     }
     const Own own = own_algo(coll_name, impl);
-    if (own.algo == Algo::Tree && chunk_bytes < static_cast<int64_t>(sizeof(T)))
-      throw std::invalid_argument("tree chunk must hold at least one element");
+    if (pipelined(own) && chunk_bytes < static_cast<int64_t>(sizeof(T)))
+      throw std::invalid_argument("pipeline chunk must hold at least one element");
     const std::size_t chunk =
         TreeSchedule::chunk_for(static_cast<std::size_t>(std::max<int64_t>(chunk_bytes, 1)), sizeof(T), b.recv_count);
     MpiTransport transport(comm);

@@ -28,7 +28,7 @@ struct CallBuffers {
 };
 
 enum class Coll { AllReduce, AllGather, ReduceScatter, Broadcast, Reduce, AllToAll };
-enum class Algo { Ring, Tree, Pairwise };
+enum class Algo { Ring, Tree, Chain, Pairwise };
 
 // One of our algorithms for one collective.
 struct Own {
@@ -48,14 +48,21 @@ inline Own own_algo(const std::string& name, const std::string& impl) {
     if (name == "broadcast") return {Coll::Broadcast, Algo::Tree};
     if (name == "reduce") return {Coll::Reduce, Algo::Tree};
   }
+  if (impl == "chain") {
+    if (name == "broadcast") return {Coll::Broadcast, Algo::Chain};
+    if (name == "reduce") return {Coll::Reduce, Algo::Chain};
+  }
   if (impl == "pairwise" && name == "alltoall") return {Coll::AllToAll, Algo::Pairwise};
   throw std::invalid_argument("no algorithm '" + impl + "' of ours for " + name);
 }
 
+// The tree and the chain send in pipeline chunks (--chunk).
+inline bool pipelined(Own own) { return own.algo == Algo::Tree || own.algo == Algo::Chain; }
+
 // Scratch elements own_call needs. `chunk` is the tree's pipeline chunk in elements.
 template <typename T>
 std::size_t own_scratch_elems(Own own, const CallBuffers<T>& b, std::size_t chunk) {
-  if (own.algo == Algo::Tree) return tree_scratch_elems<T>(chunk);
+  if (pipelined(own)) return tree_scratch_elems<T>(chunk);
   if (own.algo != Algo::Ring) return 0;
   if (own.coll == Coll::ReduceScatter)  // out of place, the whole input is reduced in a copy
     return (b.in_place ? 0 : b.send_count) + ring_scratch_elems<T>(b.send_count, b.size);
@@ -69,7 +76,7 @@ std::function<void()> own_call(Own own, Transport& tr, Reducer& reduce, Copy& co
                                std::size_t chunk) {
   const Algo algo = own.algo;
   const RingSchedule ring{b.rank, b.size};
-  const TreeSchedule tree{b.rank, b.size, chunk, b.root};
+  const TreeSchedule tree{b.rank, b.size, chunk, b.root, algo == Algo::Chain ? 1 : 2};
   T* out = b.recv;
   const T* in = b.send;
   switch (own.coll) {

@@ -56,15 +56,18 @@ struct RingSchedule {
   }
 };
 
-// Binary tree over the ranks renumbered from `root` (virtual rank v = rank - root mod p; children
-// of v are 2v+1 and 2v+2). The all-reduce reduces towards the root and then broadcasts back, both
-// pipelined in chunks so that interior ranks forward chunk k while their children already send chunk
-// k + 1; each half alone is the tree reduce or the tree broadcast from `root`.
+// Tree of `arity` children per rank over the ranks renumbered from `root` (virtual rank v = rank -
+// root mod p; children of v are arity*v+1 ... arity*v+arity): binary (arity 2) or a chain (arity 1:
+// each rank forwards to the next, p - 1 hops but one child to feed). The all-reduce reduces towards
+// the root and then broadcasts back, both pipelined in chunks so that interior ranks forward chunk k
+// while their children already send chunk k + 1; each half alone is the tree reduce or the tree
+// broadcast from `root`.
 struct TreeSchedule {
   int rank;
   int size;
   std::size_t chunk_elems;  // pipeline granularity, at least 1
   int root = 0;
+  int arity = 2;
 
   // Pipeline chunk (elements) for a message of n elements of elem_bytes: chunk_bytes in whole
   // elements, at least one, and no larger than the message (more would only waste scratch memory).
@@ -76,14 +79,14 @@ struct TreeSchedule {
   int virtual_rank() const { return wrap(rank - root, size); }
   int parent() const {
     const int v = virtual_rank();
-    return v == 0 ? -1 : wrap((v - 1) / 2 + root, size);
+    return v == 0 ? -1 : wrap((v - 1) / arity + root, size);
   }
   int num_children() const {
     int c = 0;
-    for (int k = 1; k <= 2; ++k) c += (2 * virtual_rank() + k < size) ? 1 : 0;
+    for (int k = 1; k <= arity; ++k) c += (arity * virtual_rank() + k < size) ? 1 : 0;
     return c;
   }
-  int child(int k) const { return wrap(2 * virtual_rank() + 1 + k + root, size); }
+  int child(int k) const { return wrap(arity * virtual_rank() + 1 + k + root, size); }
   std::size_t num_chunks(std::size_t n) const {
     return n == 0 ? 0 : (n + chunk_elems - 1) / chunk_elems;
   }
