@@ -3,7 +3,7 @@
 - commbench._host (always): timed loops over MPI, linked against the MPI library that mpi4py uses.
 - commbench._cuda (whenever a CUDA build of torch and a CUDA compiler of the same release are present,
   whether or not a GPU is visible): NCCL collectives, device ring/tree, copies. The compiler is chosen
-  by commbench/toolkit.py; NCCL comes from the nvidia-nccl wheel that torch depends on. Without a
+  by commbench/node/toolkit.py; NCCL comes from the nvidia-nccl wheel that torch depends on. Without a
   matching compiler only commbench._host is built, and `commbench version -v` says why.
 
 Our sources are C++17; torch 2.14's headers need C++20, which torch's build helper selects.
@@ -32,8 +32,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def _load_toolkit():
-    """commbench/toolkit.py by path: the package is not importable while it is being built."""
-    spec = importlib.util.spec_from_file_location("commbench_toolkit", os.path.join(HERE, "commbench", "toolkit.py"))
+    """commbench/node/toolkit.py by path: the package is not importable while it is being built."""
+    spec = importlib.util.spec_from_file_location("commbench_toolkit", os.path.join(HERE, "commbench", "node", "toolkit.py"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -5,3 +5,8 @@ class CommbenchError(Exception):
     """Bad input or an environment that cannot run the request; the message names cause and fix."""
 
     exit_code = 2
+
+
+def one_line(text: str) -> str:
+    """An error message as the single line the user gets."""
+    return " ".join(part.strip() for part in str(text).splitlines() if part.strip())

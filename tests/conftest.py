@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from commbench.world import launcher_free_env
+from commbench.launch.world import launcher_free_env
 
 BIN = os.path.dirname(sys.executable)
 COMMBENCH = os.path.join(BIN, "commbench")

@@ -12,11 +12,13 @@ from mpi4py import MPI
 
 from commbench import _host, collectives
 from commbench.collectives.base import PIPELINED
-from commbench.spec import DTYPES, REDOPS, dtype_of
-from commbench.sweep import _MOVE_ONLY, Buffers, RunConfig, _count_wrong, _fill, torch_allocator
-from commbench.testdata import HostData
+from commbench.collectives.dtypes import DTYPES, REDOPS, dtype_of
+from commbench.launch.world import init_world
+from commbench.run.buffers import Buffers, torch_allocator
+from commbench.run.collective import _MOVE_ONLY, _count_wrong, _fill
+from commbench.run.config import RunConfig
+from commbench.run.testdata import HostData
 from commbench.transports import gloo, impls_for
-from commbench.world import init_world
 
 world = init_world()
 gloo.join(world)

@@ -12,10 +12,10 @@ import sys
 import numpy as np
 
 from commbench import collectives
-from commbench.numerics_run import Plan, rows
-from commbench.sweep import RunConfig
+from commbench.launch.world import init_world
+from commbench.run.config import RunConfig
+from commbench.run.numerics import Plan, rows
 from commbench.transports import impls_for
-from commbench.world import init_world
 
 out, data, seed, count, ranks, dtypes = sys.argv[1:]
 world = init_world()

@@ -7,12 +7,14 @@ import os
 
 import numpy as np
 import pytest
-
-from commbench import compare as cmp
-from commbench import fabrics, fit, importers, results
-from commbench.errors import CommbenchError
-from commbench.sweep import record
 from conftest import commbench
+
+from commbench.analysis import compare as cmp
+from commbench.analysis import fabrics, fit
+from commbench.errors import CommbenchError
+from commbench.results import document as results
+from commbench.results import importers
+from docs import record
 
 IMPORTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "imports")
 SIZES = [1 << k for k in range(10, 27)]

@@ -12,10 +12,10 @@ import socket
 import sys
 
 import pytest
+from conftest import HERE, commbench
 
 from commbench.cli import main
-from commbench.world import launcher_free_env
-from conftest import HERE, commbench
+from commbench.launch.world import launcher_free_env
 from docs import result_doc, ring_run, row
 
 TABLE = os.path.join(HERE, "data", "bad_inputs.txt")

@@ -9,10 +9,10 @@ import subprocess
 import time
 
 import pytest
-
-from commbench import results
-from commbench.machine import recorded_env
 from conftest import COMMBENCH, commbench, mpi_env, mpirun, stub_gpu_env
+
+from commbench.node.machine import recorded_env
+from commbench.results import document as results
 
 # CPU runs name --device cpu: allreduce's default, auto, takes the GPU wherever one is visible.
 
@@ -61,7 +61,7 @@ def test_standalone_run_as_typed(cpu_env, workdir):
     for impl in ("mpi", "ring", "tree", "gloo"):
         assert f"# impl {impl}:" in out
     assert "2 rank(s) on 1 host(s)" in out and "launcher: standalone" in out
-    rows = [l.split() for l in out.splitlines() if l.strip() and not l.startswith("#")]
+    rows = [line.split() for line in out.splitlines() if line.strip() and not line.startswith("#")]
     assert len(rows) == 4 * 4
     assert {r[0] for r in rows} == {"1024", "4096", "16384", "65536"}
     assert all(r[8] == "0" for r in rows)  # #wrong
@@ -97,7 +97,7 @@ def test_one_rank_reports_busbw_as_na(workdir):
     r = commbench(["allreduce", "--device", "cpu", "--np", "1", "--sizes", "4K", "--impl", "ring,mpi", "-o", out],
                   cwd=workdir)
     assert r.returncode == 0, r.stderr
-    rows = [l.split() for l in r.stdout.splitlines() if l.strip() and not l.startswith("#")]
+    rows = [line.split() for line in r.stdout.splitlines() if line.strip() and not line.startswith("#")]
     assert all(row[7] == "n/a" for row in rows)
     assert results.load(out)["busbw_gbps"].isna().all()
 

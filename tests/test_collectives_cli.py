@@ -6,11 +6,12 @@ import os
 import subprocess
 
 import pytest
-
-from commbench import collectives, results
-from commbench.spec import DTYPES, REDOPS
-from commbench.transports import impls_for
 from conftest import BIN, COMMBENCH, commbench, mpi_env, mpirun
+
+from commbench import collectives
+from commbench.collectives.dtypes import DTYPES, REDOPS
+from commbench.results import document as results
+from commbench.transports import impls_for
 
 TORCHRUN = os.path.join(BIN, "torchrun")
 

@@ -6,10 +6,10 @@ import sys
 
 import pytest
 import torch
-
-from commbench import cupy_buffers
-from commbench.errors import CommbenchError
 from conftest import commbench, stub_gpu_env
+
+from commbench.errors import CommbenchError
+from commbench.run import cupy_buffers
 
 
 class FakeArray:

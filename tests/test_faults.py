@@ -8,9 +8,9 @@ import subprocess
 import time
 
 import pytest
-
-from commbench import results
 from conftest import COMMBENCH, MPIRUN, mpi_env
+
+from commbench.results import document as results
 
 TIMEOUT_S = 3
 # Many small sizes and a fixed count of iterations: a sweep that lasts, made of cheap sizes.
@@ -248,5 +248,36 @@ def test_a_stopped_rank_ends_numerics_too(workdir):
     assert doc["error"] == f"numerics ring float32 on 2 ranks: rank 1 did not arrive within --timeout {TIMEOUT_S} s"
     assert [line for line in err.splitlines() if line.startswith("commbench: error")] == [
         f"commbench: error: {doc['error']} (measured rows kept in {out})"], err
+    time.sleep(0.5)
+    assert _left(out) == []
+
+
+def test_numerics_killed_on_rank_0_keeps_the_rows_it_wrote(workdir):
+    """numerics writes each row into its result file as it comes: a SIGKILL of rank 0, which owns the
+    file, after the first row leaves a valid file holding that row."""
+    out = os.path.join(workdir, "numerics-killed.json")
+    p = subprocess.Popen([COMMBENCH, "numerics", "--ranks", "2", "--impl", "ring,tree", "--dtype", "float32,float64",
+                          "--count", "256K", "--repeats", "500", "--timeout", "30", "-o", out],
+                         env=mpi_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    try:
+        until = time.monotonic() + 90
+        rows = []
+        while not rows and time.monotonic() < until and p.poll() is None:
+            try:
+                rows = results.read_json(out, "result file")["numerics"]["rows"]
+            except Exception:  # noqa: BLE001 - not there yet, or replaced as we read it
+                pass
+            time.sleep(0.05)
+        assert rows, p.communicate()
+        os.kill(_rank_pids(out)[0], signal.SIGKILL)
+        p.communicate(timeout=TIMEOUT_S + 30)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    doc = results.load_document(out)
+    kept = doc["numerics"]["rows"]
+    assert len(kept) >= 1 and kept[0] == rows[0]
+    assert len(kept) < 4, "rank 0 died before the last row"
     time.sleep(0.5)
     assert _left(out) == []

@@ -1,7 +1,6 @@
 """Output formats: the registry, the console table the live run and `export` share, every format's
 content, and `commbench export` as a user types it (refusals included: exit 2, one line, no file)."""
 
-import copy
 import csv
 import io
 import json
@@ -10,16 +9,18 @@ import sys
 
 import numpy as np
 import pytest
+from conftest import commbench
 
-from commbench import formats, results
+from commbench import formats
 from commbench.cli import main
 from commbench.cli.analyze import export
 from commbench.errors import CommbenchError
 from commbench.formats import console
-from commbench.reporter import Reporter
-from commbench.stats import iqr, summarize
-from commbench.sweep import record
-from conftest import commbench
+from commbench.results import document as results
+from commbench.results.record import measured
+from commbench.results.stats import iqr, summarize
+from commbench.run.reporter import Reporter
+from docs import record
 
 # Per-iteration times (us) whose statistics are known by hand: median 3, quartiles 2 and 4 (IQR 2,
 # 66.7% of the median), mean 22, stdev 43.6 (CV 198.3%): one long outlier moves CV, not IQR.
@@ -144,10 +145,12 @@ def test_the_live_table_is_the_console_format(workdir, capsys, monkeypatch):
     meta = {k: v for k, v in _doc([]).items() if k not in ("results", "status", "error")}
     path = os.path.join(workdir, "live.json")
     rep = Reporter(meta, path, total_steps=2, clock_floor_s=1e-9)
-    recs = [_record(1024), _record(1 << 20, [250.0, 251.0, 252.0, 260.0])]
+    made = [measured("allreduce", "ring", "float32", "sum", 4, size, size // 4, np.array(us) * 1e-6, 0)
+            for size, us in ((1024, SAMPLES_US), (1 << 20, [250.0, 251.0, 252.0, 260.0]))]
+    recs = [r.as_dict() for r in made]
     rep.block("ring", "commbench ring over MPI point-to-point")
-    for r in recs:
-        rep.add(copy.deepcopy(r), "ring", str(r["size_bytes"]))
+    for r in made:
+        rep.add(r, "ring", str(r.size_bytes))
     rep.finish()
     live = capsys.readouterr().out.splitlines()
     assert live[:len(console.header(meta))] == console.header(meta)

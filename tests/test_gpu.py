@@ -8,11 +8,12 @@ import sysconfig
 
 import pytest
 import torch
-
-from commbench import results, toolkit
-from commbench.gpu import visible_gpus
-from commbench.spec import DTYPES, REDOPS, dtype_of
 from conftest import commbench
+
+from commbench.collectives.dtypes import DTYPES, REDOPS, dtype_of
+from commbench.node import toolkit
+from commbench.node.gpu import visible_gpus
+from commbench.results import document as results
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -211,7 +212,7 @@ def test_nccl_p2p_between_ranks(workdir):
 
 
 def test_peer_matrix_printout_marks_unsupported_pairs():
-    from commbench.copies import print_matrices
+    from commbench.run.copies import print_matrices
 
     def rec(gbps, us):
         return {"algbw_gbps": gbps, "time_us": {"median": us}}

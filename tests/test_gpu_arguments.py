@@ -6,14 +6,14 @@ import os
 import sys
 
 import pytest
+from conftest import gpu_check_module
+from test_gpu import GPU_TEST_ARGS
 
 from commbench import collectives
 from commbench.cli import cli
+from commbench.collectives.dtypes import dtype_of, redop_code
 from commbench.sizes import parse_size, parse_sizes
 from commbench.transports import parse_impls
-from commbench.spec import dtype_of, redop_code
-from conftest import gpu_check_module
-from test_gpu import GPU_TEST_ARGS
 
 GPU_CHECK = gpu_check_module()
 COMMBENCH_BIN = os.path.join(os.path.dirname(sys.executable), "commbench")
@@ -31,7 +31,7 @@ def parse(argv: list) -> dict:
         if key in params:
             parse_size(params[key])
     if params.get("delay"):
-        from commbench.stragglers import parse_delay
+        from commbench.analysis.stragglers import parse_delay
         parse_delay(params["delay"], params["timeout_s"])
     if "dtype" in params:
         dtype_of(params["dtype"])

@@ -8,9 +8,9 @@ import re
 import sys
 
 import pytest
-
-from commbench.world import detect_launcher
 from conftest import gpu_check_module
+
+from commbench.launch.world import detect_launcher
 
 GPU_CHECK = gpu_check_module()
 DEGRADED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "topo", "hgx_h100_degraded.json")

@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from commbench import gpu, toolkit
 from commbench.errors import CommbenchError
+from commbench.node import gpu, toolkit
 
 TORCH_CUDA = "13.0"
 
@@ -204,12 +204,12 @@ def gpu_memory(monkeypatch):
 
 
 def _one_rank_world():
-    from commbench.world import World
+    from commbench.launch.world import World
     return World(rank=0, size=1, hosts=["node1"], launcher="local", device=0)
 
 
 def test_memory_check_counts_nccls_buffers(gpu_memory):
-    from commbench.sweep import check_device_memory
+    from commbench.run.buffers import check_device_memory
     gpu_memory(free=4 << 30, cached=0)
     check_device_memory(_one_rank_world(), 2 << 30, "an all-reduce of 1G")
     # 3 GiB of buffers alone would fit in 90 % of 4 GiB; with NCCL's 1 GiB they do not.
@@ -218,14 +218,14 @@ def test_memory_check_counts_nccls_buffers(gpu_memory):
 
 
 def test_memory_check_counts_torchs_cached_blocks_as_free(gpu_memory):
-    from commbench.sweep import check_device_memory
+    from commbench.run.buffers import check_device_memory
     gpu_memory(free=1 << 30, cached=4 << 30)
     check_device_memory(_one_rank_world(), 2 << 30, "an all-reduce of 1G")
 
 
 def test_device_samples_are_judged_against_the_event_timers_resolution():
     from commbench.cli.common import timer_floor_s
-    from commbench.stats import sample_flags
+    from commbench.results.stats import sample_flags
     assert timer_floor_s("cuda") == pytest.approx(max(gpu.CUDA_EVENT_RESOLUTION_S, timer_floor_s("cpu")))
     assert timer_floor_s("cpu") < gpu.CUDA_EVENT_RESOLUTION_S  # this host's clock is finer
     five_us = [5.0] * 20
@@ -236,10 +236,10 @@ def test_device_samples_are_judged_against_the_event_timers_resolution():
 def test_a_failure_midway_names_the_step_and_keeps_the_file(tmp_path, capsys):
     """What a NCCL timeout or async error becomes: one line naming the step (impl and size) and the
     rank's own words, the result file closed as failed with the rows measured before."""
-    from commbench import results
     from commbench.cli.common import sweep as _sweep
-    from commbench.reporter import Reporter, run_metadata
-    from commbench.sweep import RunConfig
+    from commbench.results import document as results
+    from commbench.run.config import RunConfig
+    from commbench.run.reporter import Reporter, run_metadata
     path = str(tmp_path / "r.json")
     cfg = RunConfig(op="allreduce", impls=("ring",), sizes=(1 << 26,), device="cuda")
     reporter = Reporter(run_metadata(_one_rank_world(), cfg.describe(), ["commbench"]), path, 2, 1e-8)

@@ -15,9 +15,10 @@ import sys
 import time
 
 import pytest
-
-from commbench import fit, results
 from conftest import COMMBENCH, commbench
+
+from commbench.analysis import fit
+from commbench.results import document as results
 
 pytestmark = [pytest.mark.cluster, pytest.mark.mpi]
 

@@ -12,11 +12,16 @@ import sys
 
 import numpy as np
 import pytest
+from conftest import COMMBENCH, HERE, ROOT, commbench, mpi_env, mpirun
 
-from commbench import atomic, fit, fitreport, machine, policy, results
+from commbench.analysis import fit
+from commbench.analysis import verdicts as fitreport
 from commbench.cli import main
 from commbench.errors import CommbenchError
-from conftest import COMMBENCH, HERE, ROOT, commbench, mpi_env, mpirun
+from commbench.node import machine
+from commbench.results import atomic
+from commbench.results import document as results
+from commbench.run import policy
 from docs import result_doc, ring_run, row
 
 FULL_DISK = os.path.join(HERE, "stubs", "full_disk")
@@ -213,7 +218,7 @@ def test_under_a_launcher_rank_0_refuses_before_any_measurement(workdir):
 
 
 def test_an_os_error_no_command_answered_is_one_line(monkeypatch, capsys):
-    from commbench import fabrics
+    from commbench.analysis import fabrics
 
     def unreadable():
         raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), "/site/commbench/fabrics.json")
@@ -290,7 +295,7 @@ def test_baseline_save_cleans_what_an_older_run_file_recorded(tmp_path, monkeypa
 
 
 def test_the_report_shows_an_older_files_command_as_typed():
-    from commbench import report
+    from commbench.formats import report
     old = result_doc(ring_run()["results"], argv=["/build/commbench/__main__.py", "allreduce", "--sizes", "1K-16M"])
     assert ("command", "commbench allreduce --sizes 1K-16M") in report.facts(old, "old.json")
 
@@ -322,7 +327,8 @@ def test_headline_latency_comes_from_the_smallest_sizes_and_bandwidth_from_the_l
 
 
 def test_the_report_says_which_segment_alpha_and_bandwidth_come_from():
-    from commbench import formats, report
+    from commbench import formats
+    from commbench.formats import report
     def t_us(n):  # as above: shared memory, a steeper line past the caches
         return 0.5 + n / 5e3 if n < 16 << 20 else -2000 + n / 1.5e3
     doc = result_doc([row(n, t_us(n)) for n in (1 << k for k in range(10, 31))])

@@ -2,7 +2,7 @@ import os
 
 import pytest
 
-from commbench.world import detect_launcher, launcher_free_env, standalone_command
+from commbench.launch.world import detect_launcher, launcher_free_env, standalone_command
 
 ENVS = [
     ({}, None),
@@ -52,13 +52,13 @@ def test_standalone_oversubscribes_beyond_the_cores():
 @pytest.mark.parametrize("env,rank", [({}, None), ({"OMPI_COMM_WORLD_RANK": "3"}, 3), ({"MV2_COMM_WORLD_RANK": "0"}, 0),
                                       ({"SLURM_PROCID": "7"}, 7), ({"RANK": "1"}, 1)])
 def test_launch_rank(env, rank):
-    from commbench.world import launch_rank
+    from commbench.launch.world import launch_rank
     assert launch_rank(env) == rank
 
 
 def test_root_call_raises_rank_zero_failures_everywhere():
     from commbench.errors import CommbenchError
-    from commbench.world import World
+    from commbench.launch.world import World
     w = World(rank=0, size=1, hosts=["h"], launcher="local")
     assert w.root_call(lambda: 41 + 1) == 42
     with pytest.raises(CommbenchError, match="OSError: disk gone"):

@@ -7,10 +7,11 @@ import json
 import os
 
 import pytest
-
-from commbench import links, results
-from commbench.sweep import record
 from conftest import COMMBENCH, commbench
+
+from commbench.analysis import links
+from commbench.results import document as results
+from docs import record
 
 FAST, SLOW = 10.0, 3.0  # GB/s
 ONE_HOST_EACH = [f"h{r}" for r in range(6)]

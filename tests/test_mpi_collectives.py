@@ -4,12 +4,12 @@ import os
 import sys
 
 import pytest
+from conftest import HERE, mpirun
 
 from commbench import collectives
 from commbench.collectives.base import PIPELINED
-from commbench.spec import DTYPES, REDOPS
+from commbench.collectives.dtypes import DTYPES, REDOPS
 from commbench.transports import impls_for
-from conftest import HERE, mpirun
 
 pytestmark = pytest.mark.mpi
 

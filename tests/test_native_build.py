@@ -28,7 +28,7 @@ def test_reduction_loop_vectorises(tmp_path):
                         str(tmp_path / "probe.o"), "-I", os.path.join(ROOT, "csrc", "include")],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
-    vectorised = [l for l in r.stderr.splitlines() if "reduce.h" in l and "loop vectorized" in l]
+    vectorised = [line for line in r.stderr.splitlines() if "reduce.h" in line and "loop vectorized" in line]
     # One vectorised loop per instantiation (the compiler may report a versioned copy too).
     assert len(vectorised) >= 4, r.stderr
 

@@ -16,14 +16,14 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
+from conftest import BIN, COMMBENCH, HERE, commbench, mpi_env, mpirun, stub_gpu_env
 
-from commbench import numerics
+from commbench.analysis import numerics
 from commbench.cli import main
 from commbench.cli.numerics import default_counts
 from commbench.errors import CommbenchError
-from commbench.results import load_document
-from commbench.world import launcher_free_env
-from conftest import BIN, COMMBENCH, HERE, commbench, mpi_env, mpirun, stub_gpu_env
+from commbench.launch.world import launcher_free_env
+from commbench.results.document import load_document
 
 pytestmark = pytest.mark.mpi
 

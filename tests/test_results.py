@@ -4,9 +4,9 @@ import json
 import numpy as np
 import pytest
 
-from commbench import results
 from commbench.errors import CommbenchError
-from commbench.sweep import record
+from commbench.results import document as results
+from docs import record
 
 
 def header():
@@ -94,7 +94,7 @@ def test_schema_ships_with_the_package():
 
 
 def test_env_allowlist_never_takes_everything():
-    from commbench.machine import recorded_env
+    from commbench.node.machine import recorded_env
     env = {"NCCL_DEBUG": "INFO", "AWS_SECRET_ACCESS_KEY": "x", "HOME": "/root", "OMPI_MCA_btl": "self",
            "CUDA_VISIBLE_DEVICES": "0", "GITHUB_TOKEN": "t"}
     assert recorded_env(env) == {"CUDA_VISIBLE_DEVICES": "0", "NCCL_DEBUG": "INFO", "OMPI_MCA_btl": "self"}

@@ -7,12 +7,13 @@ import os
 import subprocess
 
 import pytest
-
-from commbench import collectives, results
-from commbench.fabrics import Expectation
-from commbench.scaling import Workload, analyse
-from commbench.sweep import record
 from conftest import BIN, COMMBENCH, commbench, mpi_env, mpirun
+
+from commbench import collectives
+from commbench.analysis.fabrics import Expectation
+from commbench.analysis.scaling import Workload, analyse
+from commbench.results import document as results
+from docs import record
 
 SIZES = [1 << k for k in range(12, 25, 2)]  # 4K .. 16M
 ALPHA, BW = 5e-6, 2e9

@@ -1,9 +1,9 @@
 import numpy as np
 import pytest
 
-from commbench.policy import Policy, measure
-from commbench.spec import COLLECTIVES
-from commbench.stats import sample_flags, summarize
+from commbench.collectives import bandwidths
+from commbench.results.stats import sample_flags, summarize
+from commbench.run.policy import Policy, measure
 
 
 def test_summary_matches_numpy():
@@ -31,13 +31,13 @@ def test_single_sample_has_zero_spread():
     ("broadcast", 8, 1.0), ("reduce", 3, 1.0), ("sendrecv", 2, 1.0),
 ])
 def test_busbw_factors(op, p, factor):
-    algbw, busbw = COLLECTIVES[op].bandwidths(1_000_000, 1e-3, p)
+    algbw, busbw = bandwidths(op, 1_000_000, 1e-3, p)
     assert algbw == pytest.approx(1.0)
     assert busbw == pytest.approx(factor)
 
 
 def test_busbw_is_undefined_on_one_rank():
-    assert COLLECTIVES["allreduce"].bandwidths(1 << 20, 1e-3, 1)[1] is None
+    assert bandwidths("allreduce", 1 << 20, 1e-3, 1)[1] is None
 
 
 def test_flags():

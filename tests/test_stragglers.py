@@ -6,10 +6,12 @@ import os
 
 import numpy as np
 import pytest
-
-from commbench import results, stragglers
-from commbench.errors import CommbenchError
 from conftest import COMMBENCH, commbench, mpirun
+
+from commbench.analysis import stragglers
+from commbench.errors import CommbenchError
+from commbench.results import document as results
+from commbench.run.collective import Timings
 
 DELAY_US = 2000.0
 HOSTS = ["h0", "h1", "h2"]
@@ -54,7 +56,7 @@ def test_a_rooted_collective_names_no_straggler():
 
 
 def test_the_timer_measure_drives_is_the_slowest_rank():
-    timings = stragglers.Timings(lambda n: np.array([[1.0] * n, [3.0] * n]))
+    timings = Timings(lambda n: np.array([[1.0] * n, [3.0] * n]))
     assert list(timings(2)) == [3.0, 3.0] and timings.last.shape == (2, 2)
 
 

@@ -6,11 +6,11 @@ import json
 import os
 import sys
 
-import pytest
-
 import fake_pynvml
-from commbench import doctor, topo
+import pytest
 from conftest import commbench
+
+from commbench.node import doctor, topo
 
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "topo")
 EXPECT_HGX = {"gpus": 8, "gpu_name": "H100", "nvlinks_per_gpu": 18, "pcie_gen": 5, "pcie_width": 16,

@@ -11,8 +11,8 @@ import sys
 import zipfile
 
 import pytest
-
 from conftest import ROOT
+
 from docs import ring_run
 
 pytestmark = pytest.mark.wheel

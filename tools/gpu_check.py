@@ -23,10 +23,10 @@ import time
 from dataclasses import dataclass
 from typing import Optional
 
-from commbench import doctor
 from commbench.collectives import names
-from commbench.gpu import visible_gpus
-from commbench.world import launcher_free_env
+from commbench.launch.world import launcher_free_env
+from commbench.node import doctor
+from commbench.node.gpu import visible_gpus
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.dirname(sys.executable)

@@ -8,10 +8,9 @@ import sys
 
 import click
 
-from ..errors import CommbenchError
-from ..world import launch_rank
+from ..errors import CommbenchError, one_line
+from ..launch.world import launch_rank
 from . import analyze, links, measure, node, numerics, scale  # noqa: F401  (each registers its commands on the group)
-from .common import one_line
 from .group import cli
 
 __all__ = ["cli", "main"]

@@ -20,9 +20,9 @@ def fit(run, as_json, judge) -> None:
     """Fit latency (alpha) and bandwidth per (op, impl, ranks) of a result file, with verdicts."""
     import json
 
-    from ..fit import require_usable
-    from ..fitreport import fits_with_verdicts
-    from ..results import load_document
+    from ..analysis.fit import require_usable
+    from ..analysis.verdicts import fits_with_verdicts
+    from ..results.document import load_document
     doc = load_document(run)
     require_usable(doc, run)
     if as_json:
@@ -36,7 +36,7 @@ def fit(run, as_json, judge) -> None:
 @cli.command()
 def fabrics() -> None:
     """List the fabric catalog: expected bandwidth, typical alpha, source."""
-    from ..fabrics import catalog
+    from ..analysis.fabrics import catalog
     for row in catalog().values():
         bw = "measured here" if row.get("measured") else f"{row['bandwidth_gbps']:g} GB/s"
         click.echo(f"{row['name']:<13} {bw:>14}  alpha {row['alpha_us'][0]:g}-{row['alpha_us'][1]:g} us  "
@@ -55,7 +55,7 @@ def baseline() -> None:
 @click.option("--keep-samples", is_flag=True, help="Keep every per-iteration sample (larger files).")
 def baseline_save(run, name, directory, keep_samples) -> None:
     """Store RUN as baseline NAME; an existing baseline is never overwritten."""
-    from ..baseline import DEFAULT_DIR, save
+    from ..analysis.baseline import DEFAULT_DIR, save
     click.echo(f"saved {save(run, name, directory or DEFAULT_DIR, keep_samples)}")
 
 
@@ -69,9 +69,9 @@ def compare(base, run, tolerance_bw, tolerance_lat, as_json) -> None:
     """Compare RUN against BASE: exit 0 pass, 1 regression, 2 unusable input."""
     import json
 
-    from ..compare import compare as do_compare
-    from ..compare import compare_lines
-    from ..results import load_document
+    from ..analysis.compare import compare as do_compare
+    from ..analysis.compare import compare_lines
+    from ..results.document import load_document
     result = do_compare(load_document(base), load_document(run), percent(tolerance_bw, "--tolerance-bw"),
                         percent(tolerance_lat, "--tolerance-lat"))
     if as_json:
@@ -94,10 +94,10 @@ def plot(runs, output, baselines, judge) -> None:
 
     from matplotlib.backend_bases import FigureCanvasBase
 
-    from ..atomic import new_file
-    from ..fit import require_usable
-    from ..plot import plot as draw
-    from ..results import load_document
+    from ..analysis.fit import require_usable
+    from ..formats.plot import plot as draw
+    from ..results.atomic import new_file
+    from ..results.document import load_document
     # matplotlib takes the image format from the extension, and appends one to a name without it.
     if os.path.splitext(output)[1].lower().lstrip(".") not in FigureCanvasBase.get_supported_filetypes():
         raise CommbenchError(f"-o {output}: name an image file, e.g. plot.png (or .svg, .pdf)")
@@ -106,7 +106,7 @@ def plot(runs, output, baselines, judge) -> None:
     if any("numerics" in doc for _, doc in docs + bases):
         if len(docs) + len(bases) > 1:
             raise CommbenchError("a numerics result (commbench numerics) is plotted alone: give one RUN and no --baseline")
-        from ..numerics_report import plot as draw_numerics
+        from ..formats.numerics import plot as draw_numerics
         render = lambda tmp: draw_numerics(docs[0][1], tmp)  # noqa: E731
     else:
         for (_, doc), path in zip(docs + bases, runs + baselines):
@@ -125,10 +125,9 @@ def report(run, output, judge) -> None:
     """Markdown and HTML report of RUN: facts, plot, fit table and verdicts."""
     import os
 
-    from ..atomic import new_files_in
-    from ..fit import require_usable
-    from ..report import write_report
-    from ..results import load_document
+    from ..analysis.fit import require_usable
+    from ..results.atomic import new_files_in
+    from ..results.document import load_document
     doc = load_document(run)
     if "numerics" not in doc:  # a numerics result has its own report (numerics_report.py)
         require_usable(doc, run)
@@ -150,8 +149,8 @@ def export(run, format_name, output, samples, judge) -> None:
     """Write the result file RUN in another format: a table, records, a report or a plot."""
     import os
 
-    from ..preflight import check_new_file
-    from ..results import load_document, write_new
+    from ..results.atomic import check_new_file
+    from ..results.document import load_document, write_new
     fmt = formats.get(format_name)
     if fmt.BINARY and not output:
         raise CommbenchError(f"--format {format_name} writes binary data, not text: give -o FILE")
@@ -186,9 +185,9 @@ def export(run, format_name, output, samples, judge) -> None:
 @click.option("--ranks", type=click.IntRange(min=1), default=None, help="osu_allreduce: ranks it ran on (default 2).")
 def import_cmd(tool, log, output, op, test, ranks) -> None:
     """Turn nccl-tests or OSU output into a commbench result file."""
-    from ..importers import import_nccl_tests, import_osu
-    from ..preflight import check_new_file
-    from ..results import default_path, validate, write_new
+    from ..results.atomic import check_new_file
+    from ..results.document import default_path, validate, write_new
+    from ..results.importers import import_nccl_tests, import_osu
     path = output or default_path(f"import-{tool}")
     exists = f"{path} already exists; choose another -o"
     check_new_file(path, exists)
@@ -203,3 +202,20 @@ def import_cmd(tool, log, output, op, test, ranks) -> None:
     for w in imported.warnings:
         click.echo(f"warning: {w}", err=True)
     click.echo(f"imported {len(imported.doc['results'])} records from {log} into {path}")
+
+
+def write_report(run_path: str, doc: dict, out_dir: str, expected, pass_pct: float, fail_pct: float) -> list[str]:
+    """The report folder: the plot, report.md and report.html beside it (new files only); returns
+    their paths."""
+    import os
+
+    from ..formats.report import PLOT
+    from ..results.document import write_new
+    options = formats.Options(source=os.path.basename(run_path), expected=expected, pass_pct=pass_pct,
+                              fail_pct=fail_pct, image=PLOT)
+    written = []
+    for name, fmt in ((PLOT, "png"), ("report.md", "markdown"), ("report.html", "html")):
+        path = os.path.join(out_dir, name)
+        write_new(path, formats.render(fmt, doc, options), f"{path} exists")
+        written.append(path)
+    return written

@@ -16,10 +16,10 @@ from typing import NoReturn, Optional
 
 import click
 
-from ..errors import CommbenchError
-from ..gpu import CUDA_EVENT_RESOLUTION_S, DEFAULT_TIMEOUT_S
-from ..policy import Policy
-from ..world import detect_launcher, init_world, standalone_command
+from ..errors import CommbenchError, one_line
+from ..launch.world import detect_launcher, init_world, standalone_command
+from ..node.gpu import CUDA_EVENT_RESOLUTION_S, DEFAULT_TIMEOUT_S
+from ..run.policy import Policy
 
 # How long a rank other than 0 waits, after a failure of its own, before it speaks and ends the job:
 # when rank 0 failed as well, rank 0's abort ends this rank first, and the job prints one line.
@@ -37,11 +37,6 @@ class Finite(click.FloatRange):
         if not math.isfinite(value):
             self.fail(f"{value} is not a finite number.", param, ctx)
         return value
-
-
-def one_line(text: str) -> str:
-    """An error message as the single line the user gets."""
-    return " ".join(part.strip() for part in str(text).splitlines() if part.strip())
 
 
 def policy_options(f):
@@ -78,7 +73,7 @@ def verdict_options(f):
                   help="FAIL below this percent (WARN in between).")
     @functools.wraps(f)
     def wrapper(*args, fabric, expect_gbps, expect_us, pass_pct, fail_pct, **kwargs):
-        from ..fabrics import catalog
+        from ..analysis.fabrics import catalog
         if fabric is not None and fabric not in catalog():
             raise CommbenchError(f"unknown fabric '{fabric}': choose from {', '.join(catalog())}, or give --expect-gbps")
         if fail_pct > pass_pct:
@@ -91,13 +86,13 @@ def verdict_options(f):
 
 def expectation(judge: dict, meta: dict):
     """The fabric to judge against: named, given as figures, or guessed from the run's topology."""
-    from ..fabrics import expectation, guess_fabric
+    from ..analysis.fabrics import expectation, guess_fabric
     return expectation(judge["fabric"] or (None if judge["expect_gbps"] else guess_fabric(meta)),
                        judge["expect_gbps"], judge["expect_us"])
 
 
 def fit_lines_for(doc: dict, judge: dict) -> list[str]:
-    from ..fitreport import fit_lines, fits_with_verdicts
+    from ..analysis.verdicts import fit_lines, fits_with_verdicts
     return fit_lines(fits_with_verdicts(doc["results"], expectation(judge, doc), judge["pass_pct"], judge["fail_pct"]))
 
 
@@ -121,8 +116,8 @@ def run_ranks(nranks: Optional[int], default_ranks: int, body, checks) -> None:
     rank 0 before any measurement. Exit status: 0 exact, 1 wrong elements or a failure midway, 2 bad
     input."""
     if detect_launcher() is None:
-        from ..machine import cores
-        from ..reporter import PROGRESS_MARK
+        from ..node.machine import cores
+        from ..run.reporter import PROGRESS_MARK
         ranks = nranks or default_ranks
         checks.run(ranks, ranks, socket.gethostname())
         argv, env, notes = standalone_command(sys.argv[1:], ranks, cores())
@@ -191,7 +186,7 @@ def _session_members(sid: int) -> list[int]:
 def resolve_device(device: str, impl_text: Optional[str], gpu_only=()) -> tuple[str, int]:
     """('cpu' or 'cuda', visible GPUs). auto picks cuda when a GPU is visible, or when an impl asked
     for is one of `gpu_only`, those that run on GPUs alone."""
-    from ..gpu import require_gpu, visible_gpus
+    from ..node.gpu import require_gpu, visible_gpus
     gpus, _ = visible_gpus()
     if device == "auto":
         wants_gpu = impl_text is not None and any(n.strip() in gpu_only for n in impl_text.split(","))
@@ -201,14 +196,16 @@ def resolve_device(device: str, impl_text: Optional[str], gpu_only=()) -> tuple[
     return device, gpus
 
 
-def make_reporter(world, cfg, output, steps, judge=None):
+def make_reporter(world, cfg, output, steps, judge=None, config: Optional[dict] = None):
     """The Reporter on rank 0, None elsewhere, and every rank's watchdog (--timeout). The result
-    file is created (or refused) before any measurement starts."""
-    from .. import watchdog
-    from ..machine import typed_command
-    from ..reporter import Reporter, run_metadata
+    file is created (or refused) before any measurement starts; `config`: what the command records
+    of its own beside cfg's."""
+    from ..launch import watchdog
+    from ..node.machine import typed_command
+    from ..run.reporter import Reporter, run_metadata
     made = []  # the Reporter stays on rank 0; only the success travels
-    world.root_call(lambda: made.append(Reporter(run_metadata(world, cfg.describe(), typed_command(sys.argv)), output,
+    world.root_call(lambda: made.append(Reporter(run_metadata(world, {**cfg.describe(), **(config or {})},
+                                                                      typed_command(sys.argv)), output,
                                                  steps, timer_floor_s(cfg.device),
                                                  (lambda doc: fit_lines_for(doc, judge)) if judge else None)))
     reporter = made[0] if made else None
@@ -233,7 +230,7 @@ def timer_floor_s(device: str) -> float:
 def sweep(reporter, run, world) -> int:
     """Runs the sweep. Bad input found before any row was measured leaves no result file; any other
     failure keeps the rows measured so far and ends every rank (see _fail)."""
-    from .. import watchdog
+    from ..launch import watchdog
     try:
         wrong = run()
         watchdog.stop()
@@ -254,7 +251,7 @@ def _fail(reporter, world, error: Exception) -> NoReturn:
     failed the sweep refuses the failed file's last write too, and a rank left waiting in a
     collective would hang the job. With a watchdog running, it reports: it also knows which ranks
     are gone."""
-    from .. import watchdog
+    from ..launch import watchdog
     if watchdog.current() is not None:
         watchdog.current().fail(error)
     abort = world.comm is not None and world.size > 1

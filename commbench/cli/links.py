@@ -8,13 +8,12 @@ import sys
 
 import click
 
-from .. import preflight
 from ..errors import CommbenchError
+from ..launch.world import detect_launcher
+from ..run import preflight
 from ..sizes import parse_size
 from ..transports import TRANSPORTS, default_p2p_transport, transport_names
-from ..world import detect_launcher
-from .common import Finite, make_reporter, policy_options, ranks_option, resolve_device, run_ranks, sweep, \
-    timeout_option
+from .common import Finite, make_reporter, policy_options, ranks_option, resolve_device, run_ranks, sweep, timeout_option
 from .group import cli
 
 
@@ -44,10 +43,10 @@ def links(impl, latency_size, bandwidth_size, window, threshold_pct, mad_z, judg
     and in rounds of disjoint pairs at once, as rank x rank matrices; pairs far below the typical
     one of comparable (intra-host or inter-host) pairs are flagged and attributed. Exit 1 when anything is
     flagged."""
-    from ..links import METRICS, section
+    from ..analysis.links import METRICS, section
     judged = tuple(METRICS) if judged == "both" else tuple(m for m, name in METRICS.items() if name == judged)
     if source is not None:
-        from ..results import load_document
+        from ..results.document import load_document
         doc = load_document(source)
         if "links" not in doc:
             raise CommbenchError(f"{source} holds no links section: give a result file of 'commbench links'")
@@ -69,27 +68,26 @@ def links(impl, latency_size, bandwidth_size, window, threshold_pct, mad_z, judg
     checks = dataclasses.replace(preflight.for_p2p(sizes, "all", device, output), pairs=None)
 
     def body(world):
-        from ..results import default_path
-        from ..sweep import RunConfig
-        from ..links_run import run_links
+        from ..results.document import default_path
+        from ..run.config import RunConfig
+        from ..run.links import run_links
         if world.size < 2:
             raise CommbenchError("links needs at least 2 ranks: launch 2 or more")
         cfg = RunConfig(op="p2p", impls=(impl,), sizes=tuple(sizes), dtype="uint8", redop="none", device=device,
                         window=window, timeout_s=timeout_s, policy=policy)
         pairs = world.size * (world.size - 1) // 2
-        reporter = make_reporter(world, cfg, output or default_path("links"), 2 * 2 * pairs)
-        if reporter:
-            reporter.file.doc["config"]["links"] = {"latency_size": sizes[0], "bandwidth_size": sizes[1],
-                                                    "threshold_pct": threshold_pct, "mad_z": mad_z,
-                                                    "judged": list(judged)}
+        reporter = make_reporter(world, cfg, output or default_path("links"), 2 * 2 * pairs,
+                                 config={"links": {"latency_size": sizes[0], "bandwidth_size": sizes[1],
+                                                   "threshold_pct": threshold_pct, "mad_z": mad_z,
+                                                   "judged": list(judged)}})
 
         def run():
             wrong = run_links(world, cfg, sizes[0], sizes[1], reporter)
             # Judged on rank 0, which holds the rows; a refusal there reaches every rank.
             found = world.root_call(lambda: section(impl, world.hosts, sizes[0], sizes[1], threshold_pct, mad_z,
-                                                    reporter.file.doc["results"], judged))
+                                                    reporter.records, judged))
             if reporter:
-                reporter.file.doc["links"] = found
+                reporter.attach("links", found)
             return wrong + len(found["findings"])
 
         flagged = sweep(reporter, run, world)
@@ -101,7 +99,7 @@ def links(impl, latency_size, bandwidth_size, window, threshold_pct, mad_z, judg
 
 
 def _show(found: dict) -> None:
-    from ..links import lines
+    from ..analysis.links import lines
     click.echo("#")
     for line in lines(found):
         click.echo(line)

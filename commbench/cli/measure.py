@@ -6,14 +6,13 @@ import sys
 
 import click
 
-from .. import preflight
+from ..collectives.dtypes import DTYPES, REDOPS, dtype_of, itemsize_of, redop_code
 from ..errors import CommbenchError
+from ..launch.world import detect_launcher
+from ..run import preflight
 from ..sizes import parse_size, parse_sizes, round_to_itemsize
-from ..spec import DTYPES, REDOPS, dtype_of, itemsize_of, redop_code
-from ..world import detect_launcher
-from .common import (make_reporter, policy_options, ranks_option, resolve_device, run_ranks, sweep, timeout_option,
-                     verdict_options)
 from ..transports import TRANSPORTS, default_p2p_transport, transport_names
+from .common import make_reporter, policy_options, ranks_option, resolve_device, run_ranks, sweep, timeout_option, verdict_options
 from .group import cli
 
 
@@ -42,8 +41,9 @@ def collective_command(coll) -> click.Command:
 
     def run(sizes, impl_text, device, graph, dtype, agg, buffers, delay, nranks, timeout_s, output, policy, no_fit,
             judge, redop="none", root=0, in_place=False, chunk="1M") -> None:
-        from ..stragglers import delay_text, parse_delay
-        from ..sweep import RunConfig, run_collective
+        from ..analysis.stragglers import delay_text, parse_delay
+        from ..run.collective import run_collective
+        from ..run.config import RunConfig
         from ..transports import default_impls, impls_for, parse_impls
         dtypes = names_or_all(dtype, DTYPES, itemsize_of)
         redops = names_or_all(redop, REDOPS, redop_code) if coll.reduces else ["none"]
@@ -58,7 +58,7 @@ def collective_command(coll) -> click.Command:
             raise CommbenchError("--graph replays CUDA graphs: it needs --device cuda")
         impls = parse_impls(",".join(default_impls(coll, device, detect_launcher())) if impl_text is None else impl_text, coll, device)
         if buffers == "cupy":
-            from .. import cupy_buffers
+            from ..run import cupy_buffers
             cupy_buffers.check_request([i.name for i in impls], device, [dtype_of(d) for d in dtypes])
             cupy_buffers.require_cupy()
         cfg = RunConfig(op=coll.name, impls=tuple(i.name for i in impls), sizes=tuple(size_list), buffers=buffers,
@@ -144,7 +144,9 @@ _register_collectives()
 def p2p(sizes, impl, device, pairs, window, nranks, timeout_s, output, policy, no_fit, judge) -> None:
     """Point-to-point latency and bandwidth: between rank pairs (MPI or NCCL), or between every pair
     of this process's GPUs (--device cuda)."""
-    from ..sweep import RunConfig, resolve_pairs, run_p2p
+    from ..run.config import RunConfig
+    from ..run.p2p import run_p2p
+    from ..run.preflight import resolve_pairs
     size_list = parse_sizes(sizes)
     gpu_transports = [t.name for t in TRANSPORTS if t.p2p_device == "cuda"]
     if device == "cuda" and impl is not None and impl not in gpu_transports:
@@ -172,10 +174,10 @@ def p2p(sizes, impl, device, pairs, window, nranks, timeout_s, output, policy, n
 
 
 def _local_peer_matrix(size_list, output, policy) -> None:
-    from ..copies import print_matrices, run_peer_matrix
-    from ..gpu import require_gpu
-    from ..sweep import RunConfig
-    from ..world import local_world
+    from ..launch.world import local_world
+    from ..node.gpu import require_gpu
+    from ..run.config import RunConfig
+    from ..run.copies import print_matrices, run_peer_matrix
     gpus = require_gpu("commbench p2p --device cuda")
     cfg = RunConfig(op="p2p", impls=("ce", "sm"), sizes=tuple(size_list), dtype="uint8", redop="none",
                     device="cuda", policy=policy)
@@ -202,10 +204,10 @@ def _local_peer_matrix(size_list, output, policy) -> None:
 @policy_options
 def copy(sizes, src, dst, staging_chunk, output, policy) -> None:
     """Host<->device copies (pinned, pageable) and GPU->host->GPU staging beside direct P2P."""
-    from ..copies import run_copies
-    from ..gpu import require_gpu
-    from ..sweep import RunConfig
-    from ..world import local_world
+    from ..launch.world import local_world
+    from ..node.gpu import require_gpu
+    from ..run.config import RunConfig
+    from ..run.copies import run_copies
     size_list = parse_sizes(sizes)
     chunk = parse_size(staging_chunk, "--staging-chunk")
     if chunk <= 0:

@@ -17,7 +17,7 @@ def topo(as_json) -> None:
     """Inventory of GPUs (NVML), host, NUMA, NICs, InfiniBand and library versions."""
     import json
 
-    from ..topo import snapshot
+    from ..node.topo import snapshot
     snap = snapshot()
     if as_json:
         click.echo(json.dumps(snap, indent=1))
@@ -70,9 +70,9 @@ def doctor(as_json, source, expect) -> None:
     """Preflight health checks; exit 1 when any check fails."""
     import json
 
-    from ..doctor import as_json as checks_json
-    from ..doctor import exit_status, run_checks, verdict_line
-    from ..topo import snapshot
+    from ..node.doctor import as_json as checks_json
+    from ..node.doctor import exit_status, run_checks, verdict_line
+    from ..node.topo import snapshot
     snap = _load_json(source, "--from") if source else snapshot()
     if not isinstance(snap, dict) or snap.get("schema") != "commbench-topo-1":
         raise CommbenchError(f"--from {source}: not a snapshot from 'commbench topo --json'")
@@ -82,13 +82,14 @@ def doctor(as_json, source, expect) -> None:
                                "status": "FAIL" if exit_status(checks) else "PASS"}, indent=1))
     else:
         for c in checks:
-            click.echo(f"{c.status:<5} {c.name:<18} {c.evidence}" + (f"\n{'':24}remedy: {c.remedy}" if c.remedy and c.status != "PASS" else ""))
+            remedy = f"\n{'':24}remedy: {c.remedy}" if c.remedy and c.status != "PASS" else ""
+            click.echo(f"{c.status:<5} {c.name:<18} {c.evidence}{remedy}")
         click.echo(verdict_line([c.status for c in checks]))
     sys.exit(exit_status(checks))
 
 
 def _load_json(path: str, flag: str):
-    from ..results import read_json
+    from ..results.document import read_json
     return read_json(path, f"{flag} file")
 
 
@@ -98,15 +99,15 @@ def version(verbose: bool) -> None:
     """Print the version (and, with -v, what is built)."""
     click.echo(f"commbench {__version__}")
     if verbose:
-        from .. import machine
-        import torch
+
+        from ..node import machine
         try:
             from .. import _host  # noqa: F401
             host = "built"
         except ImportError as e:
             host = f"missing ({e})"
         click.echo(f"native host extension (commbench._host): {host}")
-        from ..gpu import cuda_absence, cuda_module, visible_gpus
+        from ..node.gpu import cuda_absence, cuda_module, visible_gpus
         mod = cuda_module()
         if mod is None:
             click.echo(f"CUDA extension (commbench._cuda): absent: {cuda_absence()}")

@@ -7,12 +7,13 @@ from typing import Optional
 
 import click
 
-from .. import preflight, watchdog
+from ..analysis.numerics import DATA, FORMATS
 from ..collectives import get
 from ..errors import CommbenchError
-from ..numerics import DATA, FORMATS
+from ..launch import watchdog
+from ..launch.world import detect_launcher
+from ..run import preflight
 from ..sizes import parse_size
-from ..world import detect_launcher
 from .common import resolve_device, run_ranks, sweep, timeout_option
 from .group import cli
 from .measure import _impl_help, names_or_all
@@ -69,11 +70,11 @@ def numerics(ranks_text, impl_text, dtype, data, count_text, seed, repeats, devi
     """Reduce the same seeded data over several rank counts with every all-reduce impl, and compare each
     result with the correctly rounded sum: errors, ulps, bitwise agreement across ranks, repeats and rank
     counts."""
-    from ..machine import typed_command
-    from ..numerics_run import NumericsOutput, Plan, rows
-    from ..reporter import run_metadata
-    from ..spec import itemsize_of
-    from ..sweep import RunConfig
+    from ..collectives.dtypes import itemsize_of
+    from ..node.machine import typed_command
+    from ..run.config import RunConfig
+    from ..run.numerics import NumericsOutput, Plan, rows
+    from ..run.reporter import run_metadata
     from ..transports import default_impls, impls_for, parse_impls
     coll = get("allreduce")
     asked = tuple(parse_counts(ranks_text)) if ranks_text is not None else None

@@ -9,13 +9,13 @@ from typing import Optional
 
 import click
 
-from .. import preflight
+from ..collectives.dtypes import itemsize_of
 from ..errors import CommbenchError
+from ..launch.world import detect_launcher
+from ..results.atomic import check_new_file
+from ..run import preflight
 from ..sizes import parse_size, parse_sizes
-from ..spec import itemsize_of
-from ..world import detect_launcher
-from .common import Finite, make_reporter, policy_options, ranks_option, resolve_device, run_ranks, sweep, \
-    timeout_option, verdict_options
+from .common import Finite, make_reporter, policy_options, ranks_option, resolve_device, run_ranks, sweep, timeout_option, verdict_options
 from .group import cli
 
 
@@ -34,7 +34,7 @@ def _collective_names() -> list[str]:
 
 
 def _workload(compute_ms, grad_bytes, params, dtype, overlap, strong, largest: int):
-    from ..scaling import Workload
+    from ..analysis.scaling import Workload
     if grad_bytes is not None and params is not None:
         raise CommbenchError("give --grad-bytes or --params, not both")
     size = params * itemsize_of(dtype) if params is not None else parse_size(grad_bytes, "--grad-bytes") if grad_bytes else largest
@@ -79,8 +79,8 @@ def scale(op, counts_text, sizes, impl_text, device, dtype, compute_ms, grad_byt
     """Does adding ranks pay? A collective at several rank counts (default 1, 2, 4, 8), its fit per
     count, and a data-parallel step (compute + the collective over the gradients) measured and
     predicted at each count and beyond."""
+    from ..analysis.fabrics import expectation
     from ..collectives import get
-    from ..fabrics import expectation
     from ..transports import default_impls, parse_impls
     coll = get(op)
     counts, extra = parse_counts(counts_text), parse_counts(extra_text)
@@ -89,9 +89,9 @@ def scale(op, counts_text, sizes, impl_text, device, dtype, compute_ms, grad_byt
     itemsize_of(dtype)
     fabric = expectation(judge["fabric"], judge["expect_gbps"], judge["expect_us"])
     if plot_path is not None:
-        preflight.check_new_file(plot_path, f"{plot_path} already exists; choose another --plot")
+        check_new_file(plot_path, f"{plot_path} already exists; choose another --plot")
     if source is not None:
-        from ..results import load_document
+        from ..results.document import load_document
         doc = load_document(source)
         if doc["config"]["op"] != coll.name:
             raise CommbenchError(f"{source} measured {doc['config']['op']}, not {coll.name}: give --op {doc['config']['op']}")
@@ -101,7 +101,8 @@ def scale(op, counts_text, sizes, impl_text, device, dtype, compute_ms, grad_byt
               as_json)
         return
 
-    from ..sweep import RunConfig, run_collective
+    from ..run.collective import run_counts
+    from ..run.config import RunConfig
     size_list = parse_sizes(sizes)
     workload = _workload(compute_ms, grad_bytes, params, dtype, overlap, strong, max(size_list))
     device, gpus = resolve_device(device, impl_text)
@@ -114,26 +115,17 @@ def scale(op, counts_text, sizes, impl_text, device, dtype, compute_ms, grad_byt
     def body(world):
         for impl in impls:
             impl.prepare(world, cfg)  # on every rank: gloo's group must exist before its subgroups
-        reporter = make_reporter(world, cfg, output, len(counts) * len(impls) * len(size_list), judge)
-        if reporter:
-            reporter.file.doc["config"]["scale"] = {"ranks": counts, "workload": dataclasses.asdict(workload)}
+        reporter = make_reporter(world, cfg, output, len(counts) * len(impls) * len(size_list), judge,
+                                 config={"scale": {"ranks": counts, "workload": dataclasses.asdict(workload)}})
 
         def run():
-            wrong = 0
-            for k in counts:
-                sub = world.subset(k)
-                if sub is not None:
-                    try:
-                        wrong += run_collective(sub, cfg, coll, impls, reporter, f" ({k} ranks)")
-                    finally:
-                        sub.close()
-                world.quiet_barrier()
+            wrong = run_counts(world, cfg, coll, impls, counts, reporter)
             # Judged on rank 0, which holds the rows; a refusal there reaches every rank.
-            analyses = world.root_call(lambda: _analyses(reporter.file.doc["results"], coll, cfg.impls, workload,
+            analyses = world.root_call(lambda: _analyses(reporter.records, coll, cfg.impls, workload,
                                                          extra, fabric, ranks_per_host or world.local_size))
             if reporter:
-                reporter.file.doc["scale"] = analyses
-            return world.bcast(wrong)
+                reporter.attach("scale", analyses)
+            return wrong
 
         wrong = sweep(reporter, run, world)
         if reporter:
@@ -144,12 +136,12 @@ def scale(op, counts_text, sizes, impl_text, device, dtype, compute_ms, grad_byt
 
 
 def _analyses(records, coll, impls, workload, extra, fabric, per_host: Optional[int]) -> list[dict]:
-    from ..scaling import analyse
+    from ..analysis.scaling import analyse
     return [analyse(records, coll, impl, workload, extra, fabric, per_host) for impl in impls]
 
 
 def _show(analyses: list[dict], plot_path: Optional[str], as_json: bool) -> None:
-    from ..scaling import lines, plot
+    from ..analysis.scaling import lines, plot
     if as_json:
         click.echo(json.dumps(analyses, indent=1))
     else:
@@ -158,7 +150,7 @@ def _show(analyses: list[dict], plot_path: Optional[str], as_json: bool) -> None
             for line in lines(analysis):
                 click.echo(line)
     if plot_path is not None:
-        from ..atomic import new_file
+        from ..results.atomic import new_file
         with new_file(plot_path, f"{plot_path} already exists; choose another --plot") as tmp:
             plot(analyses, tmp)
         click.echo(f"# plot: {plot_path}")

@@ -1,7 +1,7 @@
 """All-reduce: every rank ends with the reduction of all ranks' buffers."""
 
 from .base import REDUCED, Collective, Segment, tree_depth
-from ..fit import CostModel
+from .cost import CostModel
 
 
 class AllReduce(Collective):

@@ -9,7 +9,7 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
-from ..fit import CostModel
+from .cost import CostModel
 
 # count_wrong's source for "the exact reduction over all ranks" (pattern.h).
 REDUCED = -1

@@ -1,7 +1,7 @@
 """Send-recv: every rank sends its buffer to rank + 1 and receives rank - 1's, all at once."""
 
 from .base import Collective, Segment
-from ..fit import CostModel
+from .cost import HOCKNEY
 
 
 class SendRecv(Collective):
@@ -18,7 +18,7 @@ class SendRecv(Collective):
         return [Segment(0, shape.recv, 0, (rank - 1) % p)]
 
     def cost_model(self, impl, p):
-        return CostModel("Hockney: t = alpha + n/BW", 1.0, 1.0, False) if p > 1 else None
+        return HOCKNEY if p > 1 else None
 
 
 COLLECTIVE = SendRecv()

@@ -13,15 +13,12 @@ its choices, help and checks from this registry, and nothing else names a format
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
 from types import ModuleType
-from typing import TYPE_CHECKING, Optional
 
 from ..errors import CommbenchError
-from ..fabrics import FAIL_PCT, PASS_PCT
+from .options import Options, records
 
-if TYPE_CHECKING:
-    from ..fabrics import Expectation
+__all__ = ["FORMATS", "Options", "get", "names", "records", "render"]
 
 # name -> module of this package
 FORMATS = {
@@ -34,22 +31,6 @@ FORMATS = {
 }
 
 
-@dataclass(frozen=True)
-class Options:
-    """What a render may need beside the document."""
-    source: str = "run"  # the result file's name, for titles
-    expected: Optional[Expectation] = None  # the fabric fits are judged against
-    pass_pct: float = PASS_PCT
-    fail_pct: float = FAIL_PCT
-    samples: bool = False  # keep every per-iteration sample (formats with SAMPLES)
-    image: Optional[str] = None  # markdown, html: the plot file shown beside the text (a report folder)
-
-
-def records(doc: dict, samples: bool) -> list[dict]:
-    """The document's records, without their raw samples unless `samples`."""
-    return doc["results"] if samples else [{k: v for k, v in r.items() if k != "samples_us"} for r in doc["results"]]
-
-
 def names() -> list[str]:
     return list(FORMATS)
 
@@ -58,7 +39,7 @@ def render(name: str, doc: dict, options: Options):
     """The output of format `name` for one result document. A numerics result (commbench numerics)
     holds no timing records: its own views (numerics_report.py) show it in every format."""
     if "numerics" in doc:
-        from ..numerics_report import render as numerics
+        from .numerics import render as numerics
         return numerics(name, doc, options)
     return get(name).render(doc, options)
 

@@ -12,9 +12,8 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ..fit import series_head
-from ..stats import iqr
-from .series import by_series, where
+from ..results.series import by_series, series_head, where
+from ..results.stats import iqr
 
 SUMMARY = "the table a run prints: nccl-tests' layout, one block per series, CV and IQR beside the median"
 BINARY = False

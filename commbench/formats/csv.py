@@ -3,7 +3,7 @@ raw samples."""
 
 from __future__ import annotations
 
-from . import records
+from .options import records
 
 SUMMARY = "one row per (impl, size), time statistics as time_us_* columns, no raw samples"
 BINARY = False

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import html
 
-from .. import report
+from . import report
 
 SUMMARY = "the report as one HTML page"
 BINARY = False

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from . import records
+from .options import records
 
 SUMMARY = "the records as a JSON list (raw samples only with --samples)"
 BINARY = False

@@ -3,7 +3,7 @@ and one table of records per series."""
 
 from __future__ import annotations
 
-from .. import report
+from . import report
 
 SUMMARY = "a report: the run's facts, fits with verdicts, and the records of each series"
 BINARY = False

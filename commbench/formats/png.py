@@ -11,7 +11,7 @@ SAMPLES = False
 
 
 def render(doc: dict, options) -> bytes:
-    from ..plot import plot  # matplotlib is imported only when a plot is drawn
+    from .plot import plot  # matplotlib is imported only when a plot is drawn
     out = io.BytesIO()
     plot([(options.source, doc)], out, expected=options.expected, image_format="png")
     return out.getvalue()

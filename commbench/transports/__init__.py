@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import stragglers
 from ..errors import CommbenchError
 from .gloo import GLOO
 from .mpi import MPI
@@ -37,10 +36,10 @@ class Impl:
     def rank_times(self, world, coll, send, recv, op: int, iters: int, cfg, agg: int = 1,
                    delayed: bool = False) -> np.ndarray:
         """Every rank's own seconds per call, ranks x iterations (of `agg` calls fused as the
-        transport allows), on every rank; `delayed`: with cfg's --delay (stragglers.py)."""
+        transport allows), on every rank; `delayed`: with cfg's --delay (RunConfig.delay_for)."""
         own = self.transport.times(world, coll, self.name, send, recv, op, iters, cfg, agg,
-                                   stragglers.delay_s(world, cfg) if delayed else 0.0)
-        return stragglers.all_ranks(world, own)
+                                   cfg.delay_for(world.rank) if delayed else 0.0)
+        return world.all_times(own)
 
     def times(self, world, coll, send, recv, op: int, iters: int, cfg, agg: int = 1) -> np.ndarray:
         """Seconds per call of the slowest rank, which sets the pace; never delayed."""

@@ -4,64 +4,11 @@ of torch.distributed (a few microseconds)."""
 
 from __future__ import annotations
 
-import datetime
-import os
-import socket
 import time
 
 import numpy as np
 
-from ..errors import CommbenchError
-from ..gpu import DEFAULT_TIMEOUT_S
-
-# gloo's own bound on a wait; the watchdog (--timeout) ends a stalled run first.
-_TIMEOUT = datetime.timedelta(seconds=DEFAULT_TIMEOUT_S)
-
-
-class _ProcessGroup:
-    def close(self) -> None:
-        import torch.distributed as dist
-        dist.destroy_process_group()
-
-
-def join(world) -> None:
-    """The torch.distributed gloo group over all ranks, created on first use. Under MPI, rank 0 opens
-    the rendezvous store on its own address and publishes it, so this works across hosts too. A
-    world of some of the ranks (World.subset) already has its group."""
-    if world.group is not None:
-        return
-    world.attached("gloo", lambda: _open(world))
-
-
-def _open(world) -> _ProcessGroup:
-    import torch.distributed as dist
-    if world.launcher == "torchrun":
-        dist.init_process_group("gloo", timeout=_TIMEOUT)
-        return _ProcessGroup()
-    addr = world.root_call(lambda: _rendezvous_address(world.hosts))
-    store = None
-    if world.rank == 0:
-        # wait_for_workers=False: the workers can only connect once the port is published.
-        store = dist.TCPStore(addr, 0, world.size, True, timeout=_TIMEOUT, wait_for_workers=False)
-    port = world.bcast(store.port if world.rank == 0 else None)
-    if world.rank != 0:
-        store = dist.TCPStore(addr, port, world.size, False, timeout=_TIMEOUT)
-    dist.init_process_group("gloo", store=store, rank=world.rank, world_size=world.size, timeout=_TIMEOUT)
-    return _ProcessGroup()
-
-
-def _rendezvous_address(hosts: list[str]) -> str:
-    """Where rank 0 listens: COMMBENCH_MASTER_ADDR if set, loopback when all ranks share this host,
-    else this host's resolvable address."""
-    if os.environ.get("COMMBENCH_MASTER_ADDR"):
-        return os.environ["COMMBENCH_MASTER_ADDR"]
-    if len(set(hosts)) == 1:
-        return "127.0.0.1"
-    try:
-        return socket.gethostbyname(socket.gethostname())
-    except OSError as e:
-        raise CommbenchError(f"cannot resolve this host's address for the gloo rendezvous ({e}); "
-                             f"set COMMBENCH_MASTER_ADDR to an address the other hosts can reach") from None
+from ..launch.rendezvous import join
 
 
 def _op(code: int):

@@ -14,7 +14,7 @@ def communicator(world, timeout_s: Optional[float] = None):
     def make():
         import torch
 
-        from ..gpu import DEFAULT_TIMEOUT_S, device_comm, rank_device
+        from ..node.gpu import DEFAULT_TIMEOUT_S, device_comm, rank_device
         world.device = rank_device(world)
         torch.cuda.set_device(world.device)
         return device_comm(world, world.device, timeout_s or DEFAULT_TIMEOUT_S)

@@ -1,0 +1,42 @@
+"""Baselines: a result file kept for later comparison, with its metadata, the command that made it,
+and (optionally) its raw samples. Never overwritten."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import shlex
+
+from ..errors import CommbenchError
+from ..node.machine import recorded_env, typed_command
+from ..results.atomic import check_new_file
+from ..results.document import load_document, write_new
+from .fit import require_usable
+
+DEFAULT_DIR = os.path.join("results", "baselines")
+
+
+def clean(doc: dict) -> None:
+    """Keeps of a result file's environment only what any result file records now, and its command
+    as typed: baselines go into shared repositories, and a run file may predate those rules."""
+    doc["env"] = recorded_env(doc["env"])
+    doc["argv"] = typed_command(doc["argv"])
+
+
+def save(run_path: str, name: str, directory: str = DEFAULT_DIR, keep_samples: bool = False) -> str:
+    if not name or os.sep in name or name.startswith("."):
+        raise CommbenchError(f"bad baseline name '{name}': use a plain file name such as h100-node-a")
+    path = os.path.join(directory, f"{name}.json")
+    exists = f"baseline {name} already exists in {directory}; choose another --name or delete it first"
+    check_new_file(path, exists)
+    doc = load_document(run_path)
+    require_usable(doc, run_path)
+    clean(doc)
+    if not keep_samples:
+        for r in doc["results"]:
+            r["samples_us"] = []  # the summary statistics stay; fits then use the medians
+    doc["baseline"] = {"name": name, "saved": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                       "source": os.path.basename(run_path), "command": shlex.join(doc["argv"]),
+                       "samples_kept": keep_samples}
+    write_new(path, doc, exists)
+    return path

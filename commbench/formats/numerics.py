@@ -1,0 +1,171 @@
+"""A numerics result (`commbench numerics`) in every output format: the table a run prints, its rows
+as JSON or CSV, a report page (Markdown, HTML) and a plot of the error against the rank count.
+Such a file holds no timings: its figures are in the `numerics` section, and `results` is empty."""
+
+from __future__ import annotations
+
+import io
+import json
+
+from ..errors import CommbenchError
+from .console import _line
+
+TITLE = "commbench numerics report"
+SECTION = "Numerics: does the answer depend on the rank count?"
+COLUMNS = ("dtype", "impl", "ranks", "max rel", "mean rel", "max", "max err", "not CR", "ranks", "repeat", "drift",
+           "not")
+UNITS = ("", "", "", "error", "error", "ulp", "/uΣ|x|", "(%)", "same", "same", "(max rel)", "finite")
+LEGEND = [
+    "error = the reduced vector against the exact sum of all contributions rounded once to the dtype "
+    "(the correctly rounded sum, CR); rel = |error| / |CR| over the elements whose sum is not 0",
+    "ulp = the correctly rounded sum's unit in the last place; err/uΣ|x| = |error| / (the dtype's unit "
+    "roundoff u x the sum of the contributions' magnitudes): adding C contributions in any order keeps it "
+    "within C (C - 1 against the exact sum)",
+    "not CR = elements that differ from the correctly rounded sum; ranks same = every rank holds the same bits; "
+    "repeat same = every call gave the same bits",
+    "drift = max |vector - vector at the smallest rank count| / |CR|, same impl and dtype; "
+    "not finite = inf or NaN where CR is finite",
+]
+
+
+def header(doc: dict) -> list[str]:
+    """The lines above the table: what ran where, on which data."""
+    n, m, cfg = doc["numerics"], doc["machine"], doc["config"]
+    tool = doc["tool"]
+    return [
+        f"# commbench {tool['version']}" + (f" ({tool['git_commit'][:12]})" if tool["git_commit"] else ""),
+        f"# numerics: all-reduce (sum) of {n['contributions']} contributions of {n['count']} elements "
+        f"(data {n['data']}, seed {n['seed']}) at {', '.join(map(str, n['ranks']))} rank(s); launched "
+        f"{m['ranks']} on {len(m['hosts'])} host(s): {', '.join(m['hosts'])} (launcher: {m['launcher']})",
+        f"# MPI: {m['mpi'] or 'not available'}; torch {m['torch']}, Python {m['python']}, {m['cpu_model']}",
+        f"# impls: {', '.join(cfg['impls'])}; dtypes: {', '.join(n['dtypes'])}; device {cfg.get('device', 'cpu')}; "
+        f"{n['repeats']} calls each",
+        *(f"# {line}" for line in LEGEND),
+    ]
+
+
+def ordered(doc: dict) -> list[dict]:
+    """The rows by dtype, impl and rank count, so that the drift reads down a column."""
+    dtypes, impls = doc["numerics"]["dtypes"], doc["config"]["impls"]
+    return sorted(doc["numerics"]["rows"], key=lambda r: (dtypes.index(r["dtype"]), impls.index(r["impl"]), r["ranks"]))
+
+
+def cells(row: dict) -> tuple:
+    yes = {True: "yes", False: "NO"}
+    return (row["dtype"], row["impl"], str(row["ranks"]), f"{row['max_rel_error']:.2e}", f"{row['mean_rel_error']:.2e}",
+            f"{row['max_ulps']:.3g}", f"{row['max_error_u_abs_sum']:.3g}", f"{100 * row['not_correctly_rounded']:.2f}",
+            yes[row["ranks_identical"]], yes[row["repeat_identical"]],
+            "-" if row["drift_max_rel"] is None else f"{row['drift_max_rel']:.2e}", str(row["nonfinite"]))
+
+
+def table_lines(doc: dict) -> list[str]:
+    """The console table: '#' header lines, then one line per row."""
+    body = [cells(r) for r in ordered(doc)]
+    widths = [max(len(c) for c in column) for column in zip(COLUMNS, UNITS, *body)]
+    return ["#", "#" + _line(COLUMNS, widths)[1:], "#" + _line(UNITS, widths)[1:]] + [_line(c, widths) for c in body]
+
+
+def table(doc: dict) -> list[list[str]]:
+    """The header row, then the rows: for the report's Markdown and HTML tables."""
+    return [[f"{c} {u}".strip() for c, u in zip(COLUMNS, UNITS)]] + [list(cells(r)) for r in ordered(doc)]
+
+
+def facts(doc: dict, source: str) -> list[tuple[str, str]]:
+    from .report import facts as run_facts
+    n = doc["numerics"]
+    return [f for f in run_facts(doc, source) if f[0] != "wrong elements"] + [
+        ("data", f"{n['data']}, seed {n['seed']}: {n['contributions']} contributions of {n['count']} elements"),
+        ("rank counts", ", ".join(map(str, n["ranks"]))), ("calls per row", str(n["repeats"]))]
+
+
+def plot(doc: dict, path, image_format=None) -> None:
+    """Relative error against the rank count, one panel per dtype, one colour per impl (solid: max,
+    dotted: mean); an exact result (error 0) is drawn as a triangle on the panel's floor."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    n, impls = doc["numerics"], doc["config"]["impls"]
+    rows = n["rows"]
+    positive = [r[k] for r in rows for k in ("max_rel_error", "mean_rel_error") if r[k] > 0]
+    floor = min(positive) / 10 if positive else 1e-20
+    fig, axes = plt.subplots(1, len(n["dtypes"]), figsize=(1 + 4.2 * len(n["dtypes"]), 4.6), squeeze=False, sharey=True)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for ax, dtype in zip(axes[0], n["dtypes"]):
+        for i, impl in enumerate(impls):
+            series = sorted((r for r in rows if r["dtype"] == dtype and r["impl"] == impl), key=lambda r: r["ranks"])
+            if not series:
+                continue
+            x = [r["ranks"] for r in series]
+            for key, style in (("max_rel_error", "-"), ("mean_rel_error", ":")):
+                y = [r[key] for r in series]
+                ax.plot(x, [max(v, floor) for v in y], style, marker="o", ms=4, color=colors[i % len(colors)],
+                        label=impl if key == "max_rel_error" else None)
+                exact = [xi for xi, v in zip(x, y) if v == 0]
+                ax.plot(exact, [floor] * len(exact), "v", ms=8, color=colors[i % len(colors)])
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(n["ranks"], [str(p) for p in n["ranks"]])
+        ax.set_yscale("log")
+        ax.set_title(dtype)
+        ax.set_xlabel("ranks")
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0][0].set_ylabel("relative error (solid: max, dotted: mean, ▼: 0)")
+    axes[0][0].legend(fontsize=8, loc="best")
+    fig.suptitle(f"all-reduce against the exact sum: data {n['data']}, {n['contributions']} contributions of "
+                 f"{n['count']} elements")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110, format=image_format)
+    plt.close(fig)
+
+
+def _console(doc, options) -> str:
+    return "\n".join(header(doc) + table_lines(doc)) + "\n"
+
+
+def _json(doc, options) -> str:
+    return json.dumps(doc["numerics"]["rows"], indent=1) + "\n"
+
+
+def _csv(doc, options) -> str:
+    import pandas as pd
+    return pd.DataFrame(doc["numerics"]["rows"]).to_csv(index=False)
+
+
+def _markdown(doc, options) -> str:
+    from .markdown import _table
+    md = [f"# {TITLE}", ""] + [f"- **{k}**: {v}" for k, v in facts(doc, options.source)] + [""]
+    if options.image:
+        md += [f"![plot]({options.image})", ""]
+    md += [f"## {SECTION}", ""] + [f"{line}." for line in LEGEND] + [""] + _table(table(doc))
+    return "\n".join(md) + "\n"
+
+
+def _html(doc, options) -> str:
+    import html
+
+    from .html import _STYLE, _table
+    page = [f"<!doctype html><html><head><meta charset='utf-8'><title>{TITLE}</title>",
+            f"<style>{_STYLE}</style></head><body>", f"<h1>{TITLE}</h1>", "<ul>"]
+    page += [f"<li><b>{html.escape(k)}</b>: {html.escape(v)}</li>" for k, v in facts(doc, options.source)]
+    page.append("</ul>")
+    if options.image:
+        page.append(f"<img src='{html.escape(options.image)}' width='100%'>")
+    page += [f"<h2>{html.escape(SECTION)}</h2>"] + [f"<p>{html.escape(line)}.</p>" for line in LEGEND]
+    page += _table(table(doc))
+    return "\n".join(page + ["</body></html>"]) + "\n"
+
+
+def _png(doc, options) -> bytes:
+    out = io.BytesIO()
+    plot(doc, out, image_format="png")
+    return out.getvalue()
+
+
+RENDER = {"console": _console, "json": _json, "csv": _csv, "markdown": _markdown, "html": _html, "png": _png}
+
+
+def render(name: str, doc: dict, options):
+    """A numerics result in output format `name` (commbench.formats)."""
+    if name not in RENDER:
+        raise CommbenchError(f"--format {name} cannot show a numerics result: choose from {', '.join(RENDER)}")
+    return RENDER[name](doc, options)

@@ -1,0 +1,316 @@
+"""A watchdog on every rank, so that a dead or stalled rank never hangs a run or loses its rows.
+
+Each rank runs a daemon thread, armed at the start of every size (`arm`). The ranks share a side
+channel independent of MPI and gloo: one TCP connection from every rank to rank 0, on which each
+rank sends a beat every TICK_S. Rank 0 thereby knows at once when a rank's process ended (its
+connection closes without a goodbye, whatever killed it) and which ranks stopped (no beat for
+STALE_S). The thread, not the main thread, does the ending: the main thread may be blocked in a
+native MPI loop (they release the GIL, so the thread runs) where no Python signal handler would
+ever run; signals reach the thread through signal.set_wakeup_fd.
+
+An ending (the size ran past --timeout, a peer was lost, SIGINT/SIGTERM, or a failure on any rank)
+is reported by rank 0 alone: it closes the result file with a status saying what happened, prints
+one line, tells the other ranks, and every rank leaves with os._exit(1) (under mpirun the launcher
+then ends the rest, stopped ones included).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+import socket
+import sys
+import threading
+import time
+from typing import Optional
+
+import click
+
+from ..errors import one_line
+
+TICK_S = 0.25
+# A rank silent this long is stopped (or its host is gone).
+STALE_S = 1.0
+# How long a rank other than 0 waits for rank 0 to report its ending before it leaves on its own.
+GRACE_S = 3.0
+CONNECT_TIMEOUT_S = 10.0
+
+_current: Optional["Watchdog"] = None
+
+
+def start(world, timeout_s: float, reporter) -> None:
+    """Starts this rank's watchdog (collective: every rank calls it once per run)."""
+    global _current
+    _current = Watchdog(world, timeout_s, reporter)
+
+
+def current() -> Optional["Watchdog"]:
+    return _current
+
+
+def arm(label: str) -> None:
+    """A new size starts: `label` (e.g. 'allreduce ring 4M') must end within --timeout."""
+    if _current is not None:
+        _current.arm(label)
+
+
+def stop() -> None:
+    """The run ended on every rank (done, or refused everywhere): nothing more to watch."""
+    global _current
+    if _current is not None:
+        _current.stop()
+        _current = None
+
+
+def _side_channel(world) -> tuple[Optional[socket.socket], dict]:
+    """(this rank's connection to rank 0, rank 0's connections by rank); no channel where rank 0's
+    address is unknown (the watchdog then still ends its own rank, naming no other)."""
+    from ..errors import CommbenchError
+    from .rendezvous import rendezvous_address
+    if world.size == 1:
+        return None, {}
+    listener = None
+    if world.rank == 0:
+        try:
+            addr = os.environ.get("MASTER_ADDR") if world.launcher == "torchrun" else rendezvous_address(world.hosts)
+        except CommbenchError:
+            addr = None
+        if addr:
+            listener = socket.create_server(("", 0))
+            addr = (addr, listener.getsockname()[1])
+    addr = world.bcast(addr if world.rank == 0 else None)
+    if addr is None:
+        return None, {}
+    # A rank that cannot reach rank 0 (a firewall between hosts) runs unwatched by it, not refused.
+    if world.rank != 0:
+        try:
+            conn = socket.create_connection(tuple(addr), timeout=CONNECT_TIMEOUT_S)
+            conn.sendall(f"{world.rank}\n".encode())
+        except OSError:
+            return None, {}
+        conn.settimeout(None)
+        return conn, {}
+    peers = {}
+    listener.settimeout(CONNECT_TIMEOUT_S)
+    with listener:
+        with contextlib.suppress(OSError):
+            while len(peers) < world.size - 1:
+                conn, _ = listener.accept()
+                conn.settimeout(CONNECT_TIMEOUT_S)
+                peers[int(conn.makefile().readline())] = conn
+                conn.settimeout(None)
+    return None, peers
+
+
+class Watchdog:
+    def __init__(self, world, timeout_s: float, reporter):
+        self.rank, self.timeout_s, self.reporter = world.rank, timeout_s, reporter
+        self.label, self.deadline, self.stopped, self.up_finished = "", None, False, False
+        self.up, self.peers = _side_channel(world)
+        self.watched = self.up is not None  # another rank with a channel to rank 0
+        self.reported = False  # rank 0 said it reported the ending
+        now = time.monotonic()
+        self.heard = {r: now for r in self.peers}  # rank 0: when each rank was last heard
+        self.lost: list[int] = []  # rank 0: ranks whose connection closed without a goodbye
+        self.failures: dict[int, tuple[str, str]] = {}  # rank 0: (status, text) other ranks reported
+        self._buffers = {r: b"" for r in self.peers}
+        self._ending = threading.Lock()
+        self._io = threading.RLock()
+        self._wake, wake = os.pipe()
+        os.set_blocking(wake, False)
+        signal.set_wakeup_fd(wake)
+        for s in (signal.SIGINT, signal.SIGTERM):
+            # The thread acts on them; a handler (not the default) keeps the process alive until it has.
+            signal.signal(s, lambda *_: None)
+        threading.Thread(target=self._watch, name="commbench-watchdog", daemon=True).start()
+
+    def arm(self, label: str) -> None:
+        self.label = label
+        self.deadline = time.monotonic() + self.timeout_s
+
+    def stop(self) -> None:
+        self.stopped, self.deadline = True, None
+        for conn in [self.up] if self.up is not None else list(self.peers.values()):
+            self._send(conn, "bye")
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+    # ---- the thread --------------------------------------------------------------------------
+
+    def _watch(self) -> None:
+        while not self.stopped:
+            # Woken by the other end too: of ranks that end one after another (a rank that lost its
+            # peer may fail at once), the first is the one to name.
+            others = list(self.peers.values()) if self.up is None else [self.up]
+            ready, _, _ = select.select([self._wake, *others], [], [], TICK_S)
+            if self._wake in ready:
+                signum = os.read(self._wake, 16)[-1]
+                self.end("interrupted",
+                         f"{self.label or 'before the first size'}: interrupted ({signal.Signals(signum).name})")
+            with self._io:
+                if self.up is not None:
+                    self._send(self.up, "beat")
+                    news = self._read_up(0)
+                    if news and not self.stopped:  # rank 0 reported an ending, or is gone: this rank leaves too
+                        self.end("peer-lost" if news == "gone" else "failed",
+                                 f"{self.label}: rank 0 did not arrive: its process ended")
+                elif self.rank == 0:
+                    self._read_peers()
+            if self.lost and not self.stopped:
+                self.end("peer-lost", self._absent_text("did not arrive: its process ended"))
+            if self.failures and not self.stopped:
+                rank, (status, text) = next(iter(self.failures.items()))
+                self.end(status, self._peer_failure(rank, status, text))
+            if self.deadline is not None and time.monotonic() > self.deadline:
+                self.end("timeout", self._absent_text(f"did not arrive within --timeout {self.timeout_s:g} s"))
+
+    def _read_peers(self) -> None:
+        """Rank 0: takes every rank's beats, goodbyes and failures."""
+        if not self.peers:
+            return
+        ready, _, _ = select.select(list(self.peers.values()), [], [], 0)
+        for rank, conn in list(self.peers.items()):
+            if conn not in ready:
+                continue
+            try:
+                data = conn.recv(4096)
+            except OSError:
+                data = b""
+            self.heard[rank] = time.monotonic()
+            if not data:
+                del self.peers[rank]
+                if not self.stopped and rank not in self.failures:
+                    self.lost.append(rank)
+                continue
+            self._buffers[rank] += data
+            *lines, self._buffers[rank] = self._buffers[rank].split(b"\n")
+            for line in lines:
+                word, _, text = line.decode(errors="replace").partition(" ")
+                if word == "bye":
+                    del self.peers[rank]
+                    break
+                if word == "fail":
+                    status, _, detail = text.partition(" ")
+                    self.failures.setdefault(rank, (status, detail))
+
+    def _read_up(self, wait_s: float) -> Optional[str]:
+        """Other ranks: 'done' once rank 0 reported the ending, 'gone' once its process ended without
+        finishing the run, else None."""
+        ready, _, _ = select.select([self.up], [], [], wait_s)
+        if not ready:
+            return None
+        try:
+            data = self.up.recv(4096)
+        except OSError:
+            data = b""
+        # "reporting": rank 0 says its own failure and ends the job; its end is no news to tell.
+        self.reported = self.reported or b"done" in data or b"reporting" in data
+        if b"done" in data:
+            return "done"
+        # Rank 0 may finish and exit while this rank still leaves its last size.
+        self.up_finished = self.up_finished or b"bye" in data
+        if data:
+            return None
+        self.up.close()
+        self.up = None  # nothing more will come
+        return None if self.up_finished else "gone"
+
+    @staticmethod
+    def _send(conn, word: str) -> None:
+        try:
+            conn.sendall(f"{word}\n".encode())
+        except OSError:
+            pass  # a side channel that broke is rank 0's news to tell
+
+    # ---- what rank 0 says ------------------------------------------------------------------------
+
+    def _absent(self) -> list[int]:
+        now = time.monotonic()
+        silent = [r for r in list(self.peers) if now - self.heard[r] > STALE_S and r not in self.failures]
+        return sorted(set(self.lost) | set(silent))
+
+    def _absent_text(self, what: str) -> str:
+        if self.rank != 0:  # said only where rank 0 did not report: it is what is missing
+            return f"{self.label}: did not finish within --timeout {self.timeout_s:g} s; rank 0 did not answer"
+        absent = self._absent()
+        if absent:
+            return f"{self.label}: {_ranks(absent)} {what}"
+        return f"{self.label}: did not finish within --timeout {self.timeout_s:g} s; every rank was alive in it"
+
+    def _peer_failure(self, rank: int, status: str, text: str) -> str:
+        """What rank 0 says of an ending another rank reported (a Ctrl-C reaches every rank, the
+        deadline passes on every rank: whichever comes first, the line is the same)."""
+        if status == "timeout":
+            return self._absent_text(f"did not arrive within --timeout {self.timeout_s:g} s")
+        if status == "interrupted":
+            return text
+        absent = self._absent()
+        return f"{self.label}: on rank {rank}: {text}" + (f"; {_ranks(absent)} did not arrive" if absent else "")
+
+    # ---- the ending --------------------------------------------------------------------------
+
+    def fail(self, error: Exception) -> None:
+        """A failure in this rank's main thread. Ends the process where it involves other ranks;
+        returns on rank 0 when its own failure is all there is to say (the caller says it and ends the
+        job; the other ranks follow when rank 0's side channel closes)."""
+        # A failure caused by a peer that died arrives a moment after its connection closed.
+        time.sleep(2 * TICK_S)
+        text = f"{type(error).__name__}: {error}"
+        # TimeoutError: a wait for peers that ran past --timeout inside a call (the GPU path's NCCL
+        # waits): the same deadline as the watchdog's, seen from inside the call.
+        status = "timeout" if isinstance(error, TimeoutError) else "failed"
+        if self.rank != 0:
+            self.end(status, text)
+        if status == "timeout":
+            self.end(status, self._absent_text(f"did not arrive within --timeout {self.timeout_s:g} s"))
+        absent = self._absent()
+        if absent:
+            self.end("peer-lost", f"{self.label}: {_ranks(absent)} did not arrive; {text}")
+        self._ending.acquire()  # the thread ends nothing more: the caller does
+        self.deadline = None
+        for conn in list(self.peers.values()):
+            self._send(conn, "reporting")
+
+    def end(self, status: str, text: str) -> None:
+        """Reports (rank 0) or hands over (other ranks) the ending, then leaves the process."""
+        self._ending.acquire()  # a second ending waits here until the first one's exit
+        self.deadline = None
+        try:
+            if self.rank == 0:
+                self._report(status, text)
+            else:
+                self._hand_over(status, text)
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(1)
+
+    def _report(self, status: str, text: str) -> None:
+        kept = ""
+        if self.reporter is not None:
+            kept = f" ({self.reporter.fail(text, status)})"
+        click.echo(one_line(f"commbench: error: {text}{kept}"), err=True)
+        sys.stderr.flush()
+        for conn in list(self.peers.values()):
+            self._send(conn, "done")
+
+    def _hand_over(self, status: str, text: str) -> None:
+        if not self.watched:
+            # No channel: rank 0's own watchdog reports, and its exit (under mpirun) ends this rank first.
+            time.sleep(GRACE_S)
+            return
+        with self._io:
+            if self.up is not None:
+                self._send(self.up, f"fail {status} {one_line(text)}")
+            until = time.monotonic() + GRACE_S
+            while not self.reported and self.up is not None and time.monotonic() < until:
+                self._read_up(until - time.monotonic())
+        if not self.reported and self.rank == 1:  # rank 0 is stopped or gone: one rank speaks for it
+            click.echo(one_line(f"commbench: error on rank 1: {text}"), err=True)
+
+
+def _ranks(ranks: list[int]) -> str:
+    return f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}"

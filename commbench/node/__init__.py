@@ -1,0 +1,2 @@
+"""The node: CPU, memory, MPI and toolkit facts, GPUs through NVML and torch, topology, health
+checks (doctor)."""

@@ -1,0 +1,146 @@
+"""GPU availability, device selection and device-side data, shared by every GPU command.
+
+Everything here answers "can this request run on a GPU, and on which one?" with one clear line
+when the answer is no, before any buffer is allocated.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+from ..errors import CommbenchError
+
+# cudaEventElapsedTime's resolution, "around 0.5 microseconds" (CUDA Runtime API reference): the
+# floor under any single device-timed sample.
+CUDA_EVENT_RESOLUTION_S = 0.5e-6
+
+# Seconds one timed call may wait for its peers before the communicator is aborted.
+DEFAULT_TIMEOUT_S = 300.0
+
+
+def _load():
+    """(commbench._cuda, "") or (None, why it is absent)."""
+    # torch first: it loads its own CUDA runtime and NCCL, the ones _cuda was built against, so the
+    # loader cannot pick another libcudart from the system path.
+    import importlib
+
+    import torch  # noqa: F401
+    try:
+        # import_module, not `from . import`: it honours sys.modules, so a stubbed-out module is absent
+        # even after the package attribute was set by an earlier import.
+        _cuda = importlib.import_module("commbench._cuda")
+    except ImportError as e:
+        from .toolkit import read_build_info
+        cuda = read_build_info().get("cuda", {})
+        if cuda.get("built") is False:
+            return None, f"commbench._cuda was not built: {cuda.get('detail')}"
+        return None, f"commbench._cuda does not load: {e}"
+    return _cuda, ""
+
+
+def cuda_module():
+    """commbench._cuda, or None when it is absent (cuda_absence() says why)."""
+    return _load()[0]
+
+
+def cuda_absence() -> str:
+    """Why commbench._cuda is absent, or "" when it loads."""
+    return _load()[1]
+
+
+def visible_gpus() -> tuple[int, str]:
+    """(number of visible CUDA devices, why zero when it is)."""
+    mod, why = _load()
+    if mod is None:
+        return 0, why
+    try:
+        n = mod.device_count()
+    except RuntimeError as e:  # the runtime's own words: e.g. a driver too old for this CUDA
+        return 0, f"CUDA cannot use the GPUs: {e}"
+    if n == 0:
+        cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
+        hint = f"CUDA_VISIBLE_DEVICES={cvd!r}" if cvd is not None else "no GPU on this host"
+        return 0, f"no CUDA device visible ({hint})"
+    return n, ""
+
+
+def require_gpu(what: str) -> int:
+    """The number of visible GPUs, or a CommbenchError that says why `what` cannot run."""
+    n, why = visible_gpus()
+    if n == 0:
+        raise CommbenchError(f"{what} needs a GPU: {why}")
+    return n
+
+
+def choose_device(local_rank: int, visible: int) -> int:
+    """The ordinal a rank uses among the GPUs it sees. With every GPU of the host visible to every
+    rank, local rank i takes GPU i. With per-rank binding (Slurm --gpus-per-task, --gpu-bind, or a
+    wrapper setting CUDA_VISIBLE_DEVICES per rank) each rank sees only its own GPUs, in blocks of
+    `visible` consecutive local ranks, and takes ordinal local_rank mod visible of them. Which
+    physical GPU that is, is checked across ranks by duplicate_gpus."""
+    return local_rank % visible
+
+
+def duplicate_gpus(identities: list[tuple[str, str, str]]) -> Optional[str]:
+    """identities[rank] = (host, GPU UUID, PCI bus id). Why the layout is refused when two ranks of
+    one host hold the same physical GPU, else None."""
+    owner: dict[tuple[str, str], int] = {}
+    for rank, (host, uuid, bus) in enumerate(identities):
+        first = owner.setdefault((host, uuid), rank)
+        if first != rank:
+            return (f"ranks {first} and {rank} on host {host} both use GPU {uuid} (PCI {bus}): two ranks on one GPU "
+                    f"measure contention, not the fabric; give each rank its own GPU (one rank per GPU, or "
+                    f"--gpus-per-task=1 / a distinct CUDA_VISIBLE_DEVICES per rank)")
+    return None
+
+
+def rank_device(world) -> int:
+    """This rank's GPU ordinal, once every rank's choice is known to be a GPU of its own. Every rank
+    reports into one gather, its failure included, so that no rank is left waiting for another that
+    gave up."""
+    n, why = visible_gpus()
+    device, mine = None, f"--device cuda needs a GPU: {why}"
+    if n:
+        device = choose_device(world.local_rank, n)
+        try:
+            mine = (world.hosts[world.rank], *cuda_module().device_identity(device))
+        except RuntimeError as e:
+            mine = f"cannot query GPU {device}: {e}"
+    entries = world.gather(mine)
+    problem = None
+    if world.rank == 0:
+        failed = [(rank, e) for rank, e in enumerate(entries) if isinstance(e, str)]
+        if failed:
+            rank, text = failed[0]
+            problem = text if world.size == 1 else f"rank {rank}: {text}"
+        else:
+            problem = duplicate_gpus(entries)
+    problem = world.bcast(problem)
+    if problem:
+        raise CommbenchError(problem)
+    return device
+
+
+def nccl_reserve_bytes(env: Optional[dict] = None) -> int:
+    """Device memory NCCL allocates outside torch, as a bound for the up-front memory check: per
+    channel and per connected peer, one NCCL_BUFFSIZE (4 MiB by default) for the Simple protocol in
+    each direction, with LL and LL128 together adding about as much again; ring and tree neighbours
+    make two peers; NCCL_MAX_NCHANNELS (at most 32 on current NVLink systems) channels."""
+    env = os.environ if env is None else env
+
+    def number(name, default):
+        try:
+            return int(env.get(name, ""), 0)  # NCCL reads these as C integers: decimal or 0x hex
+        except ValueError:
+            return default
+    buffsize = max(number("NCCL_BUFFSIZE", 4 << 20), 0)
+    channels = max(min(number("NCCL_MAX_NCHANNELS", 32), 32), 1)
+    return buffsize * channels * 2 * 2 * 2
+
+
+def device_comm(world, device: int, timeout_s: float):
+    """A NCCL communicator over all ranks: rank 0 makes the unique id and broadcasts it."""
+    mod = cuda_module()
+    uid = world.root_call(mod.nccl_unique_id)
+    return mod.DeviceComm(uid, world.rank, world.size, device, timeout_s)

@@ -1,0 +1,124 @@
+"""What the result file records about the machine and the environment."""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+from functools import lru_cache
+from typing import Optional
+
+from .. import __version__
+
+# The settings that change how the communication libraries and the GPUs perform: the only
+# variables a result file records, because result files go into shared repositories and the full
+# environment holds credentials, user names and paths. Library families by prefix (Open MPI's by
+# its MCA parameters only: its other OMPI_ variables describe the launch), single settings by name.
+RECORDED_PREFIXES = ("NCCL_", "UCX_", "OMPI_MCA_", "MPICH_", "I_MPI_", "FI_", "TORCH_NCCL_", "GLOO_")
+RECORDED_NAMES = frozenset({"CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "CUDA_DEVICE_MAX_CONNECTIONS",
+                            "CUDA_LAUNCH_BLOCKING", "CUDA_MODULE_LOADING", "OMP_NUM_THREADS",
+                            "TORCH_DISTRIBUTED_DEBUG"})
+# MCA variables mpirun itself sets on every rank it starts (the launch, and paths of the machine it
+# ran on), not tuning a user chose.
+LAUNCHER_SET = frozenset({"OMPI_MCA_PREFIXES", "OMPI_MCA_initial_wdir", "OMPI_MCA_num_procs", "OMPI_MCA_cpu_type"})
+# A name with any of these words holds a credential, whatever library it belongs to (UCX_PASSWORD,
+# GLOO_AUTH_TOKEN, NCCL_..._KEY).
+SECRET_WORDS = ("PASSWORD", "SECRET", "TOKEN", "KEY", "CREDENTIAL", "AUTH")
+# A name with one of these endings, or an absolute path as its value, is a path of the machine the
+# run was on (NCCL_TOPO_FILE, UCX_..._DIR, a plugin's location): it means nothing on another machine
+# and shows how this one is laid out.
+PATH_SUFFIXES = ("_ROOT", "_PATH", "_DIR", "_HOME", "_FILE", "_PREFIX")
+
+
+def _setting(name: str) -> bool:
+    return (name in RECORDED_NAMES or name.startswith(RECORDED_PREFIXES)) and name not in LAUNCHER_SET
+
+
+def _secret(name: str) -> bool:
+    return any(word in name.upper() for word in SECRET_WORDS)
+
+
+def _path(name: str, value: str) -> bool:
+    return name.upper().endswith(PATH_SUFFIXES) or os.path.isabs(value)
+
+
+def recorded_env(env: Optional[dict] = None) -> dict[str, str]:
+    """The performance settings of env (default: this process's environment) that a result file
+    keeps; also what cleans the environment of a result file written before this list existed."""
+    env = os.environ if env is None else env
+    return {k: v for k, v in sorted(env.items()) if _setting(k) and not _secret(k) and not _path(k, v)}
+
+
+def typed_command(argv: list[str]) -> list[str]:
+    """The command as its user typed it: `commbench allreduce ...`, whether this process runs as the
+    console script, as `python -m commbench` or as a rank the standalone parent re-ran."""
+    return ["commbench", *argv[1:]]
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def meminfo_bytes(field: str) -> int:
+    """A /proc/meminfo field in bytes (0 when unknown)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def cores() -> int:
+    """Logical CPUs of the node (not this process's affinity, which a launcher may have narrowed)."""
+    return os.cpu_count() or 1
+
+
+@lru_cache(maxsize=1)
+def git_commit() -> Optional[str]:
+    """The commit of the checkout commbench runs from, when it runs from one."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    try:
+        out = subprocess.run(["git", "-C", here, "rev-parse", "HEAD"], capture_output=True, text=True,
+                             timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def mpi_version() -> Optional[str]:
+    try:
+        from .. import _host
+    except ImportError:
+        return None
+    # First line only, without Open MPI's build details ("Open MPI v5.0.11, package: ...").
+    return _host.mpi_library_version().strip().split("\n")[0].split(", package:")[0].rstrip(", ")
+
+
+def describe(hosts: list[str], ranks: int, launcher: str) -> dict:
+    import torch  # here: the analysis commands clean environments with this module and need no torch
+    return {
+        "hosts": list(dict.fromkeys(hosts)),
+        "ranks": ranks,
+        "launcher": launcher,
+        "cpu_model": cpu_model(),
+        "cores": cores(),
+        "memory_bytes": meminfo_bytes("MemTotal"),
+        "os": platform.platform(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "mpi": mpi_version(),
+    }
+
+
+def tool_info() -> dict:
+    return {"name": "commbench", "version": __version__, "git_commit": git_commit()}

@@ -1,0 +1,122 @@
+"""New files that appear whole or not at all and never replace an existing one.
+
+Each file is written under a temporary name in its own folder, so that the last step is a link on
+one file system, and takes its name only once complete: a full disk or a crash leaves no 0-byte or
+half-written file behind to block a retry with "already exists". The temporary file is created
+before any work, so a folder that takes no new files is refused before anything is computed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import shutil
+from typing import Iterator
+
+from ..errors import CommbenchError
+
+
+def _temporary_name(folder: str, name: str) -> str:
+    """A hidden name in folder for `name` while it is written. The extension stays last: matplotlib
+    chooses an image's format from it."""
+    base, ext = os.path.splitext(name)
+    return os.path.join(folder, f".{base}.{os.getpid()}-{secrets.token_hex(3)}.partial{ext}")
+
+
+def create_temporary(folder: str, name: str) -> str:
+    """Creates an empty temporary file for `name` in folder (an existing folder); returns its path."""
+    path = _temporary_name(folder, name)
+    os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
+    return path
+
+
+def _claim(tmp: str, path: str, exists_message: str) -> None:
+    """Gives tmp the name path unless that name exists: a hard link fails on an existing name where a
+    rename would replace it."""
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        raise CommbenchError(exists_message) from None
+
+
+def _make_folder(folder: str, path: str) -> None:
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as e:
+        raise CommbenchError(f"cannot write {path}: {e.strerror} ({folder})") from None
+
+
+@contextlib.contextmanager
+def new_file(path: str, exists_message: str) -> Iterator[str]:
+    """Yields a temporary path beside `path` for the caller to write; when the block completes, the
+    file takes the name `path`, which must not exist."""
+    if os.path.lexists(path):
+        raise CommbenchError(exists_message)
+    folder = os.path.dirname(path) or "."
+    _make_folder(folder, path)
+    tmp = None
+    try:
+        tmp = create_temporary(folder, os.path.basename(path))
+        yield tmp
+        _claim(tmp, path, exists_message)
+    except OSError as e:
+        raise CommbenchError(f"cannot write {path}: {e.strerror}") from None
+    finally:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+
+
+@contextlib.contextmanager
+def new_files_in(folder: str, exists_message: str) -> Iterator[str]:
+    """Yields a temporary folder for the caller to fill; when the block completes, its files move
+    into `folder` (made when missing), none of them replacing a file there."""
+    # The temporary folder sits where the files go (or beside a folder yet to be made), so that
+    # every link stays on one file system.
+    home = folder if os.path.isdir(folder) else os.path.dirname(os.path.abspath(folder))
+    _make_folder(home, folder)
+    stage = None
+    try:
+        stage = _temporary_name(home, os.path.basename(os.path.abspath(folder)))
+        os.mkdir(stage)
+        yield stage
+        os.makedirs(folder, exist_ok=True)
+        names = sorted(os.listdir(stage))
+        if any(os.path.lexists(os.path.join(folder, n)) for n in names):
+            raise CommbenchError(exists_message)
+        for n in names:
+            _claim(os.path.join(stage, n), os.path.join(folder, n), exists_message)
+    except OSError as e:
+        raise CommbenchError(f"cannot write into {folder}: {e.strerror}") from None
+    except CommbenchError as e:
+        # The caller's own refusal names the temporary folder, which the user never saw.
+        raise CommbenchError(str(e).replace(stage, folder)) from None
+    finally:
+        if stage is not None:
+            shutil.rmtree(stage, ignore_errors=True)
+
+
+def check_new_file(path: str, exists_message: str) -> None:
+    """Refuses a path that exists (a device such as /dev/null included) or whose folder cannot take a
+    new file."""
+    if os.path.lexists(path):
+        raise CommbenchError(exists_message)
+    check_folder(os.path.dirname(path) or ".", path)
+
+
+def check_folder(folder: str, path: str) -> None:
+    """The nearest existing folder on the way to `folder` must take a new file. A probe file is
+    created there and removed, because permission bits tell nothing for root, nor for read-only and
+    virtual file systems (/proc, /sys)."""
+    existing = folder
+    while not os.path.exists(existing):
+        existing = os.path.dirname(os.path.abspath(existing))
+    if not os.path.isdir(existing):
+        raise CommbenchError(f"cannot write {path}: {existing} is not a folder")
+    try:
+        probe = create_temporary(existing, "probe")
+    except OSError as e:
+        raise CommbenchError(f"cannot write {path}: {existing} takes no new files ({e.strerror})") from None
+    with contextlib.suppress(OSError):
+        os.unlink(probe)

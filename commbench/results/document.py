@@ -1,0 +1,228 @@
+"""Result files: a versioned JSON document per run, validated against the shipped JSON Schema.
+
+The file is created exclusively when a run starts and rewritten atomically after every measured
+row, so a run that fails midway leaves every row it measured, and no existing file is overwritten.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import json
+import math
+import os
+import socket
+from collections.abc import Iterable
+from functools import lru_cache
+from importlib import resources
+from typing import TYPE_CHECKING, Optional
+
+from ..errors import CommbenchError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+SCHEMA_VERSION = 1
+
+
+@lru_cache(maxsize=1)
+def schema() -> dict:
+    from ..collectives import names
+    doc = json.loads(resources.files("commbench").joinpath("schema/result.schema.json").read_text())
+    doc["properties"]["config"]["properties"]["op"]["enum"] = [*names(), "p2p", "copy"]
+    return doc
+
+
+def _non_finite(value, path: tuple = ()) -> Optional[tuple]:
+    """(JSON path, value) of the first NaN or infinity in value. The schema cannot say it: NaN
+    passes every bound (NaN < 0 is false) and JSON Schema has no notion of infinity."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return path, value
+    children = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, child in children:
+        found = _non_finite(child, (*path, key))
+        if found is not None:
+            return found
+    return None
+
+
+def validate(doc: dict, source: str = "result") -> None:
+    """Raises CommbenchError naming the first bad field (as a JSON path) of an invalid document."""
+    import jsonschema
+    bad = _non_finite(doc)
+    if bad is not None:
+        where = "/".join(str(p) for p in bad[0]) or "(top level)"
+        raise CommbenchError(f"{source}: invalid field '{where}': {bad[1]} is not a finite number")
+    validator = jsonschema.Draft202012Validator(schema())
+    errors = sorted(validator.iter_errors(doc), key=lambda e: list(e.absolute_path))
+    if errors:
+        err = errors[0]
+        where = "/".join(str(p) for p in err.absolute_path) or "(top level)"
+        raise CommbenchError(f"{source}: invalid field '{where}': {err.message}")
+
+
+def _refuse_constant(name: str):
+    # Python's json reads NaN and Infinity, which JSON itself does not have.
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def read_json(path: str, what: str):
+    """The JSON value in the file at path, or CommbenchError in one line naming `what` the file
+    should have been: unreadable, not UTF-8, not JSON, or JSON with NaN or Infinity."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError as e:
+        raise CommbenchError(f"cannot read {what} {path}: {e.strerror}") from None
+    try:
+        return json.loads(raw, parse_constant=_refuse_constant)
+    except UnicodeDecodeError:
+        raise CommbenchError(f"{path} is not a {what}: not UTF-8 text") from None
+    except RecursionError:
+        raise CommbenchError(f"{path} is not a {what}: nested too deeply") from None
+    except ValueError as e:  # json.JSONDecodeError is one
+        raise CommbenchError(f"{path} is not JSON: {e}") from None
+
+
+def load_document(path: str) -> dict:
+    """A result file as a validated dict."""
+    doc = read_json(path, "result file")
+    if not isinstance(doc, dict):  # said here: the schema's message would quote the whole document
+        raise CommbenchError(f"{path} is not a result file: JSON {type(doc).__name__}, not an object")
+    validate(doc, path)
+    return doc
+
+
+def write_new(path: str, doc, exists_message: str) -> None:
+    """Writes JSON (a dict or list), text (a str) or bytes to a path that must not exist yet, whole or
+    not at all: the data goes to a temporary file in the same folder, which takes the name only
+    once complete (commbench.atomic), so a full disk or a crash leaves nothing to block a retry."""
+    from .atomic import new_file
+    data = doc if isinstance(doc, (str, bytes)) else json.dumps(doc, indent=1) + "\n"
+    with new_file(path, exists_message) as tmp:
+        with open(tmp, "wb") as f:
+            f.write(data.encode() if isinstance(data, str) else data)
+
+
+def load(path: str) -> pd.DataFrame:
+    """Validates a result file and returns one DataFrame row per (impl, size) record; the time
+    statistics become columns time_us_median, time_us_p99, ... and the run's metadata is in
+    DataFrame.attrs['meta']."""
+    import pandas as pd  # here, not at the top: pandas takes a while to import and only load() needs it
+    doc = load_document(path)
+    rows = []
+    for rec in doc["results"]:
+        row = {k: v for k, v in rec.items() if k not in ("time_us", "samples_us")}
+        row.update({f"time_us_{k}": v for k, v in rec["time_us"].items()})
+        row["samples_us"] = rec["samples_us"]
+        rows.append(row)
+    df = pd.DataFrame(rows)
+    df.attrs["meta"] = {k: v for k, v in doc.items() if k != "results"}
+    return df
+
+
+DEFAULT_DIR = "commbench-results"
+
+
+def default_path(op: str, now: Optional[datetime.datetime] = None, pid: Optional[int] = None) -> str:
+    """commbench-results/<UTC stamp>-<pid>_<host>_<op>.json: the process id keeps apart the names of
+    runs started in the same second."""
+    now = now or datetime.datetime.now(datetime.timezone.utc)
+    stamp = now.strftime("%Y%m%dT%H%M%SZ")
+    return os.path.join(DEFAULT_DIR, f"{stamp}-{pid or os.getpid()}_{socket.gethostname()}_{op}.json")
+
+
+def taken_message(path: str) -> str:
+    return f"result file {path} already exists; choose another --output"
+
+
+def utc_now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def header(argv: list[str], config: dict, machine: dict, env: Optional[dict] = None, tool: Optional[dict] = None,
+           created: Optional[str] = None, **more) -> dict:
+    """A result document's header, whoever writes it (a run, an importer, a test): the tool that
+    wrote it (this commbench by default), when, the command, the run's configuration, the machine,
+    the recorded environment and what the command adds (topology, imported, numerics, ...)."""
+    if tool is None:
+        from ..node.machine import tool_info
+        tool = tool_info()
+    return {"tool": tool, "created": created or utc_now(), "argv": argv, "config": config, "machine": machine,
+            "env": env if env is not None else {}, **more}
+
+
+def new_document(head: dict, results: Iterable[dict] = (), status: str = "running", error: Optional[str] = None) -> dict:
+    """The one place a result document is put together: schema version, header, status, records."""
+    return {"schema_version": SCHEMA_VERSION, **head, "status": status, "error": error, "results": list(results)}
+
+
+class ResultFile:
+    """The result file of one run, owned by rank 0."""
+
+    def __init__(self, path: str, header: dict):
+        self.path = path
+        self.doc = new_document(header)
+        # The whole file is rewritten after every row: each record is encoded once, when it comes,
+        # and a rewrite only joins them (encoding the whole document each time, a 1K-1G sweep spent
+        # seconds here).
+        self._encoded: list[str] = []
+        # Exclusive creation: an existing result is never replaced.
+        write_new(path, self.doc, taken_message(path))
+
+    def add(self, record: dict) -> None:
+        self.doc["results"].append(record)
+        self._encoded.append(json.dumps(record))
+        try:
+            self._rewrite()
+        except OSError:
+            # The file is the record: what it lacks, the summary must not show.
+            self.doc["results"].pop()
+            self._encoded.pop()
+            raise
+
+    def _rewrite(self) -> None:
+        head = json.dumps({k: v for k, v in self.doc.items() if k != "results"})
+        self._write(f'{head[:-1]}, "results": [{", ".join(self._encoded)}]}}\n')
+
+    def put(self, key: str, value) -> None:
+        """Sets a top-level section (links, scale, numerics) and rewrites the file; a failed write
+        leaves the document as the file has it."""
+        missing = object()
+        old = self.doc.get(key, missing)
+        self.doc[key] = value
+        try:
+            self._rewrite()
+        except OSError:
+            if old is missing:
+                del self.doc[key]
+            else:
+                self.doc[key] = old
+            raise
+
+    def has_rows(self) -> bool:
+        """Whether anything was measured: timing records, or a numerics run's rows."""
+        return bool(self.doc["results"]) or bool(self.doc.get("numerics", {}).get("rows"))
+
+    def finish(self, error: Optional[str] = None, status: str = "failed") -> None:
+        self.doc["status"] = status if error else "complete"
+        self.doc["error"] = error
+        self._write(json.dumps(self.doc, indent=1) + "\n")
+
+    def discard(self) -> None:
+        """Removes the file of a run refused before it measured anything: a file with no rows would
+        only block a retry with the same --output."""
+        os.unlink(self.path)
+
+    def _write(self, text: str) -> None:
+        """Replaces the file whole or not at all: a write that fails (a full disk) leaves the last
+        good version and no temporary file."""
+        tmp = f"{self.path}.partial"
+        try:
+            with open(tmp, "w") as f:
+                f.write(text)
+            os.replace(tmp, self.path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise

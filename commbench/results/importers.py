@@ -1,0 +1,386 @@
+"""Other tools' outputs as commbench result files, so existing logs can be fitted, compared and
+plotted: nccl-tests (its stdout table, or its -J JSON) and the OSU micro-benchmarks (stdout).
+
+Those tools report one figure per size (an average), not per-iteration samples, so each imported
+record has that one figure as its only sample; the fit's confidence intervals are then degenerate.
+
+Three rules hold:
+- a file that is not the tool's output is given up early: unless one of its first
+  UNRECOGNISED_LIMIT lines is the tool's, nothing more of it is read, and reading stops at the first
+  UNRECOGNISED_LIMIT lines in a row that are not (a long log with a few of the tool's lines in it);
+  nccl-tests' -J JSON, one document, is read whole up to MAX_JSON characters;
+- a figure that is not a number (nan, inf, N/A) never reaches a result file: its row is left out,
+  with a warning;
+- a nccl-tests log that ends before its closing "Avg bus bandwidth" line (a run cut short) is
+  imported as a failed run, marked truncated, with a warning.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Iterable, Iterator, Optional, TextIO
+
+from .. import __version__, collectives
+from ..errors import CommbenchError
+from ..sizes import format_size
+from .document import header, new_document
+from .record import single
+
+UNRECOGNISED_LIMIT = 50
+# Longest line read at once: a file without line breaks (a binary) is read in pieces of this size,
+# so that it too is given up after UNRECOGNISED_LIMIT of them.
+MAX_LINE = 1 << 16
+# Largest -J JSON read: nccl-tests writes a few hundred bytes per size, so a larger "JSON" file is
+# not its output, and reading it whole would take as long as the disk and memory allow.
+MAX_JSON = 64 << 20
+
+# nccl-tests binary (<name>_perf) -> commbench's op: the collective that has <name> as its name or
+# one of its aliases, so that a new collective module is imported with no change here.
+NCCL_TESTS_OPS = {spelling: c.name for c in collectives.all_collectives() for spelling in (c.name, *c.aliases)}
+# nccl-tests binaries of collectives commbench does not measure
+NCCL_TESTS_REFUSED = ("gather", "scatter", "hypercube")
+# sendrecv_perf prints the reduction it was given (--op, default sum) though it reduces nothing.
+PRINTS_REDOP = {"sendrecv"}
+# nccl-tests type name -> (commbench dtype, bytes per element)
+NCCL_TYPES = {"int8": ("int8", 1), "uint8": ("uint8", 1), "int32": ("int32", 4), "uint32": ("uint32", 4),
+              "int64": ("int64", 8), "uint64": ("uint64", 8), "half": ("float16", 2), "float": ("float32", 4),
+              "double": ("float64", 8), "bfloat16": ("bfloat16", 2), "f8e4m3": ("float8_e4m3", 1),
+              "f8e5m2": ("float8_e5m2", 1)}
+NCCL_PLACEMENTS = ("nccl", "nccl-in-place")  # impl names of the out-of-place and in-place halves of a row
+
+
+@dataclass
+class Imported:
+    """A result document, and the warning lines to print once it is written."""
+    doc: dict
+    warnings: list[str] = field(default_factory=list)
+
+
+def _lines(stream: TextIO) -> Iterator[str]:
+    return iter(lambda: stream.readline(MAX_LINE), "")
+
+
+def _tool_lines(lines: Iterable[str], recognised, tool: str, source: str) -> list[str]:
+    """The lines up to the first UNRECOGNISED_LIMIT in a row that are not the tool's: where its
+    output ends in a longer log, whose rest is not read. Refused when the file opens with such a run."""
+    kept: list[str] = []
+    unrecognised = 0
+    for line in lines:
+        line = line.rstrip("\n")
+        unrecognised = 0 if recognised(line) else unrecognised + 1
+        kept.append(line)
+        if unrecognised == UNRECOGNISED_LIMIT:
+            break
+    if unrecognised == len(kept):
+        raise CommbenchError(f"{source} is not {tool} output: none of its first {len(kept)} lines is")
+    return kept
+
+
+def _figure(value, source: str, context: str) -> Optional[float]:
+    """A printed figure as a finite number; None for one the tool could not give (nan, inf, N/A or
+    null in JSON). Anything else that is not a number refuses the log."""
+    if value is None or (isinstance(value, str) and value.strip().upper() == "N/A"):
+        return None
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        raise CommbenchError(f"{source}: cannot read {value!r} as a number in: {context}") from None
+    return x if math.isfinite(x) else None
+
+
+class _LeftOut:
+    """Rows left out, grouped by reason, for one warning line per reason."""
+
+    def __init__(self, source: str):
+        self.source = source
+        self.sizes: dict[str, list[int]] = {}
+
+    def add(self, reason: str, size: int) -> None:
+        self.sizes.setdefault(reason, []).append(size)
+
+    def warnings(self) -> list[str]:
+        return [f"{self.source}: left out {len(sizes)} row(s) at {', '.join(format_size(s) for s in sizes)}: {reason}"
+                for reason, sizes in self.sizes.items()]
+
+
+def _document(tool: str, source: str, op: str, ranks: int, records: list[dict], hosts: list[str],
+              extra_machine: Optional[dict] = None, truncated: Optional[str] = None) -> dict:
+    if not records:
+        raise CommbenchError(f"{source}: no result rows found in this {tool} output")
+    impls = list(dict.fromkeys(r["impl"] for r in records))
+    head = header(
+        ["commbench", "import", tool, source],
+        {"op": op if op in collectives.names() else "p2p",
+                   "impls": impls, "sizes": sorted({r["size_bytes"] for r in records}),
+                   "dtype": records[0]["dtype"], "redop": records[0]["redop"], "in_place": False,
+                   "policy": {"imported_from": tool}},
+        {"hosts": hosts or ["unknown"], "ranks": ranks, "launcher": "mpi", "cpu_model": "unknown",
+         "cores": 1, "memory_bytes": 0, "os": "unknown", "python": "unknown", "torch": "unknown",
+         "mpi": None, **(extra_machine or {})},
+        tool={"name": "commbench", "version": __version__, "git_commit": None},
+        imported={"tool": tool, "source": source, "truncated": truncated is not None})
+    return new_document(head, records, "failed" if truncated else "complete", truncated)
+
+
+# ---- nccl-tests ----------------------------------------------------------------------------------
+
+@dataclass
+class _Row:
+    """One size of a nccl-tests table (or -J result), its figures as printed."""
+    size: int
+    count: int
+    type: str
+    redop: str
+    root: int
+    halves: list  # (impl, time, #wrong) per placement; None where the log has no such half
+    context: str  # the line, for messages
+
+
+@dataclass
+class _Run:
+    binary: Optional[str] = None  # "all_gather" of all_gather_perf, when the log names it
+    ranks: dict = field(default_factory=dict)  # rank -> (host, GPU name)
+    rows: list = field(default_factory=list)
+    complete: bool = False
+
+
+_RANK = re.compile(r"#\s+Rank\s+(\d+)\s+Group\s+\d+\s+Pid\s+\d+\s+on\s+(\S+)\s+device\s+\d+\s+\[[^\]]*\]\s+(.*)$")
+_BINARY = re.compile(r"\b(\w+)_perf\b")
+_STARTING = re.compile(r"#\s*Collective test starting:\s*(\w+)_perf")
+_ROW = re.compile(r"\s*\d+\s+\d+\s+\S+\s+\S+\s+-?\d+\s")
+_NCCL_TESTS_LINE = re.compile(r"#\s*(nccl-tests version|Collective test|nThread|Using devices|Rank\s+\d|size\s+count|"
+                              r"\(B\)|Out of bounds|Avg bus bandwidth)|.*\bNCCL (INFO|WARN)\b")
+# srun --label and similar wrappers put "<task>: " before every line.
+_LABEL = re.compile(r"^\s*\d+: ")
+# The table's columns when no header line says otherwise (nccl-tests without per-iteration columns).
+_DEFAULT_COLUMNS = ["size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong",
+                    "time", "algbw", "busbw", "#wrong"]
+
+
+def _recognised(line: str) -> bool:
+    line = _LABEL.sub("", line, count=1)
+    return bool(_NCCL_TESTS_LINE.match(line) or _ROW.match(line))
+
+
+def import_nccl_tests(stream: TextIO, source: str, op: Optional[str] = None) -> Imported:
+    """nccl-tests output: the JSON of -J when the file is JSON, else the stdout table. The collective
+    is the one the log names (its binary); `op` is the fallback for a log that does not."""
+    first = stream.readline(MAX_LINE)
+    if first.lstrip().startswith("{"):
+        text = first + stream.read(max(0, MAX_JSON + 1 - len(first)))  # one more than allowed tells
+        if len(text) > MAX_JSON:
+            raise CommbenchError(f"{source}: not the JSON of nccl-tests -J: larger than "
+                                 f"{format_size(MAX_JSON)} characters")
+        try:
+            doc = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise CommbenchError(f"{source}: truncated or broken nccl-tests JSON ({e})") from None
+        run = _nccl_tests_json(doc, source)
+    else:
+        lines = _tool_lines(itertools.chain([first], _lines(stream)), _recognised, "nccl-tests", source)
+        run = _nccl_tests_table(lines, source)
+    return _nccl_tests_document(run, source, op)
+
+
+def _halves(columns: list[str]) -> list[tuple[str, int, int]]:
+    """(impl, time column, #wrong column) of the out-of-place and the in-place half of a row."""
+    starts = [i for i, c in enumerate(columns) if c in ("time", "cputime")]
+    return [(impl, t, columns.index("#wrong", t)) for impl, t in zip(NCCL_PLACEMENTS, starts)]
+
+
+def _nccl_tests_table(lines: list[str], source: str) -> _Run:
+    run = _Run()
+    halves = _halves(_DEFAULT_COLUMNS)
+    for raw in lines:
+        line = _LABEL.sub("", raw, count=1)
+        if line.startswith("#"):
+            if m := _RANK.match(line):
+                run.ranks[int(m.group(1))] = (m.group(2), m.group(3).strip())
+            elif m := _STARTING.match(line):
+                _name_binary(run, m.group(1), source)
+            elif "Avg bus bandwidth" in line:
+                run.complete = True
+            elif {"size", "count", "#wrong"} <= set(line.split()):
+                halves = _halves(line.split()[1:])
+            continue
+        if not _ROW.match(line):
+            if not run.binary and not run.rows and (m := _BINARY.search(line)) and " NCCL " not in line:
+                run.binary = m.group(1)  # a command line echoed before the output
+            continue
+        cells = line.split()
+        run.rows.append(_Row(int(cells[0]), int(cells[1]), cells[2], cells[3], int(cells[4]),
+                             [(impl, cells[t], cells[w]) if w < len(cells) else None for impl, t, w in halves],
+                             line.strip()))
+    return run
+
+
+def _name_binary(run: _Run, name: str, source: str) -> None:
+    # A second run's output would mix its rows with the first's.
+    if run.rows or run.complete:
+        raise CommbenchError(f"{source} holds the output of more than one nccl-tests run ({run.binary}_perf, "
+                             f"then {name}_perf): import each run's output on its own")
+    run.binary = name
+
+
+def _nccl_tests_json(doc, source: str) -> _Run:
+    run = _Run()
+    try:
+        m = _BINARY.search(" ".join(doc.get("args") or []))
+        run.binary = m.group(1) if m else None
+        for d in doc.get("config", {}).get("devices", []):
+            run.ranks[int(d["rank"])] = (d.get("hostname", "unknown"), d.get("device_info", ""))
+        for r in doc["results"]:
+            halves = [(impl, h.get("time", h.get("cpu_time")), h.get("nwrong")) if h else None
+                      for impl, h in zip(NCCL_PLACEMENTS, (r.get("out_of_place"), r.get("in_place")))]
+            run.rows.append(_Row(int(r["size"]), int(r["count"]), r["type"], r["redop"], int(str(r["root"]).strip()),
+                                 halves, json.dumps(r)[:200]))
+        run.complete = "average_bus_bandwidth" in doc
+    except (AttributeError, KeyError, TypeError, ValueError) as e:
+        raise CommbenchError(f"{source}: not the JSON of nccl-tests -J ({type(e).__name__}: {e})") from None
+    return run
+
+
+def _layout_problem(op: str, row: _Row, ranks: int) -> Optional[str]:
+    """Why a row cannot come from op's nccl-tests binary on `ranks` ranks, or None when it can: the
+    root column (rooted collectives print theirs, the others -1), the redop column ('none' where
+    nothing is reduced) and the count (per rank where the buffers differ, collectives/*.py)."""
+    coll = collectives.get(op)
+    if coll.rooted != (row.root >= 0):
+        return f"root {row.root}, where {op} has " + ("a root rank" if coll.rooted else "none (-1)")
+    if (coll.reduces or op in PRINTS_REDOP) != (row.redop != "none"):
+        return f"redop {row.redop}, where {op} " + ("reduces" if coll.reduces else "reduces nothing (none)")
+    itemsize = NCCL_TYPES.get(row.type, (None, None))[1]
+    if itemsize:
+        shape = coll.shape(row.size, itemsize, ranks)
+        if (shape.size, shape.count) != (row.size, row.count):
+            return f"{row.count} elements of {row.type} in {row.size} bytes, where {op} on {ranks} ranks has {shape.count}"
+    return None
+
+
+def _which_op(run: _Run, source: str, given: Optional[str], ranks: int) -> str:
+    """The log's collective: the binary it names, else `given` (--op), else the only one whose
+    layout fits every row."""
+    imported = ", ".join(collectives.names())
+    if run.binary in NCCL_TESTS_REFUSED:
+        raise CommbenchError(f"{source} is {run.binary}_perf output: commbench does not import {run.binary}, only "
+                             f"the nccl-tests runs of {imported}")
+    if run.binary and run.binary not in NCCL_TESTS_OPS:
+        raise CommbenchError(f"{source} is {run.binary}_perf output, which commbench does not import; it imports "
+                             f"the nccl-tests runs of {imported}")
+    named = NCCL_TESTS_OPS.get(run.binary)
+    if named and given and given != named:
+        raise CommbenchError(f"{source} is {run.binary}_perf output ({named}); --op {given} disagrees")
+    op = named or given
+    if op is None:
+        fitting = [o for o in collectives.names() if not any(_layout_problem(o, r, ranks) for r in run.rows)]
+        if len(fitting) != 1:
+            raise CommbenchError(f"{source}: cannot tell which collective: the log does not name its nccl-tests "
+                                 f"binary (<name>_perf) and its table fits {' and '.join(fitting) or 'none'}; give --op")
+        op = fitting[0]
+    for r in run.rows:
+        if problem := _layout_problem(op, r, ranks):
+            raise CommbenchError(f"{source}: not {op} output: {problem}, in: {r.context}")
+    return op
+
+
+def _nccl_tests_document(run: _Run, source: str, given: Optional[str]) -> Imported:
+    if not run.rows:
+        raise CommbenchError(f"{source}: no result rows found in this nccl-tests output")
+    if not run.ranks:
+        raise CommbenchError(f"{source}: no device lines ('#  Rank ... device ...'): cannot tell how many ranks ran")
+    ranks = len(run.ranks)
+    op = _which_op(run, source, given, ranks)
+    coll = collectives.get(op)
+    left_out = _LeftOut(source)
+    records = []
+    for r in run.rows:
+        dtype = NCCL_TYPES.get(r.type, (r.type, None))[0]
+        extra = {"root": r.root} if coll.rooted else {}
+        for half in r.halves:
+            if half is None:
+                continue
+            impl, time_text, wrong_text = half
+            time_us = _figure(time_text, source, r.context)
+            wrong = _figure(wrong_text, source, r.context)
+            if time_us is None:
+                left_out.add(f"{impl} time is {time_text}", r.size)
+            elif wrong is None:
+                left_out.add(f"{impl} #wrong is {wrong_text or 'null'}: nccl-tests did not check the result", r.size)
+            else:
+                records.append(single(op, impl, dtype, r.redop if coll.reduces else "none", ranks, r.size, r.count,
+                                      time_us, wrong, **extra).as_dict())
+    warnings = left_out.warnings()
+    truncated = None
+    if not run.complete:
+        truncated = (f"truncated: {source} ends before nccl-tests' closing 'Avg bus bandwidth' line "
+                     f"(the run was cut short after {len(run.rows)} size(s))")
+        warnings.append(f"{truncated}; imported as a failed run")
+    hosts = list(dict.fromkeys(h for h, _ in run.ranks.values()))
+    gpus = sorted({g for _, g in run.ranks.values()} - {""})
+    doc = _document("nccl-tests", source, op, ranks, records, hosts, {"gpus": gpus} if gpus else None, truncated)
+    return Imported(doc, warnings)
+
+
+# ---- OSU --------------------------------------------------------------------------------------------
+
+OSU_TESTS = {"latency": "pingpong", "bw": "bandwidth", "allreduce": "allreduce"}
+_OSU_LINE = re.compile(r"# OSU MPI|# Size\s|\d+\s+(-?[\d.]+|-?nan|-?inf|N/A)(\s|$)")
+
+
+def _osu_test(lines: list[str]) -> Optional[str]:
+    """From the title line ('# OSU MPI Allreduce Latency Test v7.4') when there is one, else from
+    the column header (osu_latency prints its title on stderr)."""
+    title = next((line for line in lines if line.startswith("# OSU MPI")), "")
+    if "Bi-Directional" in title:
+        raise CommbenchError("osu_bibw reports both directions together; import osu_bw (one direction) instead")
+    if "Allreduce" in title:
+        return "allreduce"
+    if "Bandwidth Test" in title:
+        return "bandwidth"
+    if title.endswith(("Latency Test", "Latency Test v7.4")) or "MPI Latency Test" in title:
+        return "pingpong"
+    header = next((line for line in lines if line.startswith("# Size")), "")
+    if "Bandwidth" in header:
+        return "bandwidth"
+    if "Avg Latency" in header and "Min Latency" not in header:
+        return "pingpong"
+    return None
+
+
+def import_osu(stream: TextIO, source: str, test: Optional[str] = None, ranks: Optional[int] = None) -> Imported:
+    """osu_latency (one-way latency), osu_bw (MB/s, 1e6 B/s, per message of a window) and
+    osu_allreduce (average latency per size). `test` (latency, bw, allreduce) overrides detection."""
+    lines = _tool_lines(_lines(stream), _OSU_LINE.match, "OSU", source)
+    test = OSU_TESTS[test] if test else _osu_test(lines)
+    if test is None:
+        raise CommbenchError(f"{source}: cannot tell which OSU test this is; give --test latency, bw or allreduce")
+    nranks = ranks or 2
+    if test != "allreduce" and nranks != 2:
+        raise CommbenchError("osu_latency and osu_bw run between 2 ranks: drop --ranks")
+    left_out = _LeftOut(source)
+    recs = []
+    for line in lines:
+        cells = line.split()
+        if line.startswith("#") or len(cells) < 2 or not cells[0].isdigit():
+            continue
+        size, value = int(cells[0]), _figure(cells[1], source, line)
+        if value is None:
+            left_out.add(f"the figure is {cells[1]}", size)
+        elif test == "bandwidth":
+            time_us = size / (value * 1e6) * 1e6 if value > 0 else 0.0
+            recs.append(single("bandwidth", "osu", "uint8", "none", nranks, size, size, time_us, 0, pair=[0, 1]))
+        elif test == "pingpong":
+            recs.append(single("pingpong", "osu", "uint8", "none", nranks, size, size, value, 0, pair=[0, 1]))
+        else:
+            spread, iterations = None, 1
+            if len(cells) >= 5:
+                lo, hi = _figure(cells[2], source, line), _figure(cells[3], source, line)
+                if lo is not None and hi is not None:  # else the average stands for both
+                    spread = (lo, hi)
+                iterations = int(_figure(cells[4], source, line) or 1)
+            recs.append(single("allreduce", "osu", "int8", "sum", nranks, size, size, value, 0, iterations, spread))
+    return Imported(_document("osu", source, test, nranks, [r.as_dict() for r in recs], []), left_out.warnings())

@@ -1,0 +1,37 @@
+"""Series: which records of a result belong to one line of measurements (same op, impl, ranks,
+dtype, reduction, pair and direction), for fits, comparisons, plots and every format that shows
+series apart, and how a series is named."""
+
+from __future__ import annotations
+
+SERIES_FIELDS = ("op", "impl", "ranks", "dtype", "redop", "pair", "bidirectional")
+
+
+def series_key(r: dict) -> tuple:
+    """What makes records one series, for fits, comparisons and plots alike."""
+    return tuple(tuple(r[f]) if isinstance(r.get(f), list) else r.get(f) for f in SERIES_FIELDS)
+
+
+def series_head(key: tuple) -> dict:
+    return {f: (list(v) if isinstance(v, tuple) else v) for f, v in zip(SERIES_FIELDS, key) if v is not None}
+
+
+def by_series(records: list[dict]) -> dict[tuple, list[dict]]:
+    """Series (series_key) in the order they first appear, each one's records by size."""
+    out: dict[tuple, list[dict]] = {}
+    for r in records:
+        out.setdefault(series_key(r), []).append(r)
+    return {k: sorted(v, key=lambda r: r["size_bytes"]) for k, v in out.items()}
+
+
+def where(key: tuple) -> str:
+    """'4 ranks', 'pair 0-1', 'pair 0-1, both ways'."""
+    h = series_head(key)
+    return (f"pair {h['pair'][0]}-{h['pair'][1]}" if "pair" in h else f"{h['ranks']} ranks") + \
+        (", both ways" if h.get("bidirectional") else "")
+
+
+def label(key: tuple) -> str:
+    """'allreduce ring (4 ranks)', 'peer_copy ce (pair 0-1, both ways)'."""
+    h = series_head(key)
+    return f"{h['op']} {h['impl']} ({where(key)})"

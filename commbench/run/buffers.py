@@ -1,0 +1,63 @@
+"""Buffers a sweep measures on: page-aligned as OSU and nccl-tests allocate theirs, allocated once at
+the largest size, and refused up front where they would not fit a rank's GPU."""
+
+from __future__ import annotations
+
+import torch
+
+from ..errors import CommbenchError
+from .preflight import memory_problem
+
+# Value the output buffer holds before an out-of-place check, so a missing copy shows as wrong.
+_STALE = 77
+_PAGE = 4096
+
+
+def check_device_memory(world, need_per_rank: int, what: str) -> None:
+    """Refuses up front a sweep whose largest buffers do not fit in a rank's GPU, NCCL's own buffers
+    on top of ours; the blocks torch holds cached but unused are free for our tensors. (The host's
+    memory was checked before the ranks started, preflight.py; a GPU's is seen by its rank alone.)"""
+    from ..node.gpu import nccl_reserve_bytes
+    cached = torch.cuda.memory_reserved(world.device) - torch.cuda.memory_allocated(world.device)
+    avail = torch.cuda.mem_get_info(world.device)[0] + cached
+    problem = memory_problem(what, need_per_rank + nccl_reserve_bytes(), avail, f"GPU {world.device} (with NCCL's buffers)")
+    problems = world.gather(problem)
+    first = world.bcast(next((p for p in problems if p), None) if world.rank == 0 else None)
+    if first:
+        raise CommbenchError(first)
+
+
+def page_aligned(nbytes: int, device: torch.device) -> torch.Tensor:
+    """A byte buffer that starts on a page boundary, as OSU allocates its message buffers."""
+    raw = torch.empty(nbytes + _PAGE, dtype=torch.uint8, device=device)
+    start = -raw.data_ptr() % _PAGE
+    return raw[start:start + nbytes]
+
+
+class Buffers:
+    """A sweep's send and receive buffers, allocated once at the largest size: each size takes views
+    of them, so a sweep faults its pages in once rather than at every size and impl. Views follow
+    nccl-tests' layout: in place, one buffer with send and receive at the collective's offsets; out of
+    place, two buffers, the receive one stale."""
+
+    def __init__(self, coll, largest, dtype, in_place: bool, allocate):
+        """`allocate(count, dtype)` makes a buffer; `largest` is the Shape of the largest size."""
+        self.coll, self.in_place = coll, in_place
+        if in_place:
+            self.whole = allocate(max(largest.send, largest.recv), dtype)
+        else:
+            self.send, self.recv = allocate(largest.send, dtype), allocate(largest.recv, dtype)
+
+    def views(self, shape, rank: int):
+        """(send, recv) of one call; the stale values go where no input will overwrite them."""
+        if self.in_place:
+            so, ro = self.coll.places(rank, shape)
+            whole = self.whole[:max(shape.send, shape.recv)].fill_(_STALE)
+            return whole[so:so + shape.send], whole[ro:ro + shape.recv]
+        return self.send[:shape.send], self.recv[:shape.recv].fill_(_STALE)
+
+
+def torch_allocator(where: torch.device):
+    """Buffers that start on a page boundary, as OSU and nccl-tests allocate theirs: where a buffer
+    starts changes what the library's copies cost."""
+    return lambda count, dtype: page_aligned(count * torch.empty(0, dtype=dtype).element_size(), where).view(dtype)

@@ -1,0 +1,122 @@
+"""The collective sweep: for each dtype, reduction, impl and size, an exact untimed check, then warm-up
+and timed iterations; one record per size."""
+
+from __future__ import annotations
+
+import functools
+from typing import Callable, Optional
+
+import numpy as np
+import torch
+
+from ..analysis import stragglers
+from ..collectives.dtypes import dtype_of, itemsize_of, redop_code
+from ..launch import watchdog
+from ..results.record import measured
+from ..sizes import format_size
+from ..transports.nccl import communicator
+from .buffers import Buffers, check_device_memory, torch_allocator
+from .config import RunConfig
+from .policy import measure
+from .preflight import collective_bytes
+from .testdata import DeviceData, HostData
+
+
+class Timings:
+    """The timer that measure() drives: the slowest rank's seconds per iteration, with every rank's
+    own samples of the latest call kept for the record."""
+
+    def __init__(self, rank_times: Callable[[int], np.ndarray]):
+        self.rank_times = rank_times
+        self.last: Optional[np.ndarray] = None
+
+    def __call__(self, iters: int) -> np.ndarray:
+        self.last = self.rank_times(iters)
+        return self.last.max(axis=0)
+
+
+# The pattern's op for collectives that do not reduce: any rank's values are exact in every dtype.
+_MOVE_ONLY = redop_code("max")
+
+
+def _fill(data, tensor, segments, code: int) -> None:
+    for seg in segments:
+        data.fill(tensor[seg.offset:seg.offset + seg.count], code, seg.first)
+
+
+def _count_wrong(data, tensor, segments, code: int) -> int:
+    return sum(data.count_wrong(tensor[seg.offset:seg.offset + seg.count], code, seg.first, seg.source)
+               for seg in segments)
+
+
+def run_collective(world, cfg: RunConfig, coll, impls: list, reporter, where: str = "") -> int:
+    """Sweeps every dtype and reduction of cfg (comma lists), every impl of `coll` and every size;
+    returns the total count of wrong elements. `where` follows each block's name (the rank count,
+    when one run measures several)."""
+    dtypes, redops = cfg.dtype.split(","), cfg.redop.split(",") if coll.reduces else ["none"]
+    if cfg.device == "cuda":
+        data = DeviceData(communicator(world, cfg.timeout_s))
+        allocate = torch_allocator(torch.device("cuda", world.device))
+        if cfg.buffers == "cupy":
+            from . import cupy_buffers
+            allocate = lambda count, dt: cupy_buffers.empty(count, dt, world.device)  # noqa: E731
+        largest_item = max(itemsize_of(d) for d in dtypes)
+        check_device_memory(world, collective_bytes(coll, max(cfg.sizes), largest_item, world.size, cfg.in_place),
+                            f"{coll.title} of {format_size(max(cfg.sizes))}")
+    else:
+        data, allocate = HostData(world), torch_allocator(torch.device("cpu"))
+    several = len(dtypes) * len(redops) > 1
+    total_wrong = 0
+    for dname in dtypes:
+        dtype = dtype_of(dname)
+        itemsize = torch.empty(0, dtype=dtype).element_size()
+        pool = Buffers(coll, coll.shape(max(cfg.sizes), itemsize, world.size), dtype, cfg.in_place, allocate)
+        for redop in redops:
+            code = redop_code(redop) if coll.reduces else _MOVE_ONLY
+            for impl in impls:
+                block = (f"{impl.name} {dname} {redop}" if several else impl.name) + where
+                if reporter:
+                    reporter.block(block, impl.description)
+                for size in cfg.sizes:
+                    shape = coll.shape(size, itemsize, world.size)
+                    watchdog.arm(f"{coll.name} {block} {format_size(shape.size)}")
+                    if reporter:
+                        reporter.step(f"{block} {format_size(shape.size)}")
+                    send, recv = pool.views(shape, world.rank)
+                    _fill(data, send, coll.inputs(world.rank, world.size, cfg.root, shape), code)
+                    if cfg.device == "cuda":
+                        torch.cuda.synchronize()  # fill_ ran on torch's stream, the impls use their own
+                    # One call, checked: in place, a second one would start from the first one's result.
+                    checked = impl.times(world, coll, send, recv, code, 1, cfg)
+                    expected = coll.expected(world.rank, world.size, cfg.root, shape)
+                    wrong = world.sum(_count_wrong(data, recv, expected, code))
+                    total_wrong += wrong
+                    timings = Timings(functools.partial(impl.rank_times, world, coll, send, recv, code, cfg=cfg,
+                                                        agg=cfg.agg, delayed=True))
+                    # The check is undelayed: with --delay, the iteration count comes from a delayed call.
+                    samples = measure(timings, cfg.policy, first=checked if cfg.agg == 1 and not cfg.delay else None)
+                    if reporter:
+                        extra = {"root": cfg.root} if coll.rooted else {}
+                        if cfg.agg > 1:
+                            extra["agg"] = cfg.agg
+                        rec = measured(coll.name, impl.name, dname, redop, world.size, shape.size, shape.count,
+                                     samples, wrong, in_place=cfg.in_place, **extra)
+                        rec = rec.but(**stragglers.figures(timings.last, world.hosts, rec.time_us["median"],
+                                                      reporter.clock_floor_s, same_work=not coll.rooted))
+                        reporter.add(rec, block, format_size(shape.size))
+    return total_wrong
+
+
+def run_counts(world, cfg: RunConfig, coll, impls: list, counts, reporter) -> int:
+    """The sweep at each rank count of `counts` in turn, on the first k ranks of the launch (World.subset)
+    while the others wait without spinning; returns the wrong elements, on every rank."""
+    wrong = 0
+    for k in counts:
+        sub = world.subset(k)
+        if sub is not None:
+            try:
+                wrong += run_collective(sub, cfg, coll, impls, reporter, f" ({k} ranks)")
+            finally:
+                sub.close()
+        world.quiet_barrier()
+    return world.bcast(wrong)

@@ -1,0 +1,42 @@
+"""The run configuration: one frozen object that every rank's loops take, and what the result file
+records of it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from .policy import Policy
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    op: str  # a registered collective, 'p2p' or 'copy'
+    impls: tuple[str, ...]
+    sizes: tuple[int, ...]
+    dtype: str = "float32"
+    redop: str = "sum"
+    in_place: bool = False
+    device: str = "cpu"  # 'cpu' or 'cuda'
+    graph: bool = False  # GPU: replay each iteration from a CUDA graph
+    chunk_bytes: int = 1 << 20  # tree pipeline chunk
+    root: int = 0  # rooted collectives
+    agg: int = 1  # calls per timed iteration (nccl-tests' -m)
+    buffers: str = "torch"  # who allocates GPU buffers: torch, or cupy (--impl mpi)
+    timeout_s: float = 300.0  # GPU: how long one timed call may wait for its peers
+    window: int = 64  # p2p bandwidth: messages in flight
+    pairs: tuple[tuple[int, int], ...] = field(default_factory=tuple)
+    delay: Optional[tuple[int, float]] = None  # collectives: (rank, us) that rank waits before each timed iteration
+    policy: Policy = Policy()
+
+    def delay_for(self, rank: int) -> float:
+        """The seconds `rank` waits before each timed iteration (--delay)."""
+        return self.delay[1] * 1e-6 if self.delay and self.delay[0] == rank else 0.0
+
+    def describe(self) -> dict:
+        return {"op": self.op, "impls": list(self.impls), "sizes": list(self.sizes), "dtype": self.dtype,
+                "redop": self.redop, "in_place": self.in_place, "device": self.device, "graph": self.graph,
+                "chunk_bytes": self.chunk_bytes, "root": self.root, "agg": self.agg, "buffers": self.buffers, "timeout_s": self.timeout_s,
+                "window": self.window, "pairs": [list(p) for p in self.pairs],
+                "delay": {"rank": self.delay[0], "us": self.delay[1]} if self.delay else None,
+                "policy": self.policy.describe()}

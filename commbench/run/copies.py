@@ -1,0 +1,107 @@
+"""Copies within one process: the GPU peer-to-peer matrix (`p2p --device cuda`) and host<->device
+and host-staged transfers (`commbench copy`). Timed in commbench._cuda; one record per measurement."""
+
+from __future__ import annotations
+
+from ..results.record import measured
+from ..sizes import format_size
+from .policy import measure
+
+
+def _measure(reporter, rig, op, impl, size, block, policy, **extra) -> dict:
+    """One untimed pattern check of the copy, then its timed iterations; one record."""
+    wrong = rig.wrong()
+    samples = measure(lambda n: rig.times(n).numpy(), policy)
+    rec = measured(op, impl, "uint8", "none", 1, size, size, samples, wrong, **extra)
+    reporter.add(rec, block, format_size(size))
+    return rec.as_dict()
+
+
+def run_peer_matrix(cfg, reporter, gpus: int) -> tuple[dict, int]:
+    """Every ordered pair of visible GPUs (the diagonal is a copy within one GPU), by copy engine
+    ("ce") and by SM kernel ("sm"), one direction and both at once. Returns
+    ({(mode, bidirectional): {(src, dst): [record per size] or the reason it was not measured}},
+    bytes that arrived wrong)."""
+    from .. import _cuda
+    matrices: dict = {}
+    wrong = 0
+    for mode in ("ce", "sm"):
+        for bidi in (False, True):
+            cell: dict = {}
+            block = f"peer {mode} {'bidirectional' if bidi else 'unidirectional'}"
+            reporter.block(block, {"ce": "copy engine, cudaMemcpyPeerAsync", "sm": "SM copy kernel"}[mode]
+                           + (", both directions at once" if bidi else ""))
+            for src in range(gpus):
+                for dst in range(gpus):
+                    why = _cuda.peer_status(src, dst)
+                    if why and (mode == "sm" or bidi):
+                        cell[(src, dst)] = why
+                        continue
+                    cell[(src, dst)] = []
+                    for size in cfg.sizes:
+                        reporter.step(f"{block} {src}->{dst} {format_size(size)}")
+                        # Without peer access the driver stages a copy-engine copy through the host.
+                        rec = _measure(reporter, _cuda.PeerCopy(dst, src, size, mode, bidi), "peer_copy", mode, size,
+                                       block, cfg.policy, moved=2 if bidi else 1, pair=[src, dst],
+                                       bidirectional=bidi, peer_access=not why)
+                        cell[(src, dst)].append(rec)
+                        wrong += rec["wrong"]
+            matrices[(mode, bidi)] = cell
+    return matrices, wrong
+
+
+def print_matrices(matrices: dict, gpus: int, echo) -> None:
+    """Bandwidth matrices at the largest size and the latency matrix (copy engine, one direction) at
+    the smallest, laid out like CUDA's p2pBandwidthLatencyTest; N/A where peer access is unsupported,
+    with the reason."""
+    reasons = set()
+
+    def table(title, cell, value):
+        echo("#")
+        echo(f"# {title}")
+        echo("#  src\\dst" + "".join(f"{d:>10}" for d in range(gpus)))
+        for s in range(gpus):
+            row = []
+            for d in range(gpus):
+                v = cell.get((s, d))
+                if isinstance(v, str):
+                    reasons.add(v)
+                row.append(f"{'N/A' if isinstance(v, str) else value(v):>10}")
+            echo(f"#{s:>8}" + "".join(row))
+
+    for (mode, bidi), cell in matrices.items():
+        table(f"{'bidirectional' if bidi else 'unidirectional'} {mode} bandwidth (GB/s), largest size", cell,
+              lambda recs: f"{recs[-1]['algbw_gbps']:.1f}")
+    table("unidirectional ce latency (us), smallest size", matrices[("ce", False)],
+          lambda recs: f"{recs[0]['time_us']['median']:.2f}")
+    for r in sorted(reasons):
+        echo(f"# N/A: {r}")
+
+
+def run_copies(cfg, reporter, src: int, dst: int, staging_chunk: int) -> int:
+    """Host<->device from pinned and pageable memory on GPU `src`, then GPU src -> GPU dst staged
+    through pinned host memory beside the direct peer copy (what losing P2P costs). Returns the bytes
+    that arrived wrong."""
+    from .. import _cuda
+    tests = [
+        ("h2d", "pinned", "host to device, pinned host memory", lambda s: _cuda.HostCopy(src, s, "h2d", True)),
+        ("h2d", "pageable", "host to device, pageable host memory", lambda s: _cuda.HostCopy(src, s, "h2d", False)),
+        ("d2h", "pinned", "device to host, pinned host memory", lambda s: _cuda.HostCopy(src, s, "d2h", True)),
+        ("d2h", "pageable", "device to host, pageable host memory", lambda s: _cuda.HostCopy(src, s, "d2h", False)),
+        ("staged", "pinned2", f"cuda:{src} -> pinned host -> cuda:{dst}, {format_size(staging_chunk)} chunks, two streams",
+         lambda s: _cuda.StagedCopy(dst, src, s, staging_chunk)),
+    ]
+    why = _cuda.peer_status(src, dst)
+    if not why:
+        tests.append(("peer_copy", "ce", f"cuda:{src} -> cuda:{dst} direct (copy engine)",
+                      lambda s: _cuda.PeerCopy(dst, src, s, "ce", False)))
+    wrong = 0
+    for op, impl, description, rig in tests:
+        block = f"{op} {impl}"
+        reporter.block(block, description)
+        for size in cfg.sizes:
+            reporter.step(f"{block} {format_size(size)}")
+            wrong += _measure(reporter, rig(size), op, impl, size, block, cfg.policy, pair=[src, dst])["wrong"]
+    if why:
+        reporter.warn(f"no direct copy cuda:{src} -> cuda:{dst} to compare with: {why}")
+    return wrong

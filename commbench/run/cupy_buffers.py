@@ -1,0 +1,59 @@
+"""GPU buffers owned by CuPy, for the MPI library's calls on GPUs (--impl mpi --device cuda
+--buffers cupy): the convention of Python HPC codes, which hand CuPy arrays to CUDA-aware MPI through
+the CUDA array interface. The arrays are viewed as torch tensors without a copy, so the same native
+timed loops and the same exact checks run on them."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..errors import CommbenchError
+
+# CuPy's element types for ours; CuPy has no bfloat16.
+_DTYPES = {torch.float32: "float32", torch.float64: "float64", torch.float16: "float16", torch.int32: "int32",
+           torch.int64: "int64"}
+
+
+def require_cupy():
+    """The cupy module, or a one-line refusal that says how to get it."""
+    try:
+        import cupy
+    except ImportError as e:
+        raise CommbenchError(f"--buffers cupy needs CuPy ({e}); install it with "
+                             f"pip install 'commbench[cupy]' (cupy-cuda13x)") from None
+    return cupy
+
+
+def check_request(impls: list[str], device: str, dtypes: list[torch.dtype]) -> None:
+    """--buffers cupy is for the MPI library's calls on GPU buffers, in a dtype CuPy has."""
+    if device != "cuda" or impls != ["mpi"]:
+        raise CommbenchError("--buffers cupy applies to --impl mpi --device cuda alone (the other impls allocate "
+                             "their buffers with torch)")
+    missing = [str(d).replace("torch.", "") for d in dtypes if d not in _DTYPES]
+    if missing:
+        raise CommbenchError(f"--buffers cupy: CuPy has no {', '.join(missing)}")
+
+
+def interface_of(array) -> tuple[int, int]:
+    """(device pointer, element count) of a one-dimensional, contiguous array exposing the CUDA array
+    interface (version 2 or later), refusing anything the native loops cannot take as it is."""
+    face = getattr(array, "__cuda_array_interface__", None)
+    if not isinstance(face, dict) or face.get("version", 0) < 2:
+        raise CommbenchError("--buffers cupy: the array exposes no CUDA array interface (version 2 or later)")
+    shape, strides = tuple(face.get("shape", ())), face.get("strides")
+    itemsize = np.dtype(face["typestr"]).itemsize
+    if len(shape) != 1 or (strides is not None and tuple(strides) != (itemsize,)):
+        raise CommbenchError(f"--buffers cupy: expected a contiguous one-dimensional array, got shape {shape}, "
+                             f"strides {strides}")
+    return int(face["data"][0]), shape[0]
+
+
+def empty(count: int, dtype: torch.dtype, device: int) -> torch.Tensor:
+    """`count` elements allocated by CuPy on GPU `device`, viewed as a torch tensor."""
+    cupy = require_cupy()
+    with cupy.cuda.Device(device):
+        array = cupy.empty(max(count, 1), dtype=_DTYPES[dtype])[:count]
+    interface_of(array)
+    # The view holds a reference to the array, whose memory it shares.
+    return torch.as_tensor(array, device=torch.device("cuda", device))

@@ -1,0 +1,108 @@
+"""Rank 0's view of a run: the stdout table, warnings on stderr, the progress bar, the result file."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Callable, Optional
+
+import click
+
+from ..analysis import stragglers
+from ..formats import console as table
+from ..node import machine
+from ..results.document import default_path, header
+from ..results.record import Record
+from ..results.stats import FLAG_TEXT, sample_flags
+from .output import FileOutput
+
+# Set by the standalone parent when its own stderr is a terminal: the ranks' stderr is a pipe.
+PROGRESS_MARK = "COMMBENCH_PROGRESS"
+
+
+class Reporter(FileOutput):
+    """The output of the timing sweeps: a table row per record on stdout as it is measured, a progress
+    bar on a terminal, warnings on stderr at the end."""
+
+    def __init__(self, meta: dict, output_path: Optional[str], total_steps: int, clock_floor_s: float,
+                 fit: Optional[Callable[[dict], list[str]]] = None):
+        super().__init__(output_path or default_path(meta["config"]["op"]), meta)
+        self.meta = meta
+        self.fit = fit  # result document -> fit lines printed after the table
+        self.clock_floor_s = clock_floor_s
+        self.warnings: list[str] = []
+        self.flagged: dict[tuple[str, str], list[tuple[str, dict]]] = {}  # (block, flag) -> sizes
+        for line in table.header(meta):
+            click.echo(line)
+        self._progress = None
+        if sys.stderr.isatty() or os.environ.get(PROGRESS_MARK):
+            from rich.console import Console
+            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+            console = Console(file=sys.stderr, force_terminal=True)
+            self._progress = Progress(TextColumn("{task.description}"), BarColumn(),
+                                      TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),
+                                      console=console, transient=True, redirect_stdout=False)
+            self._task = self._progress.add_task("measuring", total=total_steps)
+            self._progress.start()
+
+    @property
+    def records(self) -> list[dict]:
+        """The rows measured so far, as the result file holds them."""
+        return self.file.doc["results"]
+
+    def note(self, text: str) -> None:
+        click.echo(f"# note: {text}")
+
+    def block(self, impl: str, description: str) -> None:
+        for line in table.block_header(impl, description):
+            click.echo(line)
+
+    def step(self, label: str) -> None:
+        self.current = label
+        if self._progress is not None:
+            self._progress.update(self._task, description=label)
+
+    def add(self, rec: Record, block: str, size_label: str) -> None:
+        record = rec.as_dict()
+        with self.writing:
+            self.file.add(record)
+            click.echo(table.row(record))
+        for flag in sample_flags(record["samples_us"], self.clock_floor_s, record.get("window", 1)):
+            self.flagged.setdefault((block, flag), []).append((size_label, record["time_us"]))
+        if self._progress is not None:
+            self._progress.advance(self._task)
+
+    def warn(self, text: str) -> None:
+        self.warnings.append(text)
+
+    def stop(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+
+    def summary(self) -> None:
+        wrong = sum(r["wrong"] for r in self.file.doc["results"])
+        click.echo("#")
+        click.echo(f"# wrong elements in total: {wrong} {'OK' if wrong == 0 else 'FAILED'}")
+        if self.fit and self.file.doc["results"]:
+            for line in self.fit(self.file.doc):
+                click.echo(line)
+        for line in stragglers.summary_lines(self.file.doc):
+            click.echo(f"# {line}")
+        click.echo(f"# results: {self.file.path}")
+        for (block, flag), hits in self.flagged.items():
+            what, remedy = FLAG_TEXT[flag]
+            worst_size, t = max(hits, key=lambda h: h[1]["max"] / max(h[1]["median"], 1e-9))
+            click.echo(f"warning: {block}: {what} at {', '.join(s for s, _ in hits)} (e.g. {worst_size}: "
+                       f"min {t['min']:.2f} / median {t['median']:.2f} / p99 {t['p99']:.2f} / max "
+                       f"{t['max']:.2f} us); remedy: {remedy}", err=True)
+        for w in self.warnings:
+            click.echo(f"warning: {w}", err=True)
+
+
+def run_metadata(world, config: dict, argv: list[str]) -> dict:
+    from ..node.topo import snapshot
+    topology = snapshot()
+    return header(argv, config, machine.describe(world.hosts, world.size, world.launcher), machine.recorded_env(),
+                  topology=topology,  # rank 0's node
+                  topology_fingerprint=topology["fingerprint"])
