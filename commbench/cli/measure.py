@@ -42,7 +42,6 @@ def collective_command(coll) -> click.Command:
     def run(sizes, impl_text, device, graph, dtype, agg, buffers, delay, nranks, timeout_s, output, policy, no_fit,
             judge, redop="none", root=0, in_place=False, chunk="1M") -> None:
         from ..analysis.stragglers import delay_text, parse_delay
-        from ..run.collective import run_collective
         from ..run.config import RunConfig
         from ..transports import default_impls, impls_for, parse_impls
         dtypes = names_or_all(dtype, DTYPES, itemsize_of)
@@ -69,6 +68,7 @@ def collective_command(coll) -> click.Command:
             notes.append(delay_text(cfg.describe()["delay"], agg))
 
         def body(world):
+            from ..run.collective import run_collective  # torch: on the ranks alone
             for impl in impls:
                 impl.prepare(world, cfg)
             steps = len(dtypes) * len(redops) * len(impls) * len(size_list)
@@ -145,7 +145,6 @@ def p2p(sizes, impl, device, pairs, window, nranks, timeout_s, output, policy, n
     """Point-to-point latency and bandwidth: between rank pairs (MPI or NCCL), or between every pair
     of this process's GPUs (--device cuda)."""
     from ..run.config import RunConfig
-    from ..run.p2p import run_p2p
     from ..run.preflight import resolve_pairs
     size_list = parse_sizes(sizes)
     gpu_transports = [t.name for t in TRANSPORTS if t.p2p_device == "cuda"]
@@ -164,6 +163,7 @@ def p2p(sizes, impl, device, pairs, window, nranks, timeout_s, output, policy, n
         gpus = 0
 
     def body(world):
+        from ..run.p2p import run_p2p  # torch: on the ranks alone
         cfg = RunConfig(op="p2p", impls=(impl,), sizes=tuple(size_list), dtype="uint8", redop="none",
                         device=device, window=window, pairs=resolve_pairs(pairs, world.size), timeout_s=timeout_s,
                         policy=policy)

@@ -73,7 +73,6 @@ def numerics(ranks_text, impl_text, dtype, data, count_text, seed, repeats, devi
     from ..collectives.dtypes import itemsize_of
     from ..node.machine import typed_command
     from ..run.config import RunConfig
-    from ..run.numerics import NumericsOutput, Plan, rows
     from ..run.reporter import run_metadata
     from ..transports import default_impls, impls_for, parse_impls
     coll = get("allreduce")
@@ -95,6 +94,7 @@ def numerics(ranks_text, impl_text, dtype, data, count_text, seed, repeats, devi
               "policy": {}}  # nothing is timed
 
     def body(world):
+        from ..run.numerics import NumericsOutput, Plan, rows  # torch: on the ranks alone
         plan = Plan(data, seed, count, asked or default_counts(world.size), dtypes, repeats)
         for impl in impls:  # on every rank: refusals (an MPI impl under torchrun) before the result file
             impl.prepare(world, cfg)  # exists, and gloo's group before its subgroups

@@ -101,7 +101,6 @@ def scale(op, counts_text, sizes, impl_text, device, dtype, compute_ms, grad_byt
               as_json)
         return
 
-    from ..run.collective import run_counts
     from ..run.config import RunConfig
     size_list = parse_sizes(sizes)
     workload = _workload(compute_ms, grad_bytes, params, dtype, overlap, strong, max(size_list))
@@ -113,6 +112,7 @@ def scale(op, counts_text, sizes, impl_text, device, dtype, compute_ms, grad_byt
     checks = dataclasses.replace(preflight.for_collective(coll, cfg, output), ranks_used=max(counts))
 
     def body(world):
+        from ..run.collective import run_counts  # torch: on the ranks alone
         for impl in impls:
             impl.prepare(world, cfg)  # on every rank: gloo's group must exist before its subgroups
         reporter = make_reporter(world, cfg, output, len(counts) * len(impls) * len(size_list), judge,

@@ -1,0 +1,120 @@
+"""The house rules a reader relies on: layers that import only downwards and no cycles (import-linter's
+contracts in pyproject.toml), no import cycle between any two modules, ruff clean, the layout that
+docs/architecture.md describes is the tree, and the collectives registry is the only list of
+collectives."""
+
+import os
+import re
+import subprocess
+import sys
+
+import grimp
+from conftest import ROOT
+
+from commbench import collectives
+from commbench.results.document import schema
+from commbench.transports import impls_for
+
+BIN = os.path.dirname(sys.executable)
+
+
+def test_layers_and_acyclic_packages_hold():
+    r = subprocess.run([os.path.join(BIN, "lint-imports")], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "0 broken" in r.stdout
+
+
+def _cycles(graph) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan, iteratively)."""
+    index, low, stack, on_stack, found = {}, {}, [], set(), []
+    for start in sorted(graph.modules):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph.find_modules_directly_imported_by(start))))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.find_modules_directly_imported_by(child)))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    m = stack.pop()
+                    on_stack.discard(m)
+                    component.append(m)
+                    if m == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_no_module_imports_itself_through_others():
+    """Stricter than import-linter's sibling check: a package's __init__ and its own modules count too,
+    and imports inside functions as much as those at the top."""
+    assert _cycles(grimp.build_graph("commbench")) == []
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    class Graph:
+        modules = {"a", "b", "c", "d"}
+        edges = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+
+        def find_modules_directly_imported_by(self, m):
+            return self.edges[m]
+    assert _cycles(Graph()) == [["a", "b", "c"]]
+
+
+def test_ruff_is_clean():
+    r = subprocess.run([os.path.join(BIN, "ruff"), "check", "--no-cache", "."], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def _described() -> set[str]:
+    text = open(os.path.join(ROOT, "docs", "architecture.md")).read()
+    block = re.search(r"<!-- layout -->\n```\n(.*?)```\n<!-- /layout -->", text, re.S).group(1)
+    return {line.split()[0] for line in block.splitlines() if line.strip()}
+
+
+def _tree() -> set[str]:
+    found = set()
+    for top in ("commbench", "csrc"):
+        for folder, dirs, files in os.walk(os.path.join(ROOT, top)):
+            dirs[:] = [d for d in dirs if d != "__pycache__"]
+            for f in files:
+                if f.endswith((".py", ".h", ".cuh", ".cpp", ".cu")):
+                    found.add(os.path.relpath(os.path.join(folder, f), ROOT))
+    return found
+
+
+def test_the_described_layout_is_the_tree():
+    described, tree = _described(), _tree()
+    assert sorted(tree - described) == [], "files docs/architecture.md does not describe"
+    assert sorted(described - tree) == [], "files docs/architecture.md describes that do not exist"
+
+
+def test_every_collective_module_is_registered_and_reaches_the_cli_schema_and_transports():
+    """A collective is its module: the registry finds it, and the command, the result schema and the
+    transports take it from there, with no list to extend."""
+    from commbench.cli import cli
+    folder = os.path.join(ROOT, "commbench", "collectives")
+    modules = {f[:-3] for f in os.listdir(folder) if f.endswith(".py") and not f.startswith("_")}
+    defining = {m for m in modules if re.search(r"^COLLECTIVE = ", open(os.path.join(folder, f"{m}.py")).read(), re.M)}
+    assert {c.name for c in collectives.all_collectives()} == defining
+    ops = schema()["properties"]["config"]["properties"]["op"]["enum"]
+    for c in collectives.all_collectives():
+        assert c.name in cli.commands and c.name in ops
+        assert "mpi" in impls_for(c, "cpu") and "nccl" in impls_for(c, "cuda")
