@@ -83,3 +83,29 @@ def make_cluster():
     finally:
         for c in made:
             c.teardown()
+
+
+class Ran:
+    """What one command of a batch printed and returned, as subprocess.CompletedProcess has it."""
+
+    def __init__(self, got: dict):
+        self.args, self.returncode, self.stdout, self.stderr = got["argv"], got["returncode"], got["stdout"], got["stderr"]
+
+
+def batch(ranks: int, cases: dict, folder: str, env=None, timeout: float = 600) -> dict:
+    """Runs every command of `cases` ({name: argv}) in one mpirun launch of `ranks` processes, one
+    after another (tests/batched.py); returns {name: Ran}. The commands write their result files where
+    their argv says (relative paths: in `folder`). (Not torchrun: gloo's process group cannot be made
+    twice in one torchrun launch.)"""
+    import json
+    path = os.path.join(folder, "cases.json")
+    with open(path, "w") as f:
+        json.dump(cases, f)
+    driver = [sys.executable, os.path.join(HERE, "batched.py"), path, folder]
+    r = mpirun(ranks, driver, timeout=timeout, cwd=folder, env=env)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    out = {}
+    for name in cases:
+        with open(os.path.join(folder, f"ran-{name}.json")) as f:
+            out[name] = Ran(json.load(f))
+    return out

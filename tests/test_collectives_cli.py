@@ -1,19 +1,18 @@
-"""Every collective command as a user types it: standalone, under mpirun (3 and 4 ranks, in place,
-another root, another reduction) and under torchrun with gloo; exact results, result files that validate,
-nccl-tests' size and count, and its bus-bandwidth factors."""
+"""Every collective command as a user types it, under mpirun (3 and 4 ranks, in place, another root,
+another reduction) and under torchrun with gloo; exact results, result files that validate,
+nccl-tests' size and count, and its bus-bandwidth factors. The commands of one rank count run in one
+launch (conftest.batch); the standalone launch itself is test_cli's."""
 
 import os
 import subprocess
 
 import pytest
-from conftest import BIN, COMMBENCH, commbench, mpi_env, mpirun
+from conftest import BIN, COMMBENCH, batch, commbench, mpi_env
 
 from commbench import collectives
 from commbench.collectives.dtypes import DTYPES, REDOPS
 from commbench.results import document as results
 from commbench.transports import impls_for
-
-TORCHRUN = os.path.join(BIN, "torchrun")
 
 COLLECTIVES = collectives.names()
 # nccl-tests' spellings are accepted too; the result files use the registry's names.
@@ -23,27 +22,6 @@ SIZES = "8,1000,64K"
 
 def _table_rows(stdout: str) -> list:
     return [line.split() for line in stdout.splitlines() if line.strip() and not line.startswith("#")]
-
-
-@pytest.mark.parametrize("name", COLLECTIVES)
-def test_standalone_three_ranks_exact_in_nccl_tests_layout(name, workdir):
-    coll = collectives.get(name)
-    out = os.path.join(workdir, f"{name}.json")
-    r = commbench([TYPED.get(name, name), "--device", "cpu", "--np", "3", "--sizes", SIZES, "--budget-ms", "5",
-                   "--warmup", "1", "-o", out], cwd=workdir)
-    assert r.returncode == 0, r.stderr
-    assert "wrong elements in total: 0 OK" in r.stdout
-    df = results.load(out)
-    assert set(df["op"]) == {name} and set(df["impl"]) == set(impls_for(coll, "cpu"))
-    assert (df["wrong"] == 0).all() and (df["ranks"] == 3).all()
-    for size in (8, 1000, 65536):
-        shape = coll.shape(size, 4, 3)
-        got = df[df["size_bytes"] == shape.size]
-        assert len(got) == len(impls_for(coll, "cpu")) and (got["count"] == shape.count).all(), (size, shape)
-    moved = df[df["size_bytes"] > 0]  # 8 B split into 3 blocks of 4-byte elements leaves empty blocks
-    assert ((moved["busbw_gbps"] / moved["algbw_gbps"] - coll.busbw_factor(3)).abs() < 1e-9).all()
-    # The table prints the same size and count as the file.
-    assert {(int(row[0]), int(row[1])) for row in _table_rows(r.stdout)} == set(zip(df["size_bytes"], df["count"]))
 
 
 def _variant(coll, ranks) -> list:
@@ -59,13 +37,61 @@ def _variant(coll, ranks) -> list:
     return args
 
 
+def _variant_case(name: str, ranks: int) -> list:
+    return [name, "--device", "cpu", "--sizes", "6,1004,65538", "--iters", "3", "--warmup", "1",
+            *_variant(collectives.get(name), ranks), "-o", f"{name}-variant.json"]
+
+
+@pytest.fixture(scope="module")
+def three(tmp_path_factory):
+    """Every command of this module that runs on 3 ranks, in one launch."""
+    folder = str(tmp_path_factory.mktemp("three"))
+    cases = {f"{name}-layout": [TYPED.get(name, name), "--device", "cpu", "--np", "3", "--sizes", SIZES, "--budget-ms",
+                                "5", "--warmup", "1", "-o", f"{name}.json"] for name in COLLECTIVES}
+    cases.update({f"{name}-variant": _variant_case(name, 3) for name in COLLECTIVES})
+    cases["all"] = ["reducescatter", "--device", "cpu", "--impl", "mpi,ring", "--dtype", "all", "--op", "all",
+                    "--sizes", "1K,12K", "--iters", "2", "--warmup", "1", "--no-fit", "-o", "all.json"]
+    cases["agg"] = ["allgather", "--device", "cpu", "--impl", "mpi,ring", "--agg", "4", "--sizes", "64K",
+                    "--iters", "3", "--warmup", "1", "--no-fit", "-o", "agg.json"]
+    cases["a2a"] = ["alltoall", "--device", "cpu", "--impl", "mpi,pairwise", "--sizes", "4K-256K:x4",
+                    "--iters", "5", "--warmup", "1", "-o", "a2a.json"]
+    return folder, batch(3, cases, folder)
+
+
+@pytest.fixture(scope="module")
+def four(tmp_path_factory):
+    folder = str(tmp_path_factory.mktemp("four"))
+    return folder, batch(4, {f"{name}-variant": _variant_case(name, 4) for name in COLLECTIVES}, folder)
+
+
+@pytest.mark.parametrize("name", COLLECTIVES)
+def test_three_ranks_exact_in_nccl_tests_layout(name, three):
+    coll = collectives.get(name)
+    folder, ran = three
+    out = os.path.join(folder, f"{name}.json")
+    r = ran[f"{name}-layout"]
+    assert r.returncode == 0, r.stderr
+    assert "wrong elements in total: 0 OK" in r.stdout
+    df = results.load(out)
+    assert set(df["op"]) == {name} and set(df["impl"]) == set(impls_for(coll, "cpu"))
+    assert (df["wrong"] == 0).all() and (df["ranks"] == 3).all()
+    for size in (8, 1000, 65536):
+        shape = coll.shape(size, 4, 3)
+        got = df[df["size_bytes"] == shape.size]
+        assert len(got) == len(impls_for(coll, "cpu")) and (got["count"] == shape.count).all(), (size, shape)
+    moved = df[df["size_bytes"] > 0]  # 8 B split into 3 blocks of 4-byte elements leaves empty blocks
+    assert ((moved["busbw_gbps"] / moved["algbw_gbps"] - coll.busbw_factor(3)).abs() < 1e-9).all()
+    # The table prints the same size and count as the file.
+    assert {(int(row[0]), int(row[1])) for row in _table_rows(r.stdout)} == set(zip(df["size_bytes"], df["count"]))
+
+
 @pytest.mark.parametrize("ranks", [3, 4])
 @pytest.mark.parametrize("name", COLLECTIVES)
-def test_mpirun_variant_exact_in_nccl_tests_layout(name, ranks, workdir):
+def test_mpirun_variant_exact_in_nccl_tests_layout(name, ranks, request):
     coll = collectives.get(name)
-    out = os.path.join(workdir, f"{name}.json")
-    r = mpirun(ranks, [COMMBENCH, name, "--device", "cpu", "--sizes", "6,1004,65538", "--iters", "3", "--warmup", "1",
-                       *_variant(coll, ranks), "-o", out], cwd=workdir)
+    folder, ran = request.getfixturevalue({3: "three", 4: "four"}[ranks])
+    out = os.path.join(folder, f"{name}-variant.json")
+    r = ran[f"{name}-variant"]
     assert r.returncode == 0, r.stderr
     assert "wrong elements in total: 0 OK" in r.stdout
     df = results.load(out)
@@ -77,13 +103,15 @@ def test_mpirun_variant_exact_in_nccl_tests_layout(name, ranks, workdir):
     assert {(int(row[0]), int(row[1])) for row in _table_rows(r.stdout)} == set(zip(df["size_bytes"], df["count"]))
 
 
-@pytest.mark.parametrize("name", [n for n in COLLECTIVES if "gloo" in impls_for(collectives.get(n), "cpu")])
-def test_under_torchrun_gloo(name, workdir):
-    """The torchrun a user types, with 2 processes on this host."""
+def test_under_torchrun_gloo(workdir):
+    """The torchrun a user types, with 2 processes on this host. torchrun's launch is the same for every
+    collective; gloo's call for each one is checked exactly under mpirun (mpi_correctness.py, and the
+    impls of the runs above)."""
+    name = "allgather"
     out = os.path.join(workdir, f"{name}.json")
-    r = subprocess.run([TORCHRUN, "--standalone", "--nproc-per-node", "2", "--no-python", COMMBENCH, name, "--device",
-                        "cpu", "--sizes", "1K,1M", "--budget-ms", "10", "-o", out], env=mpi_env(), cwd=workdir,
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run([os.path.join(BIN, "torchrun"), "--standalone", "--nproc-per-node", "2", "--no-python", COMMBENCH,
+                        name, "--device", "cpu", "--sizes", "1K,1M", "--budget-ms", "10", "-o", out], env=mpi_env(),
+                       cwd=workdir, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert "wrong elements in total: 0 OK" in r.stdout
     df = results.load(out)
@@ -106,11 +134,10 @@ def test_options_that_do_not_apply_are_refused_in_one_line(args, needle, workdir
     assert needle in r.stderr and not os.listdir(workdir)
 
 
-def test_every_dtype_and_reduction_in_one_run(workdir):
+def test_every_dtype_and_reduction_in_one_run(three):
     """--dtype all --op all: one invocation covers the whole matrix, as nccl-tests' -d all -o all."""
-    out = os.path.join(workdir, "all.json")
-    r = mpirun(3, [COMMBENCH, "reducescatter", "--device", "cpu", "--impl", "mpi,ring", "--dtype", "all", "--op", "all",
-                   "--sizes", "1K,12K", "--iters", "2", "--warmup", "1", "--no-fit", "-o", out], cwd=workdir)
+    folder, ran = three
+    out, r = os.path.join(folder, "all.json"), ran["all"]
     assert r.returncode == 0, r.stderr
     df = results.load(out)
     assert len(df) == 6 * 4 * 2 * 2 and (df["wrong"] == 0).all()
@@ -118,26 +145,24 @@ def test_every_dtype_and_reduction_in_one_run(workdir):
     assert "# impl ring bfloat16 prod:" in r.stdout
 
 
-def test_aggregated_calls_per_iteration(workdir):
-    out = os.path.join(workdir, "agg.json")
-    r = mpirun(2, [COMMBENCH, "allgather", "--device", "cpu", "--impl", "mpi,ring", "--agg", "4", "--sizes", "64K",
-                   "--iters", "3", "--warmup", "1", "--no-fit", "-o", out], cwd=workdir)
+def test_aggregated_calls_per_iteration(three):
+    folder, ran = three
+    out, r = os.path.join(folder, "agg.json"), ran["agg"]
     assert r.returncode == 0, r.stderr
     df = results.load(out)
     assert (df["agg"] == 4).all() and (df["wrong"] == 0).all()
     assert df.attrs["meta"]["config"]["agg"] == 4
 
 
-def test_analysis_commands_take_any_collective(workdir):
+def test_analysis_commands_take_any_collective(three, workdir):
     """fit, compare, plot and report read an all-to-all result file as they read an all-reduce one,
     with the all-to-all's own cost model."""
-    out = os.path.join(workdir, "a2a.json")
-    r = mpirun(2, [COMMBENCH, "alltoall", "--device", "cpu", "--impl", "mpi,pairwise", "--sizes", "4K-256K:x4",
-                   "--iters", "5", "--warmup", "1", "-o", out], cwd=workdir)
+    folder, ran = three
+    out, r = os.path.join(folder, "a2a.json"), ran["a2a"]
     assert r.returncode == 0, r.stderr
-    assert "pairwise: t = 1*alpha + 0.5*n/BW" in r.stdout
+    assert "pairwise: t = 2*alpha + 0.667*n/BW" in r.stdout
     fit = commbench(["fit", out], cwd=workdir)
-    assert fit.returncode == 0 and "alltoall pairwise (2 ranks)" in fit.stdout, fit.stderr
+    assert fit.returncode == 0 and "alltoall pairwise (3 ranks)" in fit.stdout, fit.stderr
     same = commbench(["compare", out, out], cwd=workdir)
     assert same.returncode == 0, same.stderr
     plot = commbench(["plot", out, "-o", os.path.join(workdir, "a2a.png")], cwd=workdir)

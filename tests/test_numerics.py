@@ -16,7 +16,7 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
-from conftest import BIN, COMMBENCH, HERE, commbench, mpi_env, mpirun, stub_gpu_env
+from conftest import BIN, COMMBENCH, HERE, batch, commbench, mpi_env, mpirun, stub_gpu_env
 
 from commbench.analysis import numerics
 from commbench.cli import main
@@ -158,12 +158,19 @@ def _ok(r: subprocess.CompletedProcess) -> None:
 
 
 @pytest.fixture(scope="module")
-def launched(folder):
+def four(folder):
+    """This module's 4-rank commands in one mpirun launch (conftest.batch): the float run with every
+    impl and dtype, and the integer run at 1, 3 and 4 ranks (3 ranks share 4 contributions unevenly)."""
+    return batch(4, {"float": [*RUN, "-o", "mpirun.json"],
+                     "integer": ["numerics", "--data", "integer", "--ranks", "1,3,4", "--count", "3000",
+                                 "-o", "integer.json"]}, folder)
+
+
+@pytest.fixture(scope="module")
+def launched(folder, four):
     """The float run under mpirun, every impl and dtype."""
-    out = os.path.join(folder, "mpirun.json")
-    r = mpirun(4, [COMMBENCH, *RUN, "-o", out], cwd=folder)
-    _ok(r)
-    return load_document(out), r.stdout
+    _ok(four["float"])
+    return load_document(os.path.join(folder, "mpirun.json")), four["float"].stdout
 
 
 @pytest.fixture(scope="module")
@@ -281,11 +288,8 @@ def test_every_figure_recomputed(launched, vectors, exact):
     assert checked >= len(doc["numerics"]["rows"]) // 2
 
 
-def test_integer_data_is_exact_everywhere(folder):
-    """Standalone with the ranks --ranks needs (4), at 1, 3 and 4 ranks: 3 ranks share 4
-    contributions unevenly."""
-    out = os.path.join(folder, "integer.json")
-    r = commbench(["numerics", "--data", "integer", "--ranks", "1,3,4", "--count", "3000", "-o", out], cwd=folder)
+def test_integer_data_is_exact_everywhere(folder, four):
+    out, r = os.path.join(folder, "integer.json"), four["integer"]
     _ok(r)
     assert "every result exact, OK" in r.stdout
     rows = load_document(out)["numerics"]["rows"]

@@ -20,7 +20,8 @@ import shutil
 import subprocess
 from typing import Optional
 
-BUILD_INFO = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_build_info.json")
+# In the package's top folder, beside the extensions it describes (package data of the wheel).
+BUILD_INFO = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "_build_info.json")
 
 
 def nvcc_release(home: str) -> Optional[str]:

@@ -1,0 +1,39 @@
+"""Run under mpirun: several commbench commands, each as a user types it
+(the console script's main() with its argv), one after another in the same launched processes, so
+that a test module pays the start of its ranks once rather than once per command. Each command's
+stdout, stderr and exit status on rank 0 go to OUT_DIR/ran-<name>.json.
+
+    python batched.py CASES.json OUT_DIR      CASES.json: {"name": ["allreduce", "--sizes", ...], ...}
+"""
+
+import contextlib
+import io
+import json
+import os
+import sys
+
+from commbench.cli import main
+from commbench.launch.world import launch_rank
+
+
+def run(argv: list) -> dict:
+    sys.argv = ["commbench", *argv]
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            main()
+            code = 0
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    return {"argv": argv, "returncode": code, "stdout": out.getvalue(), "stderr": err.getvalue()}
+
+
+if __name__ == "__main__":
+    cases_path, out_dir = sys.argv[1], sys.argv[2]
+    with open(cases_path) as f:
+        cases = json.load(f)
+    for name, argv in cases.items():
+        got = run(argv)
+        if launch_rank() == 0:
+            with open(os.path.join(out_dir, f"ran-{name}.json"), "w") as f:
+                json.dump(got, f)
