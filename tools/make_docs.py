@@ -186,18 +186,22 @@ EXAMPLES: dict[str, Example] = {
     # docs/launching.md
     "mpirun": Example([sh("mpirun -n 2 commbench allreduce --impl mpi,ring --sizes 1K-64K:x8 --budget-ms 20 --no-fit "
                           "-o mpirun.json")]),
-    "torchrun": Example([sh("torchrun --standalone --nproc-per-node 2 --no-python commbench allreduce --sizes 1K-64K:x8 "
-                            "--budget-ms 20 --no-fit -o torchrun.json")]),
+    "torchrun": Example([sh("torchrun --standalone --nproc-per-node 2 --no-python commbench allreduce "
+                            "--sizes 1K-64K:x8 --budget-ms 20 --no-fit -o torchrun.json")]),
     "fault-stop": Example([sh("commbench allreduce --impl ring --np 3 --sizes 1K-4K:+8 --iters 200 --timeout 3 "
                               "-o stopped.json    # rank 2 gets SIGSTOP once the first rows are in",
-                              stderr=True, rc=(1,), show_rc=True, fault="stop", fault_file="stopped.json")]),
+                              stderr=True, rc=(1,), show_rc=True, fault="stop", fault_file="stopped.json"),
+                           sh("python -c \"import json; d = json.load(open('stopped.json')); "
+                              "print(d['status'], len(d['results']), 'rows:', d['error'])\"")]),
     "fault-kill": Example([sh("commbench allreduce --impl ring --np 3 --sizes 1K-4K:+8 --iters 200 --timeout 3 "
                               "-o killed.json 2>&1 | grep error    # rank 2 gets SIGKILL once the first rows are in",
                               stderr=True, rc=(0,), fault="kill", fault_file="killed.json")]),
 }
 
-# A marker is a line of its own, so that a page can show one indented (docs/testing.md does).
-BLOCK = re.compile(r"^<!-- generated: (?P<name>[\w.-]+) -->\n(?P<body>.*?)^<!-- /generated -->$", re.S | re.M)
+# A marker is a line of its own, so that a page can show one indented (docs/testing.md does). A body
+# never holds another opening marker: a block left unclosed is reported, never swallows the next.
+BLOCK = re.compile(r"^<!-- generated: (?P<name>[\w.-]+) -->\n"
+                   r"(?P<body>(?:(?!^<!-- generated:).)*?)^<!-- /generated -->$", re.S | re.M)
 OPEN = re.compile(r"^<!-- generated: .*-->$", re.M)
 CLOSE = re.compile(r"^<!-- /generated -->$", re.M)
 
