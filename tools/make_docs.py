@@ -1,0 +1,504 @@
+"""Regenerates every example output in README.md and docs/**/*.md from real runs, so that the pages
+cannot drift from the code.
+
+    .venv/bin/python tools/make_docs.py            # run every example, rewrite the blocks
+    .venv/bin/python tools/make_docs.py --only p2p # one block (repeatable)
+    .venv/bin/python tools/make_docs.py --check    # names only: exit 1 when pages and table disagree
+
+A block in a page is (each marker a line of its own)
+
+    <!-- generated: NAME -->
+    ```
+    $ commbench ...
+    ...what it printed...
+    ```
+    <!-- /generated -->
+
+and EXAMPLES below says what NAME runs: shell lines as a user types them from the repository root,
+with `commbench` (and `python`) meaning this interpreter's commbench, taken from this checkout. The
+block becomes each line after `$ `, followed by what it printed to stdout (and to stderr where the
+step says so; a refusal is only on stderr). Every example runs in a fresh temporary folder holding a
+copy of results/, tests/data/ and tests/fixtures/, so the paths read as from the repository root while
+every file written (result files, commbench-results/, plots, reports) stays out of the checkout.
+
+An example that reads another's files (`uses`) gets a copy of that example's folder; in a full run
+they share one run of it, so their figures agree. --only runs the example it uses again without
+rewriting that one's block: regenerate them together (--only A --only B) to keep them in step.
+
+--check cannot compare outputs: no timing is the same twice. It checks that the set of block names in
+the pages is the set of names in EXAMPLES (no block without a generator, no generator without a
+block, no name twice, every marker closed), and that the files the examples copy into docs/ exist.
+
+Examples needing root and network namespaces (the test cluster of tests/cluster.py) run only as
+root; elsewhere they are skipped with a note and their blocks left as they are. Examples that show
+how a GPU-less host refuses GPU work are skipped where a GPU is visible. Nothing here needs a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Optional
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PAGES = ["README.md", "docs"]
+# What an example may read, copied into its folder under the same relative paths.
+INPUTS = ["results", os.path.join("tests", "data"), os.path.join("tests", "fixtures")]
+STEP_TIMEOUT_S = 300
+# Stands for the test cluster's mpirun prefix (hostfile, ssh agent, TCP on the cluster subnet) in a
+# shown line; the prefix itself is long and names temporary files.
+CLUSTER_MPIRUN = "mpirun ... "
+
+
+@dataclasses.dataclass
+class Step:
+    line: str  # shown after "$ " and run by bash
+    stderr: bool = False  # show stderr too, as a terminal would
+    rc: tuple = (0,)  # exit statuses that are right for this step; anything else fails the example
+    show_rc: bool = False  # follow the step with "$ echo $?" and its status
+    fault: Optional[str] = None  # "stop" or "kill": rank 2 gets SIGSTOP/SIGKILL once `fault_file` has rows
+    fault_file: Optional[str] = None
+
+
+@dataclasses.dataclass
+class Example:
+    steps: list
+    uses: Optional[str] = None  # an example whose files this one reads: run first, output not shown
+    cluster: Optional[dict] = None  # Cluster(**cluster) of tests/cluster.py; CLUSTER_MPIRUN in lines
+    no_gpu: bool = False  # shows a GPU-less host's answer: skipped where a GPU is visible
+    files: dict = dataclasses.field(default_factory=dict)  # file written -> repository path to copy it to
+
+
+def sh(line: str, **kw) -> Step:
+    return Step(line, **kw)
+
+
+def err(line: str, rc: tuple = (2,)) -> Step:
+    """A refusal: one line on stderr and its exit status."""
+    return Step(line, stderr=True, rc=rc, show_rc=True)
+
+
+# Each example short (few sizes, a small --budget-ms): the whole table runs in a few minutes on 2 cores.
+EXAMPLES: dict[str, Example] = {
+    # README.md
+    "readme-allreduce": Example([sh("commbench allreduce --sizes 1K-4M:x64 --budget-ms 20 -o allreduce.json")]),
+
+    # docs/commands/collectives.md
+    "reducescatter": Example([sh("commbench reducescatter --impl mpi,ring --sizes 1K-1M:x32 --budget-ms 20 --no-fit "
+                                 "-o rs.json")]),
+    "broadcast-root": Example([sh("commbench broadcast --np 3 --root 1 --impl mpi,tree,chain --sizes 1K-4M:x64 "
+                                  "--budget-ms 20 --no-fit -o bcast.json")]),
+    "straggler": Example([sh("commbench allreduce --np 3 --impl mpi,ring --delay 1:2000 --sizes 1K,64K --budget-ms 50 "
+                             "--no-fit -o delay.json")]),
+    "bad-input": Example([
+        err("commbench allreduce --np 0"),
+        # One exit status shown is enough: every refusal is exit status 2.
+        Step("commbench allreduce --sizes 1-1T:+1", stderr=True, rc=(2,)),
+        Step("commbench allreduce --budget-ms nan", stderr=True, rc=(2,)),
+        Step("commbench allreduce --impl ring,foo", stderr=True, rc=(2,)),
+        Step("commbench p2p --pairs 0:5", stderr=True, rc=(2,)),
+    ]),
+
+    # docs/commands/p2p.md
+    "p2p": Example([sh("commbench p2p --sizes 8,1K,64K,1M --budget-ms 20 -o p2p.json")]),
+
+    # docs/commands/copy.md, docs/gpus.md
+    "copy-no-gpu": Example([err("commbench copy --sizes 4K-1M:x16"), err("commbench p2p --device cuda")], no_gpu=True),
+    "gpu-no-gpu": Example([err("commbench allreduce --device cuda"), err("commbench p2p --impl nccl")], no_gpu=True),
+    "gpu-version": Example([sh("commbench version -v")]),
+
+    # docs/commands/links.md: 4 hosts, host 2 shaped to a third of the others' rate. Latency on 2
+    # cores shared by 4 hosts is the scheduler's, so bandwidth alone judges (as tests/test_links.py).
+    "links-cluster": Example([
+        sh(CLUSTER_MPIRUN + "commbench links --judge bandwidth --bandwidth-size 1M --window 2 --budget-ms 50 "
+           "--min-iters 3 --warmup 1 -o slow.json > slow.txt", rc=(1,), show_rc=True),
+        sh("commbench links --from slow.json --judge bandwidth", rc=(1,), show_rc=True),
+        sh("commbench links --from slow.json --judge bandwidth --threshold-pct 25 | tail -n 1", rc=(0,)),
+    ], cluster={"hosts": 4, "rates": [300, 300, 100, 300]}),
+
+    # docs/commands/scale.md
+    "scale": Example([sh("commbench scale --np 4 --ranks 1,2,4 --impl ring --sizes 64K-4M:x4 --budget-ms 20 "
+                         "--compute-ms 20 --grad-bytes 4M --extrapolate 8,16,64,256 -o scale.json --plot scale.png")],
+                     files={"scale.png": "docs/commands/scale.png"}),
+
+    # docs/commands/numerics.md: nothing is timed, so these figures repeat exactly from run to run.
+    "numerics-normal": Example([sh("commbench numerics --np 4 -o normal.json")]),
+    "numerics-cancel": Example([sh("commbench numerics --np 4 --data cancel --dtype float32,bfloat16 -o cancel.json")]),
+
+    # docs/commands/analysis.md
+    "analysis-run": Example([sh("commbench allreduce --sizes 1K-4M:x16 --impl mpi,ring,tree --budget-ms 20 --no-fit "
+                                "-o run.json")]),
+    "fit": Example([sh("commbench fit results/baselines/vm-2core-p2p-shm.json --fabric shm")]),
+    "fabrics": Example([sh("commbench fabrics")]),
+    "compare": Example([
+        sh("commbench baseline save run.json --name today --dir baselines"),
+        sh("commbench compare results/baselines/vm-2core-allreduce-shm.json run.json", rc=(0, 1), show_rc=True),
+    ], uses="analysis-run"),
+    "plot-report": Example([
+        sh("commbench plot run.json --baseline results/baselines/vm-2core-allreduce-shm.json -o run.png"),
+        sh("commbench report run.json -o report --fabric shm"),
+        sh("sed -n '1,/^## Records/p' report/report.md"),
+    ], uses="analysis-run", files={"run.png": "docs/commands/plot.png"}),
+
+    # docs/results.md
+    "export": Example([
+        sh("commbench export run.json --format csv -o run.csv"),
+        sh("python -c \"import pandas; print(pandas.read_csv('run.csv')[['impl', 'size_bytes', 'time_us_median', "
+           "'time_us_iqr', 'busbw_gbps']])\""),
+        err("commbench export run.json --format png"),
+        err("commbench export run.json --format csv --samples"),
+    ], uses="analysis-run"),
+    "import-nccl-tests": Example([
+        sh("sed '/^ *16777216 /q' tests/data/nccl-tests/sendrecv_perf-2nodes-ib.txt > sendrecv-cut.log"),
+        sh("grep -v all_gather_perf tests/data/nccl-tests/all_gather_perf-8gpu.txt > old-allgather.log"),
+        sh("seq 60 | sed 's/^/maintenance note /' > notes.txt"),
+        sh("commbench import nccl-tests sendrecv-cut.log -o sr.json", stderr=True),
+        err("commbench import nccl-tests old-allgather.log"),
+        sh("commbench import nccl-tests old-allgather.log --op allgather -o ag.json", stderr=True),
+        err("commbench import nccl-tests tests/data/nccl-tests/gather_perf-8gpu.txt"),
+        err("commbench import nccl-tests notes.txt"),
+    ]),
+    "import-alltoall": Example([
+        sh("commbench import nccl-tests tests/data/nccl-tests/alltoall_perf-8gpu.txt -o a2a.json", stderr=True),
+        sh("commbench export a2a.json --format console"),
+    ]),
+    "import-osu": Example([
+        sh("commbench import osu tests/fixtures/imports/osu_latency-7.4-2ranks-shm.txt -o osu.json", stderr=True),
+        sh("commbench fit osu.json"),
+    ]),
+
+    # docs/commands/node.md
+    "topo": Example([sh("commbench topo"), sh("commbench doctor", show_rc=True)]),
+    "doctor-degraded": Example([sh("commbench doctor --from tests/fixtures/topo/hgx_h100_degraded.json", rc=(1,),
+                                   show_rc=True)]),
+    "version": Example([sh("commbench version"), sh("commbench version -v")]),
+
+    # docs/launching.md
+    "mpirun": Example([sh("mpirun -n 2 commbench allreduce --impl mpi,ring --sizes 1K-64K:x8 --budget-ms 20 --no-fit "
+                          "-o mpirun.json")]),
+    "torchrun": Example([sh("torchrun --standalone --nproc-per-node 2 --no-python commbench allreduce "
+                            "--sizes 1K-64K:x8 --budget-ms 20 --no-fit -o torchrun.json")]),
+    "fault-stop": Example([sh("commbench allreduce --impl ring --np 3 --sizes 1K-4K:+8 --iters 200 --timeout 3 "
+                              "-o stopped.json    # rank 2 gets SIGSTOP once the first rows are in",
+                              stderr=True, rc=(1,), show_rc=True, fault="stop", fault_file="stopped.json"),
+                           sh("python -c \"import json; d = json.load(open('stopped.json')); "
+                              "print(d['status'], len(d['results']), 'rows:', d['error'])\"")]),
+    "fault-kill": Example([sh("commbench allreduce --impl ring --np 3 --sizes 1K-4K:+8 --iters 200 --timeout 3 "
+                              "-o killed.json 2>&1 | grep error    # rank 2 gets SIGKILL once the first rows are in",
+                              stderr=True, rc=(0,), fault="kill", fault_file="killed.json")]),
+}
+
+# A marker is a line of its own, so that a page can show one indented (docs/testing.md does). A body
+# never holds another opening marker: a block left unclosed is reported, never swallows the next.
+BLOCK = re.compile(r"^<!-- generated: (?P<name>[\w.-]+) -->\n"
+                   r"(?P<body>(?:(?!^<!-- generated:).)*?)^<!-- /generated -->$", re.S | re.M)
+OPEN = re.compile(r"^<!-- generated: .*-->$", re.M)
+CLOSE = re.compile(r"^<!-- /generated -->$", re.M)
+
+
+class ExampleFailed(Exception):
+    pass
+
+
+# ---- pages ---------------------------------------------------------------------------------------
+
+def pages() -> list[str]:
+    found = []
+    for entry in PAGES:
+        path = os.path.join(ROOT, entry)
+        if os.path.isfile(path):
+            found.append(path)
+        for folder, _, names in sorted(os.walk(path)):
+            found += [os.path.join(folder, n) for n in sorted(names) if n.endswith(".md")]
+    return found
+
+
+def blocks(text: str) -> list[str]:
+    return [m.group("name") for m in BLOCK.finditer(text)]
+
+
+def problems() -> list[str]:
+    """What --check reports: names in pages and table that disagree, markers left open, files missing."""
+    found, seen = [], {}
+    for page in pages():
+        with open(page, encoding="utf-8") as f:
+            text = f.read()
+        rel = os.path.relpath(page, ROOT)
+        names = blocks(text)
+        if len(OPEN.findall(text)) != len(names) or len(CLOSE.findall(text)) != len(names):
+            found.append(f"{rel}: a generated block is not closed, or not opened, as <!-- generated: NAME --> ... "
+                         f"<!-- /generated -->")
+        for name in names:
+            if name in seen:
+                found.append(f"{rel}: block {name} is also in {seen[name]}")
+            seen.setdefault(name, rel)
+            if name not in EXAMPLES:
+                found.append(f"{rel}: block {name} has no entry in EXAMPLES")
+    for name, ex in EXAMPLES.items():
+        if name not in seen:
+            found.append(f"EXAMPLES: {name} is in no page")
+        if ex.uses is not None and ex.uses not in EXAMPLES:
+            found.append(f"EXAMPLES: {name} uses {ex.uses}, which is no example")
+        for target in ex.files.values():
+            if not os.path.exists(os.path.join(ROOT, target)):
+                found.append(f"EXAMPLES: {name} writes {target}, which is missing")
+    return found
+
+
+def fence(text: str) -> str:
+    """A code fence longer than any run of backticks in the text."""
+    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    return "`" * max(3, longest + 1)
+
+
+def write_blocks(outputs: dict) -> list[str]:
+    changed = []
+    for page in pages():
+        with open(page, encoding="utf-8") as f:
+            text = f.read()
+
+        def replace(m):
+            name = m.group("name")
+            if name not in outputs:
+                return m.group(0)
+            f = fence(outputs[name])
+            return f"<!-- generated: {name} -->\n{f}\n{outputs[name]}\n{f}\n<!-- /generated -->"
+        new = BLOCK.sub(replace, text)
+        if new != text:
+            with open(page, "w", encoding="utf-8") as f:
+                f.write(new)
+            changed.append(os.path.relpath(page, ROOT))
+    return changed
+
+
+# ---- running -------------------------------------------------------------------------------------
+
+def environment(tmp: str) -> dict:
+    """This environment for the examples' shells: `commbench` and `python` are this interpreter with
+    this checkout first on its path; mpirun and torchrun are those beside the interpreter."""
+    bindir = os.path.join(tmp, "bin")
+    os.makedirs(bindir, exist_ok=True)
+    for name, argv in (("commbench", [sys.executable, "-m", "commbench"]), ("python", [sys.executable])):
+        path = os.path.join(bindir, name)
+        with open(path, "w") as f:
+            # A wrapper, not a link: a link to a venv's python outside the venv's folder leaves the venv.
+            f.write(f'#!/bin/sh\nexec {shlex.join(argv)} "$@"\n')
+        os.chmod(path, 0o755)
+    sys.path.insert(0, ROOT)
+    from commbench.world import launcher_free_env
+    # Without the variables of a launcher this script may run under: every example starts its own ranks.
+    env = launcher_free_env(dict(os.environ))
+    env["PATH"] = os.pathsep.join([bindir, os.path.dirname(sys.executable), env.get("PATH", "")])
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [ROOT, env.get("PYTHONPATH")]))
+    # Output and error lines in the order a terminal shows them.
+    env["PYTHONUNBUFFERED"] = "1"
+    # The tests' stand-in GPU (tests/stubs/fake_gpu) must never answer for an example.
+    env.pop("COMMBENCH_STUB_GPUS", None)
+    if os.geteuid() == 0:
+        # A user's own mpirun line (docs/launching.md) as root; commbench sets these itself when standalone.
+        env["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
+        env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
+    return env
+
+
+def gpu_visible(env: dict) -> bool:
+    r = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.device_count())"], env=env,
+                       capture_output=True, text=True)
+    return r.returncode == 0 and r.stdout.strip() not in ("", "0")
+
+
+def descendants(pid: int) -> list[int]:
+    children = {}
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def rank_pid(root_pid: int, rank: int) -> Optional[int]:
+    for pid in descendants(root_pid):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = f.read().split(b"\0")
+        except OSError:
+            continue
+        if f"OMPI_COMM_WORLD_RANK={rank}".encode() in env:
+            return pid
+    return None
+
+
+def has_rows(path: str) -> bool:
+    try:
+        with open(path) as f:
+            return bool(json.load(f).get("results"))
+    except (OSError, ValueError):  # not there yet, or being replaced as we read it
+        return False
+
+
+def run_step(step: Step, cwd: str, env: dict, mpirun_prefix: Optional[list]) -> tuple[str, int]:
+    line = step.line
+    if line.startswith(CLUSTER_MPIRUN):
+        line = shlex.join(mpirun_prefix) + " " + line[len(CLUSTER_MPIRUN):]
+    p = subprocess.Popen(["bash", "-c", line], cwd=cwd, env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT if step.stderr else subprocess.DEVNULL, text=True,
+                         start_new_session=True)
+    try:
+        if step.fault:
+            target = os.path.join(cwd, step.fault_file)
+            until = time.monotonic() + 120
+            while not has_rows(target) and p.poll() is None and time.monotonic() < until:
+                time.sleep(0.1)
+            pid = rank_pid(p.pid, 2)
+            if pid is None:
+                raise ExampleFailed(f"{step.line}: no rank 2 to {step.fault}")
+            os.kill(pid, signal.SIGSTOP if step.fault == "stop" else signal.SIGKILL)
+        out, _ = p.communicate(timeout=STEP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise ExampleFailed(f"{step.line}: still running after {STEP_TIMEOUT_S} s") from None
+    finally:
+        # Whatever the step left (a stopped rank, a hung launcher) ends here, by process id.
+        for pid in [p.pid, *descendants(p.pid)]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        p.wait()
+    if p.returncode not in step.rc:
+        raise ExampleFailed(f"{step.line}: exit status {p.returncode}, expected {step.rc}:\n{out[-3000:]}")
+    # Paths of the temporary folder would differ in every run and mean nothing to a reader.
+    out = out.replace(cwd + os.sep, "").replace(cwd, ".")
+    return out, p.returncode
+
+
+def prepare(folder: str) -> None:
+    for rel in INPUTS:
+        src = os.path.join(ROOT, rel)
+        if os.path.isdir(src):
+            shutil.copytree(src, os.path.join(folder, rel))
+
+
+class Runner:
+    def __init__(self, tmp: str):
+        self.tmp = tmp
+        self.env = environment(tmp)
+        self.ran: dict[str, str] = {}  # example -> its folder, for those that others use
+        self._gpu: Optional[bool] = None
+
+    def gpu(self) -> bool:
+        if self._gpu is None:
+            self._gpu = gpu_visible(self.env)
+        return self._gpu
+
+    def skip_reason(self, ex: Example) -> Optional[str]:
+        if ex.no_gpu and self.gpu():
+            return "it shows a GPU-less host's answer, and a GPU is visible here"
+        if ex.cluster:
+            sys.path.insert(0, os.path.join(ROOT, "tests"))
+            from cluster import Cluster, ClusterUnavailable
+            try:
+                Cluster.check()
+            except ClusterUnavailable as e:
+                return str(e)
+        return None
+
+    def run(self, name: str) -> str:
+        """Runs an example in a fresh folder; returns the block's text."""
+        ex = EXAMPLES[name]
+        folder = os.path.join(self.tmp, name)
+        if ex.uses:
+            if ex.uses not in self.ran:
+                self.run(ex.uses)
+            shutil.copytree(self.ran[ex.uses], folder)
+        else:
+            os.makedirs(folder)
+            prepare(folder)
+        if ex.cluster:
+            from cluster import Cluster
+            with Cluster(**ex.cluster) as c:
+                env = c.env()
+                env.update({k: self.env[k] for k in ("PATH", "PYTHONPATH", "PYTHONUNBUFFERED")})
+                text = self._steps(ex, folder, env, c.mpirun_prefix())
+        else:
+            text = self._steps(ex, folder, self.env, None)
+        for produced, target in ex.files.items():
+            os.makedirs(os.path.dirname(os.path.join(ROOT, target)), exist_ok=True)
+            shutil.copyfile(os.path.join(folder, produced), os.path.join(ROOT, target))
+        self.ran[name] = folder
+        return text
+
+    def _steps(self, ex: Example, folder: str, env: dict, prefix: Optional[list]) -> str:
+        shown = []
+        for step in ex.steps:
+            out, rc = run_step(step, folder, env, prefix)
+            shown.append(f"$ {step.line}")
+            shown += [line.rstrip() for line in out.rstrip("\n").splitlines()]
+            if step.show_rc:
+                shown += ["$ echo $?", str(rc)]
+        return "\n".join(shown)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true",
+                    help="check block names against EXAMPLES (outputs cannot be compared); write nothing")
+    ap.add_argument("--only", action="append", metavar="NAME", help="regenerate this block only (repeatable)")
+    args = ap.parse_args()
+
+    found = problems()
+    if args.check:
+        for line in found:
+            print(line)
+        print(f"make_docs: {len(EXAMPLES)} examples, {'OK' if not found else f'{len(found)} problem(s)'}")
+        return 1 if found else 0
+    names = args.only or list(EXAMPLES)
+    unknown = [n for n in names if n not in EXAMPLES]
+    if unknown:
+        print(f"make_docs: no example named {', '.join(unknown)}; known: {', '.join(EXAMPLES)}", file=sys.stderr)
+        return 2
+
+    started = time.monotonic()
+    outputs, failed = {}, []
+    with tempfile.TemporaryDirectory(prefix="commbench-docs-") as tmp:
+        runner = Runner(tmp)
+        for name in names:
+            why = runner.skip_reason(EXAMPLES[name])
+            if why:
+                print(f"skipped {name}: {why}; its block is left as it is", flush=True)
+                continue
+            t = time.monotonic()
+            try:
+                outputs[name] = runner.run(name)
+            except ExampleFailed as e:
+                failed.append(name)
+                print(f"FAILED  {name}: {e}", flush=True)
+                continue
+            print(f"ok      {name} ({time.monotonic() - t:.1f} s)", flush=True)
+    changed = write_blocks(outputs)
+    print(f"make_docs: {len(outputs)} block(s) generated in {time.monotonic() - started:.0f} s; "
+          f"pages changed: {', '.join(changed) or 'none'}")
+    for line in problems():
+        print(line)
+    return 1 if failed or problems() else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
