@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.commbench-installed
 NATIVE := $(shell find csrc -type f) setup.py pyproject.toml
 
-.PHONY: install cuda-compiler bench test overhead gpu-check clean
+.PHONY: install cuda-compiler bench test docs overhead gpu-check clean
 
 install: $(STAMP)
 
@@ -36,6 +36,10 @@ bench: install
 test: install
 	$(BIN)/python -m pytest -q tests; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 1; fi; exit $$rc
+
+# Every example output in README.md and docs/ from real runs (tools/make_docs.py; a few minutes).
+docs: install
+	$(BIN)/python tools/make_docs.py
 
 overhead: install
 	$(BIN)/python benchmarks/overhead.py

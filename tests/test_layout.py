@@ -118,3 +118,13 @@ def test_every_collective_module_is_registered_and_reaches_the_cli_schema_and_tr
     for c in collectives.all_collectives():
         assert c.name in cli.commands and c.name in ops
         assert "mpi" in impls_for(c, "cpu") and "nccl" in impls_for(c, "cuda")
+
+
+def test_readme_is_an_entry_point_and_every_example_has_its_generator():
+    """README.md stays short (the rest is in docs/), and every example block of README.md and docs/ is
+    one that tools/make_docs.py (`make docs`) produces."""
+    with open(os.path.join(ROOT, "README.md")) as f:
+        assert len(f.read().splitlines()) <= 250
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "make_docs.py"), "--check"], cwd=ROOT,
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr

@@ -24,7 +24,8 @@ def expected_cases() -> int:
     return total
 
 
-@pytest.mark.parametrize("ranks", [1, 2, 3, 4, 5])
+# Up to 4 ranks on 2 cores: 3 is the uneven count (a partial tree, blocks the ranks do not divide).
+@pytest.mark.parametrize("ranks", [1, 2, 3, 4])
 def test_every_collective_is_exact(ranks):
     r = mpirun(ranks, [sys.executable, os.path.join(HERE, "mpi_correctness.py")], timeout=900)
     assert r.returncode == 0, r.stderr[-2000:]

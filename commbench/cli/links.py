@@ -1,5 +1,5 @@
 """`commbench links`: every rank pair's latency and bandwidth, alone and under load, and the link,
-rank or host that is slow (commbench/links.py)."""
+rank or host that is slow (analysis/links.py)."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ from .group import cli
                    "ranks of each rank's median pair; latency: above the typical one / this share).")
 @click.option("--mad-z", type=Finite(min=0, min_open=True), default=None,
               help="Also flag a pair whose modified z-score (on the MAD of comparable pairs) passes this, the "
-                   "slow way (3.5 is customary; off by default, see README).")
+                   "slow way (3.5 is customary; off by default, see docs/commands/links.md).")
 @click.option("--judge", "judged", type=click.Choice(["both", "bandwidth", "latency"]), default="both",
               show_default=True, help="Which metric flags pairs (the matrices show both).")
 @click.option("--from", "source", type=click.Path(dir_okay=False), default=None,

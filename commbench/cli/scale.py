@@ -1,5 +1,5 @@
 """`commbench scale`: one collective at several rank counts under one launch, and whether adding
-ranks pays for a data-parallel step (commbench/scaling.py)."""
+ranks pays for a data-parallel step (analysis/scaling.py)."""
 
 from __future__ import annotations
 

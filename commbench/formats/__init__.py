@@ -37,7 +37,7 @@ def names() -> list[str]:
 
 def render(name: str, doc: dict, options: Options):
     """The output of format `name` for one result document. A numerics result (commbench numerics)
-    holds no timing records: its own views (numerics_report.py) show it in every format."""
+    holds no timing records: its own views (formats/numerics.py) show it in every format."""
     if "numerics" in doc:
         from .numerics import render as numerics
         return numerics(name, doc, options)

@@ -1,5 +1,5 @@
 """console: the table a run prints as it goes, in nccl-tests' layout: header lines, then one block
-per impl with one row per size. The live run (reporter.py) prints it line by line with these
+per impl with one row per size. The live run (run/reporter.py) prints it line by line with these
 functions; `export --format console` prints a whole result file the same way, one block per series.
 
 Every cell is right-aligned in its column and one space from its neighbours, so values never run

@@ -1,6 +1,6 @@
 """Topology and health inventory: GPUs through NVML, the host from /proc and /sys.
 
-`snapshot()` returns a JSON-able dict (documented in the README, schema "commbench-topo-1"). The GPU
+`snapshot()` returns a JSON-able dict (documented in docs/commands/node.md, schema "commbench-topo-1"). The GPU
 part goes through the narrow `Nvml` interface so that tests can feed recorded values; on a host
 without the NVML library or without GPUs it says why and the host part is still complete.
 """
