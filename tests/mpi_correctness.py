@@ -15,7 +15,7 @@ from commbench.collectives.base import PIPELINED
 from commbench.spec import DTYPES, REDOPS, dtype_of
 from commbench.sweep import _MOVE_ONLY, Buffers, RunConfig, _count_wrong, _fill, torch_allocator
 from commbench.testdata import HostData
-from commbench.transports import gloo, impls_for
+from commbench.transports import gloo, impls_for, native_call
 from commbench.world import init_world
 
 world = init_world()
@@ -88,7 +88,7 @@ for coll in collectives.all_collectives():
     send, recv = Buffers(coll, shape, torch.float32, False, HOST).views(shape, rank)
     code = REDOPS["sum"] if coll.reduces else _MOVE_ONLY
     _fill(data, send, coll.inputs(rank, size, 0, shape), code)
-    _host.collective_times(coll.name, "mpi", send, recv, code, 0, 1, comm.py2f(), 8)
+    _host.collective_times(*native_call(_host, coll, "mpi"), send, recv, code, 0, 1, comm.py2f(), 8)
     expected = coll.expected(rank, size, 0, shape)
     if expected:
         recv[expected[-1].offset] += 1
