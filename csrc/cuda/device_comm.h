@@ -30,25 +30,7 @@
 
 namespace commbench {
 
-
 using Clock = std::chrono::steady_clock;
-
-template <typename T, typename Op>
-struct DeviceReducer {
-  cudaStream_t stream;
-  void operator()(T* dst, const T* src, std::size_t n) const { launch_reduce<T, Op>(dst, src, n, stream); }
-};
-
-// Copies within this rank's GPU, in stream order.
-struct DeviceCopy {
-  cudaStream_t stream;
-  Where where;
-  template <typename T>
-  void operator()(T* dst, const T* src, std::size_t n) const {
-    if (n > 0)
-      cuda_check(cudaMemcpyAsync(dst, src, n * sizeof(T), cudaMemcpyDeviceToDevice, stream), "cudaMemcpyAsync", where);
-  }
-};
 
 inline void require_device_tensor(const at::Tensor& t, int device, const char* what) {
   if (!t.is_cuda() || t.get_device() != device || !t.is_contiguous())
@@ -294,8 +276,15 @@ class DeviceComm {
     }
     NcclTransport transport() const { return NcclTransport(dc.comm(), dc.stream_.s, dc.where_); }
     template <typename T, typename Op>
-    DeviceReducer<T, Op> reducer() const { return {dc.stream_.s}; }
-    DeviceCopy copy() const { return {dc.stream_.s, dc.where_}; }
+    auto reducer() const {
+      return [s = dc.stream_.s](T* dst, const T* src, std::size_t n) { launch_reduce<T, Op>(dst, src, n, s); };
+    }
+    // Copies within this rank's GPU, in stream order.
+    auto copy() const {
+      return [s = dc.stream_.s, w = dc.where_](auto* dst, const auto* src, std::size_t n) {
+        if (n > 0) cuda_check(cudaMemcpyAsync(dst, src, n * sizeof(*src), cudaMemcpyDeviceToDevice, s), "cudaMemcpyAsync", w);
+      };
+    }
     template <typename T>
     T* scratch(std::size_t elems) {
       scratch_memory = device_scratch(elems * sizeof(T), dc.where_.device);

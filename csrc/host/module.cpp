@@ -72,18 +72,6 @@ void require_host_contiguous(const at::Tensor& t, const char* what) {
     throw std::invalid_argument(std::string(what) + " must be a contiguous host tensor");
 }
 
-template <typename T, typename Op>
-struct HostReducer {
-  void operator()(T* dst, const T* src, std::size_t n) const { reduce_into(dst, src, n, Op{}); }
-};
-
-struct HostCopy {
-  template <typename T>
-  void operator()(T* dst, const T* src, std::size_t n) const {
-    if (n > 0) std::memcpy(dst, src, n * sizeof(T));
-  }
-};
-
 // Whether the MPI library accepts GPU buffers, asked at run time where the library can say.
 bool mpi_cuda_aware() {
 #if defined(MPIX_CUDA_AWARE_SUPPORT)
@@ -136,8 +124,14 @@ class MpiBackend {
 
   MpiTransport transport() const { return MpiTransport(comm_); }
   template <typename T, typename Op>
-  HostReducer<T, Op> reducer() const { return {}; }
-  HostCopy copy() const { return {}; }
+  auto reducer() const {
+    return [](T* dst, const T* src, std::size_t n) { reduce_into(dst, src, n, Op{}); };
+  }
+  auto copy() const {
+    return [](auto* dst, const auto* src, std::size_t n) {
+      if (n > 0) std::memcpy(dst, src, n * sizeof(*src));
+    };
+  }
   template <typename T>
   T* scratch(std::size_t elems) const { return reused_scratch<T>(elems); }
 
