@@ -18,7 +18,7 @@ from commbench.run.buffers import Buffers, torch_allocator
 from commbench.run.collective import _MOVE_ONLY, _count_wrong, _fill
 from commbench.run.config import RunConfig
 from commbench.run.testdata import HostData
-from commbench.transports import gloo, impls_for
+from commbench.transports import gloo, impls_for, native_call
 
 world = init_world()
 gloo.join(world)
@@ -90,7 +90,7 @@ for coll in collectives.all_collectives():
     send, recv = Buffers(coll, shape, torch.float32, False, HOST).views(shape, rank)
     code = REDOPS["sum"] if coll.reduces else _MOVE_ONLY
     _fill(data, send, coll.inputs(rank, size, 0, shape), code)
-    _host.collective_times(coll.name, "mpi", send, recv, code, 0, 1, comm.py2f(), 8)
+    _host.collective_times(*native_call(_host, coll, "mpi"), send, recv, code, 0, 1, comm.py2f(), 8)
     expected = coll.expected(rank, size, 0, shape)
     if expected:
         recv[expected[-1].offset] += 1

@@ -19,6 +19,14 @@ def transport_names() -> list[str]:
     return [t.name for t in TRANSPORTS]
 
 
+def native_call(native, coll, impl: str) -> tuple:
+    """`coll` by `impl` as the native modules' collective_times take them, the enums of `native`
+    (commbench._host or commbench._cuda): an impl named after its transport is the library's call,
+    any other is our algorithm of that name."""
+    algorithm = "library" if impl in transport_names() else impl
+    return native.Collective.__members__[coll.name], native.Algorithm.__members__[algorithm]
+
+
 def default_p2p_transport(launcher) -> str:
     """p2p without --impl: MPI, or gloo under torchrun, which starts no MPI."""
     return GLOO.name if launcher == "torchrun" else MPI.name

@@ -35,11 +35,12 @@ class MpiTransport:
     def times(self, world, coll, impl: str, send, recv, op: int, iters: int, cfg, agg: int,
               delay_s: float) -> np.ndarray:
         from .. import _host
+        from . import native_call
         if send.is_cuda:
             import torch
             torch.cuda.synchronize()
-        return _host.collective_times(coll.name, impl, send, recv, op, cfg.root, iters, world.comm.py2f(),
-                                      cfg.chunk_bytes, agg, delay_s).numpy()
+        return _host.collective_times(*native_call(_host, coll, impl), send, recv, op, cfg.root, iters,
+                                      world.comm.py2f(), cfg.chunk_bytes, agg, delay_s).numpy()
 
 
 MPI = MpiTransport()

@@ -40,9 +40,11 @@ class NcclTransport:
 
     def times(self, world, coll, impl: str, send, recv, op: int, iters: int, cfg, agg: int,
               delay_s: float) -> np.ndarray:
+        from .. import _cuda
+        from . import native_call
         # NCCL's calls are fused into one group per iteration, ours run one after another.
-        return communicator(world).collective_times(coll.name, impl, send, recv, op, cfg.root, iters, cfg.chunk_bytes,
-                                                    cfg.graph, agg, delay_s).numpy()
+        return communicator(world).collective_times(*native_call(_cuda, coll, impl), send, recv, op, cfg.root, iters,
+                                                    cfg.chunk_bytes, cfg.graph, agg, delay_s).numpy()
 
 
 NCCL = NcclTransport()

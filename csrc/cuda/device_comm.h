@@ -1,5 +1,5 @@
 // The NCCL communicator of one rank and everything timed on it: collectives (NCCL's calls and our
-// algorithms over NCCL point-to-point, own_algorithms.h), NCCL ping-pong and bandwidth, the exact
+// algorithms over NCCL point-to-point, collective_times.h), NCCL ping-pong and bandwidth, the exact
 // data's fill and check kernels. One stream per communicator; every wait for it is bounded.
 #pragma once
 
@@ -9,14 +9,15 @@
 #include <nccl.h>
 
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <thread>
 #include <utility>
 #include <vector>
 
+#include "commbench/collective_times.h"
 #include "commbench/own_algorithms.h"
 #include "commbench/reduce.h"
 #include "commbench/spin.h"
@@ -29,31 +30,7 @@
 
 namespace commbench {
 
-
 using Clock = std::chrono::steady_clock;
-
-template <typename T, typename Op>
-struct DeviceReducer {
-  cudaStream_t stream;
-  void operator()(T* dst, const T* src, std::size_t n) const { launch_reduce<T, Op>(dst, src, n, stream); }
-};
-
-// Copies within this rank's GPU, in stream order.
-struct DeviceCopy {
-  cudaStream_t stream;
-  Where where;
-  template <typename T>
-  void operator()(T* dst, const T* src, std::size_t n) const {
-    if (n > 0)
-      cuda_check(cudaMemcpyAsync(dst, src, n * sizeof(T), cudaMemcpyDeviceToDevice, stream), "cudaMemcpyAsync", where);
-  }
-};
-
-inline bool overlap(const at::Tensor& a, const at::Tensor& b) {
-  const char* a0 = static_cast<const char*>(a.data_ptr());
-  const char* b0 = static_cast<const char*>(b.data_ptr());
-  return a0 < b0 + b.nbytes() && b0 < a0 + a.nbytes();
-}
 
 inline void require_device_tensor(const at::Tensor& t, int device, const char* what) {
   if (!t.is_cuda() || t.get_device() != device || !t.is_contiguous())
@@ -121,94 +98,34 @@ class DeviceComm {
     });
   }
 
-  // Times one call of collective `coll` by `impl`: "nccl" (NCCL's call) or one of our algorithms
-  // over NCCL point-to-point (own_algorithms.h). Buffers as nccl-tests lays them out. Returns this
-  // rank's own times; `delay_s` delays this rank before each timed iteration (see timed()).
-  at::Tensor collective_times(const std::string& coll_name, const std::string& impl, at::Tensor send, at::Tensor recv,
-                              int64_t op_code, int64_t root, int64_t iters, int64_t chunk_bytes, bool graph, int64_t agg,
-                              double delay_s) {
-    if (agg < 1) throw std::invalid_argument("agg must be at least 1");
-    if (!(delay_s >= 0) || !std::isfinite(delay_s)) throw std::invalid_argument("delay must be finite and not negative");
-    require_device_tensor(send, where_.device, "send buffer");
-    require_device_tensor(recv, where_.device, "recv buffer");
-    if (send.scalar_type() != recv.scalar_type()) throw std::invalid_argument("send and recv buffers differ in dtype");
-    if (root < 0 || root >= size_) throw std::invalid_argument("root must be a rank of the communicator");
+  // Times one call of collective `coll` by `algo`: NCCL's call or one of our algorithms over NCCL
+  // point-to-point (collective_times.h); with `graph`, each iteration launches a CUDA graph of the
+  // call (see timed()).
+  at::Tensor collective_times(Collective coll, Algorithm algo, at::Tensor send, at::Tensor recv, int64_t op_code,
+                              int64_t root, int64_t iters, int64_t chunk_bytes, bool graph, int64_t agg, double delay_s) {
     cuda_check(cudaSetDevice(where_.device), "cudaSetDevice", where_);
-    const RedOp op = redop_from(op_code);
-    const std::string what = coll_name + " " + impl;
-    pybind11::gil_scoped_release no_gil;
-    return dispatch_dtype_op(recv.scalar_type(), op, [&](auto tag, auto functor) {
-      using T = typename decltype(tag)::type;
-      using Op = decltype(functor);
-      const CallBuffers<T> b{static_cast<const T*>(send.data_ptr()), static_cast<T*>(recv.data_ptr()),
-                             static_cast<std::size_t>(send.numel()), static_cast<std::size_t>(recv.numel()),
-                             overlap(send, recv), where_.rank, size_, static_cast<int>(root)};
-      const double per_op = 1.0 / static_cast<double>(agg);
-      if (impl == "nccl")
-        return timed(iters, graph, delay_s, what.c_str(),
-                     aggregated(nccl_call(coll_name, b, op, comm(), stream_.s, where_), agg, [this] { return NcclGroup(where_); })) *
-               per_op;
-      const Own own = own_algo(coll_name, impl);
-      if (pipelined(own) && chunk_bytes < static_cast<int64_t>(sizeof(T)))
-        throw std::invalid_argument("pipeline chunk must hold at least one element");
-      const std::size_t chunk =
-          TreeSchedule::chunk_for(static_cast<std::size_t>(std::max<int64_t>(chunk_bytes, 1)), sizeof(T), b.recv_count);
-      NcclTransport transport(comm(), stream_.s, where_);
-      DeviceReducer<T, Op> reducer{stream_.s};
-      DeviceCopy copy{stream_.s, where_};
-      at::Tensor scratch = device_scratch(own_scratch_elems<T>(own, b, chunk) * sizeof(T), where_.device);
-      return timed(iters, graph, delay_s, what.c_str(),
-                   aggregated(own_call(own, transport, reducer, copy, b, static_cast<T*>(scratch.data_ptr()), chunk), agg,
-                              no_group)) *
-             per_op;
-    });
+    Backend backend{*this, graph, {}};
+    return commbench::collective_times(backend, coll, algo, send, recv, op_code, root, iters, chunk_bytes, agg, delay_s);
   }
 
   // NCCL ping-pong between this rank and `peer`, from the send buffer into the receive buffer; the
-  // lower rank starts. Half the round trip. A pair barrier before each iteration keeps the pair's
-  // skew out of the first sample.
+  // lower rank starts. Half the round trip.
   at::Tensor pingpong_times(at::Tensor send, at::Tensor recv, int64_t bytes, int64_t peer, int64_t iters) {
-    require_message(send, recv, bytes, peer);
-    cuda_check(cudaSetDevice(where_.device), "cudaSetDevice", where_);
-    const void* s = send.data_ptr();
-    void* r = recv.data_ptr();
-    const int other = static_cast<int>(peer);
-    const bool first = where_.rank < other;
-    pybind11::gil_scoped_release no_gil;
-    std::vector<double> t = or_abort([&] { return event_times(stream_.s, iters, where_, [&] { pair_barrier(other); }, [&] {
-      for (int leg = 0; leg < 2; ++leg) {
-        if ((leg == 0) == first)
-          nccl_check(ncclSend(s, static_cast<std::size_t>(bytes), ncclUint8, other, comm(), stream_.s), "ncclSend", where_);
-        else
-          nccl_check(ncclRecv(r, static_cast<std::size_t>(bytes), ncclUint8, other, comm(), stream_.s), "ncclRecv", where_);
-      }
-    }, [&] { wait("NCCL ping-pong"); }); });
-    for (double& x : t) x /= 2;
-    return to_tensor(max_with_peer(std::move(t), other));
+    return pair_times(send, recv, bytes, peer, iters, 0.5, "NCCL ping-pong", [](auto& leg, bool lead) {
+      leg(lead);
+      leg(!lead);
+    });
   }
 
   // Unidirectional bandwidth: `window` messages from the lower rank to the higher in one NCCL group
-  // per iteration, after a pair barrier. Time per iteration (the whole window).
+  // per iteration. Time per iteration (the whole window).
   at::Tensor bandwidth_times(at::Tensor send, at::Tensor recv, int64_t bytes, int64_t peer, int64_t window,
                              int64_t iters) {
-    require_message(send, recv, bytes, peer);
-    cuda_check(cudaSetDevice(where_.device), "cudaSetDevice", where_);
-    const void* s = send.data_ptr();
-    void* r = recv.data_ptr();
-    const int other = static_cast<int>(peer);
-    const bool sender = where_.rank < other;
-    pybind11::gil_scoped_release no_gil;
-    std::vector<double> t = or_abort([&] { return event_times(stream_.s, iters, where_, [&] { pair_barrier(other); }, [&] {
+    return pair_times(send, recv, bytes, peer, iters, 1.0, "NCCL bandwidth window", [&](auto& leg, bool lead) {
       NcclGroup g(where_);
-      for (int64_t w = 0; w < window; ++w) {
-        if (sender)
-          nccl_check(ncclSend(s, static_cast<std::size_t>(bytes), ncclUint8, other, comm(), stream_.s), "ncclSend", where_);
-        else
-          nccl_check(ncclRecv(r, static_cast<std::size_t>(bytes), ncclUint8, other, comm(), stream_.s), "ncclRecv", where_);
-      }
+      for (int64_t w = 0; w < window; ++w) leg(lead);
       g.end();
-    }, [&] { wait("NCCL bandwidth window"); }); });
-    return to_tensor(max_with_peer(std::move(t), other));
+    });
   }
 
   // This rank's share of the exact pattern at pattern indices first, first + 1, ... (pattern.h).
@@ -272,6 +189,31 @@ class DeviceComm {
     if (peer < 0 || peer >= size_ || peer == where_.rank) throw std::invalid_argument("peer must be another rank");
   }
 
+  // One side of a point-to-point test with `peer`: event times of body(leg, lead) per iteration,
+  // scaled by `scale`, the maximum over the pair. leg(true) posts this rank's send of the message,
+  // leg(false) its receive; `lead` says this rank is the lower of the two. A pair barrier before
+  // each iteration keeps the pair's skew out of the first sample.
+  template <typename Body>
+  at::Tensor pair_times(const at::Tensor& send, const at::Tensor& recv, int64_t bytes, int64_t peer, int64_t iters,
+                        double scale, const char* what, Body&& body) {
+    require_message(send, recv, bytes, peer);
+    cuda_check(cudaSetDevice(where_.device), "cudaSetDevice", where_);
+    const int other = static_cast<int>(peer);
+    const std::size_t n = static_cast<std::size_t>(bytes);
+    auto leg = [&, s = send.data_ptr(), r = recv.data_ptr()](bool sending) {
+      if (sending)
+        nccl_check(ncclSend(s, n, ncclUint8, other, comm(), stream_.s), "ncclSend", where_);
+      else
+        nccl_check(ncclRecv(r, n, ncclUint8, other, comm(), stream_.s), "ncclRecv", where_);
+    };
+    const bool lead = where_.rank < other;
+    std::vector<double> t = or_abort([&] {
+      return event_times(stream_.s, iters, where_, [&] { pair_barrier(other); }, [&] { body(leg, lead); }, [&] { wait(what); });
+    });
+    for (double& x : t) x *= scale;
+    return to_tensor(max_with_peer(std::move(t), other));
+  }
+
   // Waits until the stream is idle. A dead or stalled peer would hang cudaStreamSynchronize for
   // ever, so the stream is polled together with NCCL's asynchronous error, against a deadline;
   // either failure aborts the communicator, which releases the stream, and throws.
@@ -317,6 +259,47 @@ class DeviceComm {
     g.end();
     wait("pair barrier");
   }
+
+  // collective_times.h's backend: NCCL on this communicator's stream, the reduction kernel, CUDA
+  // events; every wait bounded by the deadline, and a failure aborts the communicator (timed()).
+  struct Backend {
+    static constexpr const char* kLibrary = "nccl";
+    DeviceComm& dc;
+    bool graph;
+    at::Tensor scratch_memory;
+
+    int rank() const { return dc.where_.rank; }
+    int size() const { return dc.size_; }
+    void check_buffers(const at::Tensor& send, const at::Tensor& recv, Algorithm) const {
+      require_device_tensor(send, dc.where_.device, "send buffer");
+      require_device_tensor(recv, dc.where_.device, "recv buffer");
+    }
+    NcclTransport transport() const { return NcclTransport(dc.comm(), dc.stream_.s, dc.where_); }
+    template <typename T, typename Op>
+    auto reducer() const {
+      return [s = dc.stream_.s](T* dst, const T* src, std::size_t n) { launch_reduce<T, Op>(dst, src, n, s); };
+    }
+    // Copies within this rank's GPU, in stream order.
+    auto copy() const {
+      return [s = dc.stream_.s, w = dc.where_](auto* dst, const auto* src, std::size_t n) {
+        if (n > 0) cuda_check(cudaMemcpyAsync(dst, src, n * sizeof(*src), cudaMemcpyDeviceToDevice, s), "cudaMemcpyAsync", w);
+      };
+    }
+    template <typename T>
+    T* scratch(std::size_t elems) {
+      scratch_memory = device_scratch(elems * sizeof(T), dc.where_.device);
+      return static_cast<T*>(scratch_memory.data_ptr());
+    }
+    template <typename T, typename Op>
+    std::function<void()> library_call(Collective coll, const CallBuffers<T>& b, RedOp op) const {
+      return nccl_call(coll, b, op, dc.comm(), dc.stream_.s, dc.where_);
+    }
+    NcclGroup library_group() const { return NcclGroup(dc.where_); }
+    template <typename Body>
+    at::Tensor time(int64_t iters, double delay_s, const std::string& what, Body&& body) {
+      return dc.timed(iters, graph, delay_s, what.c_str(), body);
+    }
+  };
 
   // This rank's per-iteration event times. With `graph`, the body is captured once into a CUDA
   // graph and each iteration launches the graph, which removes the host's launch cost from small

@@ -93,19 +93,19 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   using namespace commbench;
   m.doc() = "commbench GPU timed loops (NCCL, device ring/tree, copies)";
   py::register_exception<DeadlineExceeded>(m, "DeadlineExceeded", PyExc_TimeoutError);
+  bind_collective_enums(m);
   py::class_<DeviceComm>(m, "DeviceComm")
       .def(py::init<const std::string&, int, int, int, double>(), py::arg("unique_id"), py::arg("rank"), py::arg("size"),
            py::arg("device"), py::arg("timeout_s"))
       .def("set_timeout", &DeviceComm::set_timeout, py::arg("seconds"))
       .def("barrier", &DeviceComm::barrier, py::call_guard<py::gil_scoped_release>())
-      .def("collective_times", &DeviceComm::collective_times, py::arg("collective"), py::arg("impl"), py::arg("send"),
-           py::arg("recv"), py::arg("op"), py::arg("root"), py::arg("iters"), py::arg("chunk_bytes"),
-           py::arg("graph") = false, py::arg("agg") = 1, py::arg("delay_s") = 0.0)
+      .def("collective_times", &DeviceComm::collective_times, py::arg("collective"), py::arg("algorithm"),
+           py::arg("send"), py::arg("recv"), py::arg("op"), py::arg("root"), py::arg("iters"), py::arg("chunk_bytes"),
+           py::arg("graph") = false, py::arg("agg") = 1, py::arg("delay_s") = 0.0, py::call_guard<py::gil_scoped_release>())
       .def("pingpong_times", &DeviceComm::pingpong_times, py::arg("send"), py::arg("recv"), py::arg("bytes"), py::arg("peer"),
-           py::arg("iters"))
+           py::arg("iters"), py::call_guard<py::gil_scoped_release>())
       .def("bandwidth_times", &DeviceComm::bandwidth_times, py::arg("send"), py::arg("recv"), py::arg("bytes"), py::arg("peer"),
-           py::arg("window"),
-           py::arg("iters"))
+           py::arg("window"), py::arg("iters"), py::call_guard<py::gil_scoped_release>())
       .def("fill_pattern", &DeviceComm::fill_pattern, py::arg("tensor"), py::arg("op"), py::arg("first") = 0)
       .def("count_wrong", &DeviceComm::count_wrong, py::arg("tensor"), py::arg("op"), py::arg("first") = 0,
            py::arg("source") = -1);

@@ -37,48 +37,45 @@ inline ncclRedOp_t nccl_op(RedOp op) {
 }
 
 template <typename T>
-std::function<void()> nccl_call(const std::string& coll, const CallBuffers<T>& b, RedOp op, ncclComm_t comm,
+std::function<void()> nccl_call(Collective coll, const CallBuffers<T>& b, RedOp op, ncclComm_t comm,
                                 cudaStream_t stream, const Where& w) {
   const ncclDataType_t type = nccl_type<T>();
   const ncclRedOp_t rop = nccl_op(op);
   T* out = b.recv;
   const T* in = b.send;
-  if (coll == "allreduce") {
-    return [=] { nccl_check(ncclAllReduce(in, out, b.recv_count, type, rop, comm, stream), "ncclAllReduce", w); };
+  switch (coll) {
+    case Collective::AllReduce:
+      return [=] { nccl_check(ncclAllReduce(in, out, b.recv_count, type, rop, comm, stream), "ncclAllReduce", w); };
+    case Collective::AllGather:
+      return [=] { nccl_check(ncclAllGather(in, out, b.send_count, type, comm, stream), "ncclAllGather", w); };
+    case Collective::ReduceScatter:
+      return [=] { nccl_check(ncclReduceScatter(in, out, b.recv_count, type, rop, comm, stream), "ncclReduceScatter", w); };
+    case Collective::Broadcast:
+      return [=] { nccl_check(ncclBroadcast(in, out, b.recv_count, type, b.root, comm, stream), "ncclBroadcast", w); };
+    case Collective::Reduce:
+      return [=] { nccl_check(ncclReduce(in, out, b.recv_count, type, rop, b.root, comm, stream), "ncclReduce", w); };
+    case Collective::AllToAll: {
+      const std::size_t block = b.send_count / static_cast<std::size_t>(b.size);
+      return [=] {
+        NcclGroup g(w);
+        for (int peer = 0; peer < b.size; ++peer) {
+          nccl_check(ncclSend(in + peer * block, block, type, peer, comm, stream), "ncclSend", w);
+          nccl_check(ncclRecv(out + peer * block, block, type, peer, comm, stream), "ncclRecv", w);
+        }
+        g.end();
+      };
+    }
+    case Collective::SendRecv: {
+      const int right = wrap(b.rank + 1, b.size), left = wrap(b.rank - 1, b.size);
+      return [=] {
+        NcclGroup g(w);
+        nccl_check(ncclSend(in, b.send_count, type, right, comm, stream), "ncclSend", w);
+        nccl_check(ncclRecv(out, b.recv_count, type, left, comm, stream), "ncclRecv", w);
+        g.end();
+      };
+    }
   }
-  if (coll == "allgather") {
-    return [=] { nccl_check(ncclAllGather(in, out, b.send_count, type, comm, stream), "ncclAllGather", w); };
-  }
-  if (coll == "reducescatter") {
-    return [=] { nccl_check(ncclReduceScatter(in, out, b.recv_count, type, rop, comm, stream), "ncclReduceScatter", w); };
-  }
-  if (coll == "broadcast") {
-    return [=] { nccl_check(ncclBroadcast(in, out, b.recv_count, type, b.root, comm, stream), "ncclBroadcast", w); };
-  }
-  if (coll == "reduce") {
-    return [=] { nccl_check(ncclReduce(in, out, b.recv_count, type, rop, b.root, comm, stream), "ncclReduce", w); };
-  }
-  if (coll == "alltoall") {
-    const std::size_t block = b.send_count / static_cast<std::size_t>(b.size);
-    return [=] {
-      NcclGroup g(w);
-      for (int peer = 0; peer < b.size; ++peer) {
-        nccl_check(ncclSend(in + peer * block, block, type, peer, comm, stream), "ncclSend", w);
-        nccl_check(ncclRecv(out + peer * block, block, type, peer, comm, stream), "ncclRecv", w);
-      }
-      g.end();
-    };
-  }
-  if (coll == "sendrecv") {
-    const int right = wrap(b.rank + 1, b.size), left = wrap(b.rank - 1, b.size);
-    return [=] {
-      NcclGroup g(w);
-      nccl_check(ncclSend(in, b.send_count, type, right, comm, stream), "ncclSend", w);
-      nccl_check(ncclRecv(out, b.recv_count, type, left, comm, stream), "ncclRecv", w);
-      g.end();
-    };
-  }
-  throw std::invalid_argument("no NCCL call for collective '" + coll + "'");
+  throw std::invalid_argument("no NCCL call for this collective");  // reached only by a value outside the enum
 }
 
 }  // namespace commbench

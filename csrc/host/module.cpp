@@ -1,7 +1,8 @@
 // commbench._host: timed loops on host memory over MPI. Every function runs its whole loop in native
-// code with the GIL released and returns one time per iteration (seconds). A collective returns this
-// rank's own times, which Python gathers from every rank (the slowest sets the pace; the others'
-// show who kept them waiting); a point-to-point test returns the maximum over its pair.
+// code with the GIL released (the bindings' call guards) and returns one time per iteration
+// (seconds). A collective (collective_times.h over MpiBackend) returns this rank's own times, which
+// Python gathers from every rank (the slowest sets the pace; the others' show who kept them
+// waiting); a point-to-point test returns the maximum over its pair.
 #include <torch/extension.h>
 
 #include <mpi.h>
@@ -12,13 +13,13 @@
 #include <algorithm>
 #include <climits>
 #include <chrono>
-#include <cmath>
 #include <cstring>
 #include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "commbench/collective_times.h"
 #include "commbench/own_algorithms.h"
 #include "commbench/pattern.h"
 #include "commbench/reduce.h"
@@ -46,7 +47,6 @@ template <typename Body>
 at::Tensor time_iterations(MPI_Comm comm, int64_t iters, double delay_s, Body&& body) {
   at::Tensor out = at::empty({iters}, at::kDouble);
   double* t = out.data_ptr<double>();
-  pybind11::gil_scoped_release no_gil;
   for (int64_t i = 0; i < iters; ++i) {
     mpi_check(MPI_Barrier(comm), "MPI_Barrier");
     spin_for(delay_s, [&] {
@@ -62,7 +62,6 @@ at::Tensor time_iterations(MPI_Comm comm, int64_t iters, double delay_s, Body&& 
 
 // Element-wise maximum over the ranks of comm, in place.
 at::Tensor max_over_ranks(MPI_Comm comm, at::Tensor t) {
-  pybind11::gil_scoped_release no_gil;
   mpi_check(MPI_Allreduce(MPI_IN_PLACE, t.data_ptr<double>(), static_cast<int>(t.numel()), MPI_DOUBLE, MPI_MAX, comm),
             "MPI_Allreduce");
   return t;
@@ -72,18 +71,6 @@ void require_host_contiguous(const at::Tensor& t, const char* what) {
   if (!t.device().is_cpu() || !t.is_contiguous())
     throw std::invalid_argument(std::string(what) + " must be a contiguous host tensor");
 }
-
-template <typename T, typename Op>
-struct HostReducer {
-  void operator()(T* dst, const T* src, std::size_t n) const { reduce_into(dst, src, n, Op{}); }
-};
-
-struct HostCopy {
-  template <typename T>
-  void operator()(T* dst, const T* src, std::size_t n) const {
-    if (n > 0) std::memcpy(dst, src, n * sizeof(T));
-  }
-};
 
 // Whether the MPI library accepts GPU buffers, asked at run time where the library can say.
 bool mpi_cuda_aware() {
@@ -113,58 +100,65 @@ T* reused_scratch(std::size_t elems) {
   return reinterpret_cast<T*>(memory.get());
 }
 
-bool overlap(const at::Tensor& a, const at::Tensor& b) {
-  const char* a0 = static_cast<const char*>(a.data_ptr());
-  const char* b0 = static_cast<const char*>(b.data_ptr());
-  return a0 < b0 + b.nbytes() && b0 < a0 + a.nbytes();
-}
+// collective_times.h's backend: MPI on host buffers, or, for the MPI library's own call alone, on GPU
+// buffers when the library is CUDA-aware.
+class MpiBackend {
+ public:
+  static constexpr const char* kLibrary = "mpi";
 
-// Times one call of collective `coll` by `impl`: "mpi" (the MPI library's call) or one of our
-// algorithms over MPI point-to-point (own_algorithms.h). send and recv are laid out as nccl-tests
-// lays them out, overlapping when in place. Only "mpi" takes GPU buffers, and only from a
-// CUDA-aware MPI library.
-at::Tensor collective_times(const std::string& coll_name, const std::string& impl, at::Tensor send, at::Tensor recv,
-                            int64_t op_code, int64_t root, int64_t iters, int64_t comm_handle, int64_t chunk_bytes,
-                            int64_t agg, double delay_s) {
-  if (agg < 1) throw std::invalid_argument("agg must be at least 1");
-  if (!(delay_s >= 0) || !std::isfinite(delay_s)) throw std::invalid_argument("delay must be finite and not negative");
-  if (impl == "mpi" && send.is_cuda() && recv.is_cuda() && mpi_cuda_aware()) {
-    if (!send.is_contiguous() || !recv.is_contiguous())
-      throw std::invalid_argument("buffers must be contiguous");
-  } else {
+  explicit MpiBackend(MPI_Comm comm) : comm_(comm) {
+    mpi_check(MPI_Comm_rank(comm, &rank_), "MPI_Comm_rank");
+    mpi_check(MPI_Comm_size(comm, &size_), "MPI_Comm_size");
+  }
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+
+  void check_buffers(const at::Tensor& send, const at::Tensor& recv, Algorithm algo) const {
+    if (algo == Algorithm::Library && send.is_cuda() && recv.is_cuda() && mpi_cuda_aware()) {
+      if (!send.is_contiguous() || !recv.is_contiguous()) throw std::invalid_argument("buffers must be contiguous");
+      return;
+    }
     require_host_contiguous(send, "send buffer");
     require_host_contiguous(recv, "recv buffer");
   }
-  if (send.scalar_type() != recv.scalar_type()) throw std::invalid_argument("send and recv buffers differ in dtype");
-  const RedOp op = redop_from(op_code);
-  MPI_Comm comm = comm_from(comm_handle);
-  int rank = 0, size = 1;
-  mpi_check(MPI_Comm_rank(comm, &rank), "MPI_Comm_rank");
-  mpi_check(MPI_Comm_size(comm, &size), "MPI_Comm_size");
-  if (root < 0 || root >= size) throw std::invalid_argument("root must be a rank of the communicator");
 
-  return dispatch_dtype_op(recv.scalar_type(), op, [&](auto tag, auto functor) {
-    using T = typename decltype(tag)::type;
-    using Op = decltype(functor);
-    const CallBuffers<T> b{static_cast<const T*>(send.data_ptr()), static_cast<T*>(recv.data_ptr()),
-                           static_cast<std::size_t>(send.numel()), static_cast<std::size_t>(recv.numel()),
-                           overlap(send, recv), rank, size, static_cast<int>(root)};
-    if (impl == "mpi") {
-      const MpiOp<T, Op> mop(op);
-      return time_iterations(comm, iters, delay_s, aggregated(mpi_call(coll_name, b, mop, comm), agg, no_group)) / static_cast<double>(agg);
-    }
-    const Own own = own_algo(coll_name, impl);
-    if (pipelined(own) && chunk_bytes < static_cast<int64_t>(sizeof(T)))
-      throw std::invalid_argument("pipeline chunk must hold at least one element");
-    const std::size_t chunk =
-        TreeSchedule::chunk_for(static_cast<std::size_t>(std::max<int64_t>(chunk_bytes, 1)), sizeof(T), b.recv_count);
-    MpiTransport transport(comm);
-    HostReducer<T, Op> reducer;
-    HostCopy copy;
-    T* scratch = reused_scratch<T>(own_scratch_elems<T>(own, b, chunk));
-    return time_iterations(comm, iters, delay_s, aggregated(own_call(own, transport, reducer, copy, b, scratch, chunk), agg, no_group)) /
-           static_cast<double>(agg);
-  });
+  MpiTransport transport() const { return MpiTransport(comm_); }
+  template <typename T, typename Op>
+  auto reducer() const {
+    return [](T* dst, const T* src, std::size_t n) { reduce_into(dst, src, n, Op{}); };
+  }
+  auto copy() const {
+    return [](auto* dst, const auto* src, std::size_t n) {
+      if (n > 0) std::memcpy(dst, src, n * sizeof(*src));
+    };
+  }
+  template <typename T>
+  T* scratch(std::size_t elems) const { return reused_scratch<T>(elems); }
+
+  template <typename T, typename Op>
+  std::function<void()> library_call(Collective coll, const CallBuffers<T>& b, RedOp op) {
+    auto mop = std::make_shared<MpiOp<T, Op>>(op);
+    op_ = mop;  // a user-defined MPI_Op must outlive the calls that use it
+    return mpi_call(coll, b, *mop, comm_);
+  }
+  NoGroup library_group() const { return {}; }
+
+  template <typename Body>
+  at::Tensor time(int64_t iters, double delay_s, const std::string&, Body&& body) const {
+    return time_iterations(comm_, iters, delay_s, body);
+  }
+
+ private:
+  MPI_Comm comm_;
+  int rank_ = 0, size_ = 1;
+  std::shared_ptr<void> op_;
+};
+
+at::Tensor mpi_collective_times(Collective coll, Algorithm algo, at::Tensor send, at::Tensor recv, int64_t op_code,
+                                int64_t root, int64_t iters, int64_t comm_handle, int64_t chunk_bytes, int64_t agg,
+                                double delay_s) {
+  MpiBackend backend(comm_from(comm_handle));
+  return collective_times(backend, coll, algo, send, recv, op_code, root, iters, chunk_bytes, agg, delay_s);
 }
 
 // One side of a point-to-point test: a two-rank communicator, and separate send and receive
@@ -196,19 +190,16 @@ at::Tensor pingpong_times(at::Tensor send, at::Tensor recv, int64_t bytes, int64
   const auto [comm, rank, s, r, len] = pair_side(send, recv, bytes, comm_handle);
   at::Tensor out = at::zeros({iters}, at::kDouble);
   double* t = out.data_ptr<double>();
-  {
-    pybind11::gil_scoped_release no_gil;
-    mpi_check(MPI_Barrier(comm), "MPI_Barrier");
-    for (int64_t i = 0; i < iters; ++i) {
-      if (rank == 0) {
-        const auto t0 = Clock::now();
-        mpi_check(MPI_Send(s, len, MPI_BYTE, 1, 1, comm), "MPI_Send");
-        mpi_check(MPI_Recv(r, len, MPI_BYTE, 1, 1, comm, MPI_STATUS_IGNORE), "MPI_Recv");
-        t[i] = std::chrono::duration<double>(Clock::now() - t0).count() / 2;
-      } else {
-        mpi_check(MPI_Recv(r, len, MPI_BYTE, 0, 1, comm, MPI_STATUS_IGNORE), "MPI_Recv");
-        mpi_check(MPI_Send(s, len, MPI_BYTE, 0, 1, comm), "MPI_Send");
-      }
+  mpi_check(MPI_Barrier(comm), "MPI_Barrier");
+  for (int64_t i = 0; i < iters; ++i) {
+    if (rank == 0) {
+      const auto t0 = Clock::now();
+      mpi_check(MPI_Send(s, len, MPI_BYTE, 1, 1, comm), "MPI_Send");
+      mpi_check(MPI_Recv(r, len, MPI_BYTE, 1, 1, comm, MPI_STATUS_IGNORE), "MPI_Recv");
+      t[i] = std::chrono::duration<double>(Clock::now() - t0).count() / 2;
+    } else {
+      mpi_check(MPI_Recv(r, len, MPI_BYTE, 0, 1, comm, MPI_STATUS_IGNORE), "MPI_Recv");
+      mpi_check(MPI_Send(s, len, MPI_BYTE, 0, 1, comm), "MPI_Send");
     }
   }
   return max_over_ranks(comm, out);
@@ -315,13 +306,15 @@ std::string mpi_library_version() {
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   using namespace commbench;
   m.doc() = "commbench host timed loops over MPI";
-  m.def("collective_times", &collective_times, "this rank's per-iteration times of a collective",
-        py::arg("collective"), py::arg("impl"), py::arg("send"), py::arg("recv"), py::arg("op"), py::arg("root"),
-        py::arg("iters"), py::arg("comm"), py::arg("chunk_bytes"), py::arg("agg") = 1, py::arg("delay_s") = 0.0);
+  bind_collective_enums(m);
+  m.def("collective_times", &mpi_collective_times, "this rank's per-iteration times of a collective",
+        py::arg("collective"), py::arg("algorithm"), py::arg("send"), py::arg("recv"), py::arg("op"), py::arg("root"),
+        py::arg("iters"), py::arg("comm"), py::arg("chunk_bytes"), py::arg("agg") = 1, py::arg("delay_s") = 0.0,
+        py::call_guard<py::gil_scoped_release>());
   m.def("pingpong_times", &pingpong_times, py::arg("send"), py::arg("recv"), py::arg("bytes"), py::arg("iters"),
-        py::arg("comm"));
+        py::arg("comm"), py::call_guard<py::gil_scoped_release>());
   m.def("bandwidth_times", &bandwidth_times, py::arg("send"), py::arg("recv"), py::arg("bytes"), py::arg("window"),
-        py::arg("iters"), py::arg("comm"));
+        py::arg("iters"), py::arg("comm"), py::call_guard<py::gil_scoped_release>());
   m.def("fill_pattern", &fill_pattern, py::arg("tensor"), py::arg("op"), py::arg("rank"), py::arg("nranks"),
         py::arg("first") = 0);
   m.def("count_wrong", &count_wrong, py::arg("tensor"), py::arg("op"), py::arg("nranks"), py::arg("first") = 0,

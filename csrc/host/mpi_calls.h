@@ -69,60 +69,62 @@ inline int mpi_count(std::size_t n) {
 }
 
 template <typename T, typename Op>
-std::function<void()> mpi_call(const std::string& coll, const CallBuffers<T>& b, const MpiOp<T, Op>& op, MPI_Comm comm) {
+std::function<void()> mpi_call(Collective coll, const CallBuffers<T>& b, const MpiOp<T, Op>& op, MPI_Comm comm) {
   const MPI_Datatype type = mpi_type<T>();
   const MPI_Op mop = op.get();
   T* out = b.recv;
   const T* in = b.send;
   const void* sbuf = b.in_place ? MPI_IN_PLACE : static_cast<const void*>(in);
-  if (coll == "allreduce") {
-    const int n = mpi_count(b.recv_count);
-    return [=] { mpi_check(MPI_Allreduce(sbuf, out, n, type, mop, comm), "MPI_Allreduce"); };
+  switch (coll) {
+    case Collective::AllReduce: {
+      const int n = mpi_count(b.recv_count);
+      return [=] { mpi_check(MPI_Allreduce(sbuf, out, n, type, mop, comm), "MPI_Allreduce"); };
+    }
+    case Collective::AllGather: {
+      const int c = mpi_count(b.send_count);
+      mpi_count(b.recv_count);
+      return [=] { mpi_check(MPI_Allgather(sbuf, c, type, out, c, type, comm), "MPI_Allgather"); };
+    }
+    case Collective::ReduceScatter: {
+      const int c = mpi_count(b.recv_count);
+      mpi_count(b.send_count);
+      if (!b.in_place)
+        return [=] { mpi_check(MPI_Reduce_scatter_block(in, out, c, type, mop, comm), "MPI_Reduce_scatter_block"); };
+      // MPI leaves an in-place result at the start of the buffer; nccl-tests expects it at r*c.
+      T* base = const_cast<T*>(in);
+      const std::size_t shift = static_cast<std::size_t>(b.rank) * b.recv_count;
+      return [=] {
+        mpi_check(MPI_Reduce_scatter_block(MPI_IN_PLACE, base, c, type, mop, comm), "MPI_Reduce_scatter_block");
+        if (shift) std::memmove(base + shift, base, b.recv_count * sizeof(T));
+      };
+    }
+    case Collective::Broadcast: {
+      const int n = mpi_count(b.recv_count);
+      const bool copy = !b.in_place && b.rank == b.root;
+      return [=] {
+        if (copy) std::memcpy(out, in, b.recv_count * sizeof(T));  // MPI_Bcast has one buffer
+        mpi_check(MPI_Bcast(out, n, type, b.root, comm), "MPI_Bcast");
+      };
+    }
+    case Collective::Reduce: {
+      const int n = mpi_count(b.recv_count);
+      // Only the root may pass MPI_IN_PLACE; the others' data is their send buffer.
+      const void* s = b.in_place && b.rank != b.root ? static_cast<const void*>(out) : sbuf;
+      return [=] { mpi_check(MPI_Reduce(s, out, n, type, mop, b.root, comm), "MPI_Reduce"); };
+    }
+    case Collective::AllToAll: {
+      const int c = mpi_count(b.send_count / static_cast<std::size_t>(b.size));
+      return [=] { mpi_check(MPI_Alltoall(in, c, type, out, c, type, comm), "MPI_Alltoall"); };
+    }
+    case Collective::SendRecv: {
+      const int n = mpi_count(b.recv_count);
+      const int right = wrap(b.rank + 1, b.size), left = wrap(b.rank - 1, b.size);
+      return [=] {
+        mpi_check(MPI_Sendrecv(in, n, type, right, 11, out, n, type, left, 11, comm, MPI_STATUS_IGNORE), "MPI_Sendrecv");
+      };
+    }
   }
-  if (coll == "allgather") {
-    const int c = mpi_count(b.send_count);
-    mpi_count(b.recv_count);
-    return [=] { mpi_check(MPI_Allgather(sbuf, c, type, out, c, type, comm), "MPI_Allgather"); };
-  }
-  if (coll == "reducescatter") {
-    const int c = mpi_count(b.recv_count);
-    mpi_count(b.send_count);
-    if (!b.in_place)
-      return [=] { mpi_check(MPI_Reduce_scatter_block(in, out, c, type, mop, comm), "MPI_Reduce_scatter_block"); };
-    // MPI leaves an in-place result at the start of the buffer; nccl-tests expects it at r*c.
-    T* base = const_cast<T*>(in);
-    const std::size_t shift = static_cast<std::size_t>(b.rank) * b.recv_count;
-    return [=] {
-      mpi_check(MPI_Reduce_scatter_block(MPI_IN_PLACE, base, c, type, mop, comm), "MPI_Reduce_scatter_block");
-      if (shift) std::memmove(base + shift, base, b.recv_count * sizeof(T));
-    };
-  }
-  if (coll == "broadcast") {
-    const int n = mpi_count(b.recv_count);
-    const bool copy = !b.in_place && b.rank == b.root;
-    return [=] {
-      if (copy) std::memcpy(out, in, b.recv_count * sizeof(T));  // MPI_Bcast has one buffer
-      mpi_check(MPI_Bcast(out, n, type, b.root, comm), "MPI_Bcast");
-    };
-  }
-  if (coll == "reduce") {
-    const int n = mpi_count(b.recv_count);
-    // Only the root may pass MPI_IN_PLACE; the others' data is their send buffer.
-    const void* s = b.in_place && b.rank != b.root ? static_cast<const void*>(out) : sbuf;
-    return [=] { mpi_check(MPI_Reduce(s, out, n, type, mop, b.root, comm), "MPI_Reduce"); };
-  }
-  if (coll == "alltoall") {
-    const int c = mpi_count(b.send_count / static_cast<std::size_t>(b.size));
-    return [=] { mpi_check(MPI_Alltoall(in, c, type, out, c, type, comm), "MPI_Alltoall"); };
-  }
-  if (coll == "sendrecv") {
-    const int n = mpi_count(b.recv_count);
-    const int right = wrap(b.rank + 1, b.size), left = wrap(b.rank - 1, b.size);
-    return [=] {
-      mpi_check(MPI_Sendrecv(in, n, type, right, 11, out, n, type, left, 11, comm, MPI_STATUS_IGNORE), "MPI_Sendrecv");
-    };
-  }
-  throw std::invalid_argument("no MPI call for collective '" + coll + "'");
+  throw std::invalid_argument("no MPI call for this collective");  // reached only by a value outside the enum
 }
 
 }  // namespace commbench

@@ -54,29 +54,15 @@ class MpiTransport {
   }
 
   Request isend(const void* p, std::size_t bytes, int peer) {
-    Request req;
-    const char* c = static_cast<const char*>(p);
-    std::size_t off = 0;
-    do {
-      const int len = static_cast<int>(piece(bytes, off));
-      req.emplace_back();
-      mpi_check(MPI_Isend(c + off, len, MPI_BYTE, peer, kTag, comm_, &req.back()), "MPI_Isend");
-      off += static_cast<std::size_t>(len);
-    } while (off < bytes);
-    return req;
+    return in_pieces(bytes, [&](std::size_t off, int len, MPI_Request* req) {
+      mpi_check(MPI_Isend(static_cast<const char*>(p) + off, len, MPI_BYTE, peer, kTag, comm_, req), "MPI_Isend");
+    });
   }
 
   Request irecv(void* p, std::size_t bytes, int peer) {
-    Request req;
-    char* c = static_cast<char*>(p);
-    std::size_t off = 0;
-    do {
-      const int len = static_cast<int>(piece(bytes, off));
-      req.emplace_back();
-      mpi_check(MPI_Irecv(c + off, len, MPI_BYTE, peer, kTag, comm_, &req.back()), "MPI_Irecv");
-      off += static_cast<std::size_t>(len);
-    } while (off < bytes);
-    return req;
+    return in_pieces(bytes, [&](std::size_t off, int len, MPI_Request* req) {
+      mpi_check(MPI_Irecv(static_cast<char*>(p) + off, len, MPI_BYTE, peer, kTag, comm_, req), "MPI_Irecv");
+    });
   }
 
   void wait(Request& req) {
@@ -95,6 +81,20 @@ class MpiTransport {
   static std::size_t piece(std::size_t total, std::size_t offset) {
     const std::size_t left = total > offset ? total - offset : 0;
     return left < kPiece ? left : kPiece;
+  }
+  // post(offset, length, &request) for each piece of a message of `bytes`; one empty piece for an
+  // empty message, which MPI still has to match.
+  template <typename Post>
+  static Request in_pieces(std::size_t bytes, Post&& post) {
+    Request req;
+    std::size_t off = 0;
+    do {
+      const int len = static_cast<int>(piece(bytes, off));
+      req.emplace_back();
+      post(off, len, &req.back());
+      off += static_cast<std::size_t>(len);
+    } while (off < bytes);
+    return req;
   }
   MPI_Comm comm_;
 };

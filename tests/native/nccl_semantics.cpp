@@ -21,6 +21,7 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <stdexcept>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -171,33 +172,41 @@ struct RecordingCopy {
 
 // What rank r's receive buffer must hold at index i afterwards (c: elements per block), or NaN where
 // it is undefined; the inputs are rank j's pattern_value(Sum, index, j, p).
-double expected_at(Coll coll, int r, int p, int root, std::size_t c, std::size_t i) {
+double expected_at(Collective coll, int r, int p, int root, std::size_t c, std::size_t i) {
   const std::size_t block = c ? i / c : 0, within = c ? i % c : 0;
   switch (coll) {
-    case Coll::AllReduce: return pattern_expected(RedOp::Sum, i, p);
-    case Coll::AllGather: return pattern_value(RedOp::Sum, within, static_cast<int>(block), p);
-    case Coll::ReduceScatter: return pattern_expected(RedOp::Sum, static_cast<std::size_t>(r) * c + i, p);
-    case Coll::Broadcast: return pattern_value(RedOp::Sum, i, root, p);
-    case Coll::Reduce: return r == root ? pattern_expected(RedOp::Sum, i, p) : std::nan("");
-    case Coll::AllToAll:
+    case Collective::AllReduce: return pattern_expected(RedOp::Sum, i, p);
+    case Collective::AllGather: return pattern_value(RedOp::Sum, within, static_cast<int>(block), p);
+    case Collective::ReduceScatter: return pattern_expected(RedOp::Sum, static_cast<std::size_t>(r) * c + i, p);
+    case Collective::Broadcast: return pattern_value(RedOp::Sum, i, root, p);
+    case Collective::Reduce: return r == root ? pattern_expected(RedOp::Sum, i, p) : std::nan("");
+    case Collective::AllToAll:
       return pattern_value(RedOp::Sum, static_cast<std::size_t>(r) * c + within, static_cast<int>(block), p);
     default: return std::nan("");
   }
 }
 
+// The value that the names of own_algorithms.h give `name`.
+template <typename E, std::size_t N>
+E named(const char* const (&names)[N], const std::string& name) {
+  for (std::size_t i = 0; i < N; ++i)
+    if (name == names[i]) return static_cast<E>(i);
+  throw std::invalid_argument("unknown name '" + name + "'");
+}
+
 int collectives(const std::string& name, const std::string& impl, std::size_t n, std::size_t chunk, int root_arg,
                 bool in_place, const std::vector<int>& sizes) {
   using T = float;
-  const Own own = own_algo(name, impl);
-  const Coll coll = own.coll;
+  const Own own = own_algo(named<Collective>(kCollectiveNames, name), named<Algorithm>(kAlgorithmNames, impl));
+  const Collective coll = own.coll;
   for (int p : sizes) {
     const int root = root_arg % p;
     // nccl-tests' shapes: per-rank blocks of c elements for the gather/scatter/all-to-all family.
     const std::size_t c = n / static_cast<std::size_t>(p), pc = c * static_cast<std::size_t>(p);
     std::size_t send_n = n, recv_n = n;
-    if (coll == Coll::AllGather) send_n = c, recv_n = pc;
-    if (coll == Coll::ReduceScatter) send_n = pc, recv_n = c;
-    if (coll == Coll::AllToAll) send_n = recv_n = pc;
+    if (coll == Collective::AllGather) send_n = c, recv_n = pc;
+    if (coll == Collective::ReduceScatter) send_n = pc, recv_n = c;
+    if (coll == Collective::AllToAll) send_n = recv_n = pc;
     std::vector<RankStream> streams(static_cast<std::size_t>(p));
     std::vector<std::vector<T>> whole(static_cast<std::size_t>(p)), recvs(static_cast<std::size_t>(p)),
         tmps(static_cast<std::size_t>(p));
@@ -206,8 +215,8 @@ int collectives(const std::string& name, const std::string& impl, std::size_t n,
       // In place, one buffer as nccl-tests places send and recv in it; else the send buffer.
       whole[r].assign(std::max(send_n, recv_n), T(-77));
       std::size_t send_at = 0, recv_at = 0;
-      if (in_place && coll == Coll::AllGather) send_at = static_cast<std::size_t>(r) * c;
-      if (in_place && coll == Coll::ReduceScatter) recv_at = static_cast<std::size_t>(r) * c;
+      if (in_place && coll == Collective::AllGather) send_at = static_cast<std::size_t>(r) * c;
+      if (in_place && coll == Collective::ReduceScatter) recv_at = static_cast<std::size_t>(r) * c;
       T* send = whole[r].data() + send_at;
       for (std::size_t i = 0; i < send_n; ++i) send[i] = static_cast<T>(pattern_value(RedOp::Sum, i, r, p));
       recvs[r].assign(recv_n, T(-77));

@@ -1,8 +1,7 @@
 // Our own algorithm for each collective, as one call over any transport (collectives.h): the host
 // binds it to MPI point-to-point and memcpy, the device to NCCL point-to-point and asynchronous device
 // copies. Which of our algorithms runs which collective is decided here once, for both extensions;
-// the library calls (MPI_*, nccl*) live beside each transport. Collectives go by their registry names
-// (commbench/collectives/ in Python), so one with library calls only needs nothing here.
+// the library calls (MPI_*, nccl*) live beside each transport.
 #pragma once
 
 #include <cstddef>
@@ -27,44 +26,51 @@ struct CallBuffers {
   int rank, size, root;
 };
 
-enum class Coll { AllReduce, AllGather, ReduceScatter, Broadcast, Reduce, AllToAll };
-enum class Algo { Ring, Tree, Chain, Pairwise };
+// The collectives and the ways to run them, as Python passes them (collective_times.h exports both
+// enums from each extension). kCollectiveNames and kAlgorithmNames give each value, in declaration
+// order, its name in Python's registries (commbench/collectives/, commbench/transports/): the only
+// place a name is tied to a value.
+enum class Collective { AllReduce, AllGather, ReduceScatter, Broadcast, Reduce, AllToAll, SendRecv };
+// Library: the transport's own call (MPI_*, nccl*); the others are ours.
+enum class Algorithm { Library, Ring, Tree, Chain, Pairwise };
+
+inline constexpr const char* kCollectiveNames[] = {"allreduce", "allgather", "reducescatter", "broadcast",
+                                                   "reduce",    "alltoall",  "sendrecv"};
+inline constexpr const char* kAlgorithmNames[] = {"library", "ring", "tree", "chain", "pairwise"};
+
+inline const char* name_of(Collective c) { return kCollectiveNames[static_cast<int>(c)]; }
+inline const char* name_of(Algorithm a) { return kAlgorithmNames[static_cast<int>(a)]; }
 
 // One of our algorithms for one collective.
 struct Own {
-  Coll coll;
-  Algo algo;
+  Collective coll;
+  Algorithm algo;
 };
 
-// Our algorithm named `impl` for the collective named `name`; throws when we have none.
-inline Own own_algo(const std::string& name, const std::string& impl) {
-  if (impl == "ring") {
-    if (name == "allreduce") return {Coll::AllReduce, Algo::Ring};
-    if (name == "allgather") return {Coll::AllGather, Algo::Ring};
-    if (name == "reducescatter") return {Coll::ReduceScatter, Algo::Ring};
+// `algo` for `coll`, checked to be one we have.
+inline Own own_algo(Collective coll, Algorithm algo) {
+  using C = Collective;
+  bool ours = false;
+  switch (algo) {
+    case Algorithm::Ring: ours = coll == C::AllReduce || coll == C::AllGather || coll == C::ReduceScatter; break;
+    case Algorithm::Tree: ours = coll == C::AllReduce || coll == C::Broadcast || coll == C::Reduce; break;
+    case Algorithm::Chain: ours = coll == C::Broadcast || coll == C::Reduce; break;
+    case Algorithm::Pairwise: ours = coll == C::AllToAll; break;
+    case Algorithm::Library: break;
   }
-  if (impl == "tree") {
-    if (name == "allreduce") return {Coll::AllReduce, Algo::Tree};
-    if (name == "broadcast") return {Coll::Broadcast, Algo::Tree};
-    if (name == "reduce") return {Coll::Reduce, Algo::Tree};
-  }
-  if (impl == "chain") {
-    if (name == "broadcast") return {Coll::Broadcast, Algo::Chain};
-    if (name == "reduce") return {Coll::Reduce, Algo::Chain};
-  }
-  if (impl == "pairwise" && name == "alltoall") return {Coll::AllToAll, Algo::Pairwise};
-  throw std::invalid_argument("no algorithm '" + impl + "' of ours for " + name);
+  if (!ours) throw std::invalid_argument(std::string("no algorithm '") + name_of(algo) + "' of ours for " + name_of(coll));
+  return {coll, algo};
 }
 
 // The tree and the chain send in pipeline chunks (--chunk).
-inline bool pipelined(Own own) { return own.algo == Algo::Tree || own.algo == Algo::Chain; }
+inline bool pipelined(Own own) { return own.algo == Algorithm::Tree || own.algo == Algorithm::Chain; }
 
 // Scratch elements own_call needs. `chunk` is the tree's pipeline chunk in elements.
 template <typename T>
 std::size_t own_scratch_elems(Own own, const CallBuffers<T>& b, std::size_t chunk) {
   if (pipelined(own)) return tree_scratch_elems<T>(chunk);
-  if (own.algo != Algo::Ring) return 0;
-  if (own.coll == Coll::ReduceScatter)  // out of place, the whole input is reduced in a copy
+  if (own.algo != Algorithm::Ring) return 0;
+  if (own.coll == Collective::ReduceScatter)  // out of place, the whole input is reduced in a copy
     return (b.in_place ? 0 : b.send_count) + ring_scratch_elems<T>(b.send_count, b.size);
   return ring_scratch_elems<T>(b.recv_count, b.size);
 }
@@ -74,26 +80,26 @@ std::size_t own_scratch_elems(Own own, const CallBuffers<T>& b, std::size_t chun
 template <typename T, typename Transport, typename Reducer, typename Copy>
 std::function<void()> own_call(Own own, Transport& tr, Reducer& reduce, Copy& copy, const CallBuffers<T>& b, T* scratch,
                                std::size_t chunk) {
-  const Algo algo = own.algo;
+  const Algorithm algo = own.algo;
   const RingSchedule ring{b.rank, b.size};
-  const TreeSchedule tree{b.rank, b.size, chunk, b.root, algo == Algo::Chain ? 1 : 2};
+  const TreeSchedule tree{b.rank, b.size, chunk, b.root, algo == Algorithm::Chain ? 1 : 2};
   T* out = b.recv;
   const T* in = b.send;
   switch (own.coll) {
-    case Coll::AllReduce:
+    case Collective::AllReduce:
       return [=, &tr, &reduce, &copy] {
         if (!b.in_place) copy(out, in, b.recv_count);
-        if (algo == Algo::Ring)
+        if (algo == Algorithm::Ring)
           ring_allreduce(tr, reduce, ring, out, scratch, b.recv_count);
         else
           tree_allreduce(tr, reduce, tree, out, scratch, b.recv_count);
       };
-    case Coll::AllGather:
+    case Collective::AllGather:
       return [=, &tr, &reduce, &copy] {
         if (!b.in_place) copy(out + static_cast<std::size_t>(b.rank) * b.send_count, in, b.send_count);
         ring_allgather(tr, reduce, ring, out, b.recv_count);
       };
-    case Coll::ReduceScatter: {
+    case Collective::ReduceScatter: {
       // In place the input is reduced where it lies and chunk r is already the output.
       T* work = b.in_place ? const_cast<T*>(in) : scratch;
       T* tmp = b.in_place ? scratch : scratch + b.send_count;
@@ -103,18 +109,19 @@ std::function<void()> own_call(Own own, Transport& tr, Reducer& reduce, Copy& co
         if (!b.in_place) copy(out, work + static_cast<std::size_t>(b.rank) * b.recv_count, b.recv_count);
       };
     }
-    case Coll::Broadcast:
+    case Collective::Broadcast:
       return [=, &tr, &copy] {
         if (!b.in_place && b.rank == b.root) copy(out, in, b.recv_count);
         tree_broadcast(tr, tree, out, b.recv_count);
       };
-    case Coll::Reduce:
+    case Collective::Reduce:
       return [=, &tr, &reduce, &copy] {
         if (!b.in_place) copy(out, in, b.recv_count);
         tree_reduce(tr, reduce, tree, out, scratch, b.recv_count);
       };
-    case Coll::AllToAll:
+    case Collective::AllToAll:
       return [=, &tr] { pairwise_alltoall(tr, b.rank, b.size, in, out, b.send_count / static_cast<std::size_t>(b.size)); };
+    case Collective::SendRecv: break;
   }
   throw std::invalid_argument("no algorithm of ours for this collective");
 }
