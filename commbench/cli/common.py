@@ -184,8 +184,10 @@ def _session_members(sid: int) -> list[int]:
 
 
 def resolve_device(device: str, impl_text: Optional[str], gpu_only=()) -> tuple[str, int]:
-    """('cpu' or 'cuda', visible GPUs). auto picks cuda when a GPU is visible, or when an impl asked
-    for is one of `gpu_only`, those that run on GPUs alone."""
+    """('cpu' or 'cuda', visible GPUs; 0 for cpu). auto picks cuda when a GPU is visible, or when an
+    impl asked for is one of `gpu_only`, those that run on GPUs alone."""
+    if device == "cpu":
+        return "cpu", 0  # without asking CUDA: a CPU run's parent never loads torch and its CUDA runtime
     from ..node.gpu import require_gpu, visible_gpus
     gpus, _ = visible_gpus()
     if device == "auto":

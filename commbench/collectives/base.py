@@ -92,3 +92,14 @@ def step_model(algorithm: str, steps: int, bytes_factor: float, effective: bool)
 
 def tree_depth(p: int) -> int:
     return max(1, int(math.floor(math.log2(p))))
+
+
+def rooted_pipeline_model(impl: str, p: int) -> Optional[CostModel]:
+    """A rooted collective (broadcast, reduce) that moves n bytes over each link once, pipelined: a
+    chain's pipeline fills over p - 1 hops, the tree's over its depth; a library's call reads as a
+    tree, its figures effective."""
+    if p < 2:
+        return None
+    if impl == "chain":
+        return step_model("pipelined chain", p - 1, 1.0, False)
+    return step_model("pipelined tree", tree_depth(p), 1.0, impl != "tree")

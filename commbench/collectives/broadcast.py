@@ -1,6 +1,6 @@
 """Broadcast: every rank ends with the root's buffer."""
 
-from .base import Collective, Segment, step_model, tree_depth
+from .base import Collective, Segment, rooted_pipeline_model
 
 
 class Broadcast(Collective):
@@ -20,12 +20,7 @@ class Broadcast(Collective):
         return [Segment(0, shape.recv, 0, root)]
 
     def cost_model(self, impl, p):
-        if p < 2:
-            return None
-        # A chain's pipeline fills over p - 1 hops; the tree's over its depth.
-        if impl == "chain":
-            return step_model("pipelined chain", p - 1, 1.0, False)
-        return step_model("pipelined tree", tree_depth(p), 1.0, impl != "tree")
+        return rooted_pipeline_model(impl, p)
 
 
 COLLECTIVE = Broadcast()

@@ -1,6 +1,6 @@
 """Reduce: the root ends with the reduction of all ranks' buffers."""
 
-from .base import REDUCED, Collective, Segment, step_model, tree_depth
+from .base import REDUCED, Collective, Segment, rooted_pipeline_model
 
 
 class Reduce(Collective):
@@ -21,12 +21,7 @@ class Reduce(Collective):
         return [Segment(0, shape.recv, 0, REDUCED)] if rank == root else []
 
     def cost_model(self, impl, p):
-        if p < 2:
-            return None
-        # A chain's pipeline fills over p - 1 hops; the tree's over its depth.
-        if impl == "chain":
-            return step_model("pipelined chain", p - 1, 1.0, False)
-        return step_model("pipelined tree", tree_depth(p), 1.0, impl != "tree")
+        return rooted_pipeline_model(impl, p)
 
 
 COLLECTIVE = Reduce()

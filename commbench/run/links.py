@@ -1,12 +1,12 @@
 """`commbench links`' measurement: every rank pair's ping-pong latency and windowed bandwidth, one
 pair at a time and then in rounds of disjoint pairs at once (links.schedule), over MPI, NCCL or gloo
-with p2p's timers (p2p.PairTimers). The analysis is analysis/links.py's."""
+with p2p's timers (p2p.PairTimers over the transport's Pair). The analysis is analysis/links.py's."""
 
 from __future__ import annotations
 
 from ..analysis.links import LOADED, schedule
 from ..sizes import format_size
-from .p2p import PairTimers, pair_comm, prepare_pairs
+from .p2p import open_pairs, prepare_pairs
 
 
 def run_links(world, cfg, latency_size: int, bandwidth_size: int, reporter) -> int:
@@ -19,18 +19,16 @@ def run_links(world, cfg, latency_size: int, bandwidth_size: int, reporter) -> i
     for label, batches, where in ((impl, [[pair] for rnd in rounds for pair in rnd], "one pair at a time"),
                                   (impl + LOADED, rounds, "all pairs of a round at once")):
         for pairs in batches:
-            wrong += _round(world, cfg, impl, label, pairs, tests, where, reporter)
+            wrong += _round(world, cfg, label, pairs, tests, where, reporter)
     return world.bcast(wrong)
 
 
-def _round(world, cfg, impl: str, label: str, pairs, tests, where: str, reporter) -> int:
+def _round(world, cfg, label: str, pairs, tests, where: str, reporter) -> int:
     """Every pair of `pairs` (disjoint) measured at once; rank 0 adds their rows. Returns the wrong
     bytes on rank 0, 0 elsewhere."""
     if reporter:
         reporter.step(f"{label} {' '.join(f'{a}-{b}' for a, b in pairs)}")
-    mine = next((pair for pair in pairs if world.rank in pair), None)
-    comm = pair_comm(world, pairs) if impl == "mpi" else None
-    timers = PairTimers(world, impl, *mine, cfg.window, max(size for _, size in tests), comm) if mine else None
+    timers = open_pairs(world, cfg, pairs, max(size for _, size in tests))
     rows = []
     for test, size in tests:
         if timers is not None:

@@ -5,6 +5,8 @@ transport's point-to-point calls."""
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import numpy as np
 
 from ..errors import CommbenchError
@@ -15,16 +17,30 @@ from .nccl import NCCL
 TRANSPORTS = (MPI, NCCL, GLOO)
 
 
+class Pair(Protocol):
+    """One rank's side of a rank pair on a transport, made by the transport's open_pairs(world, pairs,
+    window), which is collective over the world and gives None to a rank in no pair."""
+    first: bool  # this rank sends first
+    device: str  # where the pair's buffers live: 'cpu' or 'cuda:N'
+
+    def times(self, test: str, send, recv, size: int, iters: int) -> np.ndarray:
+        """Seconds per message of `iters` iterations of `test` (pingpong: one way; bandwidth: a
+        window's time over its messages), the same samples on both ranks of the pair."""
+
+    def close(self) -> None:
+        """Frees what the pair holds of its own (MPI's two-rank communicator)."""
+
+
 def transport_names() -> list[str]:
     return [t.name for t in TRANSPORTS]
 
 
-def native_call(native, coll, impl: str) -> tuple:
-    """`coll` by `impl` as the native modules' collective_times take them, the enums of `native`
-    (commbench._host or commbench._cuda): an impl named after its transport is the library's call,
-    any other is our algorithm of that name."""
-    algorithm = "library" if impl in transport_names() else impl
-    return native.Collective.__members__[coll.name], native.Algorithm.__members__[algorithm]
+def transport(name: str):
+    """The transport of a name (p2p's and links' --impl)."""
+    for t in TRANSPORTS:
+        if t.name == name:
+            return t
+    raise CommbenchError(f"unknown transport '{name}': choose from {', '.join(transport_names())}")
 
 
 def default_p2p_transport(launcher) -> str:
@@ -39,7 +55,7 @@ class Impl:
         self.transport, self.name, self.description = transport, name, description
 
     def prepare(self, world, cfg) -> None:
-        self.transport.prepare(world, cfg)
+        self.transport.prepare(world, cfg, f"--impl {self.name}")
 
     def rank_times(self, world, coll, send, recv, op: int, iters: int, cfg, agg: int = 1,
                    delayed: bool = False) -> np.ndarray:

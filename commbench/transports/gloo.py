@@ -5,6 +5,7 @@ of torch.distributed (a few microseconds)."""
 from __future__ import annotations
 
 import time
+from typing import Optional
 
 import numpy as np
 
@@ -72,8 +73,8 @@ class GlooTransport:
             return {}
         return {"gloo": f"torch.distributed {coll.title}, gloo backend (timed from Python)"}
 
-    def prepare(self, world, cfg) -> None:
-        join(world)
+    def prepare(self, world, cfg, what: str) -> None:
+        join(world)  # a collective: every rank joins, members of a timed pair or not
 
     def times(self, world, coll, impl: str, send, recv, op: int, iters: int,
               cfg, agg: int, delay_s: float) -> np.ndarray:
@@ -92,6 +93,47 @@ class GlooTransport:
                 call(send, recv, op, cfg.root, world, in_place)
             t[i] = (time.perf_counter_ns() - t0) * 1e-9 / agg
         return t
+
+    def open_pairs(self, world, pairs, window: int) -> Optional[GlooPair]:
+        mine = next((pair for pair in pairs if world.rank in pair), None)
+        return GlooPair(world, mine, window) if mine is not None else None
+
+
+class GlooPair:
+    """A rank pair over torch.distributed's send and receive, on host buffers, timed from Python."""
+    device = "cpu"
+
+    def __init__(self, world, pair, window: int):
+        self.window = window
+        self.first, self.peer = world.rank == pair[0], pair[1] if world.rank == pair[0] else pair[0]
+
+    def times(self, test: str, send, recv, size: int, iters: int) -> np.ndarray:
+        import torch
+        import torch.distributed as dist
+        out, into, peer, t = send[:size], recv[:size], self.peer, np.empty(iters)
+        ack = torch.zeros(1, dtype=torch.uint8)
+        for i in range(iters):
+            t0 = time.perf_counter_ns()
+            if test == "pingpong":
+                for step, view in (((dist.send, out), (dist.recv, into)) if self.first else
+                                   ((dist.recv, into), (dist.send, out))):
+                    step(view, peer)
+                t[i] = (time.perf_counter_ns() - t0) * 0.5e-9
+            else:
+                moves = [dist.isend(out, peer) if self.first else dist.irecv(into, peer) for _ in range(self.window)]
+                for work in moves:
+                    work.wait()
+                (dist.recv if self.first else dist.send)(ack, peer)
+                t[i] = (time.perf_counter_ns() - t0) * 1e-9 / self.window
+        # Both ranks of the pair end with the same samples: the larger of the two per iteration.
+        mine, theirs = torch.from_numpy(t), torch.empty(iters, dtype=torch.float64)
+        for step, tensor in (((dist.send, mine), (dist.recv, theirs)) if self.first else
+                             ((dist.recv, theirs), (dist.send, mine))):
+            step(tensor, peer)
+        return np.maximum(t, theirs.numpy())
+
+    def close(self) -> None:
+        """The process group is the world's, closed with it."""
 
 
 GLOO = GlooTransport()

@@ -4,6 +4,8 @@ on GPU buffers, and only with a CUDA-aware MPI library."""
 
 from __future__ import annotations
 
+from typing import Optional
+
 import numpy as np
 
 from ..errors import CommbenchError
@@ -21,8 +23,9 @@ class MpiTransport:
             return library
         return {**library, **{name: f"{text} over MPI point-to-point" for name, text in coll.algorithms.items()}}
 
-    def prepare(self, world, cfg) -> None:
-        world.require_mpi(f"--impl {self.name}")
+    def prepare(self, world, cfg, what: str) -> None:
+        """`what` needs MPI: the option or command a refusal names."""
+        world.require_mpi(what)
         if cfg.device == "cuda":
             from .. import _host
             if not _host.mpi_cuda_aware():
@@ -35,12 +38,40 @@ class MpiTransport:
     def times(self, world, coll, impl: str, send, recv, op: int, iters: int, cfg, agg: int,
               delay_s: float) -> np.ndarray:
         from .. import _host
-        from . import native_call
+        from .native import native_call
         if send.is_cuda:
             import torch
             torch.cuda.synchronize()
-        return _host.collective_times(*native_call(_host, coll, impl), send, recv, op, cfg.root, iters,
+        return _host.collective_times(*native_call(_host, coll, impl, self.name), send, recv, op, cfg.root, iters,
                                       world.comm.py2f(), cfg.chunk_bytes, agg, delay_s).numpy()
+
+    def open_pairs(self, world, pairs, window: int) -> Optional[MpiPair]:
+        """One split of the world gives every pair of `pairs` (disjoint) a two-rank communicator, in
+        which the pair's first rank is 0, so the native loops need no peer id."""
+        from mpi4py import MPI
+        mine = next((pair for pair in pairs if world.rank in pair), None)
+        if mine is None:
+            world.comm.Split(MPI.UNDEFINED, 0)
+            return None
+        comm = world.comm.Split(pairs.index(mine), list(mine).index(world.rank))
+        return MpiPair(comm, world.rank == mine[0], window)
+
+
+class MpiPair:
+    """A rank pair over its own MPI communicator, on host buffers, timed in native loops."""
+    device = "cpu"
+
+    def __init__(self, comm, first: bool, window: int):
+        self.comm, self.first, self.window = comm, first, window
+
+    def times(self, test: str, send, recv, size: int, iters: int) -> np.ndarray:
+        from .. import _host
+        if test == "pingpong":
+            return _host.pingpong_times(send, recv, size, iters, self.comm.py2f()).numpy()
+        return _host.bandwidth_times(send, recv, size, self.window, iters, self.comm.py2f()).numpy() / self.window
+
+    def close(self) -> None:
+        self.comm.Free()
 
 
 MPI = MpiTransport()

@@ -35,16 +35,37 @@ class NcclTransport:
         return {"nccl": f"NCCL's {coll.title}",
                 **{name: f"{text} over NCCL send/recv, reduction kernel" for name, text in coll.algorithms.items()}}
 
-    def prepare(self, world, cfg) -> None:
+    def prepare(self, world, cfg, what: str) -> None:
         communicator(world, cfg.timeout_s)
 
     def times(self, world, coll, impl: str, send, recv, op: int, iters: int, cfg, agg: int,
               delay_s: float) -> np.ndarray:
-        from .. import _cuda
-        from . import native_call
         # NCCL's calls are fused into one group per iteration, ours run one after another.
-        return communicator(world).collective_times(*native_call(_cuda, coll, impl), send, recv, op, cfg.root, iters,
+        from .. import _cuda
+        from .native import native_call
+        return communicator(world).collective_times(*native_call(_cuda, coll, impl, self.name), send, recv, op, cfg.root, iters,
                                                     cfg.chunk_bytes, cfg.graph, agg, delay_s).numpy()
+
+    def open_pairs(self, world, pairs, window: int) -> Optional[NcclPair]:
+        mine = next((pair for pair in pairs if world.rank in pair), None)
+        return NcclPair(world, mine, window) if mine is not None else None
+
+
+class NcclPair:
+    """A rank pair over the rank's NCCL communicator, on GPU buffers, timed in native loops."""
+
+    def __init__(self, world, pair, window: int):
+        self.comm, self.window = communicator(world), window
+        self.first, self.peer = world.rank == pair[0], pair[1] if world.rank == pair[0] else pair[0]
+        self.device = f"cuda:{world.device}"
+
+    def times(self, test: str, send, recv, size: int, iters: int) -> np.ndarray:
+        if test == "pingpong":
+            return self.comm.pingpong_times(send, recv, size, self.peer, iters).numpy()
+        return self.comm.bandwidth_times(send, recv, size, self.peer, self.window, iters).numpy() / self.window
+
+    def close(self) -> None:
+        """The communicator is the world's, closed with it."""
 
 
 NCCL = NcclTransport()
