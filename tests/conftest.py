@@ -113,3 +113,20 @@ def batch(ranks: int, cases: dict, folder: str, env=None, timeout: float = 600) 
         with open(os.path.join(folder, f"ran-{name}.json")) as f:
             out[name] = Ran(json.load(f))
     return out
+
+
+def in_process(args: list, monkeypatch, capsys) -> tuple:
+    """commbench ARGS as the console script runs it (main() with that argv), in this process and its
+    working directory, without launcher variables: (exit status, stdout, stderr). For what ends before
+    any rank starts (refusals, analysis commands): a run would start ranks from the test process."""
+    from commbench.cli import main
+    for var in set(os.environ) - set(launcher_free_env()):
+        monkeypatch.delenv(var)
+    monkeypatch.setattr(sys, "argv", ["commbench", *args])
+    code = 0
+    try:
+        main()
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    out, err = capsys.readouterr()
+    return code, out, err

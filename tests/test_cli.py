@@ -6,7 +6,7 @@ import socket
 import subprocess
 
 import pytest
-from conftest import COMMBENCH, batch, commbench, mpi_env, stub_gpu_env
+from conftest import COMMBENCH, batch, commbench, in_process, mpi_env, stub_gpu_env
 
 from commbench.node.machine import recorded_env
 from commbench.results import document as results
@@ -31,11 +31,12 @@ def cpu_env(request):
     (["allreduce", "--min-iters", "10", "--max-iters", "5"], "exceeds --max-iters"),
     (["p2p", "--sizes", "x"], "bad size 'x'"),
 ])
-def test_bad_input_is_one_line_and_exit_2(args, needle, workdir):
-    r = commbench(args, cwd=workdir)
-    assert r.returncode == 2
-    assert needle in r.stderr
-    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+def test_bad_input_is_one_line_and_exit_2(args, needle, workdir, monkeypatch, capsys):
+    monkeypatch.chdir(workdir)
+    code, _, err = in_process(args, monkeypatch, capsys)
+    assert code == 2
+    assert needle in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
     assert not os.path.exists(os.path.join(workdir, "commbench-results"))
 
 

@@ -7,7 +7,7 @@ import os
 import subprocess
 
 import pytest
-from conftest import BIN, COMMBENCH, batch, commbench, mpi_env
+from conftest import BIN, COMMBENCH, batch, commbench, in_process, mpi_env
 
 from commbench import collectives
 from commbench.collectives.dtypes import DTYPES, REDOPS
@@ -126,12 +126,13 @@ def test_under_torchrun_gloo(workdir):
     (["reducescatter", "--impl", "tree"], "unknown impl 'tree' for reducescatter: choose from mpi, nccl, ring"),
     (["reducescatter", "--impl", "gloo"], "unknown impl 'gloo' for reducescatter"),
 ])
-def test_options_that_do_not_apply_are_refused_in_one_line(args, needle, workdir):
+def test_options_that_do_not_apply_are_refused_in_one_line(args, needle, workdir, monkeypatch, capsys):
     """Before any rank starts: one line, no launcher banner."""
-    r = commbench([*args, "--device", "cpu", "--sizes", "1K"], cwd=workdir)
-    assert r.returncode == 2, r.stderr
-    assert r.stderr.startswith("commbench: error: ") and len(r.stderr.strip().splitlines()) == 1, r.stderr
-    assert needle in r.stderr and not os.listdir(workdir)
+    monkeypatch.chdir(workdir)
+    code, _, err = in_process([*args, "--device", "cpu", "--sizes", "1K"], monkeypatch, capsys)
+    assert code == 2, err
+    assert err.startswith("commbench: error: ") and len(err.strip().splitlines()) == 1, err
+    assert needle in err and not os.listdir(workdir)
 
 
 def test_every_dtype_and_reduction_in_one_run(three):

@@ -8,7 +8,7 @@ import sysconfig
 
 import pytest
 import torch
-from conftest import commbench
+from conftest import commbench, in_process
 
 from commbench.collectives.dtypes import DTYPES, REDOPS, dtype_of
 from commbench.node import toolkit
@@ -98,11 +98,12 @@ def test_device_path_uses_the_host_definitions():
 
 @pytest.mark.skipif(GPUS > 0, reason="a GPU is visible: the no-GPU errors do not apply")
 @pytest.mark.parametrize("args", NO_GPU_REQUESTS)
-def test_gpu_requests_fail_cleanly_without_gpu(args, workdir):
-    r = commbench(args, cwd=workdir)
-    assert r.returncode == 2
-    assert "needs a GPU" in r.stderr and "Traceback" not in r.stderr
-    assert len(r.stderr.strip().splitlines()) == 1
+def test_gpu_requests_fail_cleanly_without_gpu(args, workdir, monkeypatch, capsys):
+    monkeypatch.chdir(workdir)
+    code, _, err = in_process(args, monkeypatch, capsys)
+    assert code == 2
+    assert "needs a GPU" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1 and os.listdir(workdir) == []
 
 
 # ---- on a GPU -------------------------------------------------------------------------------------

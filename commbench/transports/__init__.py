@@ -55,7 +55,7 @@ class Impl:
         self.transport, self.name, self.description = transport, name, description
 
     def prepare(self, world, cfg) -> None:
-        self.transport.prepare(world, cfg, f"--impl {self.name}")
+        self.transport.prepare(world, cfg, f"--impl {self.transport.name}")
 
     def rank_times(self, world, coll, send, recv, op: int, iters: int, cfg, agg: int = 1,
                    delayed: bool = False) -> np.ndarray:
