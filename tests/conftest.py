@@ -25,6 +25,9 @@ def mpi_env() -> dict:
     # spin starve the rank they wait for (the correctness matrix at 4 ranks: 93 s spinning, 54 s
     # yielding).
     env.setdefault("OMPI_MCA_mpi_yield_when_idle", "1")
+    # Open MPI's libfabric transport probes its providers for about a second in every rank's MPI_Init,
+    # and no test has a fabric for it: shared memory and TCP carry every test's traffic.
+    env.setdefault("OMPI_MCA_btl", "^ofi")
     if os.geteuid() == 0:
         env["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
         env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"

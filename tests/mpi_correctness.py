@@ -28,10 +28,12 @@ rank, size = comm.rank, comm.size
 REF = {"sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min}
 COUNTS = [0, 1, 2, size - 1, size + 1, 3 * size + 2, 1000, 65537]
 TREE_CHUNKS = {name: [4 * 8, 1 << 20] for name in PIPELINED}
-# Every dtype up to 2 ranks, where each reducer and each element size meets every algorithm, op, count
-# and placement; from 3 ranks on, where the schedules' uneven splits and partial trees appear, one
-# dtype per element size (8, 2 and 4 bytes, float and integer): the dtype does not change a schedule.
+# Every dtype and reduction up to 2 ranks, where each reducer and each element size meets every
+# algorithm, count and placement; from 3 ranks on, where the schedules' uneven splits and partial trees
+# appear, one dtype per element size (8, 2 and 4 bytes, float and integer) and two reductions (an
+# arithmetic one, whose order matters, and a comparison): neither changes a schedule.
 CHECKED_DTYPES = list(DTYPES) if size <= 2 else ["float64", "bfloat16", "int32"]
+CHECKED_OPS = list(REDOPS) if size <= 2 else ["sum", "min"]
 data = HostData(world)
 HOST = torch_allocator(torch.device("cpu"))
 
@@ -61,7 +63,7 @@ def reference(coll, inputs, op, root, shape):
 checked = 0
 failures = []
 for coll in collectives.all_collectives():
-    ops = list(REDOPS) if coll.reduces else [None]
+    ops = CHECKED_OPS if coll.reduces else [None]
     for impl in impls_for(coll, "cpu").values():
         for dname in CHECKED_DTYPES:
             dtype = dtype_of(dname)

@@ -6,7 +6,7 @@ import os
 
 import numpy as np
 import pytest
-from conftest import COMMBENCH, commbench, mpirun
+from conftest import COMMBENCH, commbench, in_process, mpirun
 
 from commbench.analysis import stragglers
 from commbench.errors import CommbenchError
@@ -78,11 +78,13 @@ def test_parse_delay_refuses(text):
 
 @pytest.mark.parametrize("text,wrong", [("3:100", "no rank 3"), ("1:-1", "finite"), ("1:inf", "finite"),
                                         ("one:5", "RANK:US")])
-def test_bad_delay_is_one_line_and_exit_2(text, wrong, workdir):
-    r = commbench(["allreduce", "--np", "3", "--delay", text, "--sizes", "1K"], cwd=workdir)
-    assert r.returncode == 2, r.stderr
-    lines = r.stderr.strip().splitlines()
+def test_bad_delay_is_one_line_and_exit_2(text, wrong, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    code, _, err = in_process(["allreduce", "--np", "3", "--delay", text, "--sizes", "1K"], monkeypatch, capsys)
+    assert code == 2, err
+    lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("commbench: error: ") and wrong in lines[0]
+    assert os.listdir(tmp_path) == []
 
 
 def _doc(path: str) -> dict:

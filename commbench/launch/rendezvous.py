@@ -21,6 +21,15 @@ class _ProcessGroup:
         dist.destroy_process_group()
 
 
+def all_gather_flat(out, own, group) -> None:
+    """Every rank's `own` tensor, in rank order, into the flat `out`: torch 2.14 names the call
+    all_gather_single and warns on every rank's stderr at the older name, which earlier releases
+    alone have."""
+    import torch.distributed as dist
+    call = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    call(out, own, group=group)
+
+
 def join(world) -> None:
     """The torch.distributed gloo group over all ranks, created on first use. Under MPI, rank 0 opens
     the rendezvous store on its own address and publishes it, so this works across hosts too. A

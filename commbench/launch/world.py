@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from ..errors import CommbenchError
+from .rendezvous import all_gather_flat
 
 # Set by the standalone parent on its children, so the result file can say how ranks were made.
 STANDALONE_MARK = "COMMBENCH_STANDALONE"
@@ -178,9 +179,8 @@ class World:
             self.comm.Allgather(own, out)
             return out
         import torch
-        import torch.distributed as dist
         out = torch.empty(self.size * own.size, dtype=torch.float64)
-        dist.all_gather_into_tensor(out, torch.from_numpy(own), group=self.group)
+        all_gather_flat(out, torch.from_numpy(own), self.group)
         return out.view(self.size, own.size).numpy()
 
     def root_call(self, fn):

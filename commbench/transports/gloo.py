@@ -9,7 +9,7 @@ from typing import Optional
 
 import numpy as np
 
-from ..launch.rendezvous import join
+from ..launch.rendezvous import all_gather_flat, join
 
 
 def _op(code: int):
@@ -25,8 +25,7 @@ def _allreduce(send, recv, op, root, world, in_place):
 
 
 def _allgather(send, recv, op, root, world, in_place):
-    import torch.distributed as dist
-    dist.all_gather_into_tensor(recv, send, group=world.group)
+    all_gather_flat(recv, send, world.group)
 
 
 def _broadcast(send, recv, op, root, world, in_place):
