@@ -176,7 +176,7 @@ def test_analysis_commands_take_any_collective(three, workdir):
     assert r.returncode == 0, r.stderr
     assert "pairwise: t = 2*alpha + 0.667*n/BW" in r.stdout
     fit = commbench(["fit", out], cwd=workdir)
-    assert fit.returncode == 0 and "alltoall pairwise (3 ranks)" in fit.stdout, fit.stderr
+    assert fit.returncode == 0 and "alltoall pairwise@mpi (3 ranks)" in fit.stdout, fit.stderr
     same = commbench(["compare", out, out], cwd=workdir)
     assert same.returncode == 0, same.stderr
     plot = commbench(["plot", out, "-o", os.path.join(workdir, "a2a.png")], cwd=workdir)

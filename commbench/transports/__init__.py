@@ -75,12 +75,8 @@ class Impl:
 
 def impls_for(coll, device: str) -> dict[str, Impl]:
     """Every impl of `coll` on `device`, by name, library calls first."""
-    found: dict[str, Impl] = {}
-    for t in TRANSPORTS:
-        for algorithm, description in t.impls(coll, device).items():
-            impl = Impl(t, algorithm, description)
-            found[impl.name] = impl
-    return found
+    impls = (Impl(t, algorithm, description) for t in TRANSPORTS for algorithm, description in t.impls(coll, device).items())
+    return {impl.name: impl for impl in impls}
 
 
 def default_impls(coll, device: str, launcher) -> list[str]:
