@@ -11,7 +11,7 @@ def record(*args, **kwargs) -> dict:
     return measured(*args, **kwargs).as_dict()
 
 
-def row(size: int, t_us: float, impl: str = "ring", op: str = "allreduce") -> dict:
+def row(size: int, t_us: float, impl: str = "ring@mpi", op: str = "allreduce") -> dict:
     """One record of a two-rank run whose five samples scatter by 2 % around t_us."""
     samples = t_us * np.array([0.98, 1.0, 1.02, 1.01, 0.99])
     return record(op, impl, "float32", "sum", 2, size, size // 4, samples * 1e-6, 0)
@@ -20,7 +20,7 @@ def row(size: int, t_us: float, impl: str = "ring", op: str = "allreduce") -> di
 def result_doc(rows: list, status: str = "complete", env: dict = None, argv: list = None) -> dict:
     sizes = sorted({r["size_bytes"] for r in rows})
     head = header(argv or ["commbench", "allreduce"],
-                  {"op": "allreduce", "impls": ["ring"], "sizes": sizes, "dtype": "float32", "redop": "sum",
+                  {"op": "allreduce", "impls": ["ring@mpi"], "sizes": sizes, "dtype": "float32", "redop": "sum",
                    "in_place": False, "policy": {}},
                   {"hosts": ["h"], "ranks": 2, "launcher": "mpi", "cpu_model": "cpu", "cores": 2, "memory_bytes": 1,
                    "os": "Linux", "python": "3.11", "torch": "2", "mpi": "Open MPI v5"},

@@ -74,7 +74,7 @@ for coll in collectives.all_collectives():
                     shape = coll.shape(count * itemsize, itemsize, size)
                     root = i % size
                     for in_place in ((False, True) if coll.in_place else (False,)):
-                        for chunk in TREE_CHUNKS.get(impl.name, [8]):
+                        for chunk in TREE_CHUNKS.get(impl.algorithm, [8]):
                             send, recv = Buffers(coll, shape, dtype, in_place, HOST).views(shape, rank)
                             _fill(data, send, coll.inputs(rank, size, root, shape), code)
                             inputs = [rank_input(coll, j, root, shape, dtype, code) for j in range(size)]
@@ -83,7 +83,7 @@ for coll in collectives.all_collectives():
                             cfg = RunConfig(op=coll.name, impls=(impl.name,), sizes=(shape.size,), root=root,
                                             in_place=in_place, chunk_bytes=chunk)
                             # One call through the transport, as a sweep's check makes it; no times gathered.
-                            impl.transport.times(world, coll, impl.name, send, recv, code, 1, cfg, 1, 0.0)
+                            impl.transport.times(world, coll, impl.algorithm, send, recv, code, 1, cfg, 1, 0.0)
                             want = reference(coll, inputs, op, root, shape)
                             got = recv.to(torch.float64).numpy()
                             bad = 0 if want is None else int(np.count_nonzero(got != want))
@@ -98,7 +98,7 @@ for coll in collectives.all_collectives():
     send, recv = Buffers(coll, shape, torch.float32, False, HOST).views(shape, rank)
     code = REDOPS["sum"] if coll.reduces else _MOVE_ONLY
     _fill(data, send, coll.inputs(rank, size, 0, shape), code)
-    _host.collective_times(*native_call(_host, coll, "mpi", "mpi"), send, recv, code, 0, 1, comm.py2f(), 8)
+    _host.collective_times(*native_call(_host, coll, None), send, recv, code, 0, 1, comm.py2f(), 8)
     expected = coll.expected(rank, size, 0, shape)
     if expected:
         recv[expected[-1].offset] += 1

@@ -7,7 +7,7 @@ import os
 
 import numpy as np
 import pytest
-from conftest import commbench
+from conftest import commbench, in_process
 
 from commbench.analysis import compare as cmp
 from commbench.analysis import fabrics, fit
@@ -37,7 +37,7 @@ def doc_of(recs, **machine):
     m.update(machine)
     return {"schema_version": 1, "tool": {"name": "commbench", "version": "0.1.0", "git_commit": None},
             "created": "2026-11-21T00:00:00+00:00", "argv": ["commbench"],
-            "config": {"op": "allreduce", "impls": ["ring"], "sizes": SIZES, "dtype": "float32", "redop": "sum",
+            "config": {"op": "allreduce", "impls": ["ring@mpi"], "sizes": SIZES, "dtype": "float32", "redop": "sum",
                        "in_place": False, "policy": {}}, "machine": m, "env": {}, "status": "complete", "error": None,
             "results": recs}
 
@@ -45,7 +45,7 @@ def doc_of(recs, **machine):
 # ---- fit --------------------------------------------------------------------------------------------
 
 def test_ring_fit_recovers_alpha_and_link_bandwidth():
-    [f] = fit.fit_records(synthetic("allreduce", "ring", 4, ring(4, 3e-6, 10e9)))
+    [f] = fit.fit_records(synthetic("allreduce", "ring@mpi", 4, ring(4, 3e-6, 10e9)))
     assert f["alpha_us"] == pytest.approx(3.0, rel=0.05)
     assert f["bandwidth_gbps"] == pytest.approx(10.0, rel=0.02)
     top = f["segments"][-1]
@@ -59,7 +59,7 @@ def test_library_fit_is_marked_effective():
 
 
 def test_tree_and_hockney_models():
-    [tree] = fit.fit_records(synthetic("allreduce", "tree", 2, lambda n: 2 * 4e-6 + 2 * n / 5e9))
+    [tree] = fit.fit_records(synthetic("allreduce", "tree@mpi", 2, lambda n: 2 * 4e-6 + 2 * n / 5e9))
     assert tree["alpha_us"] == pytest.approx(4.0, rel=0.05) and tree["bandwidth_gbps"] == pytest.approx(5.0, rel=0.02)
     [pp] = fit.fit_records(synthetic("pingpong", "mpi", 2, lambda n: 1.5e-6 + n / 12e9))
     assert pp["alpha_us"] == pytest.approx(1.5, rel=0.05) and pp["bandwidth_gbps"] == pytest.approx(12.0, rel=0.02)
@@ -84,8 +84,8 @@ def test_outlying_size_is_flagged():
 
 
 def test_series_that_cannot_be_fitted_say_why():
-    one = fit.fit_records(synthetic("allreduce", "ring", 1, ring(2, 1e-6, 1e9)))
-    few = fit.fit_records(synthetic("allreduce", "ring", 2, ring(2, 1e-6, 1e9), sizes=[8, 16]))
+    one = fit.fit_records(synthetic("allreduce", "ring@mpi", 1, ring(2, 1e-6, 1e9)))
+    few = fit.fit_records(synthetic("allreduce", "ring@mpi", 2, ring(2, 1e-6, 1e9), sizes=[8, 16]))
     assert one[0]["skipped"].startswith("one rank") and "at least 3" in few[0]["skipped"]
 
 
@@ -117,8 +117,8 @@ def test_measured_fabrics_measure_this_node():
 # ---- compare ----------------------------------------------------------------------------------------
 
 def _base_and_run(slow_bw=1.0, slow_lat=1.0, **machine):
-    base = doc_of(synthetic("allreduce", "ring", 4, ring(4, 3e-6, 10e9), seed=1))
-    run = doc_of(synthetic("allreduce", "ring", 4, ring(4, 3e-6 * slow_lat, 10e9 / slow_bw), seed=2), **machine)
+    base = doc_of(synthetic("allreduce", "ring@mpi", 4, ring(4, 3e-6, 10e9), seed=1))
+    run = doc_of(synthetic("allreduce", "ring@mpi", 4, ring(4, 3e-6 * slow_lat, 10e9 / slow_bw), seed=2), **machine)
     return base, run
 
 
@@ -152,9 +152,55 @@ def test_within_tolerance_passes_and_metadata_differences_warn():
 def test_nothing_in_common_is_unusable():
     base, run = _base_and_run()
     for r in run["results"]:
-        r["impl"] = "tree"
+        r["impl"] = "tree@mpi"
     with pytest.raises(CommbenchError, match="share no"):
         cmp.compare(base, run, 0.1, 0.25)
+
+
+# ---- result files of earlier versions ------------------------------------------------------------------
+
+def _bare(doc, device=None):
+    """doc as commbench wrote it before an impl named its transport: our algorithms bare."""
+    old = copy.deepcopy(doc)
+    old["config"]["impls"] = [i.split("@")[0] for i in old["config"]["impls"]]
+    if device:
+        old["config"]["device"] = device
+    for r in old["results"]:
+        r["impl"] = r["impl"].split("@")[0]
+    return old
+
+
+def _write(folder, name, doc):
+    path = os.path.join(folder, name)
+    with open(path, "w") as f:
+        json.dump(doc, f)
+    return path
+
+
+def test_an_earlier_file_loads_in_todays_names_and_fits_and_compares_with_a_new_one(workdir, monkeypatch, capsys):
+    base, run = _base_and_run()
+    old = _write(workdir, "old.json", _bare(base))
+    new = _write(workdir, "new.json", run)
+    assert results.load_document(old) == base
+    assert set(results.load(old)["impl"]) == {"ring@mpi"}
+    code, out, err = in_process(["compare", old, new], monkeypatch, capsys)
+    assert code == 0 and err == "" and "# allreduce ring@mpi (4 ranks, float32)" in out and "# compare: PASS" in out
+    code, out, err = in_process(["fit", old, "--json"], monkeypatch, capsys)
+    [f] = json.loads(out)
+    assert code == 0 and f["impl"] == "ring@mpi" and not f["effective"] and f["model"].startswith("ring: ")
+    # A GPU run's bare algorithm ran over NCCL.
+    gpu = results.load_document(_write(workdir, "gpu.json", _bare(base, device="cuda")))
+    assert gpu["config"]["impls"] == ["ring@nccl"] and {r["impl"] for r in gpu["results"]} == {"ring@nccl"}
+
+
+def test_an_earlier_nccl_tests_import_loads_with_its_placement(workdir):
+    new = _nccl(_read("nccl-tests-all_reduce_perf-8gpu.txt")).doc
+    old = copy.deepcopy(new)
+    old["config"]["impls"] = ["nccl", "nccl-in-place"]
+    for r in old["results"]:
+        r["impl"] = "nccl-in-place" if r.pop("in_place") else "nccl"
+    assert results.load_document(_write(workdir, "old.json", old)) == new
+    assert results.load_document(_write(workdir, "new.json", new)) == new
 
 
 # ---- import ------------------------------------------------------------------------------------------
@@ -192,7 +238,7 @@ def test_nccl_tests_table_and_json_agree():
     for d in (table, js):
         results.validate(d)
         assert d["machine"]["ranks"] == 8 and d["machine"]["hosts"] == ["hgx-a01"] and d["status"] == "complete"
-        assert {r["impl"] for r in d["results"]} == {"nccl", "nccl-in-place"}
+        assert {(r["impl"], r["in_place"]) for r in d["results"]} == {("nccl", False), ("nccl", True)}
     t_times = [r["time_us"]["median"] for r in table["results"]]
     j_times = [r["time_us"]["median"] for r in js["results"]]
     assert t_times == pytest.approx(j_times, abs=0.006)
@@ -201,38 +247,39 @@ def test_nccl_tests_table_and_json_agree():
 
 
 # Per log of tests/data/nccl-tests: op, ranks, hosts, records, dtype, redop, root, rows as the log
-# prints them: (impl, size, count, time, algbw, busbw), and the sizes of in-place rows left out. Rooted collectives print their root, the
+# prints them: (in place, size, count, time, algbw, busbw), and the sizes of in-place rows left out.
+# Rooted collectives print their root, the
 # others -1; collectives that reduce nothing print redop none (sendrecv prints the --op it was given);
 # count is per rank where the buffers differ in size (all-gather, reduce-scatter, all-to-all).
 NCCL_LOGS = {
     "all_reduce_perf-16gpu-2nodes-srun.txt": (
         "allreduce", 16, ["hgx-a01", "hgx-a02"], 20, "float32", "sum", None,
-        [("nccl", 32768, 8192, 24.61, 1.33, 2.50), ("nccl", 1073741824, 268435456, 10669.2, 100.64, 188.70),
-         ("nccl-in-place", 1073741824, 268435456, 10497.1, 102.29, 191.79)], None),
+        [(False, 32768, 8192, 24.61, 1.33, 2.50), (False, 1073741824, 268435456, 10669.2, 100.64, 188.70),
+         (True, 1073741824, 268435456, 10497.1, 102.29, 191.79)], None),
     "all_gather_perf-8gpu.txt": (
         "allgather", 8, ["hgx-a01"], 20, "float32", "none", None,
-        [("nccl", 0, 0, 0.26, 0.00, 0.00), ("nccl", 64, 2, 11.56, 0.01, 0.00),
-         ("nccl", 1073741824, 33554432, 2602.23, 412.62, 361.05),
-         ("nccl-in-place", 1073741824, 33554432, 2610.89, 411.25, 359.85)], None),
+        [(False, 0, 0, 0.26, 0.00, 0.00), (False, 64, 2, 11.56, 0.01, 0.00),
+         (False, 1073741824, 33554432, 2602.23, 412.62, 361.05),
+         (True, 1073741824, 33554432, 2610.89, 411.25, 359.85)], None),
     "reduce_scatter_perf-8gpu-bf16.txt": (
         "reducescatter", 8, ["hgx-a01"], 22, "bfloat16", "sum", None,
-        [("nccl", 1024, 64, 12.71, 0.08, 0.07), ("nccl", 1073741824, 67108864, 2706.82, 396.68, 347.09),
-         ("nccl-in-place", 1073741824, 67108864, 2665.93, 402.76, 352.42)], None),
+        [(False, 1024, 64, 12.71, 0.08, 0.07), (False, 1073741824, 67108864, 2706.82, 396.68, 347.09),
+         (True, 1073741824, 67108864, 2665.93, 402.76, 352.42)], None),
     "broadcast_perf-8gpu.txt": (
         "broadcast", 8, ["hgx-a01"], 20, "float32", "none", 0,
-        [("nccl", 8, 2, 9.49, 0.00, 0.00), ("nccl", 1073741824, 268435456, 3266.38, 328.72, 328.72),
-         ("nccl-in-place", 1073741824, 268435456, 3171.05, 338.61, 338.61)], None),
+        [(False, 8, 2, 9.49, 0.00, 0.00), (False, 1073741824, 268435456, 3266.38, 328.72, 328.72),
+         (True, 1073741824, 268435456, 3171.05, 338.61, 338.61)], None),
     "reduce_perf-4gpu-root2-max-half.txt": (
         "reduce", 4, ["dgx-b11"], 12, "float16", "max", 2,
-        [("nccl", 1000, 500, 10.55, 0.09, 0.09), ("nccl", 100000000, 50000000, 322.33, 310.24, 310.24),
-         ("nccl-in-place", 100000000, 50000000, 318.44, 314.03, 314.03)], None),
+        [(False, 1000, 500, 10.55, 0.09, 0.09), (False, 100000000, 50000000, 322.33, 310.24, 310.24),
+         (True, 100000000, 50000000, 318.44, 314.03, 314.03)], None),
     "alltoall_perf-8gpu.txt": (  # in place, nccl-tests does not check all-to-all (#wrong N/A): left out
         "alltoall", 8, ["hgx-a01"], 7, "float32", "none", None,
-        [("nccl", 1024, 32, 18.23, 0.06, 0.05), ("nccl", 268435456, 8388608, 712.26, 376.88, 329.77)],
+        [(False, 1024, 32, 18.23, 0.06, 0.05), (False, 268435456, 8388608, 712.26, 376.88, 329.77)],
         "1K, 8K, 64K, 512K, 4M, 32M, 256M"),
     "sendrecv_perf-2nodes-ib.txt": (  # nor send-recv
         "sendrecv", 2, ["hgx-a01", "hgx-a02"], 10, "float32", "none", None,
-        [("nccl", 4096, 1024, 15.41, 0.27, 0.27), ("nccl", 1073741824, 268435456, 21818.3, 49.21, 49.21)],
+        [(False, 4096, 1024, 15.41, 0.27, 0.27), (False, 1073741824, 268435456, 21818.3, 49.21, 49.21)],
         "8, 64, 512, 4K, 32K, 256K, 2M, 16M, 128M, 1G"),
 }
 
@@ -247,9 +294,10 @@ def test_every_nccl_tests_collective_is_imported_under_its_name(log):
         (op, ranks, hosts, n)
     assert doc["status"] == "complete" and doc["imported"] == {"tool": "nccl-tests", "source": "log", "truncated": False}
     assert doc["machine"]["gpus"] == ["NVIDIA H100 80GB HBM3"]
-    recs = {(r["impl"], r["size_bytes"]): r for r in doc["results"]}
-    for impl, size, count, time_us, algbw, busbw in rows:
-        r = recs[(impl, size)]
+    assert {r["impl"] for r in doc["results"]} == {"nccl"} and doc["config"]["impls"] == ["nccl"]
+    recs = {(r["in_place"], r["size_bytes"]): r for r in doc["results"]}
+    for in_place, size, count, time_us, algbw, busbw in rows:
+        r = recs[(in_place, size)]
         assert (r["op"], r["count"], r["time_us"]["median"], r["samples_us"], r["wrong"]) == \
             (op, count, time_us, [time_us], 0)
         assert (r["dtype"], r["redop"], r.get("root"), r["ranks"]) == (dtype, redop, root, ranks)
@@ -257,7 +305,7 @@ def test_every_nccl_tests_collective_is_imported_under_its_name(log):
         assert r["algbw_gbps"] == pytest.approx(algbw, abs=0.006)
         assert r["busbw_gbps"] == pytest.approx(busbw, abs=0.006)
     assert imported.warnings == ([] if left_out is None else [
-        f"log: left out {n} row(s) at {left_out}: nccl-in-place #wrong is N/A: nccl-tests did not check the result"])
+        f"log: left out {n} row(s) at {left_out}: nccl in-place #wrong is N/A: nccl-tests did not check the result"])
 
 
 @pytest.mark.parametrize("name", ["gather", "scatter", "hypercube"])
@@ -313,7 +361,7 @@ def test_figures_that_are_not_numbers_never_reach_the_file():
     imported = _nccl(log)
     assert imported.warnings == [
         "log: left out 1 row(s) at 8: nccl time is nan",
-        "log: left out 1 row(s) at 8: nccl-in-place #wrong is N/A: nccl-tests did not check the result"]
+        "log: left out 1 row(s) at 8: nccl in-place #wrong is N/A: nccl-tests did not check the result"]
     assert len(imported.doc["results"]) == 18 and 8 not in {r["size_bytes"] for r in imported.doc["results"]}
     json.loads(json.dumps(imported.doc), parse_constant=lambda c: pytest.fail(f"{c} in the result file"))
     # The same from -J JSON, which writes NaN as "nan" and an unchecked #wrong as null.
@@ -322,7 +370,7 @@ def test_figures_that_are_not_numbers_never_reach_the_file():
     doc["results"][1]["in_place"]["nwrong"] = None
     imported = _nccl(json.dumps(doc))
     assert imported.warnings == ["log: left out 1 row(s) at 8: nccl time is nan",
-                                 "log: left out 1 row(s) at 64: nccl-in-place #wrong is null: nccl-tests did not check "
+                                 "log: left out 1 row(s) at 64: nccl in-place #wrong is null: nccl-tests did not check "
                                  "the result"]
     assert len(imported.doc["results"]) == 18
     osu = importers.import_osu(io.StringIO("# OSU MPI Latency Test v7.4\n# Size       Avg Latency(us)\n1 0.43\n2 -nan\n"),
@@ -456,7 +504,7 @@ def test_baseline_compare_plot_report_export(files, workdir):
     r = commbench(["report", files["run"], "-o", "rep", "--expect-gbps", "10"], cwd=workdir)
     assert r.returncode == 0, r.stderr
     md = open(os.path.join(workdir, "rep", "report.md")).read()
-    assert "| allreduce | ring | 4 |" in md and "PASS (" in md and "![plot](plot.png)" in md
+    assert "| allreduce | ring@mpi | 4 |" in md and "PASS (" in md and "![plot](plot.png)" in md
     assert "<table>" in open(os.path.join(workdir, "rep", "report.html")).read()
 
     r = commbench(["export", files["run"], "--format", "csv"], cwd=workdir)
@@ -485,7 +533,7 @@ def test_import_command(workdir):
 
 
 def test_empty_messages_are_left_out_of_fits_and_comparisons():
-    recs = synthetic("allreduce", "ring", 4, ring(4, 3e-6, 10e9), sizes=[0] + SIZES)
+    recs = synthetic("allreduce", "ring@mpi", 4, ring(4, 3e-6, 10e9), sizes=[0] + SIZES)
     recs[0]["time_us"]["median"] = 0.0
     [f] = fit.fit_records(recs)
     assert f["segments"][0]["size_min"] == SIZES[0]

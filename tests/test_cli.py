@@ -25,6 +25,12 @@ def cpu_env(request):
     (["allreduce", "--sizes", "1Q"], "bad size '1Q'"),
     (["allreduce", "--sizes", "8-1"], "start exceeds the end"),
     (["allreduce", "--impl", "ring,bogus"], "unknown impl 'bogus'"),
+    (["allreduce", "--device", "cpu", "--impl", "ring@nccl"],
+     "commbench: error: impl 'ring@nccl' of allreduce runs with --device cuda, not --device cpu"),
+    (["allreduce", "--device", "cpu", "--impl", "mpi,nccl@nccl"],
+     "commbench: error: impl 'nccl@nccl' of allreduce runs with --device cuda, not --device cpu"),
+    (["allreduce", "--device", "cpu", "--impl", "ring@gloo"], "unknown impl 'ring@gloo' for allreduce: choose from "
+     "gloo, mpi, nccl, ring@mpi, ring@nccl, tree@mpi, tree@nccl"),
     (["allreduce", "--dtype", "float8"], "unknown dtype 'float8'"),
     (["allreduce", "--op", "avg"], "unknown op 'avg'"),
     (["allreduce", "--chunk", "1", "--dtype", "float64"], "smaller than one float64 element"),
@@ -51,12 +57,16 @@ def test_more_memory_than_the_host_has_is_refused(workdir):
     assert "GiB is available" in r.stderr and "Traceback" not in r.stderr
 
 
+IMPLS = ["mpi", "ring@mpi", "tree@mpi", "gloo"]
+
+
 def test_standalone_run_as_typed(cpu_env, workdir):
-    r = commbench(["allreduce", "--device", "cpu", "--sizes", "1K-64K:x4", "--impl", "mpi,ring,tree,gloo",
+    # A bare algorithm runs over the CPU's transport, MPI, and is named so: ring is ring@mpi.
+    r = commbench(["allreduce", "--device", "cpu", "--sizes", "1K-64K:x4", "--impl", "mpi,ring,tree@mpi,gloo@gloo",
                    "--budget-ms", "20"], cwd=workdir, env=cpu_env)
     assert r.returncode == 0, r.stderr
     out = r.stdout
-    for impl in ("mpi", "ring", "tree", "gloo"):
+    for impl in IMPLS:
         assert f"# impl {impl}:" in out
     assert "2 rank(s) on 1 host(s)" in out and "launcher: standalone" in out
     rows = [line.split() for line in out.splitlines() if line.strip() and not line.startswith("#")]
@@ -68,7 +78,7 @@ def test_standalone_run_as_typed(cpu_env, workdir):
     files = glob.glob(os.path.join(workdir, "commbench-results", "*_allreduce.json"))
     assert len(files) == 1
     df = results.load(files[0])
-    assert len(df) == 16 and set(df["impl"]) == {"mpi", "ring", "tree", "gloo"}
+    assert len(df) == 16 and set(df["impl"]) == set(IMPLS) and df.attrs["meta"]["config"]["impls"] == IMPLS
     assert (df["ranks"] == 2).all() and (df["wrong"] == 0).all()
     # busbw = algbw * 2(p-1)/p = algbw for two ranks; time is the median of the samples.
     assert (abs(df["busbw_gbps"] - df["algbw_gbps"]) < 1e-9).all()

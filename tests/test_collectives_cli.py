@@ -11,8 +11,9 @@ from conftest import BIN, COMMBENCH, batch, commbench, in_process, mpi_env
 
 from commbench import collectives
 from commbench.collectives.dtypes import DTYPES, REDOPS
+from commbench.collectives.impls import impl_name, split_impl
 from commbench.results import document as results
-from commbench.transports import impls_for
+from commbench.transports import gpu_only, impls_for, parse_impls
 
 COLLECTIVES = collectives.names()
 # nccl-tests' spellings are accepted too; the result files use the registry's names.
@@ -119,11 +120,23 @@ def test_under_torchrun_gloo(workdir):
     assert df.attrs["meta"]["machine"]["launcher"] == "torchrun"
 
 
+def test_an_impl_has_one_name_whatever_was_typed():
+    """algorithm@transport, or the transport alone for its call; a bare algorithm runs over its
+    device's transport, and transport@transport is the transport's call."""
+    coll = collectives.get("allreduce")
+    assert [i.name for i in parse_impls("ring, tree@mpi,mpi@mpi,ring@mpi", coll, "cpu")] == ["ring@mpi", "tree@mpi", "mpi"]
+    assert [(i.name, i.algorithm, i.transport.name) for i in parse_impls("ring,nccl@nccl", coll, "cuda")] == \
+        [("ring@nccl", "ring", "nccl"), ("nccl", None, "nccl")]
+    assert [split_impl(n) for n in ("chain@nccl", "gloo", "gloo@gloo")] == [("chain", "nccl"), (None, "gloo"), (None, "gloo")]
+    assert impl_name("pairwise", "mpi") == "pairwise@mpi" and impl_name(None, "nccl") == "nccl"
+    assert gpu_only("mpi,ring@nccl", coll) and gpu_only("nccl@nccl", coll) and not gpu_only("ring,tree@mpi,mpi", coll)
+
+
 @pytest.mark.parametrize("args,needle", [
     (["alltoall", "--in-place"], "No such option '--in-place'"),
     (["broadcast", "--root", "5", "--np", "2"], "--root 5: only 2 rank(s)"),
     (["allgather", "--op", "max"], "No such option '--op'"),
-    (["reducescatter", "--impl", "tree"], "unknown impl 'tree' for reducescatter: choose from mpi, nccl, ring"),
+    (["reducescatter", "--impl", "tree"], "unknown impl 'tree' for reducescatter: choose from mpi, nccl, ring@mpi, ring@nccl"),
     (["reducescatter", "--impl", "gloo"], "unknown impl 'gloo' for reducescatter"),
 ])
 def test_options_that_do_not_apply_are_refused_in_one_line(args, needle, workdir, monkeypatch, capsys):
@@ -143,7 +156,7 @@ def test_every_dtype_and_reduction_in_one_run(three):
     df = results.load(out)
     assert len(df) == 6 * 4 * 2 * 2 and (df["wrong"] == 0).all()
     assert set(df["dtype"]) == set(DTYPES) and set(df["redop"]) == set(REDOPS)
-    assert "# impl ring bfloat16 prod:" in r.stdout
+    assert "# impl ring@mpi bfloat16 prod:" in r.stdout
 
 
 def test_aggregated_calls_per_iteration(three):
@@ -163,7 +176,7 @@ def test_analysis_commands_take_any_collective(three, workdir):
     assert r.returncode == 0, r.stderr
     assert "pairwise: t = 2*alpha + 0.667*n/BW" in r.stdout
     fit = commbench(["fit", out], cwd=workdir)
-    assert fit.returncode == 0 and "alltoall pairwise (3 ranks)" in fit.stdout, fit.stderr
+    assert fit.returncode == 0 and "alltoall pairwise@mpi (3 ranks)" in fit.stdout, fit.stderr
     same = commbench(["compare", out, out], cwd=workdir)
     assert same.returncode == 0, same.stderr
     plot = commbench(["plot", out, "-o", os.path.join(workdir, "a2a.png")], cwd=workdir)

@@ -81,7 +81,7 @@ def test_a_fault_ends_every_rank_with_one_line_and_keeps_the_rows(launch, fault,
     assert doc["results"], "the rows measured before are kept"
     status = {"kill": "peer-lost", "stop": "timeout", "interrupt": "interrupted"}[fault]
     assert doc["status"] == status, doc["error"]
-    assert doc["error"].startswith("allreduce ring ")
+    assert doc["error"].startswith("allreduce ring@mpi ")
     if fault == "kill":
         assert "rank 2 did not arrive: its process ended" in doc["error"]
     elif fault == "stop":
@@ -245,7 +245,7 @@ def test_a_stopped_rank_ends_numerics_too(workdir):
     assert p.returncode == 1 and elapsed < TIMEOUT_S + 5, (elapsed, err)
     doc = results.load_document(out)
     assert doc["status"] == "timeout" and doc["numerics"]["rows"] == []
-    assert doc["error"] == f"numerics ring float32 on 2 ranks: rank 1 did not arrive within --timeout {TIMEOUT_S} s"
+    assert doc["error"] == f"numerics ring@mpi float32 on 2 ranks: rank 1 did not arrive within --timeout {TIMEOUT_S} s"
     assert [line for line in err.splitlines() if line.startswith("commbench: error")] == [
         f"commbench: error: {doc['error']} (measured rows kept in {out})"], err
     time.sleep(0.5)

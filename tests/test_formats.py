@@ -27,14 +27,14 @@ from docs import record
 SAMPLES_US = [1.0, 2.0, 3.0, 4.0, 100.0]
 
 
-def _record(size=1024, samples_us=SAMPLES_US, impl="ring", **extra):
+def _record(size=1024, samples_us=SAMPLES_US, impl="ring@mpi", **extra):
     return record("allreduce", impl, "float32", "sum", 4, size, size // 4, np.array(samples_us) * 1e-6, 0, **extra)
 
 
 def _doc(recs):
     return {"schema_version": 1, "tool": {"name": "commbench", "version": "0.1.0", "git_commit": "0123456789abcdef"},
             "created": "2026-11-22T00:00:00+00:00", "argv": ["commbench", "allreduce", "--sizes", "1K,1M"],
-            "config": {"op": "allreduce", "impls": ["ring", "tree"], "sizes": [1024, 1 << 20], "dtype": "float32",
+            "config": {"op": "allreduce", "impls": ["ring@mpi", "tree@mpi"], "sizes": [1024, 1 << 20], "dtype": "float32",
                        "redop": "sum", "in_place": False, "policy": {}},
             "machine": {"hosts": ["node1"], "ranks": 4, "launcher": "mpi", "cpu_model": "cpu", "cores": 8,
                         "memory_bytes": 1, "os": "Linux", "python": "3.11", "torch": "2", "mpi": "Open MPI v5"},
@@ -57,7 +57,7 @@ def _run(args, monkeypatch, capsys):
 def run_file(workdir):
     """A result file of two series, ring and tree, at 1 KiB and 1 MiB."""
     recs = [_record(1024), _record(1 << 20, [250.0, 251.0, 252.0, 260.0]),
-            _record(1024, [5.0, 5.0, 6.0, 7.0], impl="tree"), _record(1 << 20, [500.0, 510.0], impl="tree")]
+            _record(1024, [5.0, 5.0, 6.0, 7.0], impl="tree@mpi"), _record(1 << 20, [500.0, 510.0], impl="tree@mpi")]
     path = os.path.join(workdir, "run.json")
     with open(path, "w") as f:
         json.dump(_doc(recs), f)
@@ -104,7 +104,7 @@ def test_iqr_is_recorded_beside_cv():
 def test_console_row_shows_iqr_beside_cv():
     assert console.row(_record()) == ("       1024         256  float32   sum   -1        3.00    0.34    0.51"
                                       "      0        1.00       96.16  198.3   66.7")
-    header = console.block_header("ring", "our ring")
+    header = console.block_header("ring@mpi", "our ring")
     assert header[2].split() == ["#", "size", "count", "type", "redop", "root", "time", "algbw", "busbw",
                                  "#wrong", "min", "p99", "CV", "IQR"]
     assert header[3].split()[-2:] == ["(%)", "(%)"]
@@ -145,21 +145,21 @@ def test_the_live_table_is_the_console_format(workdir, capsys, monkeypatch):
     meta = {k: v for k, v in _doc([]).items() if k not in ("results", "status", "error")}
     path = os.path.join(workdir, "live.json")
     rep = Reporter(meta, path, total_steps=2, clock_floor_s=1e-9)
-    made = [measured("allreduce", "ring", "float32", "sum", 4, size, size // 4, np.array(us) * 1e-6, 0)
+    made = [measured("allreduce", "ring@mpi", "float32", "sum", 4, size, size // 4, np.array(us) * 1e-6, 0)
             for size, us in ((1024, SAMPLES_US), (1 << 20, [250.0, 251.0, 252.0, 260.0]))]
     recs = [r.as_dict() for r in made]
-    rep.block("ring", "commbench ring over MPI point-to-point")
+    rep.block("ring@mpi", "commbench ring over MPI point-to-point")
     for r in made:
-        rep.add(r, "ring", str(r.size_bytes))
+        rep.add(r, "ring@mpi", str(r.size_bytes))
     rep.finish()
     live = capsys.readouterr().out.splitlines()
     assert live[:len(console.header(meta))] == console.header(meta)
-    assert live[len(console.header(meta)):][:6] == console.block_header("ring", "commbench ring over MPI point-to-point") \
+    assert live[len(console.header(meta)):][:6] == console.block_header("ring@mpi", "commbench ring over MPI point-to-point") \
         + [console.row(r) for r in recs]
     code, out, err = _run(["export", path, "--format", "console"], monkeypatch, capsys)
     assert code == 0, err
     exported = out.splitlines()
-    assert exported == console.header(meta) + console.block_header("ring", "allreduce (4 ranks)") \
+    assert exported == console.header(meta) + console.block_header("ring@mpi", "allreduce (4 ranks)") \
         + [console.row(r) for r in recs]
 
 
@@ -178,8 +178,8 @@ def test_json_leaves_samples_out_unless_asked(run_file):
 def test_csv_has_one_row_per_record_and_no_samples(run_file):
     rows = list(csv.DictReader(io.StringIO(formats.get("csv").render(results.load_document(run_file),
                                                                       formats.Options()))))
-    assert [(r["impl"], r["size_bytes"]) for r in rows] == [("ring", "1024"), ("ring", "1048576"),
-                                                            ("tree", "1024"), ("tree", "1048576")]
+    assert [(r["impl"], r["size_bytes"]) for r in rows] == [("ring@mpi", "1024"), ("ring@mpi", "1048576"),
+                                                            ("tree@mpi", "1024"), ("tree@mpi", "1048576")]
     assert float(rows[0]["time_us_median"]) == 3.0 and float(rows[0]["time_us_iqr"]) == 2.0
     assert not any("samples" in k for k in rows[0])
 
@@ -190,7 +190,7 @@ def test_markdown_and_html_are_the_report(run_file):
     md = formats.get("markdown").render(doc, options)
     assert md.startswith("# commbench report\n\n- **run**: run.json\n")
     assert "![plot]" not in md  # only a report folder has the image beside it
-    assert "| allreduce | ring | 4 |" in md and "### allreduce tree (4 ranks)" in md
+    assert "| allreduce | ring@mpi | 4 |" in md and "### allreduce tree@mpi (4 ranks)" in md
     assert ("| 1024 | 256 | float32 | sum | -1 | 3.00 | 0.34 | 0.51 | 0 | 1.00 | 96.16 | 198.3 | 66.7 |"
             in md.splitlines())
     page = formats.get("html").render(doc, formats.Options(source="<run>.json", image="plot.png"))
@@ -257,7 +257,7 @@ def test_export_of_a_file_without_records(workdir, monkeypatch, capsys):
 def test_export_as_typed(run_file, workdir):
     """The installed command itself: the table on stdout, and a refusal in one line without a traceback."""
     r = commbench(["export", run_file, "--format", "console"], cwd=workdir)
-    assert r.returncode == 0 and r.stderr == "" and "# impl tree: allreduce (4 ranks)" in r.stdout
+    assert r.returncode == 0 and r.stderr == "" and "# impl tree@mpi: allreduce (4 ranks)" in r.stdout
     r = commbench(["export", run_file, "--format", "png"], cwd=workdir)
     assert r.returncode == 2 and r.stdout == "" and r.stderr == \
         "commbench: error: --format png writes binary data, not text: give -o FILE\n"
@@ -287,3 +287,14 @@ def test_write_new_is_atomic_and_never_overwrites(workdir, monkeypatch):
     with pytest.raises(CommbenchError, match="cannot write .*new.txt: No space left on device"):
         results.write_new(os.path.join(workdir, "sub", "new.txt"), "x" * 100, "taken")
     assert sorted(os.listdir(os.path.join(workdir, "sub"))) == ["out.txt", "out.txt.bin", "out.txt.json"]
+
+
+def test_series_apart_by_placement_schedule_or_mode_are_named_apart():
+    from commbench.results.series import by_series, label
+    one = np.array([1e-6, 2e-6])
+    recs = [_record(impl="nccl", in_place=False), _record(impl="nccl", in_place=True),
+            *(record("pingpong", "mpi", "uint8", "none", 2, 8, 8, one, 0, pair=[0, 1], schedule=s) for s in ("clean", "loaded")),
+            record("peer_copy", "cuda", "uint8", "none", 1, 8, 8, one, 0, pair=[0, 1], bidirectional=True, mode="ce")]
+    assert [label(key) for key in by_series(recs)] == [
+        "allreduce nccl (4 ranks)", "allreduce nccl in-place (4 ranks)", "pingpong mpi (pair 0-1)",
+        "pingpong mpi loaded (pair 0-1)", "peer_copy cuda ce (pair 0-1, both ways)"]

@@ -135,7 +135,7 @@ def test_device_allreduce_exact(dtype, op, place, workdir):
     r = commbench([*exact_args(dtype, op, place), "-o", out], cwd=workdir)
     assert r.returncode == 0, r.stderr
     df = results.load(out)
-    assert (df["wrong"] == 0).all() and set(df["impl"]) == {"nccl", "ring", "tree"}
+    assert (df["wrong"] == 0).all() and set(df["impl"]) == {"nccl", "ring@nccl", "tree@nccl"}
     assert (df["ranks"] == GPUS).all()
 
 
@@ -173,6 +173,7 @@ def test_peer_matrix_and_copies(workdir):
     assert r.returncode == 0, r.stderr
     df = results.load(out)
     assert {"h2d", "d2h", "staged"} <= set(df["op"]) and (df["algbw_gbps"] > 0).all() and (df["wrong"] == 0).all()
+    assert set(df["impl"]) == {"cuda"} and {"pinned", "pageable", "pinned2"} <= set(df["mode"])
 
 
 @pytest.mark.gpu

@@ -241,9 +241,9 @@ def test_a_failure_midway_names_the_step_and_keeps_the_file(tmp_path, capsys):
     from commbench.run.config import RunConfig
     from commbench.run.reporter import Reporter, run_metadata
     path = str(tmp_path / "r.json")
-    cfg = RunConfig(op="allreduce", impls=("ring",), sizes=(1 << 26,), device="cuda")
+    cfg = RunConfig(op="allreduce", impls=("ring@nccl",), sizes=(1 << 26,), device="cuda")
     reporter = Reporter(run_metadata(_one_rank_world(), cfg.describe(), ["commbench"]), path, 2, 1e-8)
-    reporter.step("ring 64M")
+    reporter.step("ring@nccl 64M")
 
     def run():
         raise RuntimeError("ring all-reduce did not finish within --timeout 5 s (rank 0, device 0): a peer rank "
@@ -253,7 +253,7 @@ def test_a_failure_midway_names_the_step_and_keeps_the_file(tmp_path, capsys):
     assert stop.value.code == 1
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("commbench:")]
     assert len(err) == 1
-    assert err[0].startswith("commbench: error at ring 64M: RuntimeError: ring all-reduce did not finish within "
+    assert err[0].startswith("commbench: error at ring@nccl 64M: RuntimeError: ring all-reduce did not finish within "
                              "--timeout 5 s (rank 0, device 0)")
     doc = results.load_document(path)
-    assert doc["status"] == "failed" and doc["error"].startswith("RuntimeError at ring 64M: ring all-reduce")
+    assert doc["status"] == "failed" and doc["error"].startswith("RuntimeError at ring@nccl 64M: ring all-reduce")

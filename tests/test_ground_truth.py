@@ -127,14 +127,14 @@ def test_mpi_p2p_fit_recovers_the_shaped_link_and_a_slow_receiver(make_cluster, 
 @pytest.mark.parametrize("hosts", [3, 4])
 def test_mpi_allreduce_fits_the_ring_model_at_the_shaped_rate(make_cluster, workdir, hosts):
     c = make_cluster(hosts, ALLREDUCE_MBIT)
-    doc = _run_mpi(c, ["allreduce", "--device", "cpu", "--impl", "ring,mpi", "--sizes", "1M-8M:x2", *FEW],
+    doc = _run_mpi(c, ["allreduce", "--device", "cpu", "--impl", "ring@mpi,mpi", "--sizes", "1M-8M:x2", *FEW],
                    os.path.join(workdir, "ar.json"), mca=MPI_RING)
     assert all(r["wrong"] == 0 for r in doc["results"])
     # Each rank on its own host, as on a real cluster.
     assert doc["machine"]["hosts"] == [h.name for h in c.hosts] and doc["machine"]["ranks"] == hosts
     fits = _fits(doc)
     payload = c.payload_gbps(ALLREDUCE_MBIT)
-    for impl in ("ring", "mpi"):
+    for impl in ("ring@mpi", "mpi"):
         f = fits[("allreduce", impl)]
         assert f["model"].startswith(f"ring: t = 2({hosts}-1)*alpha + 2({hosts}-1)/{hosts}*n/BW"), f["model"]
         assert _bandwidth(doc, "allreduce", impl, payload) == pytest.approx(payload, rel=RING_TOLERANCE)

@@ -53,7 +53,7 @@ def test_full_disk_mid_sweep_ends_every_rank_with_one_line(workdir):
                   cwd=workdir, env=env, timeout=180)
     assert r.returncode == 1, r.stderr
     [line] = _error_lines(r.stderr)
-    assert line.startswith("commbench: error at ring 4K: OSError:") and NO_SPACE in line
+    assert line.startswith("commbench: error at ring@mpi 4K: OSError:") and NO_SPACE in line
     assert f"{out} keeps the rows of its last complete write; closing it failed: {NO_SPACE}" in line
     assert "Traceback" not in r.stderr
     doc = results.load_document(out)

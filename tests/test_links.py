@@ -3,11 +3,13 @@ the command standalone, judged again with --from and refused in one line, and gr
 test cluster (tests/cluster.py): a host whose link is shaped to a third of the others' rate is named,
 over MPI and over gloo; a uniform cluster names nothing."""
 
+import csv
+import io
 import json
 import os
 
 import pytest
-from conftest import COMMBENCH, commbench
+from conftest import COMMBENCH, commbench, in_process
 
 from commbench.analysis import links
 from commbench.results import document as results
@@ -20,14 +22,15 @@ ONE_HOST_EACH = [f"h{r}" for r in range(6)]
 def rows(bw, p, lat=None, impl="mpi"):
     """Noise-free rows of both schedules from bandwidth(a, b) (GB/s) and latency(a, b) (us)."""
     out = []
-    for label in (impl, impl + links.LOADED):
+    for schedule in links.SCHEDULES:
         for a in range(p):
             for b in range(a + 1, p):
                 t = (lat(a, b) if lat else 5.0) * 1e-6
-                out.append(record("pingpong", label, "uint8", "none", p, 8, 8, [t] * 5, 0, pair=[a, b], window=1))
+                out.append(record("pingpong", impl, "uint8", "none", p, 8, 8, [t] * 5, 0, pair=[a, b], window=1,
+                                  schedule=schedule))
                 n = 1 << 22
-                out.append(record("bandwidth", label, "uint8", "none", p, n, n, [n / (bw(a, b) * 1e9)] * 5, 0,
-                                  pair=[a, b], window=4))
+                out.append(record("bandwidth", impl, "uint8", "none", p, n, n, [n / (bw(a, b) * 1e9)] * 5, 0,
+                                  pair=[a, b], window=4, schedule=schedule))
     return out
 
 
@@ -61,6 +64,30 @@ def test_a_single_slow_pair_is_that_link():
     assert kinds == {("link", "1-4", "clean"), ("link", "1-4", "loaded")}
     assert all(f["pair"] == [1, 4] and f["ratio"] == pytest.approx(0.3) for f in s["flagged"])
     assert "slow link 1-4 (inter-host, h1 - h4): runs at 30 % of the typical bandwidth" in s["findings"][0]["text"]
+
+
+def test_a_links_file_of_an_earlier_version_is_judged_again_from_its_impl_suffix(workdir, monkeypatch, capsys):
+    """Earlier files kept the loaded rows apart as impl mpi-loaded, with no schedule: read as today's."""
+    hosts = ["a", "a", "b", "b"]
+    recs = rows(lambda a, b: SLOW if (a, b) == (0, 3) else FAST, len(hosts))
+    new = results.new_document(results.header(
+        ["commbench", "links"], {"op": "p2p", "impls": ["mpi"], "sizes": [8, 1 << 22], "dtype": "uint8",
+                                 "redop": "none", "in_place": False, "policy": {}, "device": "cpu"},
+        {"hosts": hosts, "ranks": 4, "launcher": "mpi", "cpu_model": "cpu", "cores": 2, "memory_bytes": 1,
+         "os": "Linux", "python": "3.11", "torch": "2", "mpi": None}, tool={"name": "commbench", "version": "0",
+                                                                           "git_commit": None}),
+        recs, "complete")
+    new["links"] = links.section("mpi", hosts, 8, 1 << 22, 75.0, None, recs)
+    old = json.loads(json.dumps(new))
+    for r in old["results"]:
+        r["impl"] = "mpi" + ("-loaded" if r.pop("schedule") == "loaded" else "")
+    path = os.path.join(workdir, "old.json")
+    with open(path, "w") as f:
+        json.dump(old, f)
+    assert results.load_document(path) == json.loads(json.dumps(new))
+    code, out, err = in_process(["links", "--from", path], monkeypatch, capsys)
+    assert code == 1 and err == "" and out.splitlines()[-1] == new["links"]["findings"][-1]["text"]
+    assert "slow link 0-3" in out
 
 
 def test_a_slow_rank_on_a_shared_host_is_that_rank_and_one_spared_pair_still_counts():
@@ -119,8 +146,8 @@ def test_standalone_three_ranks_prints_the_matrices_and_keeps_them_judged_again(
     doc = results.load_document(out)
     s = doc["links"]
     assert s["hosts"] == [doc["machine"]["hosts"][0]] * 3 and s["rounds"] == [[[0, 1]], [[1, 2]], [[0, 2]]]
-    assert {(x["op"], x["impl"], tuple(x["pair"])) for x in doc["results"]} == {
-        (op, impl, pair) for op in ("pingpong", "bandwidth") for impl in ("mpi", "mpi-loaded")
+    assert {(x["op"], x["impl"], x["schedule"], tuple(x["pair"])) for x in doc["results"]} == {
+        (op, "mpi", schedule, pair) for op in ("pingpong", "bandwidth") for schedule in ("clean", "loaded")
         for pair in ((0, 1), (0, 2), (1, 2))}
     assert all(x["wrong"] == 0 for x in doc["results"])
     # Judged again, stricter: whatever is flagged now is what the rule says of the saved matrices.
@@ -136,9 +163,10 @@ def test_standalone_three_ranks_prints_the_matrices_and_keeps_them_judged_again(
     r = commbench(["links", "--from", other], cwd=workdir)
     assert r.returncode == 2 and r.stderr == (f"commbench: error: {other} holds no links section: give a result "
                                               f"file of 'commbench links'\n"), r.stderr
-    # Existing tools read the rows as p2p rows.
+    # Existing tools read the rows as p2p rows, each schedule its own series.
     exported = commbench(["export", out, "--format", "csv"], cwd=workdir)
-    assert exported.returncode == 0 and "mpi-loaded" in exported.stdout, exported.stderr
+    assert exported.returncode == 0, exported.stderr
+    assert {row["schedule"] for row in csv.DictReader(io.StringIO(exported.stdout))} == {"clean", "loaded"}
 
 
 @pytest.mark.parametrize("args,line", [
@@ -187,5 +215,5 @@ def test_gloo_names_the_slow_host(make_cluster, workdir):
     outs = c.run_gloo([*CLUSTER, "-o", out], timeout=180, cwd=workdir, port=29581)
     assert [code for code, _, _ in outs] == [1] * 4, [err[-2000:] for _, _, err in outs]
     doc = results.load_document(out)
-    assert {x["impl"] for x in doc["results"]} == {"gloo", "gloo-loaded"}
+    assert {(x["impl"], x["schedule"]) for x in doc["results"]} == {("gloo", "clean"), ("gloo", "loaded")}
     assert {(f["kind"], f["subject"]) for f in doc["links"]["findings"]} == {("host", c.hosts[3].name)}

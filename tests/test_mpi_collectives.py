@@ -19,7 +19,7 @@ def expected_cases(ranks: int) -> int:
     placements: what mpi_correctness.py must have checked on `ranks` ranks."""
     total = 0
     for coll in collectives.all_collectives():
-        variants = sum(2 if name in PIPELINED else 1 for name in impls_for(coll, "cpu"))
+        variants = sum(2 if impl.algorithm in PIPELINED else 1 for impl in impls_for(coll, "cpu").values())
         dtypes = len(DTYPES) if ranks <= 2 else 3  # mpi_correctness.CHECKED_DTYPES
         ops = len(REDOPS) if ranks <= 2 else 2  # mpi_correctness.CHECKED_OPS
         total += variants * dtypes * (ops if coll.reduces else 1) * 8 * (2 if coll.in_place else 1)

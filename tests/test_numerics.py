@@ -31,7 +31,7 @@ pytestmark = pytest.mark.mpi
 FORMATS = {"float32": (24, -126, 127), "float16": (11, -14, 15), "bfloat16": (8, -126, 127),
            "float64": (53, -1022, 1023)}
 DTYPES = list(FORMATS)
-IMPLS = ["mpi", "ring", "tree", "gloo"]
+IMPLS = ["mpi", "ring@mpi", "tree@mpi", "gloo"]
 SEED, COUNT, C = 7, 4096, 4  # the float runs: 4 contributions, at 2 and 4 ranks
 RUN = ["numerics", "--ranks", "2,4", "--count", str(COUNT), "--seed", str(SEED)]
 
@@ -215,7 +215,7 @@ def test_every_impl_dtype_and_count_is_reported(launched):
 def test_own_algorithms_are_reproducible(launched, vectors):
     """Our ring and tree give the same bits on every rank, in every repeat, and in another launch."""
     again = {"numerics": {"rows": vectors[0]}}
-    for impl in ("ring", "tree"):
+    for impl in ("ring@mpi", "tree@mpi"):
         for dtype in DTYPES:
             for p in (2, 4):
                 a, b = _row(launched[0], impl, dtype, p), _row(again, impl, dtype, p)
@@ -238,7 +238,7 @@ def test_float32_ring_stays_within_the_classical_bound(vectors, exact):
     """At 4 ranks each rank holds one contribution: the ring adds them in some order, and every
     element stays within (p - 1) u sum|x| of the exact sum, u = 2^-24."""
     xs, sums, _ = exact["float32"]
-    result = vectors[1]["ring/float32/4"]
+    result = vectors[1]["ring@mpi/float32/4"]
     bound = [3 * Fraction(2) ** -24 * sum(abs(Fraction(v)) for v in col) for col in xs.T.tolist()]
     over = [i for i, (r, s, b) in enumerate(zip(result.tolist(), sums, bound)) if abs(Fraction(r) - s) > b]
     assert not over, over[:5]
@@ -381,7 +381,9 @@ def test_more_rank_counts_than_launched_under_mpirun(folder):
     ("--repeats 1", "Invalid value for '--repeats': 1 is not in the range x>=2."),
     ("--device cpu --impl nccl", "impl 'nccl' of allreduce runs with --device cuda, not --device cpu"),
     ("--device cuda", "--device cuda needs a GPU: {why}"),
-    ("--device cpu --impl bogus", "unknown impl 'bogus' for allreduce: choose from gloo, mpi, nccl, ring, tree"),
+    ("--device cpu --impl bogus", "unknown impl 'bogus' for allreduce: choose from gloo, mpi, nccl, ring@mpi, ring@nccl, "
+                                  "tree@mpi, tree@nccl"),
+    ("--device cpu --impl tree@nccl", "impl 'tree@nccl' of allreduce runs with --device cuda, not --device cpu"),
 ])
 def test_bad_input_gets_one_line(args, expected, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)

@@ -6,6 +6,7 @@ import pytest
 
 from commbench.errors import CommbenchError
 from commbench.results import document as results
+from commbench.results.legacy import upgrade
 from docs import record
 
 
@@ -14,7 +15,7 @@ def header():
         "tool": {"name": "commbench", "version": "0.1.0", "git_commit": None},
         "created": "2026-11-21T00:00:00+00:00",
         "argv": ["commbench", "allreduce"],
-        "config": {"op": "allreduce", "impls": ["ring"], "sizes": [1024], "dtype": "float32", "redop": "sum",
+        "config": {"op": "allreduce", "impls": ["ring@mpi"], "sizes": [1024], "dtype": "float32", "redop": "sum",
                    "in_place": False, "policy": {"warmup": 5}},
         "machine": {"hosts": ["h"], "ranks": 2, "launcher": "mpi", "cpu_model": "cpu", "cores": 2,
                     "memory_bytes": 1, "os": "Linux", "python": "3.11", "torch": "2", "mpi": "Open MPI"},
@@ -23,7 +24,7 @@ def header():
 
 
 def rec(size=1024):
-    return record("allreduce", "ring", "float32", "sum", 2, size, size // 4,
+    return record("allreduce", "ring@mpi", "float32", "sum", 2, size, size // 4,
                   np.array([1e-6, 2e-6, 3e-6]), 0, in_place=False)
 
 
@@ -98,3 +99,43 @@ def test_env_allowlist_never_takes_everything():
     env = {"NCCL_DEBUG": "INFO", "AWS_SECRET_ACCESS_KEY": "x", "HOME": "/root", "OMPI_MCA_btl": "self",
            "CUDA_VISIBLE_DEVICES": "0", "GITHUB_TOKEN": "t"}
     assert recorded_env(env) == {"CUDA_VISIBLE_DEVICES": "0", "NCCL_DEBUG": "INFO", "OMPI_MCA_btl": "self"}
+
+
+def _doc(records, **config):
+    head = header()
+    head["config"] = {**head["config"], **config}
+    return results.new_document(head, records, "complete")
+
+
+def _copy(op, mode):
+    return record(op, "cuda", "uint8", "none", 1, 1024, 1024, np.array([1e-6, 2e-6]), 0, mode=mode, pair=[0, 1])
+
+
+COPIES = [_copy("h2d", "pinned"), _copy("d2h", "pageable"), _copy("staged", "pinned2"), _copy("peer_copy", "ce")]
+
+
+def test_the_upgrade_of_earlier_files_leaves_todays_documents_as_they_are():
+    gpu = [record("allreduce", impl, "float32", "sum", 2, 1024, 256, np.array([1e-6, 2e-6]), 0, in_place=True)
+           for impl in ("nccl", "ring@nccl", "tree@nccl")]
+    docs = [_doc([rec(), rec(2048)]), _doc(gpu, impls=["nccl", "ring@nccl", "tree@nccl"], device="cuda"),
+            _doc(COPIES, op="copy", impls=["cuda"], device="cuda")]
+    for doc in docs:
+        results.validate(doc)
+        assert upgrade(copy.deepcopy(doc)) == doc
+
+
+def test_an_earlier_copy_file_keeps_its_modes_apart_under_impl_cuda():
+    new = _doc(COPIES, op="copy", impls=["cuda"], device="cuda")
+    old = copy.deepcopy(new)
+    old["config"]["impls"] = ["pinned", "pageable", "staged", "ce"]
+    for r in old["results"]:
+        r["impl"] = r.pop("mode")
+    assert upgrade(old) == new
+
+
+def test_an_earlier_numerics_file_names_its_algorithms_transport():
+    old = _doc([], impls=["mpi", "ring", "tree", "gloo"])
+    old["numerics"] = {"rows": [{"impl": impl, "ranks": 2} for impl in ("mpi", "ring", "tree", "gloo")]}
+    new = upgrade(old)
+    assert new["config"]["impls"] == [row["impl"] for row in new["numerics"]["rows"]] == \
+        ["mpi", "ring@mpi", "tree@mpi", "gloo"]

@@ -24,7 +24,7 @@ def ring_time(p, n, alpha=ALPHA, bw=BW):
     return 2 * (p - 1) * alpha + 2 * (p - 1) / p * n / bw
 
 
-def sweep(p, t_of_n, impl="ring"):
+def sweep(p, t_of_n, impl="ring@mpi"):
     """Noise-free records of one count: every sample is the model's time."""
     return [record("allreduce", impl, "float32", "sum", p, n, n // 4, [t_of_n(n)] * 5, 0) for n in SIZES]
 
@@ -32,7 +32,7 @@ def sweep(p, t_of_n, impl="ring"):
 def test_each_count_is_fitted_and_the_next_predicted_through_the_ring_model():
     recs = [r for p in (1, 2, 4) for r in sweep(p, lambda n, p=p: ring_time(p, n) if p > 1 else 1e-7)]
     work = Workload(compute_ms=10.0, grad_bytes=1 << 22)
-    out = analyse(recs, ALLREDUCE, "ring", work, extrapolate=(8, 64))
+    out = analyse(recs, ALLREDUCE, "ring@mpi", work, extrapolate=(8, 64))
     rows = {r["ranks"]: r for r in out["rows"]}
     assert sorted(rows) == [1, 2, 4, 8, 64]
     for p in (2, 4):
@@ -60,7 +60,7 @@ def test_each_count_is_fitted_and_the_next_predicted_through_the_ring_model():
 def test_strong_scaling_and_overlap_enter_the_step():
     recs = [r for p in (1, 2) for r in sweep(p, lambda n, p=p: ring_time(p, n) if p > 1 else 1e-7)]
     work = Workload(compute_ms=8.0, grad_bytes=1 << 20, overlap=0.5, strong=True)
-    [one, two] = analyse(recs, ALLREDUCE, "ring", work, extrapolate=())["rows"]
+    [one, two] = analyse(recs, ALLREDUCE, "ring@mpi", work, extrapolate=())["rows"]
     comm = ring_time(2, 1 << 20) * 1e3
     assert two["step_ms"] == pytest.approx(8.0 / 2 + 0.5 * comm, rel=1e-9)
     assert two["speedup"] == pytest.approx(8.0 / two["step_ms"], rel=1e-9) and one["speedup"] == 1.0
@@ -75,7 +75,7 @@ def test_regimes_and_the_bend(bw_by_ranks, verdict, bend):
     recs = sweep(1, lambda n: 1e-7)
     for p, bw in bw_by_ranks.items():
         recs += sweep(p, lambda n, p=p, bw=bw: ring_time(p, n, bw=bw))
-    out = analyse(recs, ALLREDUCE, "ring", Workload(compute_ms=50.0, grad_bytes=1 << 22), extrapolate=())
+    out = analyse(recs, ALLREDUCE, "ring@mpi", Workload(compute_ms=50.0, grad_bytes=1 << 22), extrapolate=())
     assert out["verdict"].startswith(verdict) and out["bend_at"] == bend
     effs = {r["ranks"]: r["efficiency"] for r in out["rows"]}
     assert out["bend_at"] == next((p for p in sorted(effs) if effs[p] < 0.8), None)
@@ -84,7 +84,7 @@ def test_regimes_and_the_bend(bw_by_ranks, verdict, bend):
 def test_counts_beyond_one_host_take_the_fabric():
     recs = [r for p in (1, 2, 4) for r in sweep(p, lambda n, p=p: ring_time(p, n) if p > 1 else 1e-7)]
     fabric = Expectation("slow-net", 1.0, (0.0, 20.0), "test")
-    out = analyse(recs, ALLREDUCE, "ring", Workload(10.0, 1 << 22), extrapolate=(4, 8, 16), fabric=fabric,
+    out = analyse(recs, ALLREDUCE, "ring@mpi", Workload(10.0, 1 << 22), extrapolate=(4, 8, 16), fabric=fabric,
                   ranks_per_host=8)
     rows = {r["ranks"]: r for r in out["rows"]}
     assert rows[8]["predicted_comm_ms"] == pytest.approx(ring_time(8, 1 << 22) * 1e3, rel=1e-6)  # within the host
@@ -108,7 +108,7 @@ def test_standalone_run_measures_every_count_and_judges_it_again(workdir):
                    "16K-1M:x4", "--budget-ms", "5", "--warmup", "1", "--compute-ms", "5", "--grad-bytes", "256K",
                    "--extrapolate", "8", "-o", out, "--plot", png], cwd=workdir)
     assert r.returncode == 0, r.stderr
-    assert "wrong elements in total: 0 OK" in r.stdout and "# scale: allreduce ring" in r.stdout
+    assert "wrong elements in total: 0 OK" in r.stdout and "# scale: allreduce ring@mpi" in r.stdout
     doc = results.load_document(out)
     assert sorted({x["ranks"] for x in doc["results"]}) == [1, 2, 3] and all(x["wrong"] == 0 for x in doc["results"])
     assert doc["config"]["scale"]["ranks"] == [1, 2, 3]
@@ -131,8 +131,8 @@ def test_under_mpirun_one_launch_gives_every_count(workdir):
                    "--iters", "3", "--warmup", "1", "--grad-bytes", "1M", "-o", out], cwd=workdir)
     assert r.returncode == 0, r.stderr
     doc = results.load_document(out)
-    assert {(x["impl"], x["ranks"]) for x in doc["results"]} == {(i, p) for i in ("mpi", "tree") for p in (1, 3)}
-    assert [a["impl"] for a in doc["scale"]] == ["mpi", "tree"]
+    assert {(x["impl"], x["ranks"]) for x in doc["results"]} == {(i, p) for i in ("mpi", "tree@mpi") for p in (1, 3)}
+    assert [a["impl"] for a in doc["scale"]] == ["mpi", "tree@mpi"]
 
 
 def test_under_torchrun_gloo_subgroups(workdir):

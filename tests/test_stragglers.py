@@ -62,11 +62,11 @@ def test_the_timer_measure_drives_is_the_slowest_rank():
 
 def test_summary_names_the_delayed_rank_once_per_series():
     def rec(size, waited):
-        return {"op": "allreduce", "impl": "ring", "dtype": "float32", "redop": "sum", "ranks": 3, "size_bytes": size,
+        return {"op": "allreduce", "impl": "ring@mpi", "dtype": "float32", "redop": "sum", "ranks": 3, "size_bytes": size,
                 "time_us": {"median": 2100.0}, "straggler": {"rank": 1, "host": "h1", "waited_us": waited}}
     doc = {"config": {"delay": {"rank": 1, "us": DELAY_US}}, "results": [rec(1024, 1990.0), rec(65536, 2010.0)]}
     assert stragglers.summary_lines(doc) == [
-        "straggler: allreduce ring (3 ranks): rank 1 (host h1) arrives 2.0 ms late at every size; the others wait "
+        "straggler: allreduce ring@mpi (3 ranks): rank 1 (host h1) arrives 2.0 ms late at every size; the others wait "
         "for it (= 2.0 ms of the 2.1 ms per call); it is the rank --delay holds back"]
 
 
@@ -110,7 +110,7 @@ def test_delayed_rank_is_named_and_costs_the_others_its_delay(workdir):
         assert [p["rank"] for p in rec["per_rank"]] == [0, 1, 2]
         assert rec["straggler"]["rank"] == 1, rec["per_rank"]
         assert 0.7 * DELAY_US < rec["straggler"]["waited_us"] < 1.4 * DELAY_US
-    for impl in ("mpi", "ring"):
+    for impl in ("mpi", "ring@mpi"):
         assert f"# straggler: allreduce {impl} (3 ranks): rank 1 " in r.stdout and "at every size" in r.stdout
 
     steady = os.path.join(workdir, "steady.json")

@@ -295,7 +295,7 @@ def environment(tmp: str) -> dict:
             f.write(f'#!/bin/sh\nexec {shlex.join(argv)} "$@"\n')
         os.chmod(path, 0o755)
     sys.path.insert(0, ROOT)
-    from commbench.world import launcher_free_env
+    from commbench.launch.world import launcher_free_env
     # Without the variables of a launcher this script may run under: every example starts its own ranks.
     env = launcher_free_env(dict(os.environ))
     env["PATH"] = os.pathsep.join([bindir, os.path.dirname(sys.executable), env.get("PATH", "")])

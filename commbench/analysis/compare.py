@@ -8,7 +8,7 @@ import math
 from typing import Optional
 
 from ..errors import CommbenchError
-from ..results.series import series_head, series_key
+from ..results.series import series_head, series_key, variant
 from .fit import fit_records
 
 # A size is latency-bound when its bandwidth is under LAT_SHARE of the series' best, bandwidth-bound
@@ -121,7 +121,7 @@ def compare_lines(result: dict) -> list[str]:
     from ..sizes import format_size
     lines = []
     for s in result["series"]:
-        who = f"{s['op']} {s['impl']} ({s['ranks']} ranks, {s.get('dtype')}" + \
+        who = f"{s['op']} {variant(s)} ({s['ranks']} ranks, {s.get('dtype')}" + \
             (f", pair {s['pair'][0]}-{s['pair'][1]})" if s.get("pair") else ")")
         lines.append(f"# {who}")
         lines.append(f"#{'size':>11}{'region':>12}{'base us':>12}{'run us':>12}{'time':>9}{'base GB/s':>11}{'run GB/s':>10}{'bw':>9}")

@@ -26,11 +26,9 @@ import numpy as np
 from ..errors import CommbenchError
 from ..sizes import format_size
 
+# A links row's `schedule`, which keeps its series apart from the other schedule's (series.py).
 SCHEDULES = {"clean": "one pair at a time", "loaded": "under load"}
 METRICS = {"latency_us": "latency", "bandwidth_gbps": "bandwidth"}
-# The suffix that keeps the loaded rows apart from the clean ones in a result file: the series of
-# export, report and compare are told apart by impl, not by a field of our own.
-LOADED = "-loaded"
 # Iglewicz and Hoaglin's constant: the modified z-score of a normal sample has unit spread.
 _Z = 0.6745
 
@@ -58,14 +56,14 @@ def matrices(records: list[dict], impl: str, p: int) -> dict:
     """{schedule: {metric: p x p list, None where unmeasured}} from a result file's rows: latency
     is the ping-pong's median one-way time, bandwidth the windowed test's algbw."""
     out = {s: {m: [[None] * p for _ in range(p)] for m in METRICS} for s in SCHEDULES}
-    names = {impl: "clean", impl + LOADED: "loaded"}
     for r in records:
-        if r.get("pair") is None or r["impl"] not in names or r["op"] not in ("pingpong", "bandwidth"):
+        if r.get("pair") is None or r["impl"] != impl or r.get("schedule") not in SCHEDULES \
+                or r["op"] not in ("pingpong", "bandwidth"):
             continue
         a, b = r["pair"]
         metric = "latency_us" if r["op"] == "pingpong" else "bandwidth_gbps"
         value = r["time_us"]["median"] if r["op"] == "pingpong" else r["algbw_gbps"]
-        grid = out[names[r["impl"]]][metric]
+        grid = out[r["schedule"]][metric]
         grid[a][b] = grid[b][a] = value
     return out
 

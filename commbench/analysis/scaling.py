@@ -14,6 +14,7 @@ from typing import Optional
 
 import numpy as np
 
+from ..collectives.impls import algorithm_of
 from ..errors import CommbenchError
 from ..sizes import format_size
 from .fit import fit_records, usable
@@ -97,7 +98,7 @@ def analyse(records: list[dict], coll, impl: str, workload: Workload, extrapolat
     step1 = workload.step_ms(1, 0.0)
     table = []
     for p in counts:
-        model = coll.cost_model(impl, p)
+        model = coll.cost_model(algorithm_of(impl), p)
         measured, how = (0.0, "one rank: no communication") if p == 1 else _measured_ms(rows_by_ranks[p], n)
         base = max((q for q in fits if q < p), default=None)
         predicted, source = None, "no fit of fewer ranks to predict from"
@@ -141,7 +142,7 @@ def _extrapolated(coll, impl, fits, counts, workload, step1, n, extrapolate, fab
     own = _segment_line(fits[top], n, top)
     out = []
     for p in sorted(q for q in extrapolate if q > max(counts)):
-        model = coll.cost_model(impl, p)
+        model = coll.cost_model(algorithm_of(impl), p)
         line = own
         if fabric is not None and ranks_per_host and p > ranks_per_host:
             alpha = fabric.alpha_us[1] if fabric.alpha_us else own.alpha_us

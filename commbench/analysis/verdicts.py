@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+from ..results.series import variant
 from ..sizes import format_size
 from .fabrics import Expectation, verdict
 from .fit import fit_records
@@ -45,7 +46,7 @@ def fit_lines(fits: list[dict]) -> list[str]:
              "# through each algorithm's cost model: alpha = per-message latency, from the segment of the smallest",
              "# sizes; bandwidth = link GB/s, from the segment of the largest (95% bootstrap CI over the samples)"]
     for f in fits:
-        who = f"{f['op']} {f['impl']} ({f['ranks']} ranks" + (f", pair {f['pair'][0]}-{f['pair'][1]}" if f.get("pair") else "") \
+        who = f"{f['op']} {variant(f)} ({f['ranks']} ranks" + (f", pair {f['pair'][0]}-{f['pair'][1]}" if f.get("pair") else "") \
             + (", both ways)" if f.get("bidirectional") else ")")
         if "skipped" in f:
             lines.append(f"# {who}: no fit, {f['skipped']}")

@@ -183,15 +183,14 @@ def _session_members(sid: int) -> list[int]:
     return members
 
 
-def resolve_device(device: str, impl_text: Optional[str], gpu_only=()) -> tuple[str, int]:
-    """('cpu' or 'cuda', visible GPUs; 0 for cpu). auto picks cuda when a GPU is visible, or when an
-    impl asked for is one of `gpu_only`, those that run on GPUs alone."""
+def resolve_device(device: str, impl_text: Optional[str], wants_gpu: bool = False) -> tuple[str, int]:
+    """('cpu' or 'cuda', visible GPUs; 0 for cpu). auto picks cuda when a GPU is visible, or when the
+    impls asked for want one (`wants_gpu`: one of them runs on GPUs alone)."""
     if device == "cpu":
         return "cpu", 0  # without asking CUDA: a CPU run's parent never loads torch and its CUDA runtime
     from ..node.gpu import require_gpu, visible_gpus
     gpus, _ = visible_gpus()
     if device == "auto":
-        wants_gpu = impl_text is not None and any(n.strip() in gpu_only for n in impl_text.split(","))
         device = "cuda" if gpus or wants_gpu else "cpu"
     if device == "cuda":
         gpus = require_gpu("--device cuda" if not impl_text else f"--impl {impl_text}")

@@ -7,6 +7,7 @@ import sys
 import click
 
 from ..collectives.dtypes import DTYPES, REDOPS, dtype_of, itemsize_of, redop_code
+from ..collectives.impls import COPY_IMPL
 from ..errors import CommbenchError
 from ..launch.world import detect_launcher
 from ..run import preflight
@@ -27,7 +28,8 @@ def names_or_all(text: str, known: dict, check) -> list[str]:
 def _impl_help(coll) -> str:
     from ..transports import default_impls, impls_for
     under_torchrun = default_impls(coll, "cpu", "torchrun")
-    return "Comma list. " + "; ".join(
+    return "Comma list of algorithm@transport (our algorithm over the transport) or a transport alone (its " \
+        "library's call); a bare algorithm runs over its device's transport. " + "; ".join(
         f"{device.upper() if device == 'cpu' else 'GPU'}: {', '.join(impls_for(coll, device))} "
         f"(default {','.join(default_impls(coll, device, None))})" for device in ("cpu", "cuda")) + \
         (f"; {','.join(under_torchrun)} alone under torchrun" if under_torchrun != default_impls(coll, "cpu", None)
@@ -43,7 +45,7 @@ def collective_command(coll) -> click.Command:
             judge, redop="none", root=0, in_place=False, chunk="1M") -> None:
         from ..analysis.stragglers import delay_text, parse_delay
         from ..run.config import RunConfig
-        from ..transports import default_impls, impls_for, parse_impls
+        from ..transports import default_impls, gpu_only, parse_impls
         dtypes = names_or_all(dtype, DTYPES, itemsize_of)
         redops = names_or_all(redop, REDOPS, redop_code) if coll.reduces else ["none"]
         itemsize = max(itemsize_of(d) for d in dtypes)
@@ -52,7 +54,7 @@ def collective_command(coll) -> click.Command:
         chunk_bytes = parse_size(chunk, "--chunk")
         if chunk_bytes < itemsize:
             raise CommbenchError(f"--chunk {chunk} is smaller than one {dtypes[0]} element")
-        device, gpus = resolve_device(device, impl_text, set(impls_for(coll, "cuda")) - set(impls_for(coll, "cpu")))
+        device, gpus = resolve_device(device, impl_text, impl_text is not None and gpu_only(impl_text, coll))
         if graph and device != "cuda":
             raise CommbenchError("--graph replays CUDA graphs: it needs --device cuda")
         impls = parse_impls(",".join(default_impls(coll, device, detect_launcher())) if impl_text is None else impl_text, coll, device)
@@ -179,7 +181,7 @@ def _local_peer_matrix(size_list, output, policy) -> None:
     from ..run.config import RunConfig
     from ..run.copies import print_matrices, run_peer_matrix
     gpus = require_gpu("commbench p2p --device cuda")
-    cfg = RunConfig(op="p2p", impls=("ce", "sm"), sizes=tuple(size_list), dtype="uint8", redop="none",
+    cfg = RunConfig(op="p2p", impls=(COPY_IMPL,), sizes=tuple(size_list), dtype="uint8", redop="none",
                     device="cuda", policy=policy)
     world = local_world()
     reporter = make_reporter(world, cfg, output, 4 * gpus * gpus * len(size_list))
@@ -217,7 +219,7 @@ def copy(sizes, src, dst, staging_chunk, output, policy) -> None:
     for name, index in (("--src", src), ("--dst", dst)):
         if index >= gpus:
             raise CommbenchError(f"{name} {index}: only {gpus} GPU(s) visible")
-    cfg = RunConfig(op="copy", impls=("pinned", "pageable", "staged", "ce"), sizes=tuple(size_list),
+    cfg = RunConfig(op="copy", impls=(COPY_IMPL,), sizes=tuple(size_list),
                     dtype="uint8", redop="none", device="cuda", policy=policy)
     world = local_world()
     reporter = make_reporter(world, cfg, output, 6 * len(size_list))

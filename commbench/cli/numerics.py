@@ -74,7 +74,7 @@ def numerics(ranks_text, impl_text, dtype, data, count_text, seed, repeats, devi
     from ..node.machine import typed_command
     from ..run.config import RunConfig
     from ..run.reporter import run_metadata
-    from ..transports import default_impls, impls_for, parse_impls
+    from ..transports import default_impls, gpu_only, parse_impls
     coll = get("allreduce")
     asked = tuple(parse_counts(ranks_text)) if ranks_text is not None else None
     dtypes = tuple(names_or_all(dtype, FORMATS, _float_dtype))
@@ -84,7 +84,7 @@ def numerics(ranks_text, impl_text, dtype, data, count_text, seed, repeats, devi
         raise CommbenchError(f"--count {count_text!r}: give a number of elements such as 4096, 64K or 1M") from None
     if count < 1:
         raise CommbenchError(f"--count {count_text}: at least one element")
-    device, gpus = resolve_device(device, impl_text, set(impls_for(coll, "cuda")) - set(impls_for(coll, "cpu")))
+    device, gpus = resolve_device(device, impl_text, impl_text is not None and gpu_only(impl_text, coll))
     impls = parse_impls(impl_text or ",".join(default_impls(coll, device, detect_launcher())), coll, device)
     cfg = RunConfig(op=coll.name, impls=tuple(i.name for i in impls), sizes=(), dtype=",".join(dtypes), device=device,
                     timeout_s=timeout_s)

@@ -12,13 +12,16 @@ from typing import Optional
 from ..errors import CommbenchError
 from .base import REDUCED, Collective, Segment, Shape
 from .cost import HOCKNEY, CostModel
+from .impls import algorithm_of
 
 __all__ = ["REDUCED", "Collective", "Segment", "Shape", "all_collectives", "bandwidths", "cost_model", "get",
            "names"]
 
+# Copies within one process (commbench copy, p2p --device cuda), CUDA's own (impl cuda) in a mode.
+COPIES = ("peer_copy", "h2d", "d2h", "staged")
 # Operations between one pair of endpoints, whatever the number of ranks (p2p tests and copies):
 # the pair is the "bus", and one message is their whole cost model.
-PAIRWISE = ("pingpong", "bandwidth", "peer_copy", "h2d", "d2h", "staged")
+PAIRWISE = ("pingpong", "bandwidth", *COPIES)
 
 
 def _load() -> dict[str, Collective]:
@@ -61,6 +64,6 @@ def bandwidths(op: str, size_bytes: int, seconds: float, ranks: int, moved: int 
 
 
 def cost_model(op: str, impl: str, ranks: int) -> Optional[CostModel]:
-    """The cost model of impl's algorithm for `op` on `ranks` ranks; None when nothing crosses a link
-    (a collective on one rank)."""
-    return _REGISTRY[op].cost_model(impl, ranks) if op in _REGISTRY else HOCKNEY
+    """The cost model of impl's algorithm (None: the library's call) for `op` on `ranks` ranks; None
+    when nothing crosses a link (a collective on one rank)."""
+    return _REGISTRY[op].cost_model(algorithm_of(impl), ranks) if op in _REGISTRY else HOCKNEY

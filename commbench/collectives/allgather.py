@@ -24,8 +24,8 @@ class AllGather(Collective):
         c = shape.send
         return [Segment(j * c, c, 0, j) for j in range(p)]
 
-    def cost_model(self, impl, p):
-        return step_model("ring", p - 1, (p - 1) / p, impl != "ring") if p > 1 else None
+    def cost_model(self, algorithm, p):
+        return step_model("ring", p - 1, (p - 1) / p, algorithm != "ring") if p > 1 else None
 
 
 COLLECTIVE = AllGather()

@@ -20,13 +20,13 @@ class AllReduce(Collective):
     def expected(self, rank, p, root, shape):
         return [Segment(0, shape.recv, 0, REDUCED)]
 
-    def cost_model(self, impl, p):
+    def cost_model(self, algorithm, p):
         if p < 2:
             return None
-        if impl == "tree":
+        if algorithm == "tree":
             depth = tree_depth(p)
             return CostModel(f"pipelined binary tree: t = 2*{depth}*alpha + 2n/BW", 2 * depth, 2.0, False)
-        return CostModel(f"ring: t = 2({p}-1)*alpha + 2({p}-1)/{p}*n/BW", 2 * (p - 1), 2 * (p - 1) / p, impl != "ring")
+        return CostModel(f"ring: t = 2({p}-1)*alpha + 2({p}-1)/{p}*n/BW", 2 * (p - 1), 2 * (p - 1) / p, algorithm != "ring")
 
 
 COLLECTIVE = AllReduce()

@@ -22,8 +22,8 @@ class AllToAll(Collective):
         c = shape.count
         return [Segment(i * c, c, rank * c, i) for i in range(p)]
 
-    def cost_model(self, impl, p):
-        return step_model("pairwise", p - 1, (p - 1) / p, impl != "pairwise") if p > 1 else None
+    def cost_model(self, algorithm, p):
+        return step_model("pairwise", p - 1, (p - 1) / p, algorithm != "pairwise") if p > 1 else None
 
 
 COLLECTIVE = AllToAll()

@@ -73,8 +73,9 @@ class Collective:
     def expected(self, rank: int, p: int, root: int, shape: Shape) -> list[Segment]:
         raise NotImplementedError
 
-    def cost_model(self, impl: str, p: int) -> Optional[CostModel]:
-        """t = alpha_messages*alpha + bytes_factor*n/BW for impl on p ranks; None on one rank."""
+    def cost_model(self, algorithm: Optional[str], p: int) -> Optional[CostModel]:
+        """t = alpha_messages*alpha + bytes_factor*n/BW for our `algorithm` (None: the library's call,
+        read through the algorithm it most likely runs) on p ranks; None on one rank."""
         raise NotImplementedError
 
 
@@ -94,12 +95,12 @@ def tree_depth(p: int) -> int:
     return max(1, int(math.floor(math.log2(p))))
 
 
-def rooted_pipeline_model(impl: str, p: int) -> Optional[CostModel]:
+def rooted_pipeline_model(algorithm: Optional[str], p: int) -> Optional[CostModel]:
     """A rooted collective (broadcast, reduce) that moves n bytes over each link once, pipelined: a
     chain's pipeline fills over p - 1 hops, the tree's over its depth; a library's call reads as a
     tree, its figures effective."""
     if p < 2:
         return None
-    if impl == "chain":
+    if algorithm == "chain":
         return step_model("pipelined chain", p - 1, 1.0, False)
-    return step_model("pipelined tree", tree_depth(p), 1.0, impl != "tree")
+    return step_model("pipelined tree", tree_depth(p), 1.0, algorithm != "tree")

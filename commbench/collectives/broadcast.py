@@ -19,8 +19,8 @@ class Broadcast(Collective):
     def expected(self, rank, p, root, shape):
         return [Segment(0, shape.recv, 0, root)]
 
-    def cost_model(self, impl, p):
-        return rooted_pipeline_model(impl, p)
+    def cost_model(self, algorithm, p):
+        return rooted_pipeline_model(algorithm, p)
 
 
 COLLECTIVE = Broadcast()

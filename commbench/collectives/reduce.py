@@ -20,8 +20,8 @@ class Reduce(Collective):
         # Only the root's receive buffer is defined afterwards.
         return [Segment(0, shape.recv, 0, REDUCED)] if rank == root else []
 
-    def cost_model(self, impl, p):
-        return rooted_pipeline_model(impl, p)
+    def cost_model(self, algorithm, p):
+        return rooted_pipeline_model(algorithm, p)
 
 
 COLLECTIVE = Reduce()

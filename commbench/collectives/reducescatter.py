@@ -24,8 +24,8 @@ class ReduceScatter(Collective):
     def expected(self, rank, p, root, shape):
         return [Segment(0, shape.recv, rank * shape.recv, REDUCED)]
 
-    def cost_model(self, impl, p):
-        return step_model("ring", p - 1, (p - 1) / p, impl != "ring") if p > 1 else None
+    def cost_model(self, algorithm, p):
+        return step_model("ring", p - 1, (p - 1) / p, algorithm != "ring") if p > 1 else None
 
 
 COLLECTIVE = ReduceScatter()

@@ -17,7 +17,7 @@ class SendRecv(Collective):
     def expected(self, rank, p, root, shape):
         return [Segment(0, shape.recv, 0, (rank - 1) % p)]
 
-    def cost_model(self, impl, p):
+    def cost_model(self, algorithm, p):
         return HOCKNEY if p > 1 else None
 
 

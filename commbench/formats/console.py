@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ..results.series import by_series, series_head, where
+from ..results.series import by_series, series_head, variant, where
 from ..results.stats import iqr
 
 SUMMARY = "the table a run prints: nccl-tests' layout, one block per series, CV and IQR beside the median"
@@ -85,6 +85,6 @@ def render(doc: dict, options) -> str:
     lines = header(doc)
     for key, recs in by_series(doc["results"]).items():
         h = series_head(key)
-        lines += block_header(h["impl"], f"{h['op']} ({where(key)})", widths)
+        lines += block_header(variant(h), f"{h['op']} ({where(key)})", widths)
         lines += [row(r, widths) for r in recs]
     return "\n".join(lines) + "\n"

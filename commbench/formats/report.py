@@ -8,7 +8,7 @@ import shlex
 from ..analysis import stragglers
 from ..analysis.verdicts import fits_with_verdicts, span
 from ..node.machine import typed_command
-from ..results.series import by_series, label
+from ..results.series import by_series, label, variant
 from . import console
 from .options import Options
 
@@ -43,13 +43,13 @@ def fit_table(doc: dict, options: Options) -> list[list[str]]:
     rows = [FIT_HEADER]
     for f in fits_with_verdicts(doc["results"], options.expected, options.pass_pct, options.fail_pct):
         if "skipped" in f:
-            rows.append([f["op"], f["impl"], str(f["ranks"])] + [""] * (len(FIT_HEADER) - 4)
+            rows.append([f["op"], variant(f), str(f["ranks"])] + [""] * (len(FIT_HEADER) - 4)
                         + [f"no fit: {f['skipped']}"])
             continue
         ci = f["bandwidth_gbps_ci"]
         segs = "; ".join(span([s["size_min"], s["size_max"]]) for s in f["segments"])
         exp = f.get("expected")
-        rows.append([f["op"], f["impl"] + (" (effective)" if f["effective"] else ""), str(f["ranks"]),
+        rows.append([f["op"], variant(f) + (" (effective)" if f["effective"] else ""), str(f["ranks"]),
                      f"{f['alpha_us']:.3g}", _source(f, f["alpha_segment"]),
                      "latency-bound" if f["bandwidth_gbps"] is None else f"{f['bandwidth_gbps']:.3g}",
                      f"{ci[0]:.3g} – {ci[1]:.3g}" if ci else "", _source(f, f["bandwidth_segment"]), segs,

@@ -18,6 +18,7 @@ from importlib import resources
 from typing import TYPE_CHECKING, Optional
 
 from ..errors import CommbenchError
+from .legacy import upgrade
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -85,12 +86,13 @@ def read_json(path: str, what: str):
 
 
 def load_document(path: str) -> dict:
-    """A result file as a validated dict."""
+    """A result file as a validated dict, in today's form whatever version of commbench wrote it
+    (legacy.upgrade)."""
     doc = read_json(path, "result file")
     if not isinstance(doc, dict):  # said here: the schema's message would quote the whole document
         raise CommbenchError(f"{path} is not a result file: JSON {type(doc).__name__}, not an object")
     validate(doc, path)
-    return doc
+    return upgrade(doc)
 
 
 def write_new(path: str, doc, exists_message: str) -> None:

@@ -29,6 +29,7 @@ from ..errors import CommbenchError
 from ..sizes import format_size
 from .document import header, new_document
 from .record import single
+from .series import variant
 
 UNRECOGNISED_LIMIT = 50
 # Longest line read at once: a file without line breaks (a binary) is read in pieces of this size,
@@ -50,7 +51,9 @@ NCCL_TYPES = {"int8": ("int8", 1), "uint8": ("uint8", 1), "int32": ("int32", 4),
               "int64": ("int64", 8), "uint64": ("uint64", 8), "half": ("float16", 2), "float": ("float32", 4),
               "double": ("float64", 8), "bfloat16": ("bfloat16", 2), "f8e4m3": ("float8_e4m3", 1),
               "f8e5m2": ("float8_e5m2", 1)}
-NCCL_PLACEMENTS = ("nccl", "nccl-in-place")  # impl names of the out-of-place and in-place halves of a row
+# A row's two halves are NCCL's call out of place and in place: impl nccl, told apart by in_place.
+NCCL_IMPL = "nccl"
+NCCL_PLACEMENTS = (False, True)  # in_place of the out-of-place and the in-place half of a row
 
 
 @dataclass
@@ -136,7 +139,7 @@ class _Row:
     type: str
     redop: str
     root: int
-    halves: list  # (impl, time, #wrong) per placement; None where the log has no such half
+    halves: list  # (in_place, time, #wrong) per placement; None where the log has no such half
     context: str  # the line, for messages
 
 
@@ -186,10 +189,10 @@ def import_nccl_tests(stream: TextIO, source: str, op: Optional[str] = None) -> 
     return _nccl_tests_document(run, source, op)
 
 
-def _halves(columns: list[str]) -> list[tuple[str, int, int]]:
-    """(impl, time column, #wrong column) of the out-of-place and the in-place half of a row."""
+def _halves(columns: list[str]) -> list[tuple[bool, int, int]]:
+    """(in_place, time column, #wrong column) of the out-of-place and the in-place half of a row."""
     starts = [i for i, c in enumerate(columns) if c in ("time", "cputime")]
-    return [(impl, t, columns.index("#wrong", t)) for impl, t in zip(NCCL_PLACEMENTS, starts)]
+    return [(in_place, t, columns.index("#wrong", t)) for in_place, t in zip(NCCL_PLACEMENTS, starts)]
 
 
 def _nccl_tests_table(lines: list[str], source: str) -> _Run:
@@ -213,7 +216,7 @@ def _nccl_tests_table(lines: list[str], source: str) -> _Run:
             continue
         cells = line.split()
         run.rows.append(_Row(int(cells[0]), int(cells[1]), cells[2], cells[3], int(cells[4]),
-                             [(impl, cells[t], cells[w]) if w < len(cells) else None for impl, t, w in halves],
+                             [(in_place, cells[t], cells[w]) if w < len(cells) else None for in_place, t, w in halves],
                              line.strip()))
     return run
 
@@ -234,8 +237,8 @@ def _nccl_tests_json(doc, source: str) -> _Run:
         for d in doc.get("config", {}).get("devices", []):
             run.ranks[int(d["rank"])] = (d.get("hostname", "unknown"), d.get("device_info", ""))
         for r in doc["results"]:
-            halves = [(impl, h.get("time", h.get("cpu_time")), h.get("nwrong")) if h else None
-                      for impl, h in zip(NCCL_PLACEMENTS, (r.get("out_of_place"), r.get("in_place")))]
+            halves = [(in_place, h.get("time", h.get("cpu_time")), h.get("nwrong")) if h else None
+                      for in_place, h in zip(NCCL_PLACEMENTS, (r.get("out_of_place"), r.get("in_place")))]
             run.rows.append(_Row(int(r["size"]), int(r["count"]), r["type"], r["redop"], int(str(r["root"]).strip()),
                                  halves, json.dumps(r)[:200]))
         run.complete = "average_bus_bandwidth" in doc
@@ -303,16 +306,17 @@ def _nccl_tests_document(run: _Run, source: str, given: Optional[str]) -> Import
         for half in r.halves:
             if half is None:
                 continue
-            impl, time_text, wrong_text = half
+            in_place, time_text, wrong_text = half
             time_us = _figure(time_text, source, r.context)
             wrong = _figure(wrong_text, source, r.context)
+            which = variant({"impl": NCCL_IMPL, "in_place": in_place})
             if time_us is None:
-                left_out.add(f"{impl} time is {time_text}", r.size)
+                left_out.add(f"{which} time is {time_text}", r.size)
             elif wrong is None:
-                left_out.add(f"{impl} #wrong is {wrong_text or 'null'}: nccl-tests did not check the result", r.size)
+                left_out.add(f"{which} #wrong is {wrong_text or 'null'}: nccl-tests did not check the result", r.size)
             else:
-                records.append(single(op, impl, dtype, r.redop if coll.reduces else "none", ranks, r.size, r.count,
-                                      time_us, wrong, **extra).as_dict())
+                records.append(single(op, NCCL_IMPL, dtype, r.redop if coll.reduces else "none", ranks, r.size,
+                                      r.count, time_us, wrong, in_place=in_place, **extra).as_dict())
     warnings = left_out.warnings()
     truncated = None
     if not run.complete:

@@ -31,7 +31,7 @@ class Record:
     busbw_gbps: Optional[float]  # None: one rank, nothing crosses a link
     wrong: int  # elements (bytes for p2p and copies) that arrived wrong in the untimed check
     # What some records carry besides: pair, window, bidirectional, root, agg, in_place, per_rank,
-    # straggler, an importer's own fields.
+    # straggler, schedule (links), mode (copies), an importer's own fields.
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     def but(self, **changes) -> Record:

@@ -1,10 +1,10 @@
 """Series: which records of a result belong to one line of measurements (same op, impl, ranks,
-dtype, reduction, pair and direction), for fits, comparisons, plots and every format that shows
-series apart, and how a series is named."""
+dtype, reduction, pair, direction, placement, links schedule and copy mode), for fits, comparisons,
+plots and every format that shows series apart, and how a series is named."""
 
 from __future__ import annotations
 
-SERIES_FIELDS = ("op", "impl", "ranks", "dtype", "redop", "pair", "bidirectional")
+SERIES_FIELDS = ("op", "impl", "ranks", "dtype", "redop", "pair", "bidirectional", "in_place", "schedule", "mode")
 
 
 def series_key(r: dict) -> tuple:
@@ -31,7 +31,16 @@ def where(key: tuple) -> str:
         (", both ways" if h.get("bidirectional") else "")
 
 
+def variant(h: dict) -> str:
+    """The impl of a record or series head, and what sets its records apart from the impl's plain
+    ones: 'ring@mpi', 'nccl in-place', 'mpi loaded' (links' clean schedule is the plain one), 'cuda ce'."""
+    return " ".join([h["impl"]] + (["in-place"] if h.get("in_place") else [])
+                    + ([h["schedule"]] if h.get("schedule", "clean") != "clean" else [])
+                    + ([h["mode"]] if h.get("mode") else []))
+
+
 def label(key: tuple) -> str:
-    """'allreduce ring (4 ranks)', 'peer_copy ce (pair 0-1, both ways)'."""
+    """'allreduce ring@mpi (4 ranks)', 'allreduce nccl in-place (8 ranks)', 'pingpong mpi loaded (pair
+    0-1)', 'peer_copy cuda ce (pair 0-1, both ways)'."""
     h = series_head(key)
-    return f"{h['op']} {h['impl']} ({where(key)})"
+    return f"{h['op']} {variant(h)} ({where(key)})"

@@ -3,16 +3,17 @@ and host-staged transfers (`commbench copy`). Timed in commbench._cuda; one reco
 
 from __future__ import annotations
 
+from ..collectives.impls import COPY_IMPL
 from ..results.record import measured
 from ..sizes import format_size
 from .policy import measure
 
 
-def _measure(reporter, rig, op, impl, size, block, policy, **extra) -> dict:
+def _measure(reporter, rig, op, mode, size, block, policy, **extra) -> dict:
     """One untimed pattern check of the copy, then its timed iterations; one record."""
     wrong = rig.wrong()
     samples = measure(lambda n: rig.times(n).numpy(), policy)
-    rec = measured(op, impl, "uint8", "none", 1, size, size, samples, wrong, **extra)
+    rec = measured(op, COPY_IMPL, "uint8", "none", 1, size, size, samples, wrong, mode=mode, **extra)
     reporter.add(rec, block, format_size(size))
     return rec.as_dict()
 
@@ -96,12 +97,12 @@ def run_copies(cfg, reporter, src: int, dst: int, staging_chunk: int) -> int:
         tests.append(("peer_copy", "ce", f"cuda:{src} -> cuda:{dst} direct (copy engine)",
                       lambda s: _cuda.PeerCopy(dst, src, s, "ce", False)))
     wrong = 0
-    for op, impl, description, rig in tests:
-        block = f"{op} {impl}"
+    for op, mode, description, rig in tests:
+        block = f"{op} {mode}"
         reporter.block(block, description)
         for size in cfg.sizes:
             reporter.step(f"{block} {format_size(size)}")
-            wrong += _measure(reporter, rig(size), op, impl, size, block, cfg.policy, pair=[src, dst])["wrong"]
+            wrong += _measure(reporter, rig(size), op, mode, size, block, cfg.policy, pair=[src, dst])["wrong"]
     if why:
         reporter.warn(f"no direct copy cuda:{src} -> cuda:{dst} to compare with: {why}")
     return wrong

@@ -1,14 +1,15 @@
 """The registry of transports: who moves the data (MPI, NCCL, gloo), which impls each offers for
 which collective on which device, and how one of them is timed. An impl is either the transport's
 library call (named after the transport) or one of our algorithms (collectives/*.py) run over the
-transport's point-to-point calls."""
+transport's point-to-point calls (`algorithm@transport`, collectives/impls.py)."""
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Optional, Protocol
 
 import numpy as np
 
+from ..collectives.impls import impl_name, resolve
 from ..errors import CommbenchError
 from .gloo import GLOO
 from .mpi import MPI
@@ -49,10 +50,12 @@ def default_p2p_transport(launcher) -> str:
 
 
 class Impl:
-    """One way to run a collective: a transport and an impl name it answers to."""
+    """One way to run a collective: our algorithm over a transport, or (algorithm None) the
+    transport's own call."""
 
-    def __init__(self, transport, name: str, description: str):
-        self.transport, self.name, self.description = transport, name, description
+    def __init__(self, transport, algorithm: Optional[str], description: str):
+        self.transport, self.algorithm, self.description = transport, algorithm, description
+        self.name = impl_name(algorithm, transport.name)
 
     def prepare(self, world, cfg) -> None:
         self.transport.prepare(world, cfg, f"--impl {self.transport.name}")
@@ -61,7 +64,7 @@ class Impl:
                    delayed: bool = False) -> np.ndarray:
         """Every rank's own seconds per call, ranks x iterations (of `agg` calls fused as the
         transport allows), on every rank; `delayed`: with cfg's --delay (RunConfig.delay_for)."""
-        own = self.transport.times(world, coll, self.name, send, recv, op, iters, cfg, agg,
+        own = self.transport.times(world, coll, self.algorithm, send, recv, op, iters, cfg, agg,
                                    cfg.delay_for(world.rank) if delayed else 0.0)
         return world.all_times(own)
 
@@ -72,11 +75,8 @@ class Impl:
 
 def impls_for(coll, device: str) -> dict[str, Impl]:
     """Every impl of `coll` on `device`, by name, library calls first."""
-    found: dict[str, Impl] = {}
-    for t in TRANSPORTS:
-        for name, description in t.impls(coll, device).items():
-            found.setdefault(name, Impl(t, name, description))
-    return found
+    impls = (Impl(t, algorithm, description) for t in TRANSPORTS for algorithm, description in t.impls(coll, device).items())
+    return {impl.name: impl for impl in impls}
 
 
 def default_impls(coll, device: str, launcher) -> list[str]:
@@ -88,17 +88,33 @@ def default_impls(coll, device: str, launcher) -> list[str]:
     return [n for n, i in known.items() if i.transport is NCCL]
 
 
+def _typed(text: str) -> list[str]:
+    return [t.strip() for t in text.split(",") if t.strip()]
+
+
+def gpu_only(text: str, coll) -> bool:
+    """Whether an impl of the comma list `text` runs on GPUs alone (--device auto then picks cuda);
+    a bare algorithm runs on both."""
+    cpu, cuda = impls_for(coll, "cpu"), impls_for(coll, "cuda")
+    return any(n not in cpu and n in cuda for n in (resolve(t, coll, "cpu") for t in _typed(text)))
+
+
 def parse_impls(text: str, coll, device: str) -> list[Impl]:
+    """The impls of a comma list as typed (collectives/impls.py's resolve), refused in one line where
+    one is unknown or runs on the other device."""
     known = impls_for(coll, device)
-    names = [t.strip() for t in text.split(",") if t.strip()]
-    if not names:
+    typed = _typed(text)
+    if not typed:
         raise CommbenchError(f"empty --impl: choose from {', '.join(known)}")
-    for n in names:
+    names = []
+    for t in typed:
+        n = resolve(t, coll, device)
+        names.append(n)
         if n in known:
             continue
         other = "cuda" if device == "cpu" else "cpu"
         if n in impls_for(coll, other):
-            raise CommbenchError(f"impl '{n}' of {coll.name} runs with --device {other}, not --device {device}")
+            raise CommbenchError(f"impl '{t}' of {coll.name} runs with --device {other}, not --device {device}")
         everywhere = sorted(set(known) | set(impls_for(coll, other)))
-        raise CommbenchError(f"unknown impl '{n}' for {coll.name}: choose from {', '.join(everywhere)}")
+        raise CommbenchError(f"unknown impl '{t}' for {coll.name}: choose from {', '.join(everywhere)}")
     return [known[n] for n in dict.fromkeys(names)]

@@ -67,15 +67,16 @@ class GlooTransport:
     p2p_device = "cpu"
     p2p_summary = "host buffers, timed from Python; the default under torchrun"
 
-    def impls(self, coll, device: str) -> dict[str, str]:
+    def impls(self, coll, device: str) -> dict[Optional[str], str]:
+        """torch.distributed's call (None: gloo runs none of our algorithms) -> what it is."""
         if device != "cpu" or coll.name not in CALLS:
             return {}
-        return {"gloo": f"torch.distributed {coll.title}, gloo backend (timed from Python)"}
+        return {None: f"torch.distributed {coll.title}, gloo backend (timed from Python)"}
 
     def prepare(self, world, cfg, what: str) -> None:
         join(world)  # a collective: every rank joins, members of a timed pair or not
 
-    def times(self, world, coll, impl: str, send, recv, op: int, iters: int,
+    def times(self, world, coll, algorithm: Optional[str], send, recv, op: int, iters: int,
               cfg, agg: int, delay_s: float) -> np.ndarray:
         import torch.distributed as dist
         call = CALLS[coll.name]

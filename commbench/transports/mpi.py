@@ -8,6 +8,7 @@ from typing import Optional
 
 import numpy as np
 
+from ..collectives.impls import ALGORITHM_TRANSPORT
 from ..errors import CommbenchError
 
 
@@ -16,10 +17,11 @@ class MpiTransport:
     p2p_device = "cpu"
     p2p_summary = "the default; host buffers, native loops"
 
-    def impls(self, coll, device: str) -> dict[str, str]:
-        library = {"mpi": f"the MPI library's {coll.title} call" +
-                          (" on GPU buffers (CUDA-aware MPI)" if device == "cuda" else "")}
-        if device == "cuda":
+    def impls(self, coll, device: str) -> dict[Optional[str], str]:
+        """Our algorithm (None: the library's call) -> what it is."""
+        library = {None: f"the MPI library's {coll.title} call" +
+                         (" on GPU buffers (CUDA-aware MPI)" if device == "cuda" else "")}
+        if ALGORITHM_TRANSPORT[device] != self.name:
             return library
         return {**library, **{name: f"{text} over MPI point-to-point" for name, text in coll.algorithms.items()}}
 
@@ -35,14 +37,14 @@ class MpiTransport:
             from .nccl import communicator
             communicator(world, cfg.timeout_s)  # chooses the rank's GPU, where its data lives
 
-    def times(self, world, coll, impl: str, send, recv, op: int, iters: int, cfg, agg: int,
+    def times(self, world, coll, algorithm: Optional[str], send, recv, op: int, iters: int, cfg, agg: int,
               delay_s: float) -> np.ndarray:
         from .. import _host
         from .native import native_call
         if send.is_cuda:
             import torch
             torch.cuda.synchronize()
-        return _host.collective_times(*native_call(_host, coll, impl, self.name), send, recv, op, cfg.root, iters,
+        return _host.collective_times(*native_call(_host, coll, algorithm), send, recv, op, cfg.root, iters,
                                       world.comm.py2f(), cfg.chunk_bytes, agg, delay_s).numpy()
 
     def open_pairs(self, world, pairs, window: int) -> Optional[MpiPair]:

@@ -1,10 +1,10 @@
 """How a collective and an impl cross into the native extensions: as their enums, decoded nowhere
 else."""
 
+from typing import Optional
 
-def native_call(native, coll, impl: str, transport: str) -> tuple:
-    """(Collective, Algorithm) of `native` (commbench._host or commbench._cuda) for `coll` by `impl` on
-    `transport`: the impl named after the transport is the library's call, any other is our algorithm
-    of that name."""
-    algorithm = "library" if impl == transport else impl
-    return native.Collective.__members__[coll.name], native.Algorithm.__members__[algorithm]
+
+def native_call(native, coll, algorithm: Optional[str]) -> tuple:
+    """(Collective, Algorithm) of `native` (commbench._host or commbench._cuda) for `coll` by our
+    `algorithm`, or by the library's call (None)."""
+    return native.Collective.__members__[coll.name], native.Algorithm.__members__[algorithm or "library"]

@@ -7,6 +7,8 @@ from typing import Optional
 
 import numpy as np
 
+from ..collectives.impls import ALGORITHM_TRANSPORT
+
 
 def communicator(world, timeout_s: Optional[float] = None):
     """This rank's NCCL communicator, created on first use on the GPU the rank takes (one GPU per
@@ -29,21 +31,22 @@ class NcclTransport:
     p2p_device = "cuda"
     p2p_summary = "GPU buffers, native loops"
 
-    def impls(self, coll, device: str) -> dict[str, str]:
-        if device != "cuda":
+    def impls(self, coll, device: str) -> dict[Optional[str], str]:
+        """Our algorithm (None: NCCL's call) -> what it is."""
+        if ALGORITHM_TRANSPORT[device] != self.name:
             return {}
-        return {"nccl": f"NCCL's {coll.title}",
+        return {None: f"NCCL's {coll.title}",
                 **{name: f"{text} over NCCL send/recv, reduction kernel" for name, text in coll.algorithms.items()}}
 
     def prepare(self, world, cfg, what: str) -> None:
         communicator(world, cfg.timeout_s)
 
-    def times(self, world, coll, impl: str, send, recv, op: int, iters: int, cfg, agg: int,
+    def times(self, world, coll, algorithm: Optional[str], send, recv, op: int, iters: int, cfg, agg: int,
               delay_s: float) -> np.ndarray:
         # NCCL's calls are fused into one group per iteration, ours run one after another.
         from .. import _cuda
         from .native import native_call
-        return communicator(world).collective_times(*native_call(_cuda, coll, impl, self.name), send, recv, op, cfg.root, iters,
+        return communicator(world).collective_times(*native_call(_cuda, coll, algorithm), send, recv, op, cfg.root, iters,
                                                     cfg.chunk_bytes, cfg.graph, agg, delay_s).numpy()
 
     def open_pairs(self, world, pairs, window: int) -> Optional[NcclPair]:
