@@ -133,3 +133,9 @@ def in_process(args: list, monkeypatch, capsys) -> tuple:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     out, err = capsys.readouterr()
     return code, out, err
+
+
+def pytest_collection_modifyitems(items):
+    """The longest tests first (the wheel's build, the test clusters' shaped links), so that under
+    `make test`'s two workers none of them is what one worker is left running at the end."""
+    items.sort(key=lambda item: not (item.get_closest_marker("wheel") or item.get_closest_marker("cluster")))

@@ -27,15 +27,22 @@ comm = MPI.COMM_WORLD
 rank, size = comm.rank, comm.size
 REF = {"sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min}
 COUNTS = [0, 1, 2, size - 1, size + 1, 3 * size + 2, 1000, 65537]
-TREE_CHUNKS = {name: [4 * 8, 1 << 20] for name in PIPELINED}
-# Every dtype and reduction up to 2 ranks, where each reducer and each element size meets every
-# algorithm, count and placement; from 3 ranks on, where the schedules' uneven splits and partial trees
-# appear, one dtype per element size (8, 2 and 4 bytes, float and integer) and two reductions (an
-# arithmetic one, whose order matters, and a comparison): neither changes a schedule.
+
+# Every dtype up to 2 ranks, where each reducer and each element size meets every algorithm, op, count
+# and placement; from 3 ranks on, where the schedules' uneven splits and partial trees appear, one
+# dtype per element size (8, 2 and 4 bytes, float and integer): the dtype does not change a schedule.
 CHECKED_DTYPES = list(DTYPES) if size <= 2 else ["float64", "bfloat16", "int32"]
-CHECKED_OPS = list(REDOPS) if size <= 2 else ["sum", "min"]
 data = HostData(world)
 HOST = torch_allocator(torch.device("cpu"))
+
+
+def chunks(algorithm, count: int) -> list:
+    """Pipeline chunks (bytes) to check a pipelined algorithm with: many chunks and a partial last one,
+    and the whole buffer in one. Tiny chunks only on counts that make a few hundred of them: on 65537
+    elements they made 16K messages per hop, most of the matrix's time."""
+    if algorithm not in PIPELINED:
+        return [8]
+    return [4 * 8 if count <= 1000 else 4096, 1 << 20]
 
 
 def rank_input(coll, j, root, shape, dtype, code):
@@ -63,7 +70,7 @@ def reference(coll, inputs, op, root, shape):
 checked = 0
 failures = []
 for coll in collectives.all_collectives():
-    ops = CHECKED_OPS if coll.reduces else [None]
+    ops = list(REDOPS) if coll.reduces else [None]
     for impl in impls_for(coll, "cpu").values():
         for dname in CHECKED_DTYPES:
             dtype = dtype_of(dname)
@@ -74,7 +81,7 @@ for coll in collectives.all_collectives():
                     shape = coll.shape(count * itemsize, itemsize, size)
                     root = i % size
                     for in_place in ((False, True) if coll.in_place else (False,)):
-                        for chunk in TREE_CHUNKS.get(impl.algorithm, [8]):
+                        for chunk in chunks(impl.algorithm, count):
                             send, recv = Buffers(coll, shape, dtype, in_place, HOST).views(shape, rank)
                             _fill(data, send, coll.inputs(rank, size, root, shape), code)
                             inputs = [rank_input(coll, j, root, shape, dtype, code) for j in range(size)]

@@ -14,7 +14,9 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RANKS = list(range(1, 18))
 
-pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
+# Its tests share one build of the simulator: they run on one worker of `make test`'s two.
+pytestmark = [pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed"),
+              pytest.mark.xdist_group("device_schedules")]
 
 
 @pytest.fixture(scope="module")

@@ -153,6 +153,7 @@ def test_a_fault_under_torchrun_style_gloo_ends_every_rank(fault, workdir):
     assert _left(out) == []
 
 
+@pytest.mark.cluster
 @pytest.mark.parametrize("launch", ["mpirun", "gloo"])
 @pytest.mark.parametrize("fault", ["kill", "stop", "interrupt"])
 def test_a_fault_on_a_cluster_names_the_rank_of_the_other_host(launch, fault, make_cluster, workdir):

@@ -13,7 +13,9 @@ from commbench.errors import CommbenchError
 from commbench.results import document as results
 from commbench.run.collective import Timings
 
-DELAY_US = 2000.0
+# Far above how late a rank descheduled on 2 shared cores arrives (over 5 ms, medians, with `make
+# test`'s two workers beside 3 ranks), so that the delay and nothing else makes the straggler.
+DELAY_US = 50000.0
 HOSTS = ["h0", "h1", "h2"]
 
 
@@ -64,7 +66,7 @@ def test_summary_names_the_delayed_rank_once_per_series():
     def rec(size, waited):
         return {"op": "allreduce", "impl": "ring@mpi", "dtype": "float32", "redop": "sum", "ranks": 3, "size_bytes": size,
                 "time_us": {"median": 2100.0}, "straggler": {"rank": 1, "host": "h1", "waited_us": waited}}
-    doc = {"config": {"delay": {"rank": 1, "us": DELAY_US}}, "results": [rec(1024, 1990.0), rec(65536, 2010.0)]}
+    doc = {"config": {"delay": {"rank": 1, "us": 2000.0}}, "results": [rec(1024, 1990.0), rec(65536, 2010.0)]}
     assert stragglers.summary_lines(doc) == [
         "straggler: allreduce ring@mpi (3 ranks): rank 1 (host h1) arrives 2.0 ms late at every size; the others wait "
         "for it (= 2.0 ms of the 2.1 ms per call); it is the rank --delay holds back"]
@@ -103,7 +105,8 @@ def test_delayed_rank_is_named_and_costs_the_others_its_delay(workdir):
     late = os.path.join(workdir, "late.json")
     r = mpirun(3, [*common, "--delay", f"1:{DELAY_US:g}", "--budget-ms", "60", "-o", late], cwd=workdir)
     assert r.returncode == 0, r.stderr
-    assert "# note: rank 1 delayed by 2000 us before each call: the others' time grows by about that much" in r.stdout
+    assert (f"# note: rank 1 delayed by {DELAY_US:g} us before each call: the others' time grows by about that much"
+            in r.stdout)
     doc = _doc(late)
     assert doc["config"]["delay"] == {"rank": 1, "us": DELAY_US}
     for rec in doc["results"]:
@@ -119,7 +122,7 @@ def test_delayed_rank_is_named_and_costs_the_others_its_delay(workdir):
     undelayed = _doc(steady)
     assert undelayed["config"]["delay"] is None
     # Noise may make one rank a little late, never by anything near the delay.
-    assert all(rec.get("straggler", {}).get("waited_us", 0) < 0.25 * DELAY_US for rec in undelayed["results"])
+    assert all(rec.get("straggler", {}).get("waited_us", 0) < 0.5 * DELAY_US for rec in undelayed["results"])
     before, after = _medians(undelayed), _medians(doc)
     for key, t in after.items():
         assert 0.6 * DELAY_US < t - before[key] < 1.5 * DELAY_US, (key, before[key], t)
@@ -127,13 +130,12 @@ def test_delayed_rank_is_named_and_costs_the_others_its_delay(workdir):
 
 def test_gloo_names_the_delayed_rank(workdir):
     out = os.path.join(workdir, "gloo.json")
-    delay = 2.5 * DELAY_US  # gloo's own times on a loaded machine are milliseconds
-    r = commbench(["allreduce", "--impl", "gloo", "--np", "3", "--delay", f"2:{delay:g}", "--sizes", "1K,64K",
+    r = commbench(["allreduce", "--impl", "gloo", "--np", "3", "--delay", f"2:{DELAY_US:g}", "--sizes", "1K,64K",
                    "--budget-ms", "100", "--no-fit", "-o", out], cwd=workdir)
     assert r.returncode == 0, r.stderr
     for rec in _doc(out)["results"]:
         assert rec["straggler"]["rank"] == 2, rec["per_rank"]
-        assert 0.7 * delay < rec["straggler"]["waited_us"] < 1.4 * delay
+        assert 0.7 * DELAY_US < rec["straggler"]["waited_us"] < 1.4 * DELAY_US
 
 
 def test_gpu_delay_arguments_parse():

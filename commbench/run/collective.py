@@ -87,7 +87,7 @@ def run_collective(world, cfg: RunConfig, coll, impls: list, reporter, where: st
                     if cfg.device == "cuda":
                         torch.cuda.synchronize()  # fill_ ran on torch's stream, the impls use their own
                     # One call, checked: in place, a second one would start from the first one's result.
-                    checked = impl.times(world, coll, send, recv, code, 1, cfg)
+                    checked = Timings(functools.partial(impl.rank_times, world, coll, send, recv, code, cfg=cfg))(1)
                     expected = coll.expected(world.rank, world.size, cfg.root, shape)
                     wrong = world.sum(_count_wrong(data, recv, expected, code))
                     total_wrong += wrong

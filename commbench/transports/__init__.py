@@ -68,10 +68,6 @@ class Impl:
                                    cfg.delay_for(world.rank) if delayed else 0.0)
         return world.all_times(own)
 
-    def times(self, world, coll, send, recv, op: int, iters: int, cfg, agg: int = 1) -> np.ndarray:
-        """Seconds per call of the slowest rank, which sets the pace; never delayed."""
-        return self.rank_times(world, coll, send, recv, op, iters, cfg, agg).max(axis=0)
-
 
 def impls_for(coll, device: str) -> dict[str, Impl]:
     """Every impl of `coll` on `device`, by name, library calls first."""
