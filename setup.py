@@ -117,6 +117,7 @@ def host_extension() -> CppExtension:
         library_dirs=lib_dirs,
         libraries=libs,
         extra_compile_args={"cxx": cxx},
+        define_macros=[("COMMBENCH_WITH_MPI", "1")],  # library_calls.h: MPI's calls
         # torch's own run path, so the module imports even before torch does.
         extra_link_args=link + [f"-Wl,-rpath,{d}" for d in library_paths()],
     )
@@ -157,6 +158,7 @@ def cuda_extension():
         extra_compile_args={"cxx": ["-O3", "-g0", "-Wall", "-Wextra", "-Wno-unused-parameter"],
                             "nvcc": ["-O3", "--expt-relaxed-constexpr"]},
         extra_link_args=[nccl_link] + [f"-Wl,-rpath,{d}" for d in run_path],
+        define_macros=[("COMMBENCH_WITH_NCCL", "1")],  # library_calls.h: NCCL's calls
     )
     return ext, CUDA_CHOICE
 

@@ -82,9 +82,7 @@ def test_every_nccl_and_cuda_call_is_checked():
                     "ncclCommDestroy", "ncclCommAbort", "cudaRuntimeGetVersion", "ncclGetVersion",
                     "cudaDriverGetVersion", "cudaGetDeviceCount", "cudaGetDevice"}
     checked = 0
-    for path, text in _sources():
-        if not path.startswith(os.path.join("csrc", "cuda")):
-            continue
+    for path, text in _sources():  # csrc/cuda, and the shared headers (library_calls.h's NCCL calls)
         code = _without_comments(text)
         for m in re.finditer(r"\b((?:cuda|nccl)[A-Z]\w*)\(", code):
             name = m.group(1)

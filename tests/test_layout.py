@@ -118,6 +118,14 @@ def test_every_collective_module_is_registered_and_reaches_the_cli_schema_and_tr
     for c in collectives.all_collectives():
         assert c.name in cli.commands and c.name in ops
         assert "mpi" in impls_for(c, "cpu") and "nccl" in impls_for(c, "cuda")
+    # Natively a collective is its place in library_calls.h alone: a name in the enum's list, and a case
+    # in MPI's call and in NCCL's (docs/architecture.md: a collective the libraries run is 2 files).
+    with open(os.path.join(ROOT, "csrc", "include", "commbench", "library_calls.h")) as f:
+        calls = f.read()
+    listed = calls[calls.index("kCollectiveNames[]"):]
+    assert sorted(re.findall(r'"(\w+)"', listed[:listed.index("};")])) == sorted(collectives.names())
+    for value in re.search(r"enum class Collective \{([^}]*)\}", calls).group(1).split(","):
+        assert calls.count(f"case Collective::{value.strip()}:") == 2, value
 
 
 def test_readme_is_an_entry_point_and_every_example_has_its_generator():

@@ -1,6 +1,6 @@
 """The registry of collectives: every module of this package that defines `COLLECTIVE` (an instance
 of a subclass of base.Collective) is found here by itself, so a new collective is one new module
-(plus its library calls in the native transports, csrc/host/mpi_calls.h and csrc/cuda/nccl_calls.h).
+(plus the libraries' calls for it, csrc/include/commbench/library_calls.h).
 The other modules (base, cost, dtypes) are what collectives are made of."""
 
 from __future__ import annotations

@@ -18,12 +18,12 @@
 #include <vector>
 
 #include "commbench/collective_times.h"
+#include "commbench/library_calls.h"
 #include "commbench/own_algorithms.h"
 #include "commbench/reduce.h"
 #include "commbench/spin.h"
 #include "errors.h"
 #include "kernels.cuh"
-#include "nccl_calls.h"
 #include "nccl_transport.h"
 #include "resources.h"
 #include "torch_dispatch.h"

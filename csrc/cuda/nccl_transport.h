@@ -1,4 +1,5 @@
-// NCCL point-to-point as a collectives.h transport. Operations are enqueued on one stream, so stream
+// NCCL in commbench._cuda: its datatypes and reductions for our dtypes (library_calls.h), and its
+// point-to-point as a collectives.h transport. Operations are enqueued on one stream, so stream
 // order replaces request completion: wait() has nothing to do, and what must progress together goes
 // into one NCCL group (NcclGroup).
 #pragma once
@@ -7,11 +8,33 @@
 #include <nccl.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+
+#include "commbench/reduce.h"
 #include "errors.h"
 
 namespace commbench {
+
+template <typename T> ncclDataType_t nccl_type();
+template <> inline ncclDataType_t nccl_type<float>() { return ncclFloat32; }
+template <> inline ncclDataType_t nccl_type<double>() { return ncclFloat64; }
+template <> inline ncclDataType_t nccl_type<c10::Half>() { return ncclFloat16; }
+template <> inline ncclDataType_t nccl_type<c10::BFloat16>() { return ncclBfloat16; }
+template <> inline ncclDataType_t nccl_type<int32_t>() { return ncclInt32; }
+template <> inline ncclDataType_t nccl_type<int64_t>() { return ncclInt64; }
+
+inline ncclRedOp_t nccl_op(RedOp op) {
+  switch (op) {
+    case RedOp::Prod: return ncclProd;
+    case RedOp::Max: return ncclMax;
+    case RedOp::Min: return ncclMin;
+    default: return ncclSum;
+  }
+}
 
 // ncclGroupStart now, ncclGroupEnd at end() or, if an exception leaves the scope first, in the
 // destructor: a group left open would silently defer every later NCCL call of this thread.

@@ -20,11 +20,11 @@
 #include <vector>
 
 #include "commbench/collective_times.h"
+#include "commbench/library_calls.h"
 #include "commbench/own_algorithms.h"
 #include "commbench/pattern.h"
 #include "commbench/reduce.h"
 #include "commbench/spin.h"
-#include "mpi_calls.h"
 #include "mpi_transport.h"
 #include "torch_dispatch.h"
 

@@ -1,13 +1,21 @@
-// MPI point-to-point as a collectives.h transport. Messages are sent as bytes and split into pieces
-// of at most 1 GiB, because MPI counts are C ints.
+// MPI in commbench._host: its datatypes and reductions for our dtypes (library_calls.h), and its
+// point-to-point as a collectives.h transport, where messages are sent as bytes and split into
+// pieces of at most 1 GiB, because MPI counts are C ints.
 #pragma once
 
 #include <mpi.h>
 
+#include <climits>
 #include <cstddef>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
+
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+
+#include "commbench/reduce.h"
 
 namespace commbench {
 
@@ -20,6 +28,53 @@ inline void mpi_check(int rc, const char* call) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   throw std::runtime_error(std::string(call) + " failed on rank " + std::to_string(rank) + ": " +
                            std::string(text, static_cast<std::size_t>(len)));
+}
+
+template <typename T> MPI_Datatype mpi_type() { return MPI_UINT16_T; }  // 16-bit floats
+template <> inline MPI_Datatype mpi_type<float>() { return MPI_FLOAT; }
+template <> inline MPI_Datatype mpi_type<double>() { return MPI_DOUBLE; }
+template <> inline MPI_Datatype mpi_type<int32_t>() { return MPI_INT32_T; }
+template <> inline MPI_Datatype mpi_type<int64_t>() { return MPI_INT64_T; }
+
+// MPI has no 16-bit float types, so those reduce through a user-defined op that runs our functor.
+template <typename T, typename Op>
+void mpi_user_reduce(void* in, void* inout, int* len, MPI_Datatype*) {
+  reduce_into(static_cast<T*>(inout), static_cast<const T*>(in), static_cast<std::size_t>(*len), Op{});
+}
+
+// The MPI_Op for (T, Op): a built-in one, or a user-defined one freed with this object.
+template <typename T, typename Op>
+class MpiOp {
+ public:
+  explicit MpiOp(RedOp op) {
+    if (std::is_same<T, c10::Half>::value || std::is_same<T, c10::BFloat16>::value) {
+      mpi_check(MPI_Op_create(&mpi_user_reduce<T, Op>, 1, &op_), "MPI_Op_create");
+      user_ = true;
+      return;
+    }
+    switch (op) {
+      case RedOp::Prod: op_ = MPI_PROD; break;
+      case RedOp::Max: op_ = MPI_MAX; break;
+      case RedOp::Min: op_ = MPI_MIN; break;
+      default: op_ = MPI_SUM;
+    }
+  }
+  ~MpiOp() {
+    if (user_) MPI_Op_free(&op_);
+  }
+  MPI_Op get() const { return op_; }
+  MpiOp(const MpiOp&) = delete;
+  MpiOp& operator=(const MpiOp&) = delete;
+
+ private:
+  MPI_Op op_ = MPI_OP_NULL;
+  bool user_ = false;
+};
+
+inline int mpi_count(std::size_t n) {
+  if (n > static_cast<std::size_t>(INT_MAX))
+    throw std::invalid_argument("impl mpi: more than 2^31-1 elements in one MPI call");
+  return static_cast<int>(n);
 }
 
 class MpiTransport {

@@ -1,7 +1,7 @@
 // Our own algorithm for each collective, as one call over any transport (collectives.h): the host
 // binds it to MPI point-to-point and memcpy, the device to NCCL point-to-point and asynchronous device
 // copies. Which of our algorithms runs which collective is decided here once, for both extensions;
-// the library calls (MPI_*, nccl*) live beside each transport.
+// the libraries' own calls are in library_calls.h.
 #pragma once
 
 #include <cstddef>
@@ -11,34 +11,16 @@
 #include <string>
 
 #include "commbench/collectives.h"
+#include "commbench/library_calls.h"
 
 namespace commbench {
 
-// One call's buffers in nccl-tests' layout: `send` holds send_count elements and `recv` recv_count.
-// In place they overlap as nccl-tests places them: all-gather's send is recv + r*c, reduce-scatter's
-// recv is send + r*c, the others use one buffer.
-template <typename T>
-struct CallBuffers {
-  const T* send;
-  T* recv;
-  std::size_t send_count, recv_count;
-  bool in_place;
-  int rank, size, root;
-};
-
-// The collectives and the ways to run them, as Python passes them (collective_times.h exports both
-// enums from each extension). kCollectiveNames and kAlgorithmNames give each value, in declaration
-// order, its name in Python's registries (commbench/collectives/, commbench/transports/): the only
-// place a name is tied to a value.
-enum class Collective { AllReduce, AllGather, ReduceScatter, Broadcast, Reduce, AllToAll, SendRecv };
-// Library: the transport's own call (MPI_*, nccl*); the others are ours.
+// The ways to run a collective, as Python passes them (collective_times.h exports the enum from each
+// extension): Library is the transport's own call (library_calls.h), the others are ours.
+// kAlgorithmNames gives each value, in declaration order, its name in Python's registry
+// (commbench/collectives/impls.py): the only place an algorithm's name is tied to its value.
 enum class Algorithm { Library, Ring, Tree, Chain, Pairwise };
-
-inline constexpr const char* kCollectiveNames[] = {"allreduce", "allgather", "reducescatter", "broadcast",
-                                                   "reduce",    "alltoall",  "sendrecv"};
 inline constexpr const char* kAlgorithmNames[] = {"library", "ring", "tree", "chain", "pairwise"};
-
-inline const char* name_of(Collective c) { return kCollectiveNames[static_cast<int>(c)]; }
 inline const char* name_of(Algorithm a) { return kAlgorithmNames[static_cast<int>(a)]; }
 
 // One of our algorithms for one collective.

@@ -1,0 +1,161 @@
+// Each collective as the libraries run it, side by side: its value in the Collective enum (under the
+// name Python's registry, commbench/collectives/, gives it), the MPI library's call (impl "mpi",
+// commbench._host) and NCCL's (impl "nccl", commbench._cuda), on buffers laid out as nccl-tests lays
+// them out. A collective that only the libraries run is this file and its Python module. Each
+// extension compiles the part of its library (setup.py defines COMMBENCH_WITH_MPI or
+// COMMBENCH_WITH_NCCL); where MPI's in-place convention differs from nccl-tests' the difference is
+// bridged here, inside the timed call, as a caller of MPI would have to. NCCL has no all-to-all or
+// send-recv collective: like nccl-tests, those are one group of point-to-point calls.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <stdexcept>
+
+#include "commbench/reduce.h"
+#include "commbench/schedule.h"
+
+#if defined(COMMBENCH_WITH_MPI)
+#include <mpi.h>
+
+#include <cstring>
+
+#include "mpi_transport.h"
+#endif
+#if defined(COMMBENCH_WITH_NCCL)
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include "errors.h"
+#include "nccl_transport.h"
+#endif
+
+namespace commbench {
+
+// kCollectiveNames gives each value, in declaration order, its name in Python's registry: the only
+// place a collective's name is tied to its value (collective_times.h exports the enum).
+enum class Collective { AllReduce, AllGather, ReduceScatter, Broadcast, Reduce, AllToAll, SendRecv };
+inline constexpr const char* kCollectiveNames[] = {"allreduce", "allgather", "reducescatter", "broadcast",
+                                                   "reduce",    "alltoall",  "sendrecv"};
+inline const char* name_of(Collective c) { return kCollectiveNames[static_cast<int>(c)]; }
+
+// One call's buffers in nccl-tests' layout: `send` holds send_count elements and `recv` recv_count.
+// In place they overlap as nccl-tests places them: all-gather's send is recv + r*c, reduce-scatter's
+// recv is send + r*c, the others use one buffer.
+template <typename T>
+struct CallBuffers {
+  const T* send;
+  T* recv;
+  std::size_t send_count, recv_count;
+  bool in_place;
+  int rank, size, root;
+};
+
+#if defined(COMMBENCH_WITH_MPI)
+// The MPI library's call for `coll`, its arguments fixed once, outside the timed loop.
+template <typename T, typename Op>
+std::function<void()> mpi_call(Collective coll, const CallBuffers<T>& b, const MpiOp<T, Op>& op, MPI_Comm comm) {
+  const MPI_Datatype type = mpi_type<T>();
+  const MPI_Op mop = op.get();
+  T* out = b.recv;
+  const T* in = b.send;
+  const void* sbuf = b.in_place ? MPI_IN_PLACE : static_cast<const void*>(in);
+  switch (coll) {
+    case Collective::AllReduce: {
+      const int n = mpi_count(b.recv_count);
+      return [=] { mpi_check(MPI_Allreduce(sbuf, out, n, type, mop, comm), "MPI_Allreduce"); };
+    }
+    case Collective::AllGather: {
+      const int c = mpi_count(b.send_count);
+      mpi_count(b.recv_count);
+      return [=] { mpi_check(MPI_Allgather(sbuf, c, type, out, c, type, comm), "MPI_Allgather"); };
+    }
+    case Collective::ReduceScatter: {
+      const int c = mpi_count(b.recv_count);
+      mpi_count(b.send_count);
+      if (!b.in_place)
+        return [=] { mpi_check(MPI_Reduce_scatter_block(in, out, c, type, mop, comm), "MPI_Reduce_scatter_block"); };
+      // MPI leaves an in-place result at the start of the buffer; nccl-tests expects it at r*c.
+      T* base = const_cast<T*>(in);
+      const std::size_t shift = static_cast<std::size_t>(b.rank) * b.recv_count;
+      return [=] {
+        mpi_check(MPI_Reduce_scatter_block(MPI_IN_PLACE, base, c, type, mop, comm), "MPI_Reduce_scatter_block");
+        if (shift) std::memmove(base + shift, base, b.recv_count * sizeof(T));
+      };
+    }
+    case Collective::Broadcast: {
+      const int n = mpi_count(b.recv_count);
+      const bool copy = !b.in_place && b.rank == b.root;
+      return [=] {
+        if (copy) std::memcpy(out, in, b.recv_count * sizeof(T));  // MPI_Bcast has one buffer
+        mpi_check(MPI_Bcast(out, n, type, b.root, comm), "MPI_Bcast");
+      };
+    }
+    case Collective::Reduce: {
+      const int n = mpi_count(b.recv_count);
+      // Only the root may pass MPI_IN_PLACE; the others' data is their send buffer.
+      const void* s = b.in_place && b.rank != b.root ? static_cast<const void*>(out) : sbuf;
+      return [=] { mpi_check(MPI_Reduce(s, out, n, type, mop, b.root, comm), "MPI_Reduce"); };
+    }
+    case Collective::AllToAll: {
+      const int c = mpi_count(b.send_count / static_cast<std::size_t>(b.size));
+      return [=] { mpi_check(MPI_Alltoall(in, c, type, out, c, type, comm), "MPI_Alltoall"); };
+    }
+    case Collective::SendRecv: {
+      const int n = mpi_count(b.recv_count);
+      const int right = wrap(b.rank + 1, b.size), left = wrap(b.rank - 1, b.size);
+      return [=] {
+        mpi_check(MPI_Sendrecv(in, n, type, right, 11, out, n, type, left, 11, comm, MPI_STATUS_IGNORE), "MPI_Sendrecv");
+      };
+    }
+  }
+  throw std::invalid_argument("no MPI call for this collective");  // reached only by a value outside the enum
+}
+#endif
+
+#if defined(COMMBENCH_WITH_NCCL)
+// NCCL's call for `coll`, enqueued on `stream`, its arguments fixed once, outside the timed loop.
+template <typename T>
+std::function<void()> nccl_call(Collective coll, const CallBuffers<T>& b, RedOp op, ncclComm_t comm,
+                                cudaStream_t stream, const Where& w) {
+  const ncclDataType_t type = nccl_type<T>();
+  const ncclRedOp_t rop = nccl_op(op);
+  T* out = b.recv;
+  const T* in = b.send;
+  switch (coll) {
+    case Collective::AllReduce:
+      return [=] { nccl_check(ncclAllReduce(in, out, b.recv_count, type, rop, comm, stream), "ncclAllReduce", w); };
+    case Collective::AllGather:
+      return [=] { nccl_check(ncclAllGather(in, out, b.send_count, type, comm, stream), "ncclAllGather", w); };
+    case Collective::ReduceScatter:
+      return [=] { nccl_check(ncclReduceScatter(in, out, b.recv_count, type, rop, comm, stream), "ncclReduceScatter", w); };
+    case Collective::Broadcast:
+      return [=] { nccl_check(ncclBroadcast(in, out, b.recv_count, type, b.root, comm, stream), "ncclBroadcast", w); };
+    case Collective::Reduce:
+      return [=] { nccl_check(ncclReduce(in, out, b.recv_count, type, rop, b.root, comm, stream), "ncclReduce", w); };
+    case Collective::AllToAll: {
+      const std::size_t block = b.send_count / static_cast<std::size_t>(b.size);
+      return [=] {
+        NcclGroup g(w);
+        for (int peer = 0; peer < b.size; ++peer) {
+          nccl_check(ncclSend(in + peer * block, block, type, peer, comm, stream), "ncclSend", w);
+          nccl_check(ncclRecv(out + peer * block, block, type, peer, comm, stream), "ncclRecv", w);
+        }
+        g.end();
+      };
+    }
+    case Collective::SendRecv: {
+      const int right = wrap(b.rank + 1, b.size), left = wrap(b.rank - 1, b.size);
+      return [=] {
+        NcclGroup g(w);
+        nccl_check(ncclSend(in, b.send_count, type, right, comm, stream), "ncclSend", w);
+        nccl_check(ncclRecv(out, b.recv_count, type, left, comm, stream), "ncclRecv", w);
+        g.end();
+      };
+    }
+  }
+  throw std::invalid_argument("no NCCL call for this collective");  // reached only by a value outside the enum
+}
+#endif
+
+}  // namespace commbench
