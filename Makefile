@@ -33,10 +33,10 @@ bench: install
 	$(BIN)/commbench allreduce --sizes 1K-1G
 
 # pytest exits 5 when it collects no test: that must not pass silently, nor fail confusingly. Two
-# tests at a time: most of a test is waiting (for ranks to start, a shaped link, a --timeout), so two
-# share 2 cores well; a module's tests that share its batch (xdist_group) stay on one worker.
+# test files at a time: much of a test is waiting (for ranks to start, a shaped link, a --timeout),
+# so two share 2 cores well; a file's tests stay on one worker, where its module-scoped batches run once.
 test: install
-	$(BIN)/python -m pytest -q -n 2 --dist loadgroup tests; rc=$$?; \
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile tests; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 1; fi; exit $$rc
 
 # Every example output in README.md and docs/ from real runs (tools/make_docs.py; a few minutes).

@@ -11,9 +11,6 @@ from conftest import COMMBENCH, batch, commbench, in_process, mpi_env, stub_gpu_
 from commbench.node.machine import recorded_env
 from commbench.results import document as results
 
-# Its tests share module-scoped batches: they run on one worker of `make test`'s two.
-pytestmark = pytest.mark.xdist_group("cli")
-
 # CPU runs name --device cpu: allreduce's default, auto, takes the GPU wherever one is visible.
 
 

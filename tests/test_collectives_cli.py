@@ -15,9 +15,6 @@ from commbench.collectives.impls import impl_name, split_impl
 from commbench.results import document as results
 from commbench.transports import gpu_only, impls_for, parse_impls
 
-# Its tests share module-scoped batches: they run on one worker of `make test`'s two.
-pytestmark = pytest.mark.xdist_group("collectives_cli")
-
 COLLECTIVES = collectives.names()
 # nccl-tests' spellings are accepted too; the result files use the registry's names.
 TYPED = {"allgather": "all_gather", "reducescatter": "reduce_scatter"}

@@ -14,9 +14,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RANKS = list(range(1, 18))
 
-# Its tests share one build of the simulator: they run on one worker of `make test`'s two.
-pytestmark = [pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed"),
-              pytest.mark.xdist_group("device_schedules")]
+pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
 
 
 @pytest.fixture(scope="module")

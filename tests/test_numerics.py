@@ -25,8 +25,7 @@ from commbench.errors import CommbenchError
 from commbench.launch.world import launcher_free_env
 from commbench.results.document import load_document
 
-# Its tests share module-scoped batches: they run on one worker of `make test`'s two.
-pytestmark = [pytest.mark.mpi, pytest.mark.xdist_group("numerics")]
+pytestmark = pytest.mark.mpi
 
 # significand bits, smallest and largest normal exponent
 FORMATS = {"float32": (24, -126, 127), "float16": (11, -14, 15), "bfloat16": (8, -126, 127),
