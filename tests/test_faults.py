@@ -153,9 +153,11 @@ def test_a_fault_under_torchrun_style_gloo_ends_every_rank(fault, workdir):
     assert _left(out) == []
 
 
+# A lost or stopped rank on another host, named through the network; an interrupt names no rank, and
+# ends every rank the same way on one host or several (the tests above).
 @pytest.mark.cluster
 @pytest.mark.parametrize("launch", ["mpirun", "gloo"])
-@pytest.mark.parametrize("fault", ["kill", "stop", "interrupt"])
+@pytest.mark.parametrize("fault", ["kill", "stop"])
 def test_a_fault_on_a_cluster_names_the_rank_of_the_other_host(launch, fault, make_cluster, workdir):
     c = make_cluster(3, 400)
     out = os.path.join(workdir, f"{fault}-{launch}.json")
@@ -169,13 +171,7 @@ def test_a_fault_on_a_cluster_names_the_rank_of_the_other_host(launch, fault, ma
     _wait_for_rows(out, procs[0], 120)
     victim = _rank_pids(out)[2] if launch == "mpirun" else procs[2].pid
     t = time.monotonic()
-    if fault == "kill":
-        os.kill(victim, signal.SIGKILL)
-    elif fault == "stop":
-        os.kill(victim, signal.SIGSTOP)
-    else:
-        for p in procs:
-            os.kill(p.pid, signal.SIGTERM if launch == "mpirun" else signal.SIGINT)
+    os.kill(victim, signal.SIGKILL if fault == "kill" else signal.SIGSTOP)
     ends = [p.communicate(timeout=TIMEOUT_S + 30) for p in procs[:2]]
     elapsed = time.monotonic() - t
     if launch == "gloo":
@@ -186,10 +182,8 @@ def test_a_fault_on_a_cluster_names_the_rank_of_the_other_host(launch, fault, ma
     assert all(p.returncode != 0 for p in procs)
     doc = results.load_document(out)
     assert doc["results"]
-    status = {"kill": "peer-lost", "stop": "timeout", "interrupt": "interrupted"}[fault]
-    assert doc["status"] == status, doc["error"]
-    if fault != "interrupt":
-        assert "rank 2 did not arrive" in doc["error"]
+    assert doc["status"] == {"kill": "peer-lost", "stop": "timeout"}[fault], doc["error"]
+    assert "rank 2 did not arrive" in doc["error"]
     lines = [line for _, err in ends for line in err.splitlines() if line.startswith("commbench: error")]
     assert len(lines) <= 1, ends
     if launch == "gloo":  # mpirun may stop relaying output as soon as it sees a rank end

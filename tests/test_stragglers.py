@@ -124,8 +124,10 @@ def test_delayed_rank_is_named_and_costs_the_others_its_delay(workdir):
     # Noise may make one rank a little late, never by anything near the delay.
     assert all(rec.get("straggler", {}).get("waited_us", 0) < 0.5 * DELAY_US for rec in undelayed["results"])
     before, after = _medians(undelayed), _medians(doc)
+    # Below twice the delay (a delay counted twice), above it by what 3 ranks on 2 shared cores lose
+    # while the delayed one spins (up to half of it, measured under `make test`).
     for key, t in after.items():
-        assert 0.6 * DELAY_US < t - before[key] < 1.5 * DELAY_US, (key, before[key], t)
+        assert 0.6 * DELAY_US < t - before[key] < 1.8 * DELAY_US, (key, before[key], t)
 
 
 def test_gloo_names_the_delayed_rank(workdir):
