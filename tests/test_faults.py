@@ -12,7 +12,7 @@ from conftest import COMMBENCH, MPIRUN, mpi_env
 
 from commbench.results import document as results
 
-TIMEOUT_S = 3
+TIMEOUT_S = 2
 # Many small sizes and a fixed count of iterations: a sweep that lasts, made of cheap sizes.
 SWEEP = ["allreduce", "--device", "cpu", "--impl", "ring", "--sizes", "1K-4K:+8", "--iters", "200", "--warmup", "1",
          "--timeout", str(TIMEOUT_S)]
