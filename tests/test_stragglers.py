@@ -96,10 +96,6 @@ def _doc(path: str) -> dict:
     return doc
 
 
-def _medians(doc: dict) -> dict:
-    return {(r["impl"], r["size_bytes"]): r["time_us"]["median"] for r in doc["results"]}
-
-
 def test_delayed_rank_is_named_and_costs_the_others_its_delay(workdir):
     common = [COMMBENCH, "allreduce", "--device", "cpu", "--impl", "mpi,ring", "--sizes", "1K,64K", "--no-fit"]
     late = os.path.join(workdir, "late.json")
@@ -113,6 +109,12 @@ def test_delayed_rank_is_named_and_costs_the_others_its_delay(workdir):
         assert [p["rank"] for p in rec["per_rank"]] == [0, 1, 2]
         assert rec["straggler"]["rank"] == 1, rec["per_rank"]
         assert 0.7 * DELAY_US < rec["straggler"]["waited_us"] < 1.4 * DELAY_US
+        # What the delay costs a call: the pace (the slowest rank's time) against the delayed rank's
+        # own call, which it starts last and so waits least in. Taken within the run, so that the
+        # load of the machine, which changes between two runs, stays out of it; below twice the
+        # delay (a delay counted twice).
+        cost = rec["time_us"]["median"] - rec["per_rank"][1]["median_us"]
+        assert 0.6 * DELAY_US < cost < 1.8 * DELAY_US, (rec["impl"], rec["size_bytes"], rec["per_rank"])
     for impl in ("mpi", "ring@mpi"):
         assert f"# straggler: allreduce {impl} (3 ranks): rank 1 " in r.stdout and "at every size" in r.stdout
 
@@ -123,11 +125,6 @@ def test_delayed_rank_is_named_and_costs_the_others_its_delay(workdir):
     assert undelayed["config"]["delay"] is None
     # Noise may make one rank a little late, never by anything near the delay.
     assert all(rec.get("straggler", {}).get("waited_us", 0) < 0.5 * DELAY_US for rec in undelayed["results"])
-    before, after = _medians(undelayed), _medians(doc)
-    # Below twice the delay (a delay counted twice), above it by what 3 ranks on 2 shared cores lose
-    # while the delayed one spins (up to half of it, measured under `make test`).
-    for key, t in after.items():
-        assert 0.6 * DELAY_US < t - before[key] < 1.8 * DELAY_US, (key, before[key], t)
 
 
 def test_gloo_names_the_delayed_rank(workdir):
