@@ -33,11 +33,11 @@ bench: install
 	$(BIN)/commbench allreduce --sizes 1K-1G
 
 # pytest exits 5 when it collects no test: that must not pass silently, nor fail confusingly. Two
-# test files at a time: much of a test is waiting (for ranks to start, a shaped link, a --timeout),
-# so two share 2 cores well; a file's tests stay on one worker, where its module-scoped batches run once,
-# and files go out in the order tests/conftest.py gives them (the longest first), not by test count.
+# tests at a time (pytest-xdist): much of a test is waiting (for ranks to start, a shaped link, a
+# --timeout), so two share 2 cores well. Tests go out one by one, the longest first (tests/conftest.py):
+# measured faster than whole files per worker, though a module's batch may then run on both workers.
 test: install
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder tests; rc=$$?; \
+	$(BIN)/python -m pytest -q -n 2 tests; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 1; fi; exit $$rc
 
 # Every example output in README.md and docs/ from real runs (tools/make_docs.py; a few minutes).

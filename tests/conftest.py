@@ -136,6 +136,6 @@ def in_process(args: list, monkeypatch, capsys) -> tuple:
 
 
 def pytest_collection_modifyitems(items):
-    """The files of the longest tests first (the wheel's build, the test clusters' shaped links), so
-    that under `make test`'s two workers none of them is what one worker is left running at the end."""
+    """The longest tests first (the wheel's build, the test clusters' shaped links), so that under
+    `make test`'s two workers none of them is what one worker is left running at the end."""
     items.sort(key=lambda item: not (item.get_closest_marker("wheel") or item.get_closest_marker("cluster")))
