@@ -1,6 +1,8 @@
 """Builds commbench's native extensions:
 
-- commbench._host (always): timed loops over MPI, linked against the MPI library that mpi4py uses.
+- commbench._host (always): timed loops over MPI, linked against the MPI library that mpi4py uses and
+  nothing of torch (it reads only torch's header-only pybind11 and 16-bit float types), so that a CPU
+  rank never loads torch.
 - commbench._cuda (whenever a CUDA build of torch and a CUDA compiler of the same release are present,
   whether or not a GPU is visible): NCCL collectives, device ring/tree, copies. The compiler is chosen
   by commbench/node/toolkit.py; NCCL comes from the nvidia-nccl wheel that torch depends on. Without a
@@ -26,7 +28,7 @@ import subprocess
 import sys
 import sysconfig
 
-from setuptools import setup
+from setuptools import Extension, setup
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -50,7 +52,10 @@ CUDA_HOME, CUDA_CHOICE = toolkit.choose(torch.version.cuda, SITE_DIRS, dict(os.e
 if CUDA_HOME:
     os.environ["CUDA_HOME"] = CUDA_HOME
 
-from torch.utils.cpp_extension import BuildExtension, CppExtension, CUDAExtension, library_paths  # noqa: E402
+from torch.utils.cpp_extension import BuildExtension, CUDAExtension, library_paths  # noqa: E402
+
+# pybind11 and c10's Half/BFloat16, header-only, from torch's include folder.
+TORCH_INCLUDE = os.path.join(os.path.dirname(torch.__file__), "include")
 
 
 def torch_cudart_dir():
@@ -101,25 +106,23 @@ def mpi_flags(wrapper: str) -> tuple[list[str], list[str], list[str], list[str]]
     return incs, lib_dirs, libs, rpaths
 
 
-def host_extension() -> CppExtension:
+def host_extension() -> Extension:
     incs, lib_dirs, libs, link = mpi_flags(mpi_wrapper())
-    # Our headers are C++17; torch 2.14 headers need C++20, which torch selects itself.
-    # -g0: Python's default flags ask for debug information, which over torch's headers nearly doubles
-    # the compile (about 90 s against 50 s here) for symbols nobody reads in a benchmark.
+    # -g0: Python's default flags ask for debug information, which nobody reads in a benchmark.
     cxx = ["-O3", "-g0", "-fwrapv", "-Wall", "-Wextra", "-Wno-unused-parameter"]
     if os.environ.get("COMMBENCH_VEC_REPORT"):
         cxx.append("-fopt-info-vec-optimized")
-    return CppExtension(
+    return Extension(
         "commbench._host",
         ["csrc/host/module.cpp"],
+        language="c++",
         include_dirs=[os.path.join(HERE, "csrc", "include"), os.path.join(HERE, "csrc", "common"),
-                      os.path.join(HERE, "csrc", "host"), *incs],
+                      os.path.join(HERE, "csrc", "host"), TORCH_INCLUDE, *incs],
         library_dirs=lib_dirs,
         libraries=libs,
         extra_compile_args={"cxx": cxx},
         define_macros=[("COMMBENCH_WITH_MPI", "1")],  # library_calls.h: MPI's calls
-        # torch's own run path, so the module imports even before torch does.
-        extra_link_args=link + [f"-Wl,-rpath,{d}" for d in library_paths()],
+        extra_link_args=link,
     )
 
 

@@ -1,7 +1,7 @@
 """Run under mpirun: several commbench commands, each as a user types it
 (the console script's main() with its argv), one after another in the same launched processes, so
 that a test module pays the start of its ranks once rather than once per command. Each command's
-stdout, stderr and exit status on rank 0 go to OUT_DIR/ran-<name>.json.
+stdout, stderr, exit status and whether torch was loaded by then on rank 0 go to OUT_DIR/ran-<name>.json.
 
     python batched.py CASES.json OUT_DIR      CASES.json: {"name": ["allreduce", "--sizes", ...], ...}
 """
@@ -25,7 +25,9 @@ def run(argv: list) -> dict:
             code = 0
         except SystemExit as e:
             code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-    return {"argv": argv, "returncode": code, "stdout": out.getvalue(), "stderr": err.getvalue()}
+    # Whether torch was loaded by then: a rank measuring host memory over MPI must not load it.
+    return {"argv": argv, "returncode": code, "stdout": out.getvalue(), "stderr": err.getvalue(),
+            "torch_loaded": "torch" in sys.modules}
 
 
 if __name__ == "__main__":

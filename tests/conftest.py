@@ -93,10 +93,12 @@ def make_cluster():
 
 
 class Ran:
-    """What one command of a batch printed and returned, as subprocess.CompletedProcess has it."""
+    """What one command of a batch printed and returned, as subprocess.CompletedProcess has it, and
+    whether rank 0 had loaded torch by its end."""
 
     def __init__(self, got: dict):
         self.args, self.returncode, self.stdout, self.stderr = got["argv"], got["returncode"], got["stdout"], got["stderr"]
+        self.torch_loaded = got["torch_loaded"]
 
 
 def batch(ranks: int, cases: dict, folder: str, env=None, timeout: float = 600) -> dict:

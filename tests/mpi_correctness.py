@@ -7,14 +7,13 @@ rank 0."""
 import sys
 
 import numpy as np
-import torch
 from mpi4py import MPI
 
 from commbench import _host, collectives
 from commbench.collectives.base import PIPELINED
-from commbench.collectives.dtypes import DTYPES, REDOPS, dtype_of
+from commbench.collectives.dtypes import DTYPES, REDOPS, itemsize_of, numpy_dtype
 from commbench.launch.world import init_world
-from commbench.run.buffers import Buffers, torch_allocator
+from commbench.run.buffers import Buffers, allocator
 from commbench.run.collective import _MOVE_ONLY, _count_wrong, _fill
 from commbench.run.config import RunConfig
 from commbench.run.testdata import HostData
@@ -33,7 +32,7 @@ COUNTS = [0, 1, 2, size - 1, size + 1, 3 * size + 2, 1000, 65537]
 # dtype per element size (8, 2 and 4 bytes, float and integer): the dtype does not change a schedule.
 CHECKED_DTYPES = list(DTYPES) if size <= 2 else ["float64", "bfloat16", "int32"]
 data = HostData(world)
-HOST = torch_allocator(torch.device("cpu"))
+HOST = allocator()
 
 
 def chunks(algorithm, count: int) -> list:
@@ -47,10 +46,10 @@ def chunks(algorithm, count: int) -> list:
 
 def rank_input(coll, j, root, shape, dtype, code):
     """Rank j's send buffer, rebuilt here: the fill is deterministic, so no rank needs another's."""
-    t = torch.full((shape.send,), 77, dtype=dtype)
+    t = np.full(shape.send, 77, dtype=numpy_dtype(dtype))
     for seg in coll.inputs(j, size, root, shape):
         _host.fill_pattern(t[seg.offset:seg.offset + seg.count], code, j, size, seg.first)
-    return t.to(torch.float64).numpy()
+    return t.astype(np.float64)
 
 
 def reference(coll, inputs, op, root, shape):
@@ -73,8 +72,7 @@ for coll in collectives.all_collectives():
     ops = list(REDOPS) if coll.reduces else [None]
     for impl in impls_for(coll, "cpu").values():
         for dname in CHECKED_DTYPES:
-            dtype = dtype_of(dname)
-            itemsize = torch.empty(0, dtype=dtype).element_size()
+            itemsize = itemsize_of(dname)
             for op in ops:
                 code = REDOPS[op] if op else _MOVE_ONLY
                 for i, count in enumerate(COUNTS):
@@ -82,17 +80,17 @@ for coll in collectives.all_collectives():
                     root = i % size
                     for in_place in ((False, True) if coll.in_place else (False,)):
                         for chunk in chunks(impl.algorithm, count):
-                            send, recv = Buffers(coll, shape, dtype, in_place, HOST).views(shape, rank)
+                            send, recv = Buffers(coll, shape, dname, in_place, HOST).views(shape, rank)
                             _fill(data, send, coll.inputs(rank, size, root, shape), code)
-                            inputs = [rank_input(coll, j, root, shape, dtype, code) for j in range(size)]
-                            if not np.array_equal(inputs[rank], send.to(torch.float64).numpy()):
+                            inputs = [rank_input(coll, j, root, shape, dname, code) for j in range(size)]
+                            if not np.array_equal(inputs[rank], send.astype(np.float64)):
                                 failures.append(f"{coll.name}: rank {rank}'s input differs from its rebuilt copy")
                             cfg = RunConfig(op=coll.name, impls=(impl.name,), sizes=(shape.size,), root=root,
                                             in_place=in_place, chunk_bytes=chunk)
                             # One call through the transport, as a sweep's check makes it; no times gathered.
                             impl.transport.times(world, coll, impl.algorithm, send, recv, code, 1, cfg, 1, 0.0)
                             want = reference(coll, inputs, op, root, shape)
-                            got = recv.to(torch.float64).numpy()
+                            got = recv.astype(np.float64)
                             bad = 0 if want is None else int(np.count_nonzero(got != want))
                             claimed = _count_wrong(data, recv, coll.expected(rank, size, root, shape), code)
                             if bad or claimed:
@@ -102,7 +100,7 @@ for coll in collectives.all_collectives():
                             checked += 1
     # The checker must see corruption: flip one element of a correct result.
     shape = coll.shape(100 * 4 * size, 4, size)
-    send, recv = Buffers(coll, shape, torch.float32, False, HOST).views(shape, rank)
+    send, recv = Buffers(coll, shape, "float32", False, HOST).views(shape, rank)
     code = REDOPS["sum"] if coll.reduces else _MOVE_ONLY
     _fill(data, send, coll.inputs(rank, size, 0, shape), code)
     _host.collective_times(*native_call(_host, coll, None), send, recv, code, 0, 1, comm.py2f(), 8)

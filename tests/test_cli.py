@@ -159,6 +159,16 @@ def test_mpirun_dtypes_and_ops_in_place(dtype, op, four):
     assert df.attrs["meta"]["config"]["in_place"] is True
 
 
+def test_a_host_memory_rank_over_mpi_never_loads_torch(four):
+    """Host buffers are NumPy arrays and commbench._host links no torch: a rank that runs MPI's call
+    and our algorithms over MPI, bfloat16 included, and writes the result file never imports it
+    (seconds of every rank's start, hundreds of MB of its memory)."""
+    folder, r = four
+    assert r.returncode == 0 and r.torch_loaded is False, r.stderr
+    meta = results.load(os.path.join(folder, "d.json")).attrs["meta"]
+    assert meta["topology"]["libraries"]["torch"] and meta["topology"]["libraries"]["nccl"] is None
+
+
 def test_p2p_all_pairs(three):
     folder, ran = three
     out, r = os.path.join(folder, "p2p.json"), ran["p2p"]

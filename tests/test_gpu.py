@@ -188,7 +188,7 @@ def test_every_copy_mode_delivers_the_pattern():
     rigs += [_cuda.StagedCopy(other, 0, 1000003, 65536)]
     for rig in rigs:
         assert rig.wrong() == 0, rig
-        assert (rig.times(3) > 0).all()
+        assert min(rig.times(3)) > 0
         assert rig.wrong() == 0, rig
 
 

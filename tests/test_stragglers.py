@@ -154,7 +154,7 @@ def test_gpu_loop_returns_own_times_and_delays_before_the_start_event():
     then the delay, both before event_times records its start event; nothing reduces the times over
     ranks any more (Python gathers them); the graph's capture holds no delay."""
     text = _code("cuda", "device_comm.h")
-    timed = text[text.index("at::Tensor timed("):text.index("struct Graph")]
+    timed = text[text.index("std::vector<double> timed("):text.index("struct Graph")]
     start = timed[timed.index("auto start"):timed.index("};", timed.index("auto start"))]
     assert start.index("barrier()") < start.index("spin_for(delay_s)")
     assert timed.count("spin_for") == 1 and timed.count("event_times(stream_.s, iters, where_, start,") == 2
@@ -166,6 +166,6 @@ def test_gpu_loop_returns_own_times_and_delays_before_the_start_event():
 
 def test_host_loop_delays_between_barrier_and_clock():
     text = _code("host", "module.cpp")
-    loop = text[text.index("at::Tensor time_iterations("):text.index("at::Tensor max_over_ranks(")]
+    loop = text[text.index("std::vector<double> time_iterations("):text.index("std::vector<double> max_over_ranks(")]
     assert loop.index("MPI_Barrier") < loop.index("spin_for(delay_s") < loop.index("Clock::now()")
     assert "MPI_Allreduce" not in loop

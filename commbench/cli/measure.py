@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from ..collectives.dtypes import DTYPES, REDOPS, dtype_of, itemsize_of, redop_code
+from ..collectives.dtypes import DTYPES, REDOPS, itemsize_of, redop_code
 from ..collectives.impls import COPY_IMPL
 from ..errors import CommbenchError
 from ..launch.world import detect_launcher
@@ -60,7 +60,7 @@ def collective_command(coll) -> click.Command:
         impls = parse_impls(",".join(default_impls(coll, device, detect_launcher())) if impl_text is None else impl_text, coll, device)
         if buffers == "cupy":
             from ..run import cupy_buffers
-            cupy_buffers.check_request([i.name for i in impls], device, [dtype_of(d) for d in dtypes])
+            cupy_buffers.check_request([i.name for i in impls], device, dtypes)
             cupy_buffers.require_cupy()
         cfg = RunConfig(op=coll.name, impls=tuple(i.name for i in impls), sizes=tuple(size_list), buffers=buffers,
                         dtype=",".join(dtypes), redop=",".join(redops), in_place=in_place, device=device, graph=graph,

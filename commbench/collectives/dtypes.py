@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from ..errors import CommbenchError
 
-# Bytes per element of each dtype a sweep takes. torch's dtypes are looked up only where buffers are
-# made: importing torch costs seconds, which a command that starts ranks or reads files need not pay.
+# Bytes per element of each dtype a sweep takes. The buffers' dtypes are looked up only where buffers
+# are made: importing torch costs seconds, which a command that starts ranks or reads files, or a rank
+# with host buffers, need not pay.
 DTYPES: dict[str, int] = {
     "float32": 4,
     "float64": 8,
@@ -27,10 +28,20 @@ def itemsize_of(name: str) -> int:
 
 
 def dtype_of(name: str):
-    """The torch dtype of a name of DTYPES."""
+    """The torch dtype of a name of DTYPES (GPU buffers, gloo's calls)."""
     itemsize_of(name)
     import torch
     return getattr(torch, name)
+
+
+def numpy_dtype(name: str):
+    """The NumPy dtype of a name of DTYPES (host buffers): NumPy's own, bfloat16 from ml_dtypes."""
+    itemsize_of(name)
+    import numpy as np
+    if name == "bfloat16":
+        import ml_dtypes
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(name)
 
 
 def redop_code(name: str) -> int:

@@ -104,8 +104,19 @@ def mpi_version() -> Optional[str]:
     return _host.mpi_library_version().strip().split("\n")[0].split(", package:")[0].rstrip(", ")
 
 
+def torch_version():
+    """torch's version module (__version__, cuda), read from torch/version.py without importing torch:
+    that costs seconds and hundreds of MB, which a rank on host memory never pays (run/buffers.py)."""
+    import importlib.util
+    spec = importlib.util.find_spec("torch")
+    path = os.path.join(list(spec.submodule_search_locations)[0], "version.py")
+    module = importlib.util.module_from_spec(importlib.util.spec_from_file_location("commbench_torch_version", path))
+    module.__spec__.loader.exec_module(module)
+    return module
+
+
 def describe(hosts: list[str], ranks: int, launcher: str) -> dict:
-    import torch  # here: the analysis commands clean environments with this module and need no torch
+    torch = torch_version()
     return {
         "hosts": list(dict.fromkeys(hosts)),
         "ranks": ranks,

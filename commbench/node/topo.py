@@ -117,15 +117,17 @@ def host_part(sys_root: str = "/") -> dict:
     }
 
 
-def library_versions() -> dict:
-    import torch
-
-    from .gpu import cuda_module
-    mod = cuda_module()
-    nccl = None
-    if mod is not None:
-        nccl = mod.versions().split("NCCL ")[-1]
-    return {"mpi": machine.mpi_version(), "nccl": nccl, "torch": torch.__version__, "torch_cuda": torch.version.cuda}
+def library_versions(nccl: bool = True) -> dict:
+    """The libraries' versions; NCCL's is asked of commbench._cuda, which loads torch, so a run on host
+    buffers (nccl False) records none."""
+    torch = machine.torch_version()
+    version = None
+    if nccl:
+        from .gpu import cuda_module
+        mod = cuda_module()
+        if mod is not None:
+            version = mod.versions().split("NCCL ")[-1]
+    return {"mpi": machine.mpi_version(), "nccl": version, "torch": torch.__version__, "torch_cuda": torch.cuda}
 
 
 # ---- GPUs -----------------------------------------------------------------------------------------
@@ -288,10 +290,11 @@ def topology_matrix(devices: list, levels: list) -> list:
     return out
 
 
-def snapshot(nvml_factory: Callable[[], Any] = Nvml) -> dict:
+def snapshot(nvml_factory: Callable[[], Any] = Nvml, nccl: bool = True) -> dict:
+    """The node as this process sees it; `nccl`: ask commbench._cuda for NCCL's version (library_versions)."""
     gpus, p2p, topology = gpu_part(nvml_factory)
     snap = {"schema": TOPO_SCHEMA, "host": host_part(), "gpus": gpus, "p2p": p2p, "topology": topology,
-            "libraries": library_versions(),
+            "libraries": library_versions(nccl),
             "process": {"pid": os.getpid(), "cpu_affinity": set_to_cpulist(os.sched_getaffinity(0)),
                         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
                         "local_rank": os.environ.get("LOCAL_RANK") or os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK")

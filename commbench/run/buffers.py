@@ -1,10 +1,15 @@
 """Buffers a sweep measures on: page-aligned as OSU and nccl-tests allocate theirs, allocated once at
-the largest size, and refused up front where they would not fit a rank's GPU."""
+the largest size, and refused up front where they would not fit a rank's GPU. Host buffers are NumPy
+arrays and GPU buffers torch tensors: a rank on host memory never imports torch (seconds of its start
+and hundreds of MB of its memory), unless an impl it runs is torch's own (gloo)."""
 
 from __future__ import annotations
 
-import torch
+from typing import Callable, Optional
 
+import numpy as np
+
+from ..collectives.dtypes import dtype_of, itemsize_of, numpy_dtype
 from ..errors import CommbenchError
 from .preflight import memory_problem
 
@@ -17,6 +22,8 @@ def check_device_memory(world, need_per_rank: int, what: str) -> None:
     """Refuses up front a sweep whose largest buffers do not fit in a rank's GPU, NCCL's own buffers
     on top of ours; the blocks torch holds cached but unused are free for our tensors. (The host's
     memory was checked before the ranks started, preflight.py; a GPU's is seen by its rank alone.)"""
+    import torch
+
     from ..node.gpu import nccl_reserve_bytes
     cached = torch.cuda.memory_reserved(world.device) - torch.cuda.memory_allocated(world.device)
     avail = torch.cuda.mem_get_info(world.device)[0] + cached
@@ -27,11 +34,26 @@ def check_device_memory(world, need_per_rank: int, what: str) -> None:
         raise CommbenchError(first)
 
 
-def page_aligned(nbytes: int, device: torch.device) -> torch.Tensor:
-    """A byte buffer that starts on a page boundary, as OSU allocates its message buffers."""
-    raw = torch.empty(nbytes + _PAGE, dtype=torch.uint8, device=device)
-    start = -raw.data_ptr() % _PAGE
+def page_aligned(nbytes: int, device: Optional[int] = None):
+    """A byte buffer that starts on a page boundary, as OSU allocates its message buffers: a NumPy
+    array in host memory (device None), else a torch tensor on that GPU."""
+    if device is None:
+        raw = np.empty(nbytes + _PAGE, dtype=np.uint8)
+        start = -raw.ctypes.data % _PAGE
+    else:
+        import torch
+        raw = torch.empty(nbytes + _PAGE, dtype=torch.uint8, device=torch.device("cuda", device))
+        start = -raw.data_ptr() % _PAGE
     return raw[start:start + nbytes]
+
+
+def allocator(device: Optional[int] = None) -> Callable:
+    """allocate(count, dtype name): page-aligned buffers in host memory (device None) or on a GPU;
+    where a buffer starts changes what the library's copies cost."""
+    def allocate(count: int, dtype: str):
+        raw = page_aligned(count * itemsize_of(dtype), device)
+        return raw.view(numpy_dtype(dtype)) if device is None else raw.view(dtype_of(dtype))
+    return allocate
 
 
 class Buffers:
@@ -40,7 +62,7 @@ class Buffers:
     nccl-tests' layout: in place, one buffer with send and receive at the collective's offsets; out of
     place, two buffers, the receive one stale."""
 
-    def __init__(self, coll, largest, dtype, in_place: bool, allocate):
+    def __init__(self, coll, largest, dtype: str, in_place: bool, allocate):
         """`allocate(count, dtype)` makes a buffer; `largest` is the Shape of the largest size."""
         self.coll, self.in_place = coll, in_place
         if in_place:
@@ -52,12 +74,9 @@ class Buffers:
         """(send, recv) of one call; the stale values go where no input will overwrite them."""
         if self.in_place:
             so, ro = self.coll.places(rank, shape)
-            whole = self.whole[:max(shape.send, shape.recv)].fill_(_STALE)
+            whole = self.whole[:max(shape.send, shape.recv)]
+            whole[:] = _STALE
             return whole[so:so + shape.send], whole[ro:ro + shape.recv]
-        return self.send[:shape.send], self.recv[:shape.recv].fill_(_STALE)
-
-
-def torch_allocator(where: torch.device):
-    """Buffers that start on a page boundary, as OSU and nccl-tests allocate theirs: where a buffer
-    starts changes what the library's copies cost."""
-    return lambda count, dtype: page_aligned(count * torch.empty(0, dtype=dtype).element_size(), where).view(dtype)
+        recv = self.recv[:shape.recv]
+        recv[:] = _STALE
+        return self.send[:shape.send], recv

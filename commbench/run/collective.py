@@ -7,15 +7,14 @@ import functools
 from typing import Callable, Optional
 
 import numpy as np
-import torch
 
 from ..analysis import stragglers
-from ..collectives.dtypes import dtype_of, itemsize_of, redop_code
+from ..collectives.dtypes import itemsize_of, redop_code
 from ..launch import watchdog
 from ..results.record import measured
 from ..sizes import format_size
 from ..transports.nccl import communicator
-from .buffers import Buffers, check_device_memory, torch_allocator
+from .buffers import Buffers, allocator, check_device_memory
 from .config import RunConfig
 from .policy import measure
 from .preflight import collective_bytes
@@ -56,7 +55,7 @@ def run_collective(world, cfg: RunConfig, coll, impls: list, reporter, where: st
     dtypes, redops = cfg.dtype.split(","), cfg.redop.split(",") if coll.reduces else ["none"]
     if cfg.device == "cuda":
         data = DeviceData(communicator(world, cfg.timeout_s))
-        allocate = torch_allocator(torch.device("cuda", world.device))
+        allocate = allocator(world.device)
         if cfg.buffers == "cupy":
             from . import cupy_buffers
             allocate = lambda count, dt: cupy_buffers.empty(count, dt, world.device)  # noqa: E731
@@ -64,13 +63,12 @@ def run_collective(world, cfg: RunConfig, coll, impls: list, reporter, where: st
         check_device_memory(world, collective_bytes(coll, max(cfg.sizes), largest_item, world.size, cfg.in_place),
                             f"{coll.title} of {format_size(max(cfg.sizes))}")
     else:
-        data, allocate = HostData(world), torch_allocator(torch.device("cpu"))
+        data, allocate = HostData(world), allocator()
     several = len(dtypes) * len(redops) > 1
     total_wrong = 0
     for dname in dtypes:
-        dtype = dtype_of(dname)
-        itemsize = torch.empty(0, dtype=dtype).element_size()
-        pool = Buffers(coll, coll.shape(max(cfg.sizes), itemsize, world.size), dtype, cfg.in_place, allocate)
+        itemsize = itemsize_of(dname)
+        pool = Buffers(coll, coll.shape(max(cfg.sizes), itemsize, world.size), dname, cfg.in_place, allocate)
         for redop in redops:
             code = redop_code(redop) if coll.reduces else _MOVE_ONLY
             for impl in impls:
@@ -85,7 +83,8 @@ def run_collective(world, cfg: RunConfig, coll, impls: list, reporter, where: st
                     send, recv = pool.views(shape, world.rank)
                     _fill(data, send, coll.inputs(world.rank, world.size, cfg.root, shape), code)
                     if cfg.device == "cuda":
-                        torch.cuda.synchronize()  # fill_ ran on torch's stream, the impls use their own
+                        import torch
+                        torch.cuda.synchronize()  # the stale fill ran on torch's stream, the impls use their own
                     # One call, checked: in place, a second one would start from the first one's result.
                     checked = Timings(functools.partial(impl.rank_times, world, coll, send, recv, code, cfg=cfg))(1)
                     expected = coll.expected(world.rank, world.size, cfg.root, shape)

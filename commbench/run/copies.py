@@ -3,6 +3,8 @@ and host-staged transfers (`commbench copy`). Timed in commbench._cuda; one reco
 
 from __future__ import annotations
 
+import numpy as np
+
 from ..collectives.impls import COPY_IMPL
 from ..results.record import measured
 from ..sizes import format_size
@@ -12,7 +14,7 @@ from .policy import measure
 def _measure(reporter, rig, op, mode, size, block, policy, **extra) -> dict:
     """One untimed pattern check of the copy, then its timed iterations; one record."""
     wrong = rig.wrong()
-    samples = measure(lambda n: rig.times(n).numpy(), policy)
+    samples = measure(lambda n: np.asarray(rig.times(n)), policy)
     rec = measured(op, COPY_IMPL, "uint8", "none", 1, size, size, samples, wrong, mode=mode, **extra)
     reporter.add(rec, block, format_size(size))
     return rec.as_dict()

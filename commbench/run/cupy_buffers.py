@@ -6,13 +6,11 @@ timed loops and the same exact checks run on them."""
 from __future__ import annotations
 
 import numpy as np
-import torch
 
 from ..errors import CommbenchError
 
-# CuPy's element types for ours; CuPy has no bfloat16.
-_DTYPES = {torch.float32: "float32", torch.float64: "float64", torch.float16: "float16", torch.int32: "int32",
-           torch.int64: "int64"}
+# Our dtypes that CuPy has: it has no bfloat16.
+_DTYPES = ("float32", "float64", "float16", "int32", "int64")
 
 
 def require_cupy():
@@ -25,12 +23,12 @@ def require_cupy():
     return cupy
 
 
-def check_request(impls: list[str], device: str, dtypes: list[torch.dtype]) -> None:
+def check_request(impls: list[str], device: str, dtypes: list[str]) -> None:
     """--buffers cupy is for the MPI library's calls on GPU buffers, in a dtype CuPy has."""
     if device != "cuda" or impls != ["mpi"]:
         raise CommbenchError("--buffers cupy applies to --impl mpi --device cuda alone (the other impls allocate "
                              "their buffers with torch)")
-    missing = [str(d).replace("torch.", "") for d in dtypes if d not in _DTYPES]
+    missing = [d for d in dtypes if d not in _DTYPES]
     if missing:
         raise CommbenchError(f"--buffers cupy: CuPy has no {', '.join(missing)}")
 
@@ -49,11 +47,12 @@ def interface_of(array) -> tuple[int, int]:
     return int(face["data"][0]), shape[0]
 
 
-def empty(count: int, dtype: torch.dtype, device: int) -> torch.Tensor:
+def empty(count: int, dtype: str, device: int):
     """`count` elements allocated by CuPy on GPU `device`, viewed as a torch tensor."""
+    import torch
     cupy = require_cupy()
     with cupy.cuda.Device(device):
-        array = cupy.empty(max(count, 1), dtype=_DTYPES[dtype])[:count]
+        array = cupy.empty(max(count, 1), dtype=dtype)[:count]
     interface_of(array)
     # The view holds a reference to the array, whose memory it shares.
     return torch.as_tensor(array, device=torch.device("cuda", device))

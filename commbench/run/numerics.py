@@ -22,7 +22,6 @@ from ..launch import watchdog
 from ..launch.world import World
 from ..results.document import default_path
 from ..transports.nccl import communicator
-from .buffers import torch_allocator
 from .output import FileOutput
 
 _SUM = redop_code("sum")
@@ -111,10 +110,10 @@ def _rows_at(sub: World, plan: Plan, impls: list, cfg, batch: _Batch, first: dic
     if cfg.device == "cuda":
         communicator(sub, cfg.timeout_s)
         where = torch.device("cuda", sub.device)
-    allocate = torch_allocator(where)
     for dtype in plan.dtypes:
         local = local_sum([batch.values(c) for c in share], dtype, where)
-        send, recv = allocate(plan.count, dtype_of(dtype)), allocate(plan.count, dtype_of(dtype))
+        # torch tensors on either device: the local sums are torch's arithmetic in the dtype.
+        send, recv = (torch.empty(plan.count, dtype=dtype_of(dtype), device=where) for _ in range(2))
         for impl in impls:
             # Counts grow (Plan.ranks is sorted): a rank left out of this one was never armed, and
             # waits for it unwatched rather than past an old deadline.

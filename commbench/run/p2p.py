@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Optional
 
 import numpy as np
-import torch
 
 from ..launch import watchdog
 from ..results.record import Record, measured
@@ -18,8 +17,8 @@ from .policy import Policy, measure
 from .preflight import p2p_bytes
 
 
-def _byte_pattern(n: int) -> torch.Tensor:
-    return ((torch.arange(n, dtype=torch.int64) * 7 + 3) % 251).to(torch.uint8)
+def _byte_pattern(n: int) -> np.ndarray:
+    return ((np.arange(n, dtype=np.int64) * 7 + 3) % 251).astype(np.uint8)
 
 
 P2P_TESTS = {
@@ -35,7 +34,8 @@ class PairTimers:
 
     def __init__(self, link, a: int, b: int, window: int, nbytes: int):
         self.link, self.ranks, self.window, self.first = link, [a, b], window, link.first
-        self.send, self.recv = (page_aligned(max(nbytes, 1), torch.device(link.device)) for _ in range(2))
+        self.gpu = None if link.device == "cpu" else int(link.device.split(":")[1])
+        self.send, self.recv = (page_aligned(max(nbytes, 1), self.gpu) for _ in range(2))
 
     def __call__(self, test: str, size: int, iters: int) -> np.ndarray:
         return self.link.times(test, self.send, self.recv, size, iters)
@@ -43,9 +43,15 @@ class PairTimers:
     def wrong(self, size: int) -> int:
         """Untimed exact check: the first rank sends a byte pattern in one ping-pong; the second
         counts the bytes that arrived wrong."""
-        pattern = _byte_pattern(size).to(self.send.device)
-        self.send[:size].copy_(pattern) if self.first else self.recv[:size].zero_()
-        if self.send.is_cuda:
+        pattern = _byte_pattern(size)
+        if self.gpu is not None:
+            import torch
+            pattern = torch.from_numpy(pattern).to(self.send.device)
+        if self.first:
+            self.send[:size] = pattern
+        else:
+            self.recv[:size] = 0
+        if self.gpu is not None:
             torch.cuda.synchronize()
         self("pingpong", size, 1)
         return 0 if self.first else int((self.recv[:size] != pattern).sum())

@@ -102,7 +102,7 @@ class Reporter(FileOutput):
 
 def run_metadata(world, config: dict, argv: list[str]) -> dict:
     from ..node.topo import snapshot
-    topology = snapshot()
+    topology = snapshot(nccl=config.get("device") != "cpu")
     return header(argv, config, machine.describe(world.hosts, world.size, world.launcher), machine.recorded_env(),
                   topology=topology,  # rank 0's node
                   topology_fingerprint=topology["fingerprint"])

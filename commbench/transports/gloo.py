@@ -12,6 +12,17 @@ import numpy as np
 from ..launch.rendezvous import all_gather_flat, join
 
 
+def as_tensor(buffer):
+    """A torch view (no copy) of a host buffer: torch.distributed takes tensors, the sweeps' host
+    buffers are NumPy arrays (run/buffers.py), whose bfloat16 (ml_dtypes) torch cannot view directly."""
+    import torch
+    if isinstance(buffer, torch.Tensor):
+        return buffer
+    if buffer.dtype.name == "bfloat16":
+        return torch.from_numpy(buffer.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(buffer)
+
+
 def _op(code: int):
     import torch.distributed as dist
     return (dist.ReduceOp.SUM, dist.ReduceOp.PRODUCT, dist.ReduceOp.MAX, dist.ReduceOp.MIN)[code]
@@ -80,6 +91,7 @@ class GlooTransport:
               cfg, agg: int, delay_s: float) -> np.ndarray:
         import torch.distributed as dist
         call = CALLS[coll.name]
+        send, recv = as_tensor(send), as_tensor(recv)
         in_place = send.data_ptr() == recv.data_ptr() or cfg.in_place
         t = np.empty(iters, dtype=np.float64)
         for i in range(iters):
@@ -110,7 +122,7 @@ class GlooPair:
     def times(self, test: str, send, recv, size: int, iters: int) -> np.ndarray:
         import torch
         import torch.distributed as dist
-        out, into, peer, t = send[:size], recv[:size], self.peer, np.empty(iters)
+        out, into, peer, t = as_tensor(send[:size]), as_tensor(recv[:size]), self.peer, np.empty(iters)
         ack = torch.zeros(1, dtype=torch.uint8)
         for i in range(iters):
             t0 = time.perf_counter_ns()

@@ -41,11 +41,11 @@ class MpiTransport:
               delay_s: float) -> np.ndarray:
         from .. import _host
         from .native import native_call
-        if send.is_cuda:
+        if cfg.device == "cuda":
             import torch
             torch.cuda.synchronize()
-        return _host.collective_times(*native_call(_host, coll, algorithm), send, recv, op, cfg.root, iters,
-                                      world.comm.py2f(), cfg.chunk_bytes, agg, delay_s).numpy()
+        return np.asarray(_host.collective_times(*native_call(_host, coll, algorithm), send, recv, op, cfg.root, iters,
+                                                 world.comm.py2f(), cfg.chunk_bytes, agg, delay_s))
 
     def open_pairs(self, world, pairs, window: int) -> Optional[MpiPair]:
         """One split of the world gives every pair of `pairs` (disjoint) a two-rank communicator, in
@@ -69,8 +69,8 @@ class MpiPair:
     def times(self, test: str, send, recv, size: int, iters: int) -> np.ndarray:
         from .. import _host
         if test == "pingpong":
-            return _host.pingpong_times(send, recv, size, iters, self.comm.py2f()).numpy()
-        return _host.bandwidth_times(send, recv, size, self.window, iters, self.comm.py2f()).numpy() / self.window
+            return np.asarray(_host.pingpong_times(send, recv, size, iters, self.comm.py2f()))
+        return np.asarray(_host.bandwidth_times(send, recv, size, self.window, iters, self.comm.py2f())) / self.window
 
     def close(self) -> None:
         self.comm.Free()

@@ -46,8 +46,8 @@ class NcclTransport:
         # NCCL's calls are fused into one group per iteration, ours run one after another.
         from .. import _cuda
         from .native import native_call
-        return communicator(world).collective_times(*native_call(_cuda, coll, algorithm), send, recv, op, cfg.root, iters,
-                                                    cfg.chunk_bytes, cfg.graph, agg, delay_s).numpy()
+        return np.asarray(communicator(world).collective_times(*native_call(_cuda, coll, algorithm), send, recv, op,
+                                                               cfg.root, iters, cfg.chunk_bytes, cfg.graph, agg, delay_s))
 
     def open_pairs(self, world, pairs, window: int) -> Optional[NcclPair]:
         mine = next((pair for pair in pairs if world.rank in pair), None)
@@ -64,8 +64,8 @@ class NcclPair:
 
     def times(self, test: str, send, recv, size: int, iters: int) -> np.ndarray:
         if test == "pingpong":
-            return self.comm.pingpong_times(send, recv, size, self.peer, iters).numpy()
-        return self.comm.bandwidth_times(send, recv, size, self.peer, self.window, iters).numpy() / self.window
+            return np.asarray(self.comm.pingpong_times(send, recv, size, self.peer, iters))
+        return np.asarray(self.comm.bandwidth_times(send, recv, size, self.peer, self.window, iters)) / self.window
 
     def close(self) -> None:
         """The communicator is the world's, closed with it."""

@@ -90,10 +90,10 @@ class PeerCopy {
         src_(n_, a_, w_), dst_(n_, b_, w_), back_src_(bidi_ ? n_ : 0, b_, w_), back_dst_(bidi_ ? n_ : 0, a_, w_),
         count_a_(a_, w_), count_b_(b_, w_), s0_(a_, w_), s1_(b_, w_), fork_(event_on(a_, w_)), join_(event_on(b_, w_)) {}
 
-  at::Tensor times(int64_t iters) {
+  std::vector<double> times(int64_t iters) {
     pybind11::gil_scoped_release no_gil;
     on(a_, w_);
-    return to_tensor(event_times(s0_.s, iters, w_, [&] { idle(); }, [&] { enqueue(); }, [&] { idle(); }));
+    return event_times(s0_.s, iters, w_, [&] { idle(); }, [&] { enqueue(); }, [&] { idle(); });
   }
 
   int64_t wrong() {
@@ -183,10 +183,10 @@ class HostCopy {
     }
   }
 
-  at::Tensor times(int64_t iters) {
+  std::vector<double> times(int64_t iters) {
     pybind11::gil_scoped_release no_gil;
     on(dev_, w_);
-    return to_tensor(event_times(s_.s, iters, w_, [&] { sync(s_.s, w_); }, [&] { enqueue(); }, [&] { sync(s_.s, w_); }));
+    return event_times(s_.s, iters, w_, [&] { sync(s_.s, w_); }, [&] { enqueue(); }, [&] { sync(s_.s, w_); });
   }
 
   int64_t wrong() {
@@ -241,7 +241,7 @@ class StagedCopy {
     }
   }
 
-  at::Tensor times(int64_t iters) {
+  std::vector<double> times(int64_t iters) {
     std::vector<double> t(static_cast<std::size_t>(iters));
     pybind11::gil_scoped_release no_gil;
     for (int64_t i = 0; i < iters; ++i) {
@@ -250,7 +250,7 @@ class StagedCopy {
       sync(up_.s, w_);
       t[i] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     }
-    return to_tensor(t);
+    return t;
   }
 
   int64_t wrong() {

@@ -25,16 +25,15 @@
 #include "errors.h"
 #include "kernels.cuh"
 #include "nccl_transport.h"
+#include "buffer_caster.h"
 #include "resources.h"
-#include "torch_dispatch.h"
 
 namespace commbench {
 
 using Clock = std::chrono::steady_clock;
 
-inline void require_device_tensor(const at::Tensor& t, int device, const char* what) {
-  if (!t.is_cuda() || t.get_device() != device || !t.is_contiguous())
-    throw std::invalid_argument(std::string(what) + " must be a contiguous tensor on cuda:" + std::to_string(device));
+inline void require_device(const Buffer& b, int device, const char* what) {
+  if (b.device != device) throw std::invalid_argument(std::string(what) + " must be on cuda:" + std::to_string(device));
 }
 
 inline py::bytes nccl_unique_id() {
@@ -101,8 +100,8 @@ class DeviceComm {
   // Times one call of collective `coll` by `algo`: NCCL's call or one of our algorithms over NCCL
   // point-to-point (collective_times.h); with `graph`, each iteration launches a CUDA graph of the
   // call (see timed()).
-  at::Tensor collective_times(Collective coll, Algorithm algo, at::Tensor send, at::Tensor recv, int64_t op_code,
-                              int64_t root, int64_t iters, int64_t chunk_bytes, bool graph, int64_t agg, double delay_s) {
+  std::vector<double> collective_times(Collective coll, Algorithm algo, const Buffer& send, const Buffer& recv,
+                                       int64_t op_code, int64_t root, int64_t iters, int64_t chunk_bytes, bool graph, int64_t agg, double delay_s) {
     cuda_check(cudaSetDevice(where_.device), "cudaSetDevice", where_);
     Backend backend{*this, graph, {}};
     return commbench::collective_times(backend, coll, algo, send, recv, op_code, root, iters, chunk_bytes, agg, delay_s);
@@ -110,7 +109,7 @@ class DeviceComm {
 
   // NCCL ping-pong between this rank and `peer`, from the send buffer into the receive buffer; the
   // lower rank starts. Half the round trip.
-  at::Tensor pingpong_times(at::Tensor send, at::Tensor recv, int64_t bytes, int64_t peer, int64_t iters) {
+  std::vector<double> pingpong_times(const Buffer& send, const Buffer& recv, int64_t bytes, int64_t peer, int64_t iters) {
     return pair_times(send, recv, bytes, peer, iters, 0.5, "NCCL ping-pong", [](auto& leg, bool lead) {
       leg(lead);
       leg(!lead);
@@ -119,8 +118,8 @@ class DeviceComm {
 
   // Unidirectional bandwidth: `window` messages from the lower rank to the higher in one NCCL group
   // per iteration. Time per iteration (the whole window).
-  at::Tensor bandwidth_times(at::Tensor send, at::Tensor recv, int64_t bytes, int64_t peer, int64_t window,
-                             int64_t iters) {
+  std::vector<double> bandwidth_times(const Buffer& send, const Buffer& recv, int64_t bytes, int64_t peer,
+                                      int64_t window, int64_t iters) {
     return pair_times(send, recv, bytes, peer, iters, 1.0, "NCCL bandwidth window", [&](auto& leg, bool lead) {
       NcclGroup g(where_);
       for (int64_t w = 0; w < window; ++w) leg(lead);
@@ -129,14 +128,13 @@ class DeviceComm {
   }
 
   // This rank's share of the exact pattern at pattern indices first, first + 1, ... (pattern.h).
-  void fill_pattern(at::Tensor t, int64_t op_code, int64_t first) {
-    require_device_tensor(t, where_.device, "tensor");
+  void fill_pattern(const Buffer& t, int64_t op_code, int64_t first) {
+    require_device(t, where_.device, "buffer");
     cuda_check(cudaSetDevice(where_.device), "cudaSetDevice", where_);
     const RedOp op = redop_from(op_code);
-    dispatch_dtype(t.scalar_type(), [&](auto tag) {
+    dispatch_dtype(t.dtype, [&](auto tag) {
       using T = typename decltype(tag)::type;
-      launch_fill<T>(static_cast<T*>(t.data_ptr()), static_cast<std::size_t>(t.numel()), static_cast<std::size_t>(first), op,
-                     where_.rank, size_, stream_.s);
+      launch_fill<T>(static_cast<T*>(t.data), t.count, static_cast<std::size_t>(first), op, where_.rank, size_, stream_.s);
       return 0;
     });
     wait("fill kernel");
@@ -144,15 +142,14 @@ class DeviceComm {
 
   // Elements that differ from the exact reduction (source < 0) or from rank source's values, at
   // pattern indices first, first + 1, ...
-  int64_t count_wrong(at::Tensor t, int64_t op_code, int64_t first, int64_t source) {
-    require_device_tensor(t, where_.device, "tensor");
+  int64_t count_wrong(const Buffer& t, int64_t op_code, int64_t first, int64_t source) {
+    require_device(t, where_.device, "buffer");
     cuda_check(cudaSetDevice(where_.device), "cudaSetDevice", where_);
     const RedOp op = redop_from(op_code);
     unsigned long long* wrong = reinterpret_cast<unsigned long long*>(static_cast<char*>(scratch_.ptr) + kCounterOffset);
-    dispatch_dtype(t.scalar_type(), [&](auto tag) {
+    dispatch_dtype(t.dtype, [&](auto tag) {
       using T = typename decltype(tag)::type;
-      launch_count_wrong<T>(static_cast<const T*>(t.data_ptr()), static_cast<std::size_t>(t.numel()),
-                            static_cast<std::size_t>(first), op, size_, static_cast<int>(source), wrong, stream_.s);
+      launch_count_wrong<T>(static_cast<const T*>(t.data), t.count, static_cast<std::size_t>(first), op, size_, static_cast<int>(source), wrong, stream_.s);
       return 0;
     });
     wait("check kernel");
@@ -181,10 +178,10 @@ class DeviceComm {
     }
   }
 
-  void require_message(const at::Tensor& send, const at::Tensor& recv, int64_t bytes, int64_t peer) const {
-    require_device_tensor(send, where_.device, "send buffer");
-    require_device_tensor(recv, where_.device, "recv buffer");
-    if (bytes < 0 || bytes > static_cast<int64_t>(std::min(send.nbytes(), recv.nbytes())))
+  void require_message(const Buffer& send, const Buffer& recv, int64_t bytes, int64_t peer) const {
+    require_device(send, where_.device, "send buffer");
+    require_device(recv, where_.device, "recv buffer");
+    if (bytes < 0 || bytes > static_cast<int64_t>(std::min(nbytes(send), nbytes(recv))))
       throw std::invalid_argument("message of " + std::to_string(bytes) + " bytes does not fit the buffers");
     if (peer < 0 || peer >= size_ || peer == where_.rank) throw std::invalid_argument("peer must be another rank");
   }
@@ -194,13 +191,13 @@ class DeviceComm {
   // leg(false) its receive; `lead` says this rank is the lower of the two. A pair barrier before
   // each iteration keeps the pair's skew out of the first sample.
   template <typename Body>
-  at::Tensor pair_times(const at::Tensor& send, const at::Tensor& recv, int64_t bytes, int64_t peer, int64_t iters,
-                        double scale, const char* what, Body&& body) {
+  std::vector<double> pair_times(const Buffer& send, const Buffer& recv, int64_t bytes, int64_t peer, int64_t iters,
+                                 double scale, const char* what, Body&& body) {
     require_message(send, recv, bytes, peer);
     cuda_check(cudaSetDevice(where_.device), "cudaSetDevice", where_);
     const int other = static_cast<int>(peer);
     const std::size_t n = static_cast<std::size_t>(bytes);
-    auto leg = [&, s = send.data_ptr(), r = recv.data_ptr()](bool sending) {
+    auto leg = [&, s = send.data, r = recv.data](bool sending) {
       if (sending)
         nccl_check(ncclSend(s, n, ncclUint8, other, comm(), stream_.s), "ncclSend", where_);
       else
@@ -211,7 +208,7 @@ class DeviceComm {
       return event_times(stream_.s, iters, where_, [&] { pair_barrier(other); }, [&] { body(leg, lead); }, [&] { wait(what); });
     });
     for (double& x : t) x *= scale;
-    return to_tensor(max_with_peer(std::move(t), other));
+    return max_with_peer(std::move(t), other);
   }
 
   // Waits until the stream is idle. A dead or stalled peer would hang cudaStreamSynchronize for
@@ -270,9 +267,9 @@ class DeviceComm {
 
     int rank() const { return dc.where_.rank; }
     int size() const { return dc.size_; }
-    void check_buffers(const at::Tensor& send, const at::Tensor& recv, Algorithm) const {
-      require_device_tensor(send, dc.where_.device, "send buffer");
-      require_device_tensor(recv, dc.where_.device, "recv buffer");
+    void check_buffers(const Buffer& send, const Buffer& recv, Algorithm) const {
+      require_device(send, dc.where_.device, "send buffer");
+      require_device(recv, dc.where_.device, "recv buffer");
     }
     NcclTransport transport() const { return NcclTransport(dc.comm(), dc.stream_.s, dc.where_); }
     template <typename T, typename Op>
@@ -296,7 +293,7 @@ class DeviceComm {
     }
     NcclGroup library_group() const { return NcclGroup(dc.where_); }
     template <typename Body>
-    at::Tensor time(int64_t iters, double delay_s, const std::string& what, Body&& body) {
+    std::vector<double> time(int64_t iters, double delay_s, const std::string& what, Body&& body) {
       return dc.timed(iters, graph, delay_s, what.c_str(), body);
     }
   };
@@ -313,14 +310,14 @@ class DeviceComm {
   // peers', which wait for it inside the call. The graph path gets the same delay without
   // capturing it.
   template <typename Body>
-  at::Tensor timed(int64_t iters, bool graph, double delay_s, const char* what, Body&& body) {
+  std::vector<double> timed(int64_t iters, bool graph, double delay_s, const char* what, Body&& body) {
     auto sync = [&] { barrier(); };
     auto start = [&] {
       barrier();
       spin_for(delay_s);
     };
     auto done = [&] { wait(what); };
-    return to_tensor(or_abort([&] {
+    return or_abort([&] {
       if (!graph) return event_times(stream_.s, iters, where_, start, body, done);
       sync();
       body();
@@ -330,7 +327,7 @@ class DeviceComm {
       g.launch();
       done();
       return event_times(stream_.s, iters, where_, start, [&] { g.launch(); }, done);
-    }));
+    });
   }
 
   // A CUDA graph captured from `body` on `stream`, and its executable instance.

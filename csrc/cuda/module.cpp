@@ -18,23 +18,21 @@
 #include "device_comm.h"
 #include "errors.h"
 #include "kernels.cuh"
-#include "torch_dispatch.h"
+#include "buffer_caster.h"
 
 namespace commbench {
 namespace {
 
 // dst = op(dst, src) with the device reduction kernel, on the current device; lets tests compare the
 // kernel (head, vector and tail paths) against torch on a single GPU.
-void reduce_tensors(at::Tensor dst, at::Tensor src, int64_t op_code) {
-  if (!dst.is_cuda() || !src.is_cuda() || dst.get_device() != src.get_device() || !dst.is_contiguous() ||
-      !src.is_contiguous() || dst.scalar_type() != src.scalar_type() || dst.numel() != src.numel())
-    throw std::invalid_argument("reduce_tensors: two contiguous tensors of one dtype and length on one GPU");
-  const Where w{0, static_cast<int>(dst.get_device())};
+void reduce_tensors(const Buffer& dst, const Buffer& src, int64_t op_code) {
+  if (dst.on_host() || dst.device != src.device || dst.dtype != src.dtype || dst.count != src.count)
+    throw std::invalid_argument("reduce_tensors: two contiguous buffers of one dtype and length on one GPU");
+  const Where w{0, dst.device};
   cuda_check(cudaSetDevice(w.device), "cudaSetDevice", w);
-  dispatch_dtype_op(dst.scalar_type(), redop_from(op_code), [&](auto tag, auto functor) {
+  dispatch_dtype_op(dst.dtype, redop_from(op_code), [&](auto tag, auto functor) {
     using T = typename decltype(tag)::type;
-    launch_reduce<T, decltype(functor)>(static_cast<T*>(dst.data_ptr()), static_cast<const T*>(src.data_ptr()),
-                                        static_cast<std::size_t>(dst.numel()), nullptr);
+    launch_reduce<T, decltype(functor)>(static_cast<T*>(dst.data), static_cast<const T*>(src.data), dst.count, nullptr);
     return 0;
   });
   cuda_check(cudaDeviceSynchronize(), "reduce kernel", w);
@@ -106,8 +104,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
            py::arg("iters"), py::call_guard<py::gil_scoped_release>())
       .def("bandwidth_times", &DeviceComm::bandwidth_times, py::arg("send"), py::arg("recv"), py::arg("bytes"), py::arg("peer"),
            py::arg("window"), py::arg("iters"), py::call_guard<py::gil_scoped_release>())
-      .def("fill_pattern", &DeviceComm::fill_pattern, py::arg("tensor"), py::arg("op"), py::arg("first") = 0)
-      .def("count_wrong", &DeviceComm::count_wrong, py::arg("tensor"), py::arg("op"), py::arg("first") = 0,
+      .def("fill_pattern", &DeviceComm::fill_pattern, py::arg("buffer"), py::arg("op"), py::arg("first") = 0)
+      .def("count_wrong", &DeviceComm::count_wrong, py::arg("buffer"), py::arg("op"), py::arg("first") = 0,
            py::arg("source") = -1);
   m.def("nccl_unique_id", &nccl_unique_id);
   m.def("reduce_tensors", &reduce_tensors, py::arg("dst"), py::arg("src"), py::arg("op"));

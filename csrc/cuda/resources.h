@@ -9,7 +9,6 @@
 
 #include <algorithm>
 #include <cstddef>
-#include <cstring>
 #include <vector>
 
 #include "errors.h"
@@ -91,12 +90,6 @@ struct Event {
   Event(const Event&) = delete;
   Event& operator=(const Event&) = delete;
 };
-
-inline at::Tensor to_tensor(const std::vector<double>& v) {
-  at::Tensor out = at::empty({static_cast<int64_t>(v.size())}, at::kDouble);
-  std::memcpy(out.data_ptr<double>(), v.data(), v.size() * sizeof(double));
-  return out;
-}
 
 // One start/stop event pair per iteration, recorded on `stream`; before each iteration `sync()`
 // runs untimed, after the last `wait()` must return once the stream is idle. Seconds per iteration.

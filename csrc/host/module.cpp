@@ -3,7 +3,8 @@
 // (seconds). A collective (collective_times.h over MpiBackend) returns this rank's own times, which
 // Python gathers from every rank (the slowest sets the pace; the others' show who kept them
 // waiting); a point-to-point test returns the maximum over its pair.
-#include <torch/extension.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
 #include <mpi.h>
 #if __has_include(<mpi-ext.h>)
@@ -25,8 +26,10 @@
 #include "commbench/pattern.h"
 #include "commbench/reduce.h"
 #include "commbench/spin.h"
+#include "buffer_caster.h"
 #include "mpi_transport.h"
-#include "torch_dispatch.h"
+
+namespace py = pybind11;
 
 namespace commbench {
 namespace {
@@ -44,9 +47,8 @@ MPI_Comm comm_from(int64_t fortran_handle) {
 // rank's next call, and the peers would wait in the untimed barrier instead of the timed call.
 // Returns this rank's own times.
 template <typename Body>
-at::Tensor time_iterations(MPI_Comm comm, int64_t iters, double delay_s, Body&& body) {
-  at::Tensor out = at::empty({iters}, at::kDouble);
-  double* t = out.data_ptr<double>();
+std::vector<double> time_iterations(MPI_Comm comm, int64_t iters, double delay_s, Body&& body) {
+  std::vector<double> t(static_cast<std::size_t>(std::max<int64_t>(iters, 0)));
   for (int64_t i = 0; i < iters; ++i) {
     mpi_check(MPI_Barrier(comm), "MPI_Barrier");
     spin_for(delay_s, [&] {
@@ -57,19 +59,17 @@ at::Tensor time_iterations(MPI_Comm comm, int64_t iters, double delay_s, Body&& 
     body();
     t[i] = std::chrono::duration<double>(Clock::now() - t0).count();
   }
-  return out;
-}
-
-// Element-wise maximum over the ranks of comm, in place.
-at::Tensor max_over_ranks(MPI_Comm comm, at::Tensor t) {
-  mpi_check(MPI_Allreduce(MPI_IN_PLACE, t.data_ptr<double>(), static_cast<int>(t.numel()), MPI_DOUBLE, MPI_MAX, comm),
-            "MPI_Allreduce");
   return t;
 }
 
-void require_host_contiguous(const at::Tensor& t, const char* what) {
-  if (!t.device().is_cpu() || !t.is_contiguous())
-    throw std::invalid_argument(std::string(what) + " must be a contiguous host tensor");
+// Element-wise maximum over the ranks of comm, in place.
+std::vector<double> max_over_ranks(MPI_Comm comm, std::vector<double> t) {
+  mpi_check(MPI_Allreduce(MPI_IN_PLACE, t.data(), static_cast<int>(t.size()), MPI_DOUBLE, MPI_MAX, comm), "MPI_Allreduce");
+  return t;
+}
+
+void require_host(const Buffer& b, const char* what) {
+  if (!b.on_host()) throw std::invalid_argument(std::string(what) + " must be in host memory");
 }
 
 // Whether the MPI library accepts GPU buffers, asked at run time where the library can say.
@@ -113,13 +113,10 @@ class MpiBackend {
   int rank() const { return rank_; }
   int size() const { return size_; }
 
-  void check_buffers(const at::Tensor& send, const at::Tensor& recv, Algorithm algo) const {
-    if (algo == Algorithm::Library && send.is_cuda() && recv.is_cuda() && mpi_cuda_aware()) {
-      if (!send.is_contiguous() || !recv.is_contiguous()) throw std::invalid_argument("buffers must be contiguous");
-      return;
-    }
-    require_host_contiguous(send, "send buffer");
-    require_host_contiguous(recv, "recv buffer");
+  void check_buffers(const Buffer& send, const Buffer& recv, Algorithm algo) const {
+    if (algo == Algorithm::Library && !send.on_host() && !recv.on_host() && mpi_cuda_aware()) return;
+    require_host(send, "send buffer");
+    require_host(recv, "recv buffer");
   }
 
   MpiTransport transport() const { return MpiTransport(comm_); }
@@ -144,7 +141,7 @@ class MpiBackend {
   NoGroup library_group() const { return {}; }
 
   template <typename Body>
-  at::Tensor time(int64_t iters, double delay_s, const std::string&, Body&& body) const {
+  std::vector<double> time(int64_t iters, double delay_s, const std::string&, Body&& body) const {
     return time_iterations(comm_, iters, delay_s, body);
   }
 
@@ -154,8 +151,8 @@ class MpiBackend {
   std::shared_ptr<void> op_;
 };
 
-at::Tensor mpi_collective_times(Collective coll, Algorithm algo, at::Tensor send, at::Tensor recv, int64_t op_code,
-                                int64_t root, int64_t iters, int64_t comm_handle, int64_t chunk_bytes, int64_t agg,
+std::vector<double> mpi_collective_times(Collective coll, Algorithm algo, const Buffer& send, const Buffer& recv,
+                                         int64_t op_code, int64_t root, int64_t iters, int64_t comm_handle, int64_t chunk_bytes, int64_t agg,
                                 double delay_s) {
   MpiBackend backend(comm_from(comm_handle));
   return collective_times(backend, coll, algo, send, recv, op_code, root, iters, chunk_bytes, agg, delay_s);
@@ -172,12 +169,12 @@ struct PairSide {
   int len;
 };
 
-PairSide pair_side(at::Tensor& send, at::Tensor& recv, int64_t bytes, int64_t comm_handle) {
-  require_host_contiguous(send, "send buffer");
-  require_host_contiguous(recv, "recv buffer");
-  if (bytes < 0 || bytes > static_cast<int64_t>(std::min(send.nbytes(), recv.nbytes())) || bytes > INT32_MAX)
+PairSide pair_side(const Buffer& send, const Buffer& recv, int64_t bytes, int64_t comm_handle) {
+  require_host(send, "send buffer");
+  require_host(recv, "recv buffer");
+  if (bytes < 0 || bytes > static_cast<int64_t>(std::min(nbytes(send), nbytes(recv))) || bytes > INT32_MAX)
     throw std::invalid_argument("message of " + std::to_string(bytes) + " bytes does not fit the buffers");
-  PairSide p{comm_from(comm_handle), 0, static_cast<char*>(send.data_ptr()), static_cast<char*>(recv.data_ptr()),
+  PairSide p{comm_from(comm_handle), 0, static_cast<char*>(send.data), static_cast<char*>(recv.data),
              static_cast<int>(bytes)};
   mpi_check(MPI_Comm_rank(p.comm, &p.rank), "MPI_Comm_rank");
   return p;
@@ -186,10 +183,10 @@ PairSide pair_side(at::Tensor& send, at::Tensor& recv, int64_t bytes, int64_t co
 // Ping-pong between the two ranks of a two-rank communicator: rank 0 sends, rank 1 echoes. The time
 // of an iteration is half the round trip as seen by rank 0 (rank 1 reports zero, so the maximum
 // over ranks is rank 0's). No barrier between iterations: the exchange itself keeps lock step.
-at::Tensor pingpong_times(at::Tensor send, at::Tensor recv, int64_t bytes, int64_t iters, int64_t comm_handle) {
+std::vector<double> pingpong_times(const Buffer& send, const Buffer& recv, int64_t bytes, int64_t iters,
+                                   int64_t comm_handle) {
   const auto [comm, rank, s, r, len] = pair_side(send, recv, bytes, comm_handle);
-  at::Tensor out = at::zeros({iters}, at::kDouble);
-  double* t = out.data_ptr<double>();
+  std::vector<double> t(static_cast<std::size_t>(std::max<int64_t>(iters, 0)), 0.0);
   mpi_check(MPI_Barrier(comm), "MPI_Barrier");
   for (int64_t i = 0; i < iters; ++i) {
     if (rank == 0) {
@@ -202,14 +199,14 @@ at::Tensor pingpong_times(at::Tensor send, at::Tensor recv, int64_t bytes, int64
       mpi_check(MPI_Send(s, len, MPI_BYTE, 0, 1, comm), "MPI_Send");
     }
   }
-  return max_over_ranks(comm, out);
+  return max_over_ranks(comm, std::move(t));
 }
 
 // Windowed unidirectional bandwidth: rank 0 posts `window` sends of `bytes` from its send buffer,
 // rank 1 receives them into its receive buffer and answers with a 4-byte ack. The time of an
 // iteration is the whole window, as seen by rank 0.
-at::Tensor bandwidth_times(at::Tensor send, at::Tensor recv, int64_t bytes, int64_t window, int64_t iters,
-                           int64_t comm_handle) {
+std::vector<double> bandwidth_times(const Buffer& send, const Buffer& recv, int64_t bytes, int64_t window,
+                                    int64_t iters, int64_t comm_handle) {
   const auto [comm, rank, s, r, len] = pair_side(send, recv, bytes, comm_handle);
   std::vector<MPI_Request> reqs(static_cast<std::size_t>(window));
   int ack = 0;
@@ -242,17 +239,17 @@ void over_periods(std::size_t n, std::size_t first, std::size_t period, F&& f) {
 }
 
 // Fills t with rank's share of the exact pattern (pattern.h) at pattern indices first, first + 1, ...
-void fill_pattern(at::Tensor t, int64_t op_code, int64_t rank, int64_t nranks, int64_t first) {
-  require_host_contiguous(t, "tensor");
+void fill_pattern(const Buffer& t, int64_t op_code, int64_t rank, int64_t nranks, int64_t first) {
+  require_host(t, "buffer");
   const RedOp op = redop_from(op_code);
   const int r = static_cast<int>(rank), p = static_cast<int>(nranks);
-  dispatch_dtype(t.scalar_type(), [&](auto tag) {
+  dispatch_dtype(t.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    T* d = static_cast<T*>(t.data_ptr());
+    T* d = static_cast<T*>(t.data);
     const std::size_t period = pattern_period(op, p);
     std::vector<T> table(period);
     for (std::size_t j = 0; j < period; ++j) table[j] = static_cast<T>(pattern_value(op, j, r, p));
-    over_periods(static_cast<std::size_t>(t.numel()), static_cast<std::size_t>(first), period,
+    over_periods(t.count, static_cast<std::size_t>(first), period,
                  [&](std::size_t k, std::size_t phase, std::size_t m) { std::memcpy(d + k, table.data() + phase, m * sizeof(T)); });
     return 0;
   });
@@ -260,19 +257,19 @@ void fill_pattern(at::Tensor t, int64_t op_code, int64_t rank, int64_t nranks, i
 
 // Number of elements of t that differ from what they must hold at pattern indices first, first + 1,
 // ...: the exact reduction over nranks ranks (source < 0), or rank `source`'s own values.
-int64_t count_wrong(at::Tensor t, int64_t op_code, int64_t nranks, int64_t first, int64_t source) {
-  require_host_contiguous(t, "tensor");
+int64_t count_wrong(const Buffer& t, int64_t op_code, int64_t nranks, int64_t first, int64_t source) {
+  require_host(t, "buffer");
   const RedOp op = redop_from(op_code);
   const int p = static_cast<int>(nranks);
-  return dispatch_dtype(t.scalar_type(), [&](auto tag) {
+  return dispatch_dtype(t.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    const T* d = static_cast<const T*>(t.data_ptr());
+    const T* d = static_cast<const T*>(t.data);
     const std::size_t period = pattern_period(op, p);
     std::vector<double> expected(period);
     for (std::size_t j = 0; j < period; ++j)
       expected[j] = source < 0 ? pattern_expected(op, j, p) : pattern_value(op, j, static_cast<int>(source), p);
     int64_t wrong = 0;
-    over_periods(static_cast<std::size_t>(t.numel()), static_cast<std::size_t>(first), period,
+    over_periods(t.count, static_cast<std::size_t>(first), period,
                  [&](std::size_t k, std::size_t phase, std::size_t m) {
                    for (std::size_t j = 0; j < m; ++j) wrong += static_cast<double>(d[k + j]) != expected[phase + j] ? 1 : 0;
                  });
@@ -303,7 +300,7 @@ std::string mpi_library_version() {
 }  // namespace
 }  // namespace commbench
 
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+PYBIND11_MODULE(_host, m) {
   using namespace commbench;
   m.doc() = "commbench host timed loops over MPI";
   bind_collective_enums(m);
@@ -315,9 +312,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("comm"), py::call_guard<py::gil_scoped_release>());
   m.def("bandwidth_times", &bandwidth_times, py::arg("send"), py::arg("recv"), py::arg("bytes"), py::arg("window"),
         py::arg("iters"), py::arg("comm"), py::call_guard<py::gil_scoped_release>());
-  m.def("fill_pattern", &fill_pattern, py::arg("tensor"), py::arg("op"), py::arg("rank"), py::arg("nranks"),
+  m.def("fill_pattern", &fill_pattern, py::arg("buffer"), py::arg("op"), py::arg("rank"), py::arg("nranks"),
         py::arg("first") = 0);
-  m.def("count_wrong", &count_wrong, py::arg("tensor"), py::arg("op"), py::arg("nranks"), py::arg("first") = 0,
+  m.def("count_wrong", &count_wrong, py::arg("buffer"), py::arg("op"), py::arg("nranks"), py::arg("first") = 0,
         py::arg("source") = -1);
   m.def("clock_floor", &clock_floor);
   m.def("mpi_cuda_aware", &mpi_cuda_aware);

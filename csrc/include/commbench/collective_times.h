@@ -8,14 +8,14 @@
 // A Backend provides:
 //   static constexpr const char* kLibrary;   // the impl name of its library call ("mpi", "nccl")
 //   int rank(); int size();
-//   void check_buffers(const at::Tensor& send, const at::Tensor& recv, Algorithm);  // throws
+//   void check_buffers(const Buffer& send, const Buffer& recv, Algorithm);  // throws
 //   Transport transport();                   // point-to-point for the executors (collectives.h)
 //   template <T, Op> Reducer reducer();      // reducer(dst, src, n): dst = op(dst, src)
 //   Copy copy();                             // copy(dst, src, n) within this rank's memory
 //   template <T> T* scratch(size_t n);       // n elements, kept at least as long as the Backend
 //   template <T, Op> std::function<void()> library_call(Collective, const CallBuffers<T>&, RedOp);
 //   Group library_group();                   // what fuses `agg` library calls (own_algorithms.h)
-//   template <Body> at::Tensor time(int64_t iters, double delay_s, const std::string& what, Body&&);
+//   template <Body> std::vector<double> time(int64_t iters, double delay_s, const std::string& what, Body&&);
 //       // this rank's seconds per iteration of body(): each iteration after a barrier and, outside
 //       // the timed interval, the delay; `what` names the call in a timeout
 //
@@ -23,7 +23,7 @@
 // object.
 #pragma once
 
-#include <torch/extension.h>
+#include <pybind11/pybind11.h>
 
 #include <algorithm>
 #include <cmath>
@@ -32,17 +32,17 @@
 #include <iterator>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
+#include "commbench/buffer.h"
 #include "commbench/own_algorithms.h"
 #include "commbench/reduce.h"
-#include "torch_dispatch.h"
 
 namespace commbench {
 
-inline bool overlap(const at::Tensor& a, const at::Tensor& b) {
-  const char* a0 = static_cast<const char*>(a.data_ptr());
-  const char* b0 = static_cast<const char*>(b.data_ptr());
-  return a0 < b0 + b.nbytes() && b0 < a0 + a.nbytes();
+inline std::vector<double> per_call(std::vector<double> t, int64_t calls) {
+  for (double& x : t) x /= static_cast<double>(calls);
+  return t;
 }
 
 // Times one call of collective `coll` by `algo` on `backend`: its library call or one of our
@@ -51,27 +51,26 @@ inline bool overlap(const at::Tensor& a, const at::Tensor& b) {
 // operation (fused into one group where the library allows) and `delay_s` delays this rank before
 // each.
 template <typename Backend>
-at::Tensor collective_times(Backend& backend, Collective coll, Algorithm algo, const at::Tensor& send,
-                            const at::Tensor& recv, int64_t op_code, int64_t root, int64_t iters, int64_t chunk_bytes,
+std::vector<double> collective_times(Backend& backend, Collective coll, Algorithm algo, const Buffer& send,
+                                     const Buffer& recv, int64_t op_code, int64_t root, int64_t iters, int64_t chunk_bytes,
                             int64_t agg, double delay_s) {
   if (agg < 1) throw std::invalid_argument("agg must be at least 1");
   if (!(delay_s >= 0) || !std::isfinite(delay_s)) throw std::invalid_argument("delay must be finite and not negative");
   backend.check_buffers(send, recv, algo);
-  if (send.scalar_type() != recv.scalar_type()) throw std::invalid_argument("send and recv buffers differ in dtype");
+  if (send.dtype != recv.dtype) throw std::invalid_argument("send and recv buffers differ in dtype");
   if (root < 0 || root >= backend.size()) throw std::invalid_argument("root must be a rank of the communicator");
   const RedOp op = redop_from(op_code);
   const bool library = algo == Algorithm::Library;
   const std::string what = std::string(name_of(coll)) + " " + (library ? Backend::kLibrary : name_of(algo));
-  return dispatch_dtype_op(recv.scalar_type(), op, [&](auto tag, auto functor) {
+  return dispatch_dtype_op(recv.dtype, op, [&](auto tag, auto functor) {
     using T = typename decltype(tag)::type;
     using Op = decltype(functor);
-    const CallBuffers<T> b{static_cast<const T*>(send.data_ptr()), static_cast<T*>(recv.data_ptr()),
-                           static_cast<std::size_t>(send.numel()), static_cast<std::size_t>(recv.numel()),
+    const CallBuffers<T> b{static_cast<const T*>(send.data), static_cast<T*>(recv.data), send.count, recv.count,
                            overlap(send, recv), backend.rank(), backend.size(), static_cast<int>(root)};
-    const double calls = static_cast<double>(agg);
     if (library) {
       auto call = backend.template library_call<T, Op>(coll, b, op);
-      return backend.time(iters, delay_s, what, aggregated(call, agg, [&] { return backend.library_group(); })) / calls;
+      return per_call(backend.time(iters, delay_s, what, aggregated(call, agg, [&] { return backend.library_group(); })),
+                      agg);
     }
     const Own own = own_algo(coll, algo);
     if (pipelined(own) && chunk_bytes < static_cast<int64_t>(sizeof(T)))
@@ -82,9 +81,9 @@ at::Tensor collective_times(Backend& backend, Collective coll, Algorithm algo, c
     auto reducer = backend.template reducer<T, Op>();
     auto copy = backend.copy();
     T* scratch = backend.template scratch<T>(own_scratch_elems<T>(own, b, chunk));
-    return backend.time(iters, delay_s, what,
-                        aggregated(own_call(own, transport, reducer, copy, b, scratch, chunk), agg, no_group)) /
-           calls;
+    return per_call(
+        backend.time(iters, delay_s, what, aggregated(own_call(own, transport, reducer, copy, b, scratch, chunk), agg, no_group)),
+        agg);
   });
 }
 
