@@ -217,8 +217,10 @@ class World:
         if self.comm is not None:
             from mpi4py import MPI
             comm = self.comm.Split(0 if self.rank < k else MPI.UNDEFINED, self.rank)
-        import torch.distributed as dist
-        if dist.is_available() and dist.is_initialized():
+        # A process group exists only where torch is loaded: a launch on host memory over MPI never
+        # imports it (run/buffers.py), and then has no group to split.
+        dist = sys.modules.get("torch.distributed")
+        if dist is not None and dist.is_available() and dist.is_initialized():
             group = dist.new_group(list(range(k)))  # collective over every rank, members or not
         if self.rank >= k:
             return None
