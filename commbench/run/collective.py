@@ -81,10 +81,12 @@ def run_collective(world, cfg: RunConfig, coll, impls: list, reporter, where: st
                     if reporter:
                         reporter.step(f"{block} {format_size(shape.size)}")
                     send, recv = pool.views(shape, world.rank)
-                    _fill(data, send, coll.inputs(world.rank, world.size, cfg.root, shape), code)
                     if cfg.device == "cuda":
+                        # The stale values went on torch's stream; the pattern's fill and the impls run
+                        # on the communicator's: the fill must not be overwritten by them.
                         import torch
-                        torch.cuda.synchronize()  # the stale fill ran on torch's stream, the impls use their own
+                        torch.cuda.synchronize()
+                    _fill(data, send, coll.inputs(world.rank, world.size, cfg.root, shape), code)
                     # One call, checked: in place, a second one would start from the first one's result.
                     checked = Timings(functools.partial(impl.rank_times, world, coll, send, recv, code, cfg=cfg))(1)
                     expected = coll.expected(world.rank, world.size, cfg.root, shape)

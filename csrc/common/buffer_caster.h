@@ -28,9 +28,14 @@ struct type_caster<commbench::Buffer> {
  private:
   bool load_tensor(handle t) {
     require(t.attr("is_contiguous")().cast<bool>());
+    // Only host and CUDA memory: a tensor elsewhere (meta, another accelerator) has no address the
+    // loops could use.
+    const std::string kind = str(t.attr("device").attr("type"));
+    if (kind != "cpu" && kind != "cuda")
+      throw std::invalid_argument("buffers must be in host memory or on a CUDA device, not on " + kind);
+    value.device = kind == "cuda" ? t.attr("get_device")().cast<int>() : commbench::kHost;
     value.data = reinterpret_cast<void*>(t.attr("data_ptr")().cast<std::uintptr_t>());
     value.count = t.attr("numel")().cast<std::size_t>();
-    value.device = t.attr("is_cuda").cast<bool>() ? t.attr("get_device")().cast<int>() : commbench::kHost;
     const std::string name = str(t.attr("dtype"));
     value.dtype = commbench::dtype_named(name.rfind("torch.", 0) == 0 ? name.substr(6) : name);
     return true;
@@ -38,7 +43,11 @@ struct type_caster<commbench::Buffer> {
 
   bool load_array(handle a) {
     require(a.attr("flags")["C_CONTIGUOUS"].cast<bool>());
-    value.data = reinterpret_cast<void*>(a.attr("__array_interface__")["data"].cast<tuple>()[0].cast<std::uintptr_t>());
+    // The loops write into receive buffers, and read elements of their type where they start.
+    if (!a.attr("flags")["ALIGNED"].cast<bool>()) throw std::invalid_argument("buffers must be aligned to their element size");
+    const tuple data = a.attr("__array_interface__")["data"].cast<tuple>();
+    if (data[1].cast<bool>()) throw std::invalid_argument("buffers must be writable");
+    value.data = reinterpret_cast<void*>(data[0].cast<std::uintptr_t>());
     value.count = a.attr("size").cast<std::size_t>();
     value.device = commbench::kHost;
     value.dtype = commbench::dtype_named(str(a.attr("dtype")));

@@ -169,7 +169,8 @@ struct PairSide {
   int len;
 };
 
-PairSide pair_side(const Buffer& send, const Buffer& recv, int64_t bytes, int64_t comm_handle) {
+PairSide pair_side(const Buffer& send, const Buffer& recv, int64_t bytes, int64_t iters, int64_t comm_handle) {
+  if (iters < 0) throw std::invalid_argument("iters must not be negative");
   require_host(send, "send buffer");
   require_host(recv, "recv buffer");
   if (bytes < 0 || bytes > static_cast<int64_t>(std::min(nbytes(send), nbytes(recv))) || bytes > INT32_MAX)
@@ -185,7 +186,7 @@ PairSide pair_side(const Buffer& send, const Buffer& recv, int64_t bytes, int64_
 // over ranks is rank 0's). No barrier between iterations: the exchange itself keeps lock step.
 std::vector<double> pingpong_times(const Buffer& send, const Buffer& recv, int64_t bytes, int64_t iters,
                                    int64_t comm_handle) {
-  const auto [comm, rank, s, r, len] = pair_side(send, recv, bytes, comm_handle);
+  const auto [comm, rank, s, r, len] = pair_side(send, recv, bytes, iters, comm_handle);
   std::vector<double> t(static_cast<std::size_t>(std::max<int64_t>(iters, 0)), 0.0);
   mpi_check(MPI_Barrier(comm), "MPI_Barrier");
   for (int64_t i = 0; i < iters; ++i) {
@@ -207,7 +208,7 @@ std::vector<double> pingpong_times(const Buffer& send, const Buffer& recv, int64
 // iteration is the whole window, as seen by rank 0.
 std::vector<double> bandwidth_times(const Buffer& send, const Buffer& recv, int64_t bytes, int64_t window,
                                     int64_t iters, int64_t comm_handle) {
-  const auto [comm, rank, s, r, len] = pair_side(send, recv, bytes, comm_handle);
+  const auto [comm, rank, s, r, len] = pair_side(send, recv, bytes, iters, comm_handle);
   std::vector<MPI_Request> reqs(static_cast<std::size_t>(window));
   int ack = 0;
   return max_over_ranks(comm, time_iterations(comm, iters, 0.0, [&] {

@@ -55,6 +55,7 @@ std::vector<double> collective_times(Backend& backend, Collective coll, Algorith
                                      const Buffer& recv, int64_t op_code, int64_t root, int64_t iters, int64_t chunk_bytes,
                             int64_t agg, double delay_s) {
   if (agg < 1) throw std::invalid_argument("agg must be at least 1");
+  if (iters < 0) throw std::invalid_argument("iters must not be negative");
   if (!(delay_s >= 0) || !std::isfinite(delay_s)) throw std::invalid_argument("delay must be finite and not negative");
   backend.check_buffers(send, recv, algo);
   if (send.dtype != recv.dtype) throw std::invalid_argument("send and recv buffers differ in dtype");
