@@ -18,6 +18,8 @@ Environment switches:
   TORCH_CUDA_ARCH_LIST=...   GPU targets (default "8.0;9.0+PTX": Ampere, Hopper, and PTX)
   COMMBENCH_SKIP_CUDA=1      do not build commbench._cuda
   COMMBENCH_VEC_REPORT=1     print the compiler's vectorisation report for the reduction loops
+  COMMBENCH_QUICK_BUILD=1    compile without optimisation (-O0, about half the time): a build for
+                             checking what a wheel carries and that it runs, never one to measure with
 """
 
 import glob
@@ -31,6 +33,7 @@ import sysconfig
 from setuptools import Extension, setup
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+OPT = "-O0" if os.environ.get("COMMBENCH_QUICK_BUILD") else "-O3"
 
 
 def _load_toolkit():
@@ -109,7 +112,7 @@ def mpi_flags(wrapper: str) -> tuple[list[str], list[str], list[str], list[str]]
 def host_extension() -> Extension:
     incs, lib_dirs, libs, link = mpi_flags(mpi_wrapper())
     # -g0: Python's default flags ask for debug information, which nobody reads in a benchmark.
-    cxx = ["-O3", "-g0", "-fwrapv", "-Wall", "-Wextra", "-Wno-unused-parameter"]
+    cxx = [OPT, "-g0", "-fwrapv", "-Wall", "-Wextra", "-Wno-unused-parameter"]
     if os.environ.get("COMMBENCH_VEC_REPORT"):
         cxx.append("-fopt-info-vec-optimized")
     return Extension(
@@ -158,8 +161,8 @@ def cuda_extension():
         include_dirs=[os.path.join(HERE, "csrc", "include"), os.path.join(HERE, "csrc", "common"),
                       os.path.join(HERE, "csrc", "cuda"), nccl_inc],
         library_dirs=link_dirs,
-        extra_compile_args={"cxx": ["-O3", "-g0", "-Wall", "-Wextra", "-Wno-unused-parameter"],
-                            "nvcc": ["-O3", "--expt-relaxed-constexpr"]},
+        extra_compile_args={"cxx": [OPT, "-g0", "-Wall", "-Wextra", "-Wno-unused-parameter"],
+                            "nvcc": [OPT, "--expt-relaxed-constexpr"]},
         extra_link_args=[nccl_link] + [f"-Wl,-rpath,{d}" for d in run_path],
         define_macros=[("COMMBENCH_WITH_NCCL", "1")],  # library_calls.h: NCCL's calls
     )

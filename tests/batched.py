@@ -2,6 +2,7 @@
 (the console script's main() with its argv), one after another in the same launched processes, so
 that a test module pays the start of its ranks once rather than once per command. Each command's
 stdout, stderr, exit status and whether torch was loaded by then on rank 0 go to OUT_DIR/ran-<name>.json.
+A case whose first word is a .py file runs that test script instead, with that argv.
 
     python batched.py CASES.json OUT_DIR      CASES.json: {"name": ["allreduce", "--sizes", ...], ...}
 """
@@ -10,6 +11,7 @@ import contextlib
 import io
 import json
 import os
+import runpy
 import sys
 
 from commbench.cli import main
@@ -17,11 +19,15 @@ from commbench.launch.world import launch_rank
 
 
 def run(argv: list) -> dict:
-    sys.argv = ["commbench", *argv]
+    script = argv[0].endswith(".py")
+    sys.argv = argv if script else ["commbench", *argv]
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
-            main()
+            if script:
+                runpy.run_path(argv[0], run_name="__main__")
+            else:
+                main()
             code = 0
         except SystemExit as e:
             code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)

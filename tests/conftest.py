@@ -49,6 +49,32 @@ def mpirun(n: int, args: list, timeout: float = 300, cwd=None, env=None) -> subp
                           timeout=timeout, env=env or mpi_env(), cwd=cwd)
 
 
+def free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def torchrun_env(rank: int, world: int, port: int) -> dict:
+    """mpi_env() with the variables torchrun gives rank `rank` of `world` on this host."""
+    env = mpi_env()
+    env.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
+               MASTER_PORT=str(port))
+    return env
+
+
+def torchrun_style(args: list, ranks: int = 2, cwd=None, timeout: float = 300) -> list:
+    """commbench ARGS launched torchrun-style: `ranks` processes with torchrun's variables and no
+    torchrun (whose own process loads torch: seconds; the real torchrun is test_collectives_cli's);
+    [(exit status, stdout, stderr)] by rank."""
+    port = free_port()
+    procs = [subprocess.Popen([COMMBENCH, *args], env=torchrun_env(r, ranks, port), cwd=cwd, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for r in range(ranks)]
+    outs = [p.communicate(timeout=timeout) for p in procs]
+    return [(p.returncode, *out) for p, out in zip(procs, outs)]
+
+
 def commbench(args: list, timeout: float = 300, cwd=None, env=None) -> subprocess.CompletedProcess:
     return subprocess.run([COMMBENCH, *args], capture_output=True, text=True, timeout=timeout,
                           env=env or mpi_env(), cwd=cwd)

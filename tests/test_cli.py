@@ -2,11 +2,9 @@
 
 import glob
 import os
-import socket
-import subprocess
 
 import pytest
-from conftest import COMMBENCH, batch, commbench, in_process, mpi_env, stub_gpu_env
+from conftest import batch, commbench, in_process, mpi_env, stub_gpu_env, torchrun_style
 
 from commbench.node.machine import recorded_env
 from commbench.results import document as results
@@ -209,41 +207,22 @@ def test_p2p_bad_pair_is_refused(workdir):
     assert r.returncode == 2 and "bad pair '0:5'" in r.stderr and "Traceback" not in r.stderr
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _torchrun_env(rank, world, port):
-    env = mpi_env()
-    env.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
-               MASTER_PORT=str(port))
-    return env
-
-
 def test_torchrun_style_gloo_two_processes(workdir):
-    port = _free_port()
     out = os.path.join(workdir, "tr.json")
-    procs = [subprocess.Popen([COMMBENCH, "allreduce", "--device", "cpu", "--sizes", "1K,1M", "--budget-ms", "20",
-                               "-o", out],
-                              env=_torchrun_env(r, 2, port), cwd=workdir, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for r in range(2)]
-    outs = [p.communicate(timeout=300) for p in procs]
-    assert [p.returncode for p in procs] == [0, 0], outs
-    assert "# impl gloo:" in outs[0][0] and "launcher: torchrun" in outs[0][0]
+    ends = torchrun_style(["allreduce", "--device", "cpu", "--sizes", "1K,1M", "--budget-ms", "20", "-o", out],
+                          cwd=workdir)
+    assert [rc for rc, _, _ in ends] == [0, 0], ends
+    assert "# impl gloo:" in ends[0][1] and "launcher: torchrun" in ends[0][1]
     df = results.load(out)
     assert list(df["impl"]) == ["gloo", "gloo"] and (df["wrong"] == 0).all() and (df["ranks"] == 2).all()
 
 
 def test_torchrun_style_mpi_impl_says_it_needs_mpi(workdir):
-    port = _free_port()
-    procs = [subprocess.Popen([COMMBENCH, "allreduce", "--device", "cpu", "--impl", "ring", "--sizes", "1K"],
-                              env=_torchrun_env(r, 2, port), cwd=workdir, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for r in range(2)]
-    outs = [p.communicate(timeout=300) for p in procs]
-    assert [p.returncode for p in procs] == [2, 2]
-    assert "needs an MPI launch" in outs[0][1] and "Traceback" not in outs[0][1]
+    ends = torchrun_style(["allreduce", "--device", "cpu", "--impl", "ring", "--sizes", "1K"], cwd=workdir)
+    assert [rc for rc, _, _ in ends] == [2, 2]
+    assert ends[0][2] == ("commbench: error: --impl ring@mpi needs an MPI launch (mpirun/srun, or no launcher at all); "
+                          "under torchrun use --impl gloo\n")
+    assert ends[1][2] == "" and os.listdir(workdir) == []
 
 
 def test_gloo_p2p_with_a_rank_outside_the_pair(three):

@@ -8,7 +8,7 @@ import subprocess
 import time
 
 import pytest
-from conftest import COMMBENCH, MPIRUN, mpi_env
+from conftest import COMMBENCH, MPIRUN, free_port, mpi_env, torchrun_env
 
 from commbench.results import document as results
 
@@ -104,26 +104,15 @@ def test_a_fault_ends_every_rank_with_one_line_and_keeps_the_rows(launch, fault,
     assert _left(out) == []
 
 
-def _free_port() -> int:
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.parametrize("fault", ["kill", "stop", "interrupt"])
 def test_a_fault_under_torchrun_style_gloo_ends_every_rank(fault, workdir):
     """No launcher to end the rest here: each rank's own watchdog does. A stopped rank leaves once
     resumed."""
     out = os.path.join(workdir, f"{fault}-gloo.json")
     args = [*SWEEP, "--impl", "gloo", "-o", out]
-    port = str(_free_port())
-    procs = []
-    for rank in range(3):
-        env = mpi_env()
-        env.update(RANK=str(rank), WORLD_SIZE="3", LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
-        procs.append(subprocess.Popen([COMMBENCH, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                      text=True, start_new_session=True))
+    port = free_port()
+    procs = [subprocess.Popen([COMMBENCH, *args], env=torchrun_env(rank, 3, port), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, start_new_session=True) for rank in range(3)]
     try:
         _wait_for_rows(out, procs[0])
         t = time.monotonic()

@@ -4,6 +4,7 @@ memory check with NCCL's buffers and torch's cache, and the device timer's floor
 
 import os
 import stat
+import subprocess
 import sys
 
 import pytest
@@ -126,6 +127,23 @@ class FakeCuda:
         return self.uuids[ordinal], f"0000:{ordinal + 0x18:02x}:00.0"
 
 
+def _use(monkeypatch, fake: FakeCuda) -> None:
+    """`fake` as commbench._cuda, on a host whose CUDA driver loads."""
+    monkeypatch.setattr(gpu, "driver_loads", lambda: True)
+    monkeypatch.setattr(gpu, "_load", lambda: (fake, ""))
+
+
+def test_a_host_without_the_cuda_driver_has_no_gpu_and_never_loads_torch():
+    """No driver library: zero GPUs, said so, without importing torch (seconds on a CPU host); topo
+    then records no NCCL version."""
+    code = ("import sys; from commbench.node import gpu, topo; gpu.DRIVER_LIBRARY = 'libcuda-absent.so.1'; "
+            "print(gpu.visible_gpus()); print(topo.library_versions()['nccl']); print('torch' in sys.modules)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.stdout.splitlines() == [
+        "(0, 'no CUDA device visible (no NVIDIA driver on this host: libcuda-absent.so.1 does not load)')",
+        "None", "False"], r.stderr
+
+
 class FakeWorld:
     """Rank 0 of `size` ranks on one host; the other ranks' identities are given."""
 
@@ -141,8 +159,8 @@ class FakeWorld:
 
 
 def test_driver_errors_are_reported_in_the_runtimes_words(monkeypatch):
-    monkeypatch.setattr(gpu, "_load", lambda: (FakeCuda([], "CUDA driver version is insufficient for CUDA runtime "
-                                                            "version (the driver supports CUDA 12.4)"), ""))
+    _use(monkeypatch, FakeCuda([], "CUDA driver version is insufficient for CUDA runtime version (the driver "
+                                   "supports CUDA 12.4)"))
     n, why = gpu.visible_gpus()
     assert n == 0 and why == ("CUDA cannot use the GPUs: CUDA driver version is insufficient for CUDA runtime "
                               "version (the driver supports CUDA 12.4)")
@@ -159,14 +177,14 @@ def test_device_choice_follows_what_the_rank_sees(visible, local_ranks, expected
 
 def test_per_rank_binding_is_accepted(monkeypatch):
     """Slurm --gpus-per-task=1: four ranks, each seeing one GPU of its own as ordinal 0."""
-    monkeypatch.setattr(gpu, "_load", lambda: (FakeCuda(["GPU-aaaa"]), ""))
+    _use(monkeypatch, FakeCuda(["GPU-aaaa"]))
     others = [("node1", f"GPU-{c * 4}", f"0000:{i:02x}:00.0") for i, c in enumerate("bcd", 1)]
     assert gpu.rank_device(FakeWorld(4, 0, others)) == 0
 
 
 def test_two_ranks_on_one_physical_gpu_are_refused_by_name(monkeypatch):
     """CUDA_VISIBLE_DEVICES=0 for every rank: each sees one GPU, and it is the same one."""
-    monkeypatch.setattr(gpu, "_load", lambda: (FakeCuda(["GPU-aaaa"]), ""))
+    _use(monkeypatch, FakeCuda(["GPU-aaaa"]))
     others = [("node1", "GPU-bbbb", "0000:19:00.0"), ("node1", "GPU-aaaa", "0000:18:00.0")]
     with pytest.raises(CommbenchError, match=r"ranks 0 and 2 on host node1 both use GPU GPU-aaaa \(PCI 0000:18:00.0\)"):
         gpu.rank_device(FakeWorld(3, 0, others))
@@ -175,7 +193,7 @@ def test_two_ranks_on_one_physical_gpu_are_refused_by_name(monkeypatch):
 def test_a_rank_without_a_gpu_fails_every_rank_instead_of_hanging_them(monkeypatch):
     """Rank 0 sees its GPU; rank 1 sees none (CUDA_VISIBLE_DEVICES=''): rank 0 must not wait for rank
     1's identity for ever, and the error names rank 1."""
-    monkeypatch.setattr(gpu, "_load", lambda: (FakeCuda(["GPU-aaaa"]), ""))
+    _use(monkeypatch, FakeCuda(["GPU-aaaa"]))
     others = ["--device cuda needs a GPU: no CUDA device visible (CUDA_VISIBLE_DEVICES='')"]
     with pytest.raises(CommbenchError, match=r"^rank 1: --device cuda needs a GPU: no CUDA device visible"):
         gpu.rank_device(FakeWorld(2, 0, others))

@@ -7,12 +7,11 @@ import glob
 import json
 import os
 import shlex
-import subprocess
 import sys
 
 import numpy as np
 import pytest
-from conftest import COMMBENCH, HERE, ROOT, commbench, mpi_env, mpirun
+from conftest import COMMBENCH, HERE, ROOT, commbench, mpi_env, mpirun, torchrun_style
 
 from commbench.analysis import fit
 from commbench.analysis import verdicts as fitreport
@@ -104,6 +103,30 @@ def test_a_failure_ends_every_rank_once_whatever_fails_after_it(rank, reporter, 
     assert slept == ([common.RANK_SPEAKS_AFTER_S] if rank else [])  # rank 0 speaks for the job at once
 
 
+@pytest.mark.parametrize("measured", [0, 1])
+def test_bad_input_found_once_the_result_file_exists(measured, tmp_path):
+    """A refusal on the ranks after rank 0 made the result file (a GPU's memory, an MPI that is not
+    CUDA-aware): a file without rows goes, so a retry with the same -o works; one with rows stays,
+    marked as bad input."""
+    from commbench.cli import common
+    from commbench.run.output import FileOutput
+    path = str(tmp_path / "r.json")
+    out = FileOutput(path, {k: v for k, v in ring_run().items() if k not in ("status", "error", "results")})
+    for record in ring_run()["results"][:measured]:
+        out.file.add(record)
+
+    def run():
+        raise CommbenchError("--impl mpi --device cuda: Open MPI v5.0.11 is not CUDA-aware")
+    with pytest.raises(CommbenchError):
+        common.sweep(out, run, None)
+    if measured:
+        doc = results.load_document(path)
+        assert len(doc["results"]) == 1 and doc["status"] == "failed"
+        assert doc["error"] == "bad input: --impl mpi --device cuda: Open MPI v5.0.11 is not CUDA-aware"
+    else:
+        assert os.listdir(str(tmp_path)) == []
+
+
 def test_a_failed_write_keeps_the_last_good_result_file(tmp_path, monkeypatch):
     path = str(tmp_path / "r.json")
     f = results.ResultFile(path, {k: v for k, v in ring_run().items() if k not in ("status", "error", "results")})
@@ -192,20 +215,15 @@ def test_new_files_appear_whole_and_never_replace_one(tmp_path):
 
 # ---- refused before it measures: no file, no rank ----------------------------------------------------
 
-def test_a_run_refused_on_the_ranks_leaves_no_result_file(workdir):
-    """Under torchrun an MPI p2p is refused once the ranks run and the result file exists: the
-    file goes, so a retry with the same -o works."""
-    from test_cli import _free_port, _torchrun_env
-    port = _free_port()
+def test_an_mpi_run_under_torchrun_is_refused_before_the_ranks_meet(workdir):
+    """Each rank of a torchrun-style launch refuses an MPI p2p before gloo's rendezvous: rank 0 says
+    so in one line, the others say nothing, and no result file is made."""
     out = os.path.join(workdir, "p.json")
-    procs = [subprocess.Popen([COMMBENCH, "p2p", "--impl", "mpi", "--sizes", "1K", "-o", out],
-                              env=_torchrun_env(rank, 2, port), cwd=workdir, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for rank in range(2)]
-    outs = [p.communicate(timeout=300) for p in procs]
-    assert [p.returncode for p in procs] == [2, 2]
-    assert outs[0][1] == ("commbench: error: commbench p2p needs an MPI launch (mpirun/srun, or no launcher at "
+    ends = torchrun_style(["p2p", "--impl", "mpi", "--sizes", "1K", "-o", out], cwd=workdir)
+    assert [rc for rc, _, _ in ends] == [2, 2]
+    assert ends[0][2] == ("commbench: error: commbench p2p needs an MPI launch (mpirun/srun, or no launcher at "
                           "all); under torchrun use --impl gloo\n")
-    assert outs[1][1] == "" and not os.path.exists(out)
+    assert ends[1][2] == "" and not os.path.exists(out)
 
 
 def test_under_a_launcher_rank_0_refuses_before_any_measurement(workdir):

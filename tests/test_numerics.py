@@ -9,14 +9,13 @@ import math
 import os
 import re
 import shlex
-import socket
 import subprocess
 import sys
 from fractions import Fraction
 
 import numpy as np
 import pytest
-from conftest import BIN, COMMBENCH, HERE, batch, commbench, mpi_env, mpirun, stub_gpu_env
+from conftest import COMMBENCH, HERE, batch, commbench, mpirun, stub_gpu_env, torchrun_style
 
 from commbench.analysis import numerics
 from commbench.cli import main
@@ -163,7 +162,9 @@ def four(folder):
     impl and dtype, and the integer run at 1, 3 and 4 ranks (3 ranks share 4 contributions unevenly)."""
     return batch(4, {"float": [*RUN, "-o", "mpirun.json"],
                      "integer": ["numerics", "--data", "integer", "--ranks", "1,3,4", "--count", "3000",
-                                 "-o", "integer.json"]}, folder)
+                                 "-o", "integer.json"],
+                     "vectors": [os.path.join(HERE, "numerics_vectors.py"), os.path.join(folder, "vectors.npz"), "normal",
+                                 str(SEED), str(COUNT), "2,4", ",".join(DTYPES)]}, folder)
 
 
 @pytest.fixture(scope="module")
@@ -174,12 +175,11 @@ def launched(folder, four):
 
 
 @pytest.fixture(scope="module")
-def vectors(folder):
-    """The same run once more (tests/numerics_vectors.py), its vectors kept: rows and arrays."""
-    out = os.path.join(folder, "vectors.npz")
-    _ok(mpirun(4, [sys.executable, os.path.join(HERE, "numerics_vectors.py"), out, "normal", str(SEED), str(COUNT),
-                   "2,4", ",".join(DTYPES)], cwd=folder))
-    with np.load(out) as z:
+def vectors(folder, four):
+    """The same run once more (tests/numerics_vectors.py, in the same launch), its vectors kept: rows
+    and arrays."""
+    _ok(four["vectors"])
+    with np.load(os.path.join(folder, "vectors.npz")) as z:
         return json.loads(str(z["rows"])), {k: z[k] for k in z.files if k != "rows"}
 
 
@@ -323,9 +323,8 @@ def test_report_plot_and_export_show_it_and_fit_refuses_it(launched, folder):
 
 def test_under_torchrun_gloo_alone(folder):
     out = os.path.join(folder, "torchrun.json")
-    _ok(subprocess.run([os.path.join(BIN, "torchrun"), "--standalone", "--nproc-per-node", "2", "--no-python",
-                        COMMBENCH, "numerics", "--count", "1024", "--dtype", "float32,bfloat16", "-o", out],
-                       env=mpi_env(), cwd=folder, capture_output=True, text=True, timeout=300))
+    ends = torchrun_style(["numerics", "--count", "1024", "--dtype", "float32,bfloat16", "-o", out], cwd=folder)
+    assert [rc for rc, _, _ in ends] == [0, 0], ends
     doc = load_document(out)
     assert doc["machine"]["launcher"] == "torchrun" and doc["config"]["impls"] == ["gloo"]
     assert [(r["dtype"], r["ranks"]) for r in doc["numerics"]["rows"]] == [("float32", 2), ("bfloat16", 2)]
@@ -333,18 +332,11 @@ def test_under_torchrun_gloo_alone(folder):
 
 def test_mpi_impls_are_refused_under_torchrun(tmp_path):
     """Launched torchrun-style (its variables, no torchrun), as in test_cli."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    envs = [dict(mpi_env(), RANK=str(r), WORLD_SIZE="2", LOCAL_RANK=str(r), MASTER_ADDR="127.0.0.1",
-                 MASTER_PORT=str(port)) for r in range(2)]
-    procs = [subprocess.Popen([COMMBENCH, "numerics", "--count", "64", "--impl", "ring"], env=env, cwd=tmp_path,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for env in envs]
-    outs = [p.communicate(timeout=300) for p in procs]
-    assert [p.returncode for p in procs] == [2, 2]
-    assert outs[0][1] == "commbench: error: --impl mpi needs an MPI launch (mpirun/srun, or no launcher at all); " \
-                         "under torchrun use --impl gloo\n"
-    assert os.listdir(tmp_path) == []  # refused before the result file was made
+    ends = torchrun_style(["numerics", "--count", "64", "--impl", "ring"], cwd=tmp_path)
+    assert [rc for rc, _, _ in ends] == [2, 2]
+    assert ends[0][2] == "commbench: error: --impl ring@mpi needs an MPI launch (mpirun/srun, or no launcher at " \
+                         "all); under torchrun use --impl gloo\n"
+    assert ends[1][2] == "" and os.listdir(tmp_path) == []  # refused before the ranks met
 
 
 def test_a_visible_gpu_takes_the_gpu_path(tmp_path):

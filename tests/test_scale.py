@@ -4,10 +4,9 @@ again with --from, and refused in one line."""
 
 import json
 import os
-import subprocess
 
 import pytest
-from conftest import BIN, COMMBENCH, commbench, mpi_env, mpirun
+from conftest import COMMBENCH, commbench, mpirun, torchrun_style
 
 from commbench import collectives
 from commbench.analysis.fabrics import Expectation
@@ -137,11 +136,9 @@ def test_under_mpirun_one_launch_gives_every_count(workdir):
 
 def test_under_torchrun_gloo_subgroups(workdir):
     out = os.path.join(workdir, "scale.json")
-    r = subprocess.run([os.path.join(BIN, "torchrun"), "--standalone", "--nproc-per-node", "2", "--no-python",
-                        COMMBENCH, "scale", "--ranks", "1,2", "--device", "cpu", "--sizes", "64K-1M:x4", "--iters", "3",
-                        "--warmup", "1", "--grad-bytes", "256K", "-o", out], env=mpi_env(), cwd=workdir,
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    ends = torchrun_style(["scale", "--ranks", "1,2", "--device", "cpu", "--sizes", "64K-1M:x4", "--iters", "3",
+                           "--warmup", "1", "--grad-bytes", "256K", "-o", out], cwd=workdir)
+    assert [rc for rc, _, _ in ends] == [0, 0], ends
     doc = results.load_document(out)
     assert {(x["impl"], x["ranks"]) for x in doc["results"]} == {("gloo", 1), ("gloo", 2)}
     assert all(x["wrong"] == 0 for x in doc["results"])

@@ -126,6 +126,7 @@ def run_ranks(nranks: Optional[int], default_ranks: int, body, checks) -> None:
         for n in notes:
             click.echo(f"commbench: {n}", err=True)
         sys.exit(_spawn(argv, env))
+    checks.before_joining(detect_launcher())
     world = init_world()
     if nranks is not None and nranks != world.size:
         raise CommbenchError(f"--np {nranks} given but the launcher started {world.size} ranks; drop --np under a launcher")

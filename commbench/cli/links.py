@@ -65,7 +65,7 @@ def links(impl, latency_size, bandwidth_size, window, threshold_pct, mad_z, judg
     if detect_launcher() is None and (nranks or 2) < 2:
         raise CommbenchError("links needs at least 2 ranks: use --np 2 or more")
     # The pairs are all of them, whatever the count: links checks the rank count itself.
-    checks = dataclasses.replace(preflight.for_p2p(sizes, "all", device, output), pairs=None)
+    checks = dataclasses.replace(preflight.for_p2p(sizes, "all", device, output, impl, "commbench links"), pairs=None)
 
     def body(world):
         from ..results.document import default_path

@@ -172,7 +172,7 @@ def p2p(sizes, impl, device, pairs, window, nranks, timeout_s, output, policy, n
         reporter = make_reporter(world, cfg, output, 2 * len(cfg.pairs) * len(size_list), None if no_fit else judge)
         return sweep(reporter, lambda: run_p2p(world, cfg, reporter), world)
 
-    run_ranks(nranks, max(gpus, 2), body, preflight.for_p2p(size_list, pairs, device, output))
+    run_ranks(nranks, max(gpus, 2), body, preflight.for_p2p(size_list, pairs, device, output, impl, "commbench p2p"))
 
 
 def _local_peer_matrix(size_list, output, policy) -> None:

@@ -55,7 +55,7 @@ def _topo_lines(snap: dict) -> list[str]:
         lines.append("  topology " + "".join(f"{'GPU' + str(j):>7}" for j in range(n)))
         for i, row in enumerate(snap["topology"]):
             lines.append(f"  GPU{i:<6}" + "".join(f"{c:>7}" for c in row))
-    lines.append(f"libraries: MPI {lib['mpi']}, NCCL {lib['nccl']}, torch {lib['torch']}")
+    lines.append(f"libraries: MPI {lib['mpi']}, NCCL {lib['nccl'] or 'not loaded'}, torch {lib['torch']}")
     lines.append(f"fingerprint: {snap['fingerprint']}")
     return lines
 

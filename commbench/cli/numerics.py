@@ -74,7 +74,7 @@ def numerics(ranks_text, impl_text, dtype, data, count_text, seed, repeats, devi
     from ..node.machine import typed_command
     from ..run.config import RunConfig
     from ..run.reporter import run_metadata
-    from ..transports import default_impls, gpu_only, parse_impls
+    from ..transports import default_impls, gpu_only, over_mpi, parse_impls
     coll = get("allreduce")
     asked = tuple(parse_counts(ranks_text)) if ranks_text is not None else None
     dtypes = tuple(names_or_all(dtype, FORMATS, _float_dtype))
@@ -113,5 +113,5 @@ def numerics(ranks_text, impl_text, dtype, data, count_text, seed, repeats, devi
         return sweep(out, run, world)
 
     checks = preflight.Checks(output, f"numerics on {count} elements", _bytes_per_rank(count, asked), device,
-                              ranks_used=asked[-1] if asked else None)
+                              ranks_used=asked[-1] if asked else None, needs_mpi=over_mpi(cfg.impls))
     run_ranks(nranks, asked[-1] if asked else gpus if device == "cuda" else DEFAULT_SPAWN, body, checks)

@@ -127,8 +127,7 @@ class World:
 
     def require_mpi(self, what: str) -> None:
         if not self.has_mpi:
-            raise CommbenchError(f"{what} needs an MPI launch (mpirun/srun, or no launcher at all); "
-                                 f"under torchrun use --impl gloo")
+            raise CommbenchError(mpi_launch_needed(what))
 
     def bcast(self, obj):
         if self.size == 1:
@@ -248,6 +247,11 @@ class _FreeOnClose:
 def local_world() -> World:
     """The single process of a command that needs no ranks (GPU copies within one process)."""
     return World(rank=0, size=1, hosts=[socket.gethostname()], launcher="local")
+
+
+def mpi_launch_needed(what: str) -> str:
+    """The refusal of `what`, which runs over MPI, where the launch started no MPI (torchrun's)."""
+    return f"{what} needs an MPI launch (mpirun/srun, or no launcher at all); under torchrun use --impl gloo"
 
 
 def init_world() -> World:

@@ -6,7 +6,9 @@ when the answer is no, before any buffer is allocated.
 
 from __future__ import annotations
 
+import ctypes
 import os
+import sys
 from typing import Optional
 
 from ..errors import CommbenchError
@@ -49,8 +51,27 @@ def cuda_absence() -> str:
     return _load()[1]
 
 
+# The CUDA driver's library, which every CUDA runtime loads: where it does not load, no GPU is usable.
+DRIVER_LIBRARY = "libcuda.so.1"
+
+
+def driver_loads() -> bool:
+    """Whether the CUDA driver's library loads in this process. Asked before commbench._cuda, which
+    imports torch (seconds of a start on a host without GPUs). A commbench._cuda already imported (or a
+    stand-in for it) answers for itself."""
+    if "commbench._cuda" in sys.modules:
+        return True
+    try:
+        ctypes.CDLL(DRIVER_LIBRARY)
+    except OSError:
+        return False
+    return True
+
+
 def visible_gpus() -> tuple[int, str]:
     """(number of visible CUDA devices, why zero when it is)."""
+    if not driver_loads():
+        return 0, f"no CUDA device visible (no NVIDIA driver on this host: {DRIVER_LIBRARY} does not load)"
     mod, why = _load()
     if mod is None:
         return 0, why

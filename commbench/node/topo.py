@@ -119,10 +119,11 @@ def host_part(sys_root: str = "/") -> dict:
 
 def library_versions(nccl: bool = True) -> dict:
     """The libraries' versions; NCCL's is asked of commbench._cuda, which loads torch, so a run on host
-    buffers (nccl False) records none."""
+    buffers (nccl False) and a host without the CUDA driver record none."""
+    from .gpu import driver_loads
     torch = machine.torch_version()
     version = None
-    if nccl:
+    if nccl and driver_loads():
         from .gpu import cuda_module
         mod = cuda_module()
         if mod is not None:

@@ -11,8 +11,10 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from ..errors import CommbenchError
+from ..launch.world import mpi_launch_needed
 from ..results.atomic import check_folder, check_new_file
 from ..sizes import format_size
+from ..transports import over_mpi
 
 # Our tensors are not all the memory a rank uses: the MPI and gloo libraries keep buffers of their own.
 LIBRARY_SLACK_BYTES = 4 << 20
@@ -56,6 +58,14 @@ class Checks:
     root: Optional[int] = None  # a rooted collective's --root
     delay_rank: Optional[int] = None  # the rank of a collective's --delay
     ranks_used: Optional[int] = None  # the most ranks one measurement takes (scale --ranks)
+    needs_mpi: Optional[str] = None  # what of the run goes over MPI, in a refusal's words (transports.over_mpi)
+
+    def before_joining(self, launcher: str) -> None:
+        """Checked by every rank of a launch before it meets the others: what the launch itself must
+        offer. A torchrun-style launch has no MPI, and its ranks would load torch and join gloo's
+        rendezvous (seconds) only to refuse."""
+        if self.needs_mpi and launcher == "torchrun":
+            raise CommbenchError(mpi_launch_needed(self.needs_mpi))
 
     def run(self, ranks: int, local_ranks: int, host: str) -> None:
         """Raises CommbenchError for the first problem; `local_ranks` of the `ranks` share `host`."""
@@ -88,14 +98,17 @@ def for_collective(coll, cfg, output: Optional[str]) -> Checks:
     largest, itemsize = max(cfg.sizes), max(itemsize_of(d) for d in cfg.dtype.split(","))
     return Checks(output, f"{coll.title} of {format_size(largest)}",
                   lambda ranks: collective_bytes(coll, largest, itemsize, ranks, cfg.in_place), cfg.device,
-                  root=cfg.root if coll.rooted else None, delay_rank=cfg.delay[0] if cfg.delay else None)
+                  root=cfg.root if coll.rooted else None, delay_rank=cfg.delay[0] if cfg.delay else None,
+                  needs_mpi=over_mpi(cfg.impls))
 
 
-def for_p2p(sizes: list[int], pairs: str, device: str, output: Optional[str]) -> Checks:
+def for_p2p(sizes: list[int], pairs: str, device: str, output: Optional[str], transport: str, command: str) -> Checks:
+    """`command` (commbench p2p or links) over `transport`."""
     largest = max(sizes)
     if largest > P2P_MAX_BYTES:
         raise CommbenchError(f"p2p sizes must stay below 2 GiB (got {format_size(largest)})")
-    return Checks(output, f"a p2p message of {format_size(largest)}", lambda ranks: p2p_bytes(largest), device, pairs)
+    return Checks(output, f"a p2p message of {format_size(largest)}", lambda ranks: p2p_bytes(largest), device, pairs,
+                  needs_mpi=over_mpi([transport], command))
 
 
 def resolve_pairs(spec: str, ranks: int) -> tuple[tuple[int, int], ...]:

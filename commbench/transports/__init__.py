@@ -9,7 +9,7 @@ from typing import Optional, Protocol
 
 import numpy as np
 
-from ..collectives.impls import impl_name, resolve
+from ..collectives.impls import impl_name, resolve, split_impl
 from ..errors import CommbenchError
 from .gloo import GLOO
 from .mpi import MPI
@@ -44,6 +44,13 @@ def transport(name: str):
     raise CommbenchError(f"unknown transport '{name}': choose from {', '.join(transport_names())}")
 
 
+def over_mpi(impl_names, what: Optional[str] = None) -> Optional[str]:
+    """What of a run goes over MPI, in a refusal's words: `what` (a command) or `--impl NAME` for the
+    first of the impls or transports named that runs over MPI; None where none does."""
+    name = next((n for n in impl_names if split_impl(n)[1] == MPI.name), None)
+    return None if name is None else what or f"--impl {name}"
+
+
 def default_p2p_transport(launcher) -> str:
     """p2p without --impl: MPI, or gloo under torchrun, which starts no MPI."""
     return GLOO.name if launcher == "torchrun" else MPI.name
@@ -58,7 +65,7 @@ class Impl:
         self.name = impl_name(algorithm, transport.name)
 
     def prepare(self, world, cfg) -> None:
-        self.transport.prepare(world, cfg, f"--impl {self.transport.name}")
+        self.transport.prepare(world, cfg, f"--impl {self.name}")
 
     def rank_times(self, world, coll, send, recv, op: int, iters: int, cfg, agg: int = 1,
                    delayed: bool = False) -> np.ndarray:
