@@ -129,21 +129,41 @@ class Ran:
 
 def batch(ranks: int, cases: dict, folder: str, env=None, timeout: float = 600) -> dict:
     """Runs every command of `cases` ({name: argv}) in one mpirun launch of `ranks` processes, one
-    after another (tests/batched.py); returns {name: Ran}. The commands write their result files where
-    their argv says (relative paths: in `folder`). (Not torchrun: gloo's process group cannot be made
-    twice in one torchrun launch.)"""
+    after another (tests/batched.py); returns {name: Ran}. The commands write their files where their
+    argv says, relative paths in `folder`. Under xdist a module's tests may run on both workers: the
+    first to ask runs the batch, in a folder of the session, the other waits for it, and each gets a
+    copy of its files in its `folder`. (Not torchrun: gloo's process group cannot be made twice in
+    one torchrun launch.)"""
+    import fcntl
+    import hashlib
     import json
-    path = os.path.join(folder, "cases.json")
-    with open(path, "w") as f:
-        json.dump(cases, f)
-    driver = [sys.executable, os.path.join(HERE, "batched.py"), path, folder]
-    r = mpirun(ranks, driver, timeout=timeout, cwd=folder, env=env)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    out = {}
-    for name in cases:
-        with open(os.path.join(folder, f"ran-{name}.json")) as f:
-            out[name] = Ran(json.load(f))
-    return out
+    import shutil
+    key = {"ranks": ranks, "cases": cases,
+           "env": {k: v for k, v in (env or {}).items() if k.startswith("COMMBENCH") or k == "PYTHONPATH"}}
+    where = folder
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # folder: <session>/popen-gwN/<name>
+        digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+        where = os.path.join(os.path.dirname(os.path.dirname(folder)), f"batch-{digest}")
+    with open(where + ".lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not os.path.exists(os.path.join(where, "ran.json")):
+            os.makedirs(where, exist_ok=True)
+            path = os.path.join(where, "cases.json")
+            with open(path, "w") as f:
+                json.dump(cases, f)
+            r = mpirun(ranks, [sys.executable, os.path.join(HERE, "batched.py"), path, where], timeout=timeout,
+                       cwd=where, env=env)
+            assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+            ran = {}
+            for name in cases:
+                with open(os.path.join(where, f"ran-{name}.json")) as f:
+                    ran[name] = json.load(f)
+            with open(os.path.join(where, "ran.json"), "w") as f:
+                json.dump(ran, f)
+    if where != folder:
+        shutil.copytree(where, folder, dirs_exist_ok=True)
+    with open(os.path.join(folder, "ran.json")) as f:
+        return {name: Ran(got) for name, got in json.load(f).items()}
 
 
 def in_process(args: list, monkeypatch, capsys) -> tuple:

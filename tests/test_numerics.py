@@ -163,7 +163,7 @@ def four(folder):
     return batch(4, {"float": [*RUN, "-o", "mpirun.json"],
                      "integer": ["numerics", "--data", "integer", "--ranks", "1,3,4", "--count", "3000",
                                  "-o", "integer.json"],
-                     "vectors": [os.path.join(HERE, "numerics_vectors.py"), os.path.join(folder, "vectors.npz"), "normal",
+                     "vectors": [os.path.join(HERE, "numerics_vectors.py"), "vectors.npz", "normal",
                                  str(SEED), str(COUNT), "2,4", ",".join(DTYPES)]}, folder)
 
 
