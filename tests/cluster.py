@@ -318,8 +318,10 @@ exec ip netns exec "$ns" unshare --uts sh -c "hostname $ns; $*"
         return ["ip", "netns", "exec", ns, "unshare", "--uts", "sh", "-c", f'hostname {ns} && exec "$@"', "sh", *argv]
 
     def env(self) -> dict:
-        """This environment without launcher variables; mpirun allowed as root."""
-        return mpi_env()
+        """This environment without launcher variables; mpirun allowed as root. A rank waiting for a
+        shaped link sleeps (Open MPI's nanosleep yield) rather than spins: the fits read the same, and
+        the cluster's MPI tests took 27 s of CPU instead of 71 s, which the test beside them needs."""
+        return {**mpi_env(), "OMPI_MCA_threads_pthreads_yield_strategy": "nanosleep"}
 
     def mpirun_prefix(self, ranks_per_host: int = 1, hosts: Optional[list] = None) -> list:
         """The bundled mpirun's argv up to the program, across `hosts` (indices; default all) with

@@ -24,10 +24,11 @@ DEFAULT_TIMEOUT_S = 300.0
 def _load():
     """(commbench._cuda, "") or (None, why it is absent)."""
     # torch first: it loads its own CUDA runtime and NCCL, the ones _cuda was built against, so the
-    # loader cannot pick another libcudart from the system path.
+    # loader cannot pick another libcudart from the system path. A _cuda already imported (or a
+    # stand-in for it) has its libraries.
     import importlib
-
-    import torch  # noqa: F401
+    if "commbench._cuda" not in sys.modules:
+        import torch  # noqa: F401
     try:
         # import_module, not `from . import`: it honours sys.modules, so a stubbed-out module is absent
         # even after the package attribute was set by an earlier import.
