@@ -72,7 +72,7 @@ def driver_loads() -> bool:
 def visible_gpus() -> tuple[int, str]:
     """(number of visible CUDA devices, why zero when it is)."""
     if not driver_loads():
-        return 0, f"no CUDA device visible (no NVIDIA driver on this host: {DRIVER_LIBRARY} does not load)"
+        return 0, f"no NVIDIA driver on this host ({DRIVER_LIBRARY} does not load)"
     mod, why = _load()
     if mod is None:
         return 0, why
