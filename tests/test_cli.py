@@ -2,9 +2,10 @@
 
 import glob
 import os
+import socket
 
 import pytest
-from conftest import batch, commbench, in_process, mpi_env, stub_gpu_env, torchrun_style
+from conftest import HERE, batch, commbench, in_process, mpi_env, stub_gpu_env, torchrun_style
 
 from commbench.node.machine import recorded_env
 from commbench.results import document as results
@@ -87,6 +88,18 @@ def test_standalone_run_as_typed(cpu_env, workdir):
     assert meta["topology_fingerprint"] == meta["topology"]["fingerprint"]
     assert meta["topology"]["host"]["cores"] == os.cpu_count()
     assert meta["env"] == recorded_env(meta["env"]) and "OMPI_COMM_WORLD_RANK" not in meta["env"]
+
+
+def test_standalone_inside_a_slurm_allocation_starts_every_rank_on_this_host(workdir):
+    """In `salloc` or `srun --pty bash` the job's variables say one task on this node, and PRRTE's
+    Slurm support (awake where an srun answers; tests/stubs/slurm) would refuse the second rank."""
+    env = mpi_env()
+    env.update(PATH=os.pathsep.join([os.path.join(HERE, "stubs", "slurm"), env["PATH"]]), SLURM_JOBID="7",
+               SLURM_JOB_ID="7", SLURM_NODELIST=socket.gethostname(), SLURM_TASKS_PER_NODE="1")
+    r = commbench(["allreduce", "--device", "cpu", "--np", "2", "--sizes", "1K", "--impl", "ring", "-o", "s.json"],
+                  cwd=workdir, env=env)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "2 rank(s) on 1 host(s)" in r.stdout
 
 
 def test_existing_output_is_never_overwritten(workdir):

@@ -85,6 +85,9 @@ def standalone_command(cli_args: list[str], nranks: int, cores: int) -> tuple[li
     """(argv, environment, notes) that re-run this command as `nranks` MPI ranks on this host."""
     env = dict(os.environ)
     env[STANDALONE_MARK] = "1"
+    # The ranks go on this host whatever allocation it belongs to: inside `salloc` or `srun --pty bash`
+    # PRRTE would take its slots from the job (SLURM_TASKS_PER_NODE=1) and refuse a second rank.
+    env.setdefault("PRTE_MCA_ras", "^slurm,pbs")
     notes = []
     argv = [bundled_mpirun(), "--np", str(nranks)]
     if nranks > cores:
