@@ -213,7 +213,7 @@ def test_a_stopped_rank_ends_numerics_too(workdir):
     """numerics runs under the same watchdog: a rank stopped amid its calls ends the run within
     --timeout, one line, a valid result file saying so, no process left."""
     out = os.path.join(workdir, "numerics.json")
-    p = subprocess.Popen([COMMBENCH, "numerics", "--ranks", "2", "--impl", "ring", "--dtype", "float32",
+    p = subprocess.Popen([COMMBENCH, "numerics", "--device", "cpu", "--ranks", "2", "--impl", "ring", "--dtype", "float32",
                           "--count", "1M", "--repeats", "5000", "--timeout", str(TIMEOUT_S), "-o", out],
                          env=mpi_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          start_new_session=True)
@@ -244,7 +244,7 @@ def test_numerics_killed_on_rank_0_keeps_the_rows_it_wrote(workdir):
     """numerics writes each row into its result file as it comes: a SIGKILL of rank 0, which owns the
     file, after the first row leaves a valid file holding that row."""
     out = os.path.join(workdir, "numerics-killed.json")
-    p = subprocess.Popen([COMMBENCH, "numerics", "--ranks", "2", "--impl", "ring,tree", "--dtype", "float32,float64",
+    p = subprocess.Popen([COMMBENCH, "numerics", "--device", "cpu", "--ranks", "2", "--impl", "ring,tree", "--dtype", "float32,float64",
                           "--count", "256K", "--repeats", "500", "--timeout", "30", "-o", out],
                          env=mpi_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          start_new_session=True)

@@ -32,7 +32,7 @@ FORMATS = {"float32": (24, -126, 127), "float16": (11, -14, 15), "bfloat16": (8,
 DTYPES = list(FORMATS)
 IMPLS = ["mpi", "ring@mpi", "tree@mpi", "gloo"]
 SEED, COUNT, C = 7, 4096, 4  # the float runs: 4 contributions, at 2 and 4 ranks
-RUN = ["numerics", "--ranks", "2,4", "--count", str(COUNT), "--seed", str(SEED)]
+RUN = ["numerics", "--device", "cpu", "--ranks", "2,4", "--count", str(COUNT), "--seed", str(SEED)]
 
 
 # ---- an independent exact arithmetic ------------------------------------------------------------
@@ -159,12 +159,13 @@ def _ok(r: subprocess.CompletedProcess) -> None:
 @pytest.fixture(scope="module")
 def four(folder):
     """This module's 4-rank commands in one mpirun launch (conftest.batch): the float run with every
-    impl and dtype, and the integer run at 1, 3 and 4 ranks (3 ranks share 4 contributions unevenly)."""
+    impl and dtype, and the integer run at 1, 3 and 4 ranks (3 ranks share 4 contributions unevenly).
+    GPUs are made visible (a stub that fails any GPU work): --device cpu must keep them on the CPU."""
     return batch(4, {"float": [*RUN, "-o", "mpirun.json"],
-                     "integer": ["numerics", "--data", "integer", "--ranks", "1,3,4", "--count", "3000",
+                     "integer": ["numerics", "--device", "cpu", "--data", "integer", "--ranks", "1,3,4", "--count", "3000",
                                  "-o", "integer.json"],
                      "vectors": [os.path.join(HERE, "numerics_vectors.py"), "vectors.npz", "normal",
-                                 str(SEED), str(COUNT), "2,4", ",".join(DTYPES)]}, folder)
+                                 str(SEED), str(COUNT), "2,4", ",".join(DTYPES)]}, folder, env=stub_gpu_env(4))
 
 
 @pytest.fixture(scope="module")
@@ -323,7 +324,7 @@ def test_report_plot_and_export_show_it_and_fit_refuses_it(launched, folder):
 
 def test_under_torchrun_gloo_alone(folder):
     out = os.path.join(folder, "torchrun.json")
-    ends = torchrun_style(["numerics", "--count", "1024", "--dtype", "float32,bfloat16", "-o", out], cwd=folder)
+    ends = torchrun_style(["numerics", "--device", "cpu", "--count", "1024", "--dtype", "float32,bfloat16", "-o", out], cwd=folder)
     assert [rc for rc, _, _ in ends] == [0, 0], ends
     doc = load_document(out)
     assert doc["machine"]["launcher"] == "torchrun" and doc["config"]["impls"] == ["gloo"]
@@ -332,7 +333,7 @@ def test_under_torchrun_gloo_alone(folder):
 
 def test_mpi_impls_are_refused_under_torchrun(tmp_path):
     """Launched torchrun-style (its variables, no torchrun), as in test_cli."""
-    ends = torchrun_style(["numerics", "--count", "64", "--impl", "ring"], cwd=tmp_path)
+    ends = torchrun_style(["numerics", "--device", "cpu", "--count", "64", "--impl", "ring"], cwd=tmp_path)
     assert [rc for rc, _, _ in ends] == [2, 2]
     assert ends[0][2] == "commbench: error: --impl ring@mpi needs an MPI launch (mpirun/srun, or no launcher at " \
                          "all); under torchrun use --impl gloo\n"
@@ -352,7 +353,7 @@ def test_a_visible_gpu_takes_the_gpu_path(tmp_path):
 
 
 def test_more_rank_counts_than_launched_under_mpirun(folder):
-    r = mpirun(2, [COMMBENCH, "numerics", "--ranks", "3", "--count", "64"], cwd=folder)
+    r = mpirun(2, [COMMBENCH, "numerics", "--device", "cpu", "--ranks", "3", "--count", "64"], cwd=folder)
     lines = [line for line in r.stderr.splitlines() if line.startswith("commbench: error:")]
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert lines == ["commbench: error: --ranks asks for 3 ranks but 2 are started: launch 3 (--np 3 without a "
