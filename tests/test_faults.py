@@ -209,6 +209,33 @@ def test_a_wait_past_the_deadline_inside_a_call_is_a_timeout(workdir):
     assert not _left(out)
 
 
+def test_a_stopped_rank_ends_links_too(workdir):
+    """links arms the watchdog for every test of every round, on the ranks of no pair too: a rank
+    stopped amid the rounds ends the run within --timeout, one line naming the round, the rows kept."""
+    out = os.path.join(workdir, "links.json")
+    p = subprocess.Popen([COMMBENCH, "links", "--np", "3", "--latency-size", "8", "--bandwidth-size", "64K",
+                          "--budget-ms", "300", "--timeout", str(TIMEOUT_S), "-o", out],
+                         env=mpi_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    try:
+        _wait_for_rows(out, p)
+        os.kill(_rank_pids(out)[1], signal.SIGSTOP)
+        t = time.monotonic()
+        _, err = p.communicate(timeout=TIMEOUT_S + 30)
+        elapsed = time.monotonic() - t
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    assert p.returncode == 1 and elapsed < TIMEOUT_S + 5, (elapsed, err)
+    doc = results.load_document(out)
+    assert doc["status"] == "timeout" and doc["results"], doc["error"]
+    assert doc["error"].startswith("links mpi ") and f"did not arrive within --timeout {TIMEOUT_S} s" in doc["error"]
+    assert [line for line in err.splitlines() if line.startswith("commbench: error")] == [
+        f"commbench: error: {doc['error']} (measured rows kept in {out})"], err
+    time.sleep(0.5)
+    assert _left(out) == []
+
+
 def test_a_stopped_rank_ends_numerics_too(workdir):
     """numerics runs under the same watchdog: a rank stopped amid its calls ends the run within
     --timeout, one line, a valid result file saying so, no process left."""

@@ -5,6 +5,7 @@ with p2p's timers (p2p.PairTimers over the transport's Pair). The analysis is an
 from __future__ import annotations
 
 from ..analysis.links import schedule
+from ..launch import watchdog
 from ..results.series import variant
 from ..sizes import format_size
 from .p2p import open_pairs, prepare_pairs
@@ -28,11 +29,15 @@ def _round(world, cfg, sched: str, pairs, tests, where: str, reporter) -> int:
     rows. Returns the wrong bytes on rank 0, 0 elsewhere."""
     impl = cfg.impls[0]
     label = variant({"impl": impl, "schedule": sched})
+    step = f"{label} {' '.join(f'{a}-{b}' for a, b in pairs)}"
     if reporter:
-        reporter.step(f"{label} {' '.join(f'{a}-{b}' for a, b in pairs)}")
+        reporter.step(step)
+    # Every rank arms, those of no pair too: each waits for the round's end within --timeout.
+    watchdog.arm(f"links {step}")
     timers = open_pairs(world, cfg, pairs, max(size for _, size in tests))
     rows = []
     for test, size in tests:
+        watchdog.arm(f"links {step} {test} {format_size(size)}")
         if timers is not None:
             rows.append(timers.row(test, size, cfg.policy, impl, world.size))
         # The pairs of a round start each test together; the idle ranks wait here without
