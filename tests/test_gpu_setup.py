@@ -144,6 +144,24 @@ def test_a_host_without_the_cuda_driver_has_no_gpu_and_never_loads_torch():
         "None", "False"], r.stderr
 
 
+def test_auto_refuses_gpus_that_cuda_cannot_use(tmp_path, monkeypatch, capsys):
+    """A GPU's device file is there and CUDA cannot use it (here: no driver library): --device auto
+    refuses, with the reason, instead of measuring the CPU; GPUs hidden on purpose
+    (CUDA_VISIBLE_DEVICES) leave the CPU to measure."""
+    from conftest import in_process
+
+    from commbench.cli.common import resolve_device
+    (tmp_path / "nvidia0").touch()
+    monkeypatch.setattr(gpu, "DEVICE_FILES", str(tmp_path / "nvidia[0-9]*"))
+    monkeypatch.setattr(gpu, "driver_loads", lambda: False)
+    code, out, err = in_process(["allreduce", "--sizes", "1K"], monkeypatch, capsys)
+    assert code == 2 and err == (f"commbench: error: --device auto: this host has GPUs ({tmp_path}/nvidia0) but CUDA "
+                                 f"cannot use them: no NVIDIA driver on this host (libcuda.so.1 does not load); "
+                                 f"--device cpu measures the CPU\n")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert resolve_device("auto", None) == ("cpu", 0)
+
+
 class FakeWorld:
     """Rank 0 of `size` ranks on one host; the other ranks' identities are given."""
 

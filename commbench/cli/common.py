@@ -189,9 +189,15 @@ def resolve_device(device: str, impl_text: Optional[str], wants_gpu: bool = Fals
     impls asked for want one (`wants_gpu`: one of them runs on GPUs alone)."""
     if device == "cpu":
         return "cpu", 0  # without asking CUDA: a CPU run's parent never loads torch and its CUDA runtime
-    from ..node.gpu import require_gpu, visible_gpus
-    gpus, _ = visible_gpus()
+    from ..node.gpu import gpus_on_host, require_gpu, visible_gpus
+    gpus, why = visible_gpus()
     if device == "auto":
+        present = gpus_on_host()
+        # GPUs that CUDA cannot use are a fault to fix, not a reason to measure the CPU instead; GPUs
+        # hidden on purpose (CUDA_VISIBLE_DEVICES) are not.
+        if not gpus and present and "CUDA_VISIBLE_DEVICES" not in os.environ:
+            raise CommbenchError(f"--device auto: this host has GPUs ({', '.join(present)}) but CUDA cannot use them: "
+                                 f"{why}; --device cpu measures the CPU")
         device = "cuda" if gpus or wants_gpu else "cpu"
     if device == "cuda":
         gpus = require_gpu("--device cuda" if not impl_text else f"--impl {impl_text}")

@@ -7,6 +7,7 @@ when the answer is no, before any buffer is allocated.
 from __future__ import annotations
 
 import ctypes
+import glob
 import os
 import sys
 from typing import Optional
@@ -54,6 +55,14 @@ def cuda_absence() -> str:
 
 # The CUDA driver's library, which every CUDA runtime loads: where it does not load, no GPU is usable.
 DRIVER_LIBRARY = "libcuda.so.1"
+# The device files of the NVIDIA kernel driver, one per GPU: a GPU is on the host even where CUDA
+# cannot use it (a driver older than the runtime, a user library that does not load).
+DEVICE_FILES = "/dev/nvidia[0-9]*"
+
+
+def gpus_on_host() -> list[str]:
+    """The GPUs' device files on this host, whether or not CUDA can use them."""
+    return sorted(glob.glob(DEVICE_FILES))
 
 
 def driver_loads() -> bool:
