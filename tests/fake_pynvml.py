@@ -78,6 +78,13 @@ def make(gpus: list, driver="550.54.15", cuda=12040) -> types.ModuleType:
     m.nvmlDeviceGetRemappedRows = remap
     m.nvmlDeviceGetComputeRunningProcesses = lambda h: [types.SimpleNamespace(pid=p, usedGpuMemory=b)
                                                         for p, b in g(h)["procs"]]
+    m.nvmlDeviceGetComputeMode = lambda h: g(h).get("compute_mode", 0)
+
+    def mig(h):
+        if g(h).get("mig") is None:
+            raise NVMLError_NotSupported("mig")
+        return g(h)["mig"]
+    m.nvmlDeviceGetMigMode = mig
     m.nvmlDeviceGetP2PStatus = lambda a, b, idx: g(a)["p2p"].get(b, NVML_P2P_STATUS_OK)
     m.nvmlDeviceGetTopologyCommonAncestor = lambda a, b: g(a)["level"][b]
     m.state = state

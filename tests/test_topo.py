@@ -45,7 +45,7 @@ def test_nvml_snapshot_follows_nvml_conventions(monkeypatch):
     a, b, c = "07:00.0", "0f:00.0", "47:00.0"
     gpus = [_gpu(0, a, [(True, b)] * 12, {0: 0, 1: 20, 2: 10}),
             _gpu(1, b, [(True, a)] * 11 + [(False, a)], {0: 20, 1: 0, 2: 50}),
-            _gpu(2, c, [], {0: 10, 1: 50, 2: 0}, p2p={1: 5}, ecc=None, remap=None)]
+            _gpu(2, c, [], {0: 10, 1: 50, 2: 0}, p2p={1: 5}, ecc=None, remap=None, compute_mode=3, mig=(1, 1))]
     fake = fake_pynvml.make(gpus)
     monkeypatch.setitem(sys.modules, "pynvml", fake)
     section, p2p, matrix = topo.gpu_part(sys_root="/nonexistent")
@@ -60,6 +60,7 @@ def test_nvml_snapshot_follows_nvml_conventions(monkeypatch):
     assert d0["cpu_affinity"] == "0-31" and d0["power_w"] == 90.5 and d0["power_limit_w"] == 400.0
     assert d0["processes"] == [{"pid": 999, "used_memory_bytes": 2 << 30}]
     assert d2["ecc"]["volatile_uncorrected"] is None and d2["remapped_rows"] is None  # not supported
+    assert (d0["compute_mode"], d0["mig"]) == ("default", None) and (d2["compute_mode"], d2["mig"]) == ("exclusive_process", True)
     assert matrix == [["X", "NV12", "PIX"], ["NV11", "X", "SYS"], ["PIX", "SYS", "X"]]
     assert p2p[2][1] == {"read": "status 5", "write": "status 5", "nvlink": "status 5"} and p2p[0][0] is None
 
@@ -167,6 +168,9 @@ def _healthy_with(mutate):
     (lambda s: s["process"].update(cpu_affinity="0-7", pid=1) or None, "cpu_affinity", "WARN"),
     (lambda s: s["process"].update(cuda_visible_devices="0,1,1"), "gpu_mapping", "FAIL"),
     (lambda s: s["process"].update(local_rank="8"), "gpu_mapping", "FAIL"),
+    (lambda s: s["gpus"]["devices"][1].update(compute_mode="exclusive_process"), "compute_mode", "WARN"),
+    (lambda s: s["gpus"]["devices"][1].update(compute_mode="prohibited"), "compute_mode", "FAIL"),
+    (lambda s: s["gpus"]["devices"][1].update(mig=True), "mig", "WARN"),
 ])
 def test_each_field_gets_its_verdict(mutate, name, status):
     snap = _healthy_with(mutate)

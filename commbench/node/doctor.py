@@ -68,12 +68,30 @@ def _gpu_checks(snap: dict) -> list[Check]:
                              f"{tag}: {len(foreign)} other process(es) hold {used:.1f} GiB (pids "
                              f"{', '.join(str(pr['pid']) for pr in foreign[:5])})",
                              "stop them or pick an idle node; they share the GPU and its links"))
+        out += _mode_checks(tag, d.get("compute_mode"), d.get("mig"))
         affinity = snap.get("process", {}).get("cpu_affinity")
         if affinity and d["cpu_affinity"] and not cpulist_to_set(affinity) & cpulist_to_set(d["cpu_affinity"]):
             out.append(Check("cpu_affinity", WARN, f"{tag}: this process runs on CPUs {affinity}, the GPU is local "
                              f"to {d['cpu_affinity']}", "bind each rank to its GPU's NUMA node (mpirun --map-by numa, srun --cpu-bind)"))
     out += _peer_checks(snap)
     out += _mapping_checks(snap, len(devices))
+    return out
+
+
+def _mode_checks(tag: str, mode: Optional[str], mig: Optional[bool]) -> list[Check]:
+    """The compute mode (absent from snapshots of earlier versions: nothing to say) and MIG."""
+    out = []
+    if mode == "prohibited":
+        out.append(Check("compute_mode", FAIL, f"{tag}: compute mode prohibited: no process may use it",
+                         "nvidia-smi -i GPU -c DEFAULT (as root)"))
+    elif mode in ("exclusive_process", "exclusive_thread"):
+        out.append(Check("compute_mode", WARN, f"{tag}: compute mode {mode}: one process at a time",
+                         "a rank per GPU works; anything else that holds a context there (a monitor, a second run, "
+                         "tests) makes the ranks fail to start; nvidia-smi -i GPU -c DEFAULT (as root) lifts it"))
+    if mig:
+        out.append(Check("mig", WARN, f"{tag}: MIG mode on: processes see MIG instances (MIG-...), not the GPU",
+                         "NCCL and peer copies do not cross MIG instances; for interconnect checks disable MIG "
+                         "(nvidia-smi -i GPU -mig 0, as root)"))
     return out
 
 

@@ -185,6 +185,8 @@ class Nvml:
         power = self.q(nv.nvmlDeviceGetPowerUsage, h)
         limit = self.q(nv.nvmlDeviceGetEnforcedPowerLimit, h)
         procs = self.q(nv.nvmlDeviceGetComputeRunningProcesses, h, default=[]) or []
+        mode = self.q(nv.nvmlDeviceGetComputeMode, h)
+        mig = self.q(nv.nvmlDeviceGetMigMode, h)  # (current, pending); not supported below Ampere
         return {
             "name": _text(self.q(nv.nvmlDeviceGetName, h)),
             "uuid": _text(self.q(nv.nvmlDeviceGetUUID, h)),
@@ -206,6 +208,8 @@ class Nvml:
             "remapped_rows": None if remap is None else {"correctable": remap[0], "uncorrectable": remap[1],
                                                          "pending": bool(remap[2]), "failure": bool(remap[3])},
             "processes": [{"pid": p.pid, "used_memory_bytes": p.usedGpuMemory} for p in procs],
+            "compute_mode": COMPUTE_MODES.get(mode, f"mode {mode}") if mode is not None else None,
+            "mig": None if mig is None else bool(mig[0]),
         }
 
     def pair(self, a, b) -> dict:
@@ -217,6 +221,10 @@ class Nvml:
         return {"read": p2p(nv.NVML_P2P_CAPS_INDEX_READ), "write": p2p(nv.NVML_P2P_CAPS_INDEX_WRITE),
                 "nvlink": p2p(nv.NVML_P2P_CAPS_INDEX_NVLINK),
                 "level": self.q(nv.nvmlDeviceGetTopologyCommonAncestor, a, b)}
+
+
+# nvmlComputeMode_t (1, exclusive thread, is gone from current drivers).
+COMPUTE_MODES = {0: "default", 1: "exclusive_thread", 2: "prohibited", 3: "exclusive_process"}
 
 
 def _text(v) -> Optional[str]:
