@@ -2,6 +2,7 @@
 --timeout and a few seconds, with one line naming the size and the rank, exit 1, the rows measured
 before kept in a valid result file whose status says what happened, and no process left."""
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -102,6 +103,30 @@ def test_a_fault_ends_every_rank_with_one_line_and_keeps_the_rows(launch, fault,
         assert len(lines) <= 1 and (fault == "interrupt" or lines), err
     time.sleep(0.5)
     assert _left(out) == []
+
+
+def test_the_ranks_end_with_a_killed_command(workdir):
+    """kill -9 of the command a user typed (the standalone parent, which can pass nothing on): its
+    mpirun and every rank end too, rather than finish the sweep unattended."""
+    out = os.path.join(workdir, "orphans.json")
+    p = subprocess.Popen([COMMBENCH, *SWEEP, "--np", "3", "-o", out], env=mpi_env(), stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        _wait_for_rows(out, p)
+        assert sorted(_rank_pids(out)) == [0, 1, 2]
+        os.kill(p.pid, signal.SIGKILL)
+        p.communicate(timeout=30)
+        until = time.monotonic() + TIMEOUT_S + 10
+        while _left(out) and time.monotonic() < until:
+            time.sleep(0.2)
+        assert _left(out) == []
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(p.pid, signal.SIGKILL)  # the parent's group; mpirun and the ranks have their own
+        for pid in _left(out):
+            os.kill(int(pid), signal.SIGKILL)
+    doc = results.load_document(out)
+    assert doc["results"] and doc["status"] == "interrupted", doc["status"]
 
 
 @pytest.mark.parametrize("fault", ["kill", "stop", "interrupt"])

@@ -17,7 +17,7 @@ from typing import NoReturn, Optional
 import click
 
 from ..errors import CommbenchError, one_line
-from ..launch.world import detect_launcher, init_world, standalone_command
+from ..launch.world import detect_launcher, dies_with, init_world, standalone_command
 from ..node.gpu import CUDA_EVENT_RESOLUTION_S, DEFAULT_TIMEOUT_S
 from ..run.policy import Policy
 
@@ -150,8 +150,8 @@ def _spawn(argv: list[str], env: dict) -> int:
     """Runs the ranks under mpirun and returns the exit status. SIGINT/SIGTERM go on to the ranks
     themselves (rank 0 then closes the result file and speaks, and mpirun ends the rest): a signalled
     mpirun would stop relaying the ranks' output. mpirun gets a session of its own so that whatever
-    is left after STOP_WITHIN_S goes with it."""
-    proc = subprocess.Popen(argv, env=env, start_new_session=True)
+    is left after STOP_WITHIN_S goes with it, and it ends with this process, even a SIGKILLed one."""
+    proc = subprocess.Popen(argv, env=env, start_new_session=True, preexec_fn=dies_with(os.getpid()))
     interrupted = []
 
     def forward(signum, _frame):

