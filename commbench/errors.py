@@ -7,6 +7,11 @@ class CommbenchError(Exception):
     exit_code = 2
 
 
+class RankError(CommbenchError):
+    """A problem of this rank's own (its launch variables): it says so whatever its rank, where other
+    errors are said by rank 0 alone for the whole job."""
+
+
 def one_line(text: str) -> str:
     """An error message as the single line the user gets."""
     return " ".join(part.strip() for part in str(text).splitlines() if part.strip())

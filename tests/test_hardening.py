@@ -7,11 +7,12 @@ import glob
 import json
 import os
 import shlex
+import subprocess
 import sys
 
 import numpy as np
 import pytest
-from conftest import COMMBENCH, HERE, ROOT, commbench, mpi_env, mpirun, torchrun_style
+from conftest import COMMBENCH, HERE, ROOT, commbench, free_port, mpi_env, mpirun, torchrun_env, torchrun_style
 
 from commbench.analysis import fit
 from commbench.analysis import verdicts as fitreport
@@ -101,6 +102,31 @@ def test_a_failure_ends_every_rank_once_whatever_fails_after_it(rank, reporter, 
     assert ended.value.code == 1 and world.comm.aborts == [1]
     assert capsys.readouterr().err == line + "\n"
     assert slept == ([common.RANK_SPEAKS_AFTER_S] if rank else [])  # rank 0 speaks for the job at once
+
+
+@pytest.mark.parametrize("var,value,line", [
+    ("RANK", "2", "torchrun-style launch: RANK=2 with WORLD_SIZE=2: ranks are 0 to 1"),
+    ("WORLD_SIZE", "abc", "torchrun-style launch: WORLD_SIZE='abc': give a whole number, 1 or more"),
+    ("MASTER_PORT", "99999", "torchrun-style launch: MASTER_PORT='99999': give a whole number, 1 to 65535"),
+])
+def test_torchrun_style_variables_are_checked_in_one_line(var, value, line, workdir):
+    """Each rank checks its own launch variables and says what is wrong, whatever its rank."""
+    env = torchrun_env(0, 2, free_port())
+    env[var] = value
+    r = subprocess.run([COMMBENCH, "allreduce", "--device", "cpu", "--sizes", "1K", "-o", "x.json"], env=env,
+                       cwd=workdir, capture_output=True, text=True, timeout=60)
+    assert (r.returncode, r.stderr) == (2, f"commbench: error: {line}\n") and os.listdir(workdir) == []
+
+
+@pytest.mark.parametrize("rank", [0, 1])  # the rank that listens, a rank that connects
+def test_a_torchrun_style_rank_whose_peers_never_come_ends_within_its_timeout(rank, workdir):
+    port = free_port()
+    r = subprocess.run([COMMBENCH, "allreduce", "--device", "cpu", "--sizes", "1K", "--timeout", "2", "-o", "x.json"],
+                       env=torchrun_env(rank, 2, port), cwd=workdir, capture_output=True, text=True, timeout=60)
+    assert (r.returncode, r.stderr) == (2, f"commbench: error: rank {rank}: the torchrun-style rendezvous at "
+                                           f"127.0.0.1:{port} did not complete within --timeout 2 s: start all 2 ranks "
+                                           f"(WORLD_SIZE) with the same MASTER_ADDR and MASTER_PORT\n")
+    assert os.listdir(workdir) == []
 
 
 @pytest.mark.parametrize("measured", [0, 1])

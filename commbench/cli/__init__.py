@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from ..errors import CommbenchError, one_line
+from ..errors import CommbenchError, RankError, one_line
 from ..launch.world import launch_rank
 from . import analyze, links, measure, node, numerics, scale  # noqa: F401  (each registers its commands on the group)
 from .group import cli
@@ -16,8 +16,9 @@ from .group import cli
 __all__ = ["cli", "main"]
 
 
-def _error(text: str) -> None:
-    if launch_rank() in (None, 0):  # one line from the whole job, not one per rank
+def _error(text: str, own: bool = False) -> None:
+    """`own`: this rank's problem alone (errors.RankError), said whatever the rank."""
+    if own or launch_rank() in (None, 0):  # one line from the whole job, not one per rank
         click.echo(one_line(f"commbench: error: {text}"), err=True)
 
 
@@ -37,7 +38,7 @@ def main() -> None:
         _error(e.format_message())
         sys.exit(2)
     except CommbenchError as e:
-        _error(str(e))
+        _error(str(e), isinstance(e, RankError))
         sys.exit(e.exit_code)
     except OSError as e:  # a file the commands read or write, where no command gave its own answer
         _error(f"{e.filename}: {e.strerror}" if e.filename else e.strerror or str(e))

@@ -110,11 +110,11 @@ def ranks_option(f):
                              "with --device cuda, else 2).")(f)
 
 
-def run_ranks(nranks: Optional[int], default_ranks: int, body, checks) -> None:
+def run_ranks(nranks: Optional[int], default_ranks: int, body, checks, timeout_s: float) -> None:
     """Runs body(world) on every rank, after `checks` (a preflight.Checks) passed: with no launcher,
     in this process before it re-runs the command under the bundled mpirun; under a launcher, on
-    rank 0 before any measurement. Exit status: 0 exact, 1 wrong elements or a failure midway, 2 bad
-    input."""
+    rank 0 before any measurement. `timeout_s` (--timeout) bounds the ranks' meeting too. Exit
+    status: 0 exact, 1 wrong elements or a failure midway, 2 bad input."""
     if detect_launcher() is None:
         from ..node.machine import cores
         from ..run.reporter import PROGRESS_MARK
@@ -127,7 +127,7 @@ def run_ranks(nranks: Optional[int], default_ranks: int, body, checks) -> None:
             click.echo(f"commbench: {n}", err=True)
         sys.exit(_spawn(argv, env))
     checks.before_joining(detect_launcher())
-    world = init_world()
+    world = init_world(timeout_s)
     if nranks is not None and nranks != world.size:
         raise CommbenchError(f"--np {nranks} given but the launcher started {world.size} ranks; drop --np under a launcher")
     try:

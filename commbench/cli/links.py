@@ -95,7 +95,7 @@ def links(impl, latency_size, bandwidth_size, window, threshold_pct, mad_z, judg
             _show(reporter.file.doc["links"])
         return flagged
 
-    run_ranks(nranks, max(gpus, 2), body, checks)
+    run_ranks(nranks, max(gpus, 2), body, checks, timeout_s)
 
 
 def _show(found: dict) -> None:

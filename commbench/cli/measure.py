@@ -80,7 +80,7 @@ def collective_command(coll) -> click.Command:
                     reporter.note(n)
             return sweep(reporter, lambda: run_collective(world, cfg, coll, impls, reporter), world)
 
-        run_ranks(nranks, gpus if device == "cuda" else 2, body, preflight.for_collective(coll, cfg, output))
+        run_ranks(nranks, gpus if device == "cuda" else 2, body, preflight.for_collective(coll, cfg, output), timeout_s)
 
     options = [
         click.option("--sizes", "-s", default="1K-1G", show_default=True,
@@ -172,7 +172,8 @@ def p2p(sizes, impl, device, pairs, window, nranks, timeout_s, output, policy, n
         reporter = make_reporter(world, cfg, output, 2 * len(cfg.pairs) * len(size_list), None if no_fit else judge)
         return sweep(reporter, lambda: run_p2p(world, cfg, reporter), world)
 
-    run_ranks(nranks, max(gpus, 2), body, preflight.for_p2p(size_list, pairs, device, output, impl, "commbench p2p"))
+    run_ranks(nranks, max(gpus, 2), body, preflight.for_p2p(size_list, pairs, device, output, impl, "commbench p2p"),
+              timeout_s)
 
 
 def _local_peer_matrix(size_list, output, policy) -> None:

@@ -132,7 +132,7 @@ def scale(op, counts_text, sizes, impl_text, device, dtype, compute_ms, grad_byt
             _show(reporter.file.doc["scale"], plot_path, as_json)
         return wrong
 
-    run_ranks(nranks, max(counts) if device == "cpu" else gpus, body, checks)
+    run_ranks(nranks, max(counts) if device == "cpu" else gpus, body, checks, timeout_s)
 
 
 def _analyses(records, coll, impls, workload, extra, fabric, per_host: Optional[int]) -> list[dict]:

@@ -7,8 +7,10 @@ from __future__ import annotations
 import datetime
 import os
 import socket
+import sys
+import threading
 
-from ..errors import CommbenchError
+from ..errors import CommbenchError, one_line
 from ..node.gpu import DEFAULT_TIMEOUT_S
 
 # gloo's own bound on a wait; the watchdog (--timeout) ends a stalled run first.
@@ -30,19 +32,28 @@ def all_gather_flat(out, own, group) -> None:
     call(out, own, group=group)
 
 
-def join(world) -> None:
+def join(world, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
     """The torch.distributed gloo group over all ranks, created on first use. Under MPI, rank 0 opens
     the rendezvous store on its own address and publishes it, so this works across hosts too. A
-    world of some of the ranks (World.subset) already has its group."""
+    world of some of the ranks (World.subset) already has its group. Under torchrun the ranks must
+    meet within `timeout_s`."""
     if world.group is not None:
         return
-    world.attached("gloo", lambda: _open(world))
+    world.attached("gloo", lambda: _open(world, timeout_s))
 
 
-def _open(world) -> _ProcessGroup:
+def _open(world, timeout_s: float) -> _ProcessGroup:
     import torch.distributed as dist
     if world.launcher == "torchrun":
-        dist.init_process_group("gloo", timeout=_TIMEOUT)
+        # Nothing else ends a rank whose peers never come (torchrun's store waits in C++), so a
+        # timer does, with the rank's one line.
+        timer = threading.Timer(timeout_s, _not_met, (world, timeout_s))
+        timer.daemon = True
+        timer.start()
+        try:
+            dist.init_process_group("gloo", timeout=_TIMEOUT)
+        finally:
+            timer.cancel()
         return _ProcessGroup()
     addr = world.root_call(lambda: rendezvous_address(world.hosts))
     store = None
@@ -54,6 +65,15 @@ def _open(world) -> _ProcessGroup:
         store = dist.TCPStore(addr, port, world.size, False, timeout=_TIMEOUT)
     dist.init_process_group("gloo", store=store, rank=world.rank, world_size=world.size, timeout=_TIMEOUT)
     return _ProcessGroup()
+
+
+def _not_met(world, timeout_s: float) -> None:
+    sys.stderr.write(one_line(
+        f"commbench: error: rank {world.rank}: the torchrun-style rendezvous at {os.environ.get('MASTER_ADDR')}:"
+        f"{os.environ.get('MASTER_PORT')} did not complete within --timeout {timeout_s:g} s: start all "
+        f"{world.size} ranks (WORLD_SIZE) with the same MASTER_ADDR and MASTER_PORT") + "\n")
+    sys.stderr.flush()
+    os._exit(CommbenchError.exit_code)
 
 
 def rendezvous_address(hosts: list[str]) -> str:

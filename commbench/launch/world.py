@@ -19,7 +19,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from ..errors import CommbenchError
+from ..errors import CommbenchError, RankError
+from ..node.gpu import DEFAULT_TIMEOUT_S
 from .rendezvous import all_gather_flat
 
 # Set by the standalone parent on its children, so the result file can say how ranks were made.
@@ -274,8 +275,31 @@ def mpi_launch_needed(what: str) -> str:
     return f"{what} needs an MPI launch (mpirun/srun, or no launcher at all); under torchrun use --impl gloo"
 
 
-def init_world() -> World:
-    """Joins the ranks this process was launched with. Call only when detect_launcher() is not None."""
+def torchrun_ranks(env: dict) -> tuple[int, int]:
+    """(RANK, WORLD_SIZE) of a torchrun-style launch, its variables checked: each rank is one line
+    away from its own mistake, not from a rendezvous that never completes."""
+    def number(var: str, low: int, high: Optional[int] = None) -> int:
+        text = env.get(var)
+        if text is None:
+            raise RankError(f"torchrun-style launch without {var}: set RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT")
+        if not text.isdigit() or int(text) < low or (high is not None and int(text) > high):
+            span = f"{low} to {high}" if high is not None else f"{low} or more"
+            raise RankError(f"torchrun-style launch: {var}={text!r}: give a whole number, {span}")
+        return int(text)
+    size, rank = number("WORLD_SIZE", 1), number("RANK", 0)
+    if rank >= size:
+        raise RankError(f"torchrun-style launch: RANK={rank} with WORLD_SIZE={size}: ranks are 0 to {size - 1}")
+    if "LOCAL_RANK" in env:
+        number("LOCAL_RANK", 0)
+    if not env.get("MASTER_ADDR"):
+        raise RankError("torchrun-style launch without MASTER_ADDR: set MASTER_ADDR and MASTER_PORT")
+    number("MASTER_PORT", 1, 65535)
+    return rank, size
+
+
+def init_world(timeout_s: float = DEFAULT_TIMEOUT_S) -> World:
+    """Joins the ranks this process was launched with, within `timeout_s` under torchrun (MPI's
+    launchers bound their own start). Call only when detect_launcher() is not None."""
     launcher = detect_launcher()
     if launcher == "mpi":
         import mpi4py
@@ -288,13 +312,10 @@ def init_world() -> World:
         mode = "standalone" if os.environ.get(STANDALONE_MARK) else "mpi"
         return World(rank=comm.rank, size=comm.size, hosts=hosts, launcher=mode, comm=comm)
     if launcher == "torchrun":
-        world = World(rank=int(os.environ["RANK"]), size=int(os.environ["WORLD_SIZE"]), hosts=[],
-                      launcher="torchrun")
-        for var in ("MASTER_ADDR", "MASTER_PORT"):
-            if var not in os.environ:
-                raise CommbenchError(f"torchrun-style launch without {var}: set MASTER_ADDR and MASTER_PORT")
+        rank, size = torchrun_ranks(os.environ)
+        world = World(rank=rank, size=size, hosts=[], launcher="torchrun")
         from .rendezvous import join
-        join(world)  # torchrun's ranks have no MPI: the gloo group carries the untimed collectives too
+        join(world, timeout_s)  # torchrun's ranks have no MPI: the gloo group carries the untimed collectives too
         import torch.distributed as dist
         hosts: list = [None] * world.size
         dist.all_gather_object(hosts, socket.gethostname())
