@@ -89,11 +89,15 @@ def format_size(n: int) -> str:
     return str(n)
 
 
-def round_to_itemsize(sizes: list[int], itemsize: int) -> tuple[list[int], list[str]]:
-    """Rounds each size down to whole elements; returns the distinct sizes and a note per change."""
+def round_to_itemsize(sizes: list[int], itemsize: int, dtype: str) -> tuple[list[int], list[str]]:
+    """Rounds each size down to whole elements; returns the distinct sizes and a note per change. A
+    size between 0 and one element is refused: it would be measured as 0 bytes."""
     out: list[int] = []
     notes: list[str] = []
     for s in sizes:
+        if 0 < s < itemsize:
+            raise CommbenchError(f"size {s} B in --sizes is smaller than one {dtype} element ({itemsize} B): "
+                                 f"give 0 or at least {itemsize}")
         r = (s // itemsize) * itemsize
         if r != s:
             notes.append(f"size {s} B rounded to {r} B ({r // itemsize} elements of {itemsize} B)")

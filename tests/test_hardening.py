@@ -153,6 +153,13 @@ def test_bad_input_found_once_the_result_file_exists(measured, tmp_path):
         assert os.listdir(str(tmp_path)) == []
 
 
+def test_a_file_name_with_a_line_break_is_refused(tmp_path):
+    """-o, plot -o and baseline --name all come here; a shell table cannot type the line break."""
+    with pytest.raises(CommbenchError, match=r"^file name '.*a\\nb.json' holds a control character \(a line break\?\)"):
+        atomic.check_new_file(str(tmp_path / "a\nb.json"), "exists")
+    assert os.listdir(str(tmp_path)) == []
+
+
 def test_a_failed_write_keeps_the_last_good_result_file(tmp_path, monkeypatch):
     path = str(tmp_path / "r.json")
     f = results.ResultFile(path, {k: v for k, v in ring_run().items() if k not in ("status", "error", "results")})

@@ -49,8 +49,8 @@ def test_sweeps_of_too_many_sizes_are_refused_before_they_are_listed():
 
 
 def test_rounding_to_dtype_notes_each_change():
-    sizes, notes = round_to_itemsize([8, 10, 1023, 1024], 4)
-    assert sizes == [8, 1020, 1024]
+    sizes, notes = round_to_itemsize([0, 8, 10, 1023, 1024], 4, "float32")
+    assert sizes == [0, 8, 1020, 1024]
     assert len(notes) == 2 and "10 B rounded to 8 B" in notes[0]
 
 

@@ -39,16 +39,21 @@ class Finite(click.FloatRange):
         return value
 
 
+# The most iterations of one size: each keeps its per-rank times (8 bytes a rank), and no sweep of
+# nccl-tests or OSU comes near it.
+MAX_ITERATIONS = 1_000_000
+
+
 def policy_options(f):
-    @click.option("--warmup", type=click.IntRange(min=0), default=5, show_default=True,
+    @click.option("--warmup", type=click.IntRange(min=0, max=MAX_ITERATIONS), default=5, show_default=True,
                   help="Warm-up iterations per size (adaptive mode caps them at half the budget).")
-    @click.option("--iters", type=click.IntRange(min=1), default=None,
+    @click.option("--iters", type=click.IntRange(min=1, max=MAX_ITERATIONS), default=None,
                   help="Fixed number of timed iterations per size (default: from --budget-ms).")
     @click.option("--budget-ms", type=Finite(min=0, min_open=True), default=200.0, show_default=True,
                   help="Time budget for the timed iterations of one size.")
-    @click.option("--min-iters", type=click.IntRange(min=1), default=5, show_default=True,
+    @click.option("--min-iters", type=click.IntRange(min=1, max=MAX_ITERATIONS), default=5, show_default=True,
                   help="Floor on timed iterations per size.")
-    @click.option("--max-iters", type=click.IntRange(min=1), default=2000, show_default=True,
+    @click.option("--max-iters", type=click.IntRange(min=1, max=MAX_ITERATIONS), default=2000, show_default=True,
                   help="Ceiling on timed iterations per size.")
     @click.option("--output", "-o", type=click.Path(dir_okay=False), default=None,
                   help="Result file (default commbench-results/<UTC stamp>-<pid>_<host>_<op>.json); never overwritten.")
@@ -96,8 +101,12 @@ def fit_lines_for(doc: dict, judge: dict) -> list[str]:
     return fit_lines(fits_with_verdicts(doc["results"], expectation(judge, doc), judge["pass_pct"], judge["fail_pct"]))
 
 
+# The shortest --timeout: the watchdog looks every TICK_S (0.25 s), and a rank needs its peers' news.
+MIN_TIMEOUT_S = 1.0
+
+
 def timeout_option(f):
-    return click.option("--timeout", "timeout_s", type=Finite(min=0, min_open=True), default=DEFAULT_TIMEOUT_S,
+    return click.option("--timeout", "timeout_s", type=Finite(min=MIN_TIMEOUT_S), default=DEFAULT_TIMEOUT_S,
                         show_default=True,
                         help="Seconds one size may take on every rank (GPU: one timed call may wait for its peers); "
                              "then every rank ends with one line naming the size and the ranks that did not "

@@ -50,7 +50,7 @@ def collective_command(coll) -> click.Command:
         redops = names_or_all(redop, REDOPS, redop_code) if coll.reduces else ["none"]
         itemsize = max(itemsize_of(d) for d in dtypes)
         size_list = parse_sizes(sizes)
-        notes = [n for d in dtypes for n in round_to_itemsize(size_list, itemsize_of(d))[1]]
+        notes = [n for d in dtypes for n in round_to_itemsize(size_list, itemsize_of(d), d)[1]]
         chunk_bytes = parse_size(chunk, "--chunk")
         if chunk_bytes < itemsize:
             raise CommbenchError(f"--chunk {chunk} is smaller than one {dtypes[0]} element")

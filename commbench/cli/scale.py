@@ -14,7 +14,7 @@ from ..errors import CommbenchError
 from ..launch.world import detect_launcher
 from ..results.atomic import check_new_file
 from ..run import preflight
-from ..sizes import parse_size, parse_sizes
+from ..sizes import parse_size, parse_sizes, round_to_itemsize
 from .common import Finite, make_reporter, policy_options, ranks_option, resolve_device, run_ranks, sweep, timeout_option, verdict_options
 from .group import cli
 
@@ -103,6 +103,7 @@ def scale(op, counts_text, sizes, impl_text, device, dtype, compute_ms, grad_byt
 
     from ..run.config import RunConfig
     size_list = parse_sizes(sizes)
+    round_to_itemsize(size_list, itemsize_of(dtype), dtype)  # refuses a size below one element
     workload = _workload(compute_ms, grad_bytes, params, dtype, overlap, strong, max(size_list))
     device, gpus = resolve_device(device, impl_text)
     impls = parse_impls(",".join(default_impls(coll, device, detect_launcher())) if impl_text is None else impl_text,

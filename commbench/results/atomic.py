@@ -97,9 +97,23 @@ def new_files_in(folder: str, exists_message: str) -> Iterator[str]:
             shutil.rmtree(stage, ignore_errors=True)
 
 
+# The longest file name (bytes) of Linux's file systems (NAME_MAX).
+NAME_MAX = 255
+
+
 def check_new_file(path: str, exists_message: str) -> None:
-    """Refuses a path that exists (a device such as /dev/null included) or whose folder cannot take a
-    new file."""
+    """Refuses a path that names no file (empty, a folder's), that a file system cannot hold (control
+    characters, too long a name), that exists (a device such as /dev/null included) or whose folder
+    cannot take a new file."""
+    name = os.path.basename(path)
+    if not name:
+        raise CommbenchError(f"{path!r} names a folder: name a file in it, e.g. {os.path.join(path, 'run.json')}"
+                             if path else "an empty file name: name a file, e.g. run.json")
+    if any(ord(c) < 32 or ord(c) == 127 for c in path):
+        raise CommbenchError(f"file name {path!r} holds a control character (a line break?): choose another")
+    if len(os.fsencode(name)) > NAME_MAX:
+        raise CommbenchError(f"file name {name[:40]}... is {len(os.fsencode(name))} bytes long, more than the "
+                             f"{NAME_MAX} a file name may have")
     if os.path.lexists(path):
         raise CommbenchError(exists_message)
     check_folder(os.path.dirname(path) or ".", path)

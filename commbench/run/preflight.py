@@ -71,7 +71,7 @@ class Checks:
         """Raises CommbenchError for the first problem; `local_ranks` of the `ranks` share `host`."""
         from ..node import machine
         from ..results.document import DEFAULT_DIR, taken_message
-        if self.output:
+        if self.output is not None:
             check_new_file(self.output, taken_message(self.output))
         else:
             check_folder(DEFAULT_DIR, DEFAULT_DIR)
