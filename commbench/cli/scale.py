@@ -19,11 +19,12 @@ from .common import Finite, make_reporter, policy_options, ranks_option, resolve
 from .group import cli
 
 
-def parse_counts(text: str) -> list[int]:
+def parse_counts(text: str, flag: str = "--ranks") -> list[int]:
+    """The rank counts of a comma list given as `flag`."""
     counts = []
     for part in text.split(","):
         if not part.strip().isdigit() or int(part) < 1:
-            raise CommbenchError(f"bad count '{part.strip()}' in --ranks: give positive integers, e.g. 1,2,4,8")
+            raise CommbenchError(f"bad count '{part.strip()}' in {flag}: give positive integers, e.g. 1,2,4,8")
         counts.append(int(part))
     return sorted(set(counts))
 
@@ -83,7 +84,7 @@ def scale(op, counts_text, sizes, impl_text, device, dtype, compute_ms, grad_byt
     from ..collectives import get
     from ..transports import default_impls, parse_impls
     coll = get(op)
-    counts, extra = parse_counts(counts_text), parse_counts(extra_text)
+    counts, extra = parse_counts(counts_text), parse_counts(extra_text, "--extrapolate")
     if as_json and source is None:
         raise CommbenchError("--json prints the analysis of --from RUN; a run keeps it in its result file ('scale')")
     itemsize_of(dtype)

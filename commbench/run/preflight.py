@@ -24,12 +24,12 @@ USABLE_SHARE = 0.9
 P2P_MAX_BYTES = 2**31 - 1
 
 
-def memory_problem(what: str, need: int, available: int, where: str) -> Optional[str]:
+def memory_problem(what: str, need: int, available: int, where: str, lower: str = "the largest --sizes") -> Optional[str]:
     """The refusal of a sweep whose largest buffers need more than a safe share of the available
-    memory, or None (also when the available memory is unknown)."""
+    memory, or None (also when the available memory is unknown); `lower`: what the user can lower."""
     if available and need > USABLE_SHARE * available:
         return (f"{what} needs about {need / 2**30:.1f} GiB on {where} but {available / 2**30:.1f} GiB is "
-                f"available; lower the largest --sizes or use fewer ranks per host")
+                f"available; lower {lower} or use fewer ranks per host")
     return None
 
 
@@ -59,6 +59,7 @@ class Checks:
     delay_rank: Optional[int] = None  # the rank of a collective's --delay
     ranks_used: Optional[int] = None  # the most ranks one measurement takes (scale --ranks)
     needs_mpi: Optional[str] = None  # what of the run goes over MPI, in a refusal's words (transports.over_mpi)
+    lower: str = "the largest --sizes"  # what sets the memory a rank needs, for the refusal
 
     def before_joining(self, launcher: str) -> None:
         """Checked by every rank of a launch before it meets the others: what the launch itself must
@@ -88,7 +89,8 @@ class Checks:
         # without creating a CUDA context that the ranks would then share the GPU with.
         if self.device == "cpu":
             problem = memory_problem(self.what, self.bytes_per_rank(ranks) * local_ranks,
-                                     machine.meminfo_bytes("MemAvailable"), f"host {host} ({local_ranks} rank(s))")
+                                     machine.meminfo_bytes("MemAvailable"), f"host {host} ({local_ranks} rank(s))",
+                                     self.lower)
             if problem:
                 raise CommbenchError(problem)
 
