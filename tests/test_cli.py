@@ -142,7 +142,7 @@ def four(tmp_path_factory):
     """Every dtype with every reduction, in place, on 4 ranks: one command of comma lists."""
     folder = str(tmp_path_factory.mktemp("four"))
     dtypes, ops = (",".join(x) for x in zip(*DTYPE_OPS))
-    ran = batch(4, {"dtypes": ["allreduce", "--device", "cpu", "--impl", "mpi,ring,tree", "--sizes", "6,1000,65538",
+    ran = batch(4, {"dtypes": ["allreduce", "--device", "cpu", "--impl", "mpi,ring,tree", "--sizes", "10,1000,65538",
                                "--dtype", dtypes, "--op", ops, "--in-place", "--iters", "3", "--warmup", "1",
                                "-o", "d.json"]}, folder)
     return folder, ran["dtypes"]

@@ -238,8 +238,10 @@ def test_a_stopped_rank_ends_links_too(workdir):
     """links arms the watchdog for every test of every round, on the ranks of no pair too: a rank
     stopped amid the rounds ends the run within --timeout, one line naming the round, the rows kept."""
     out = os.path.join(workdir, "links.json")
+    # At most 100 iterations a test: the budget alone, from a warm-up median taken while another test
+    # ran beside it, once made a test outlast --timeout by itself.
     p = subprocess.Popen([COMMBENCH, "links", "--np", "3", "--latency-size", "8", "--bandwidth-size", "64K",
-                          "--budget-ms", "300", "--timeout", str(TIMEOUT_S), "-o", out],
+                          "--budget-ms", "300", "--max-iters", "100", "--timeout", str(TIMEOUT_S), "-o", out],
                          env=mpi_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          start_new_session=True)
     try:

@@ -36,8 +36,8 @@ EXACT_CASES = [("float32", "sum", "--out-of-place"), ("bfloat16", "prod", "--in-
 
 
 def exact_args(dtype, op, place):
-    # Fewer elements than ranks and counts the ranks do not divide (4 and 1000 bytes), then several MiB.
-    return ["allreduce", "--device", "cuda", "--impl", "nccl,ring,tree", "--sizes", "4,1000,1M-4M:+1M",
+    # Fewer elements than ranks and counts the ranks do not divide (8 and 1000 bytes), then several MiB.
+    return ["allreduce", "--device", "cuda", "--impl", "nccl,ring,tree", "--sizes", "8,1000,1M-4M:+1M",
             "--dtype", dtype, "--op", op, place, "--chunk", "64K", "--budget-ms", "20"]
 
 

@@ -11,8 +11,8 @@ from test_gpu import GPU_TEST_ARGS
 
 from commbench import collectives
 from commbench.cli import cli
-from commbench.collectives.dtypes import dtype_of, redop_code
-from commbench.sizes import parse_size, parse_sizes
+from commbench.collectives.dtypes import dtype_of, itemsize_of, redop_code
+from commbench.sizes import parse_size, parse_sizes, round_to_itemsize
 from commbench.transports import parse_impls
 
 GPU_CHECK = gpu_check_module()
@@ -26,7 +26,11 @@ def parse(argv: list) -> dict:
     name, command, rest = cli.resolve_command(group, list(argv))
     params = command.make_context(name, rest, parent=group).params
     if "sizes" in params:
-        assert parse_sizes(params["sizes"])
+        sizes = parse_sizes(params["sizes"])
+        assert sizes
+        if params.get("dtype"):
+            for d in params["dtype"].split(","):
+                round_to_itemsize(sizes, itemsize_of(d), d)
     for key in ("chunk", "staging_chunk", "latency_size", "bandwidth_size"):
         if key in params:
             parse_size(params[key])
