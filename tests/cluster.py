@@ -313,9 +313,13 @@ exec ip netns exec "$ns" unshare --uts sh -c "hostname $ns; $*"
     # ---- running things on the hosts -------------------------------------------------------------
 
     def in_host(self, host: int, argv: list) -> list:
-        """argv run in one host's namespace under its own host name."""
+        """argv run in one host's namespace under its own host name, ahead of the rest of the machine
+        for the CPU (nice -10): the fits against the shaped rates assume that the links, not the
+        cores that the test beside them shares, set the times (a gloo fit read 1.10 of the rate, and
+        scale's 4-host prediction 18 % off, while other tests took the cores in bursts)."""
         ns = self.hosts[host].ns
-        return ["ip", "netns", "exec", ns, "unshare", "--uts", "sh", "-c", f'hostname {ns} && exec "$@"', "sh", *argv]
+        return ["nice", "-n", "-10", "ip", "netns", "exec", ns, "unshare", "--uts", "sh", "-c",
+                f'hostname {ns} && exec "$@"', "sh", *argv]
 
     def env(self) -> dict:
         """This environment without launcher variables; mpirun allowed as root. A rank waiting for a
