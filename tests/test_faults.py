@@ -234,6 +234,20 @@ def test_a_wait_past_the_deadline_inside_a_call_is_a_timeout(workdir):
     assert not _left(out)
 
 
+def _stop_rank_1(p, out: str, ready) -> tuple[str, float]:
+    """Once ready() returns, SIGSTOP of rank 1 of the standalone run `p` (writing `out`): what `p` said
+    on stderr and the seconds it took to end after; nothing of it is left running."""
+    try:
+        ready()
+        os.kill(_rank_pids(out)[1], signal.SIGSTOP)
+        t = time.monotonic()
+        _, err = p.communicate(timeout=TIMEOUT_S + 30)
+        return err, time.monotonic() - t
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+
+
 def test_a_stopped_rank_ends_links_too(workdir):
     """links arms the watchdog for every test of every round, on the ranks of no pair too: a rank
     stopped amid the rounds ends the run within --timeout, one line naming the round, the rows kept."""
@@ -244,15 +258,7 @@ def test_a_stopped_rank_ends_links_too(workdir):
                           "--budget-ms", "300", "--max-iters", "100", "--timeout", str(TIMEOUT_S), "-o", out],
                          env=mpi_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          start_new_session=True)
-    try:
-        _wait_for_rows(out, p)
-        os.kill(_rank_pids(out)[1], signal.SIGSTOP)
-        t = time.monotonic()
-        _, err = p.communicate(timeout=TIMEOUT_S + 30)
-        elapsed = time.monotonic() - t
-    finally:
-        if p.poll() is None:
-            os.killpg(p.pid, signal.SIGKILL)
+    err, elapsed = _stop_rank_1(p, out, lambda: _wait_for_rows(out, p))
     assert p.returncode == 1 and elapsed < TIMEOUT_S + 5, (elapsed, err)
     doc = results.load_document(out)
     assert doc["status"] == "timeout" and doc["results"], doc["error"]
@@ -271,19 +277,14 @@ def test_a_stopped_rank_ends_numerics_too(workdir):
                           "--count", "1M", "--repeats", "5000", "--timeout", str(TIMEOUT_S), "-o", out],
                          env=mpi_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          start_new_session=True)
-    try:
+
+    def amid_the_calls():
         until = time.monotonic() + 60
         while not os.path.exists(out) and time.monotonic() < until:
             time.sleep(0.1)
         time.sleep(1)  # rank 0 made the file once every rank was up; now both are amid the calls
         assert p.poll() is None, p.communicate()
-        os.kill(_rank_pids(out)[1], signal.SIGSTOP)
-        t = time.monotonic()
-        _, err = p.communicate(timeout=TIMEOUT_S + 30)
-        elapsed = time.monotonic() - t
-    finally:
-        if p.poll() is None:
-            os.killpg(p.pid, signal.SIGKILL)
+    err, elapsed = _stop_rank_1(p, out, amid_the_calls)
     assert p.returncode == 1 and elapsed < TIMEOUT_S + 5, (elapsed, err)
     doc = results.load_document(out)
     assert doc["status"] == "timeout" and doc["numerics"]["rows"] == []
