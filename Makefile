@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.commbench-installed
 NATIVE := $(shell find csrc -type f) setup.py pyproject.toml
 
-.PHONY: install cuda-compiler bench test docs overhead gpu-check clean
+.PHONY: install cuda-compiler emu bench test docs overhead gpu-check clean
 
 install: $(STAMP)
 
@@ -29,6 +29,15 @@ cuda-compiler:
 	  || echo "commbench: no nvidia-cuda-nvcc $$cu.* wheel; a system CUDA $$cu toolkit will be used if present"; \
 	fi
 
+# The emulated commbench._cuda (tests/emu): the GPU path's sources against a CUDA runtime and an NCCL
+# that run on the host, loaded where COMMBENCH_GPU_EMULATION=N is set. Test infrastructure only.
+EMU := build/emu/.built
+emu: install $(EMU)
+
+$(EMU): $(shell find csrc tests/emu -type f -not -name '*.pyc') $(STAMP)
+	$(BIN)/python tests/emu/build.py
+	touch $@
+
 bench: install
 	$(BIN)/commbench allreduce --sizes 1K-1G
 
@@ -36,7 +45,7 @@ bench: install
 # tests at a time (pytest-xdist): much of a test is waiting (for ranks to start, a shaped link, a
 # --timeout), so two share 2 cores well. Tests go out one by one, the longest first (tests/conftest.py):
 # measured faster than whole files per worker, though a module's batch may then run on both workers.
-test: install
+test: install emu
 	$(BIN)/python -m pytest -q -n 2 tests; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 1; fi; exit $$rc
 

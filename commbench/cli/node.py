@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 import click
@@ -107,12 +108,15 @@ def version(verbose: bool) -> None:
         except ImportError as e:
             host = f"missing ({e})"
         click.echo(f"native host extension (commbench._host): {host}")
-        from ..node.gpu import cuda_absence, cuda_module, visible_gpus
+        from ..node.gpu import EMULATION, cuda_absence, cuda_module, visible_gpus
         mod = cuda_module()
         if mod is None:
             click.echo(f"CUDA extension (commbench._cuda): absent: {cuda_absence()}")
+        elif mod.emulated:
+            click.echo(f"_cuda: emulated ({os.environ[EMULATION]} devices); {mod.versions()} (emulated)")
         else:
             click.echo(f"CUDA extension (commbench._cuda): built; {mod.versions()}")
+        if mod is not None:
             gpus, why = visible_gpus()
             click.echo(f"GPUs visible: {gpus}" + (f" ({why})" if why else ""))
         click.echo(f"MPI: {machine.mpi_version() or 'not available'}"

@@ -129,7 +129,7 @@ class World:
     launcher: str  # 'standalone', 'mpi', 'torchrun', or 'local' (one process, no ranks)
     comm: Any = None  # mpi4py communicator when MPI-launched
     _attached: dict = field(default_factory=dict, repr=False)
-    device: Optional[int] = None  # this rank's GPU, once the NCCL transport chose it
+    device: Optional[int] = None  # this rank's GPU, once chosen (node/gpu.take_gpu)
     group: Any = None  # torch.distributed group of these ranks; None: the default (all launched ranks)
 
     @property

@@ -22,8 +22,37 @@ CUDA_EVENT_RESOLUTION_S = 0.5e-6
 DEFAULT_TIMEOUT_S = 300.0
 
 
+# N emulated GPUs per host: every command loads the emulated build of commbench._cuda (tests/emu,
+# `make emu`) instead of the real one. A test switch: nothing a GPU measures means anything there.
+EMULATION = "COMMBENCH_GPU_EMULATION"
+
+
+def emulated_build() -> str:
+    """Where `make emu` puts the emulated extension: build/emu of the source tree, or
+    COMMBENCH_EMU_BUILD."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    return os.environ.get("COMMBENCH_EMU_BUILD") or os.path.join(root, "build", "emu")
+
+
+def _load_emulated():
+    import importlib.machinery
+    import importlib.util
+    if "commbench._cuda" in sys.modules:
+        return sys.modules["commbench._cuda"], ""
+    path = os.path.join(emulated_build(), "_cuda" + importlib.machinery.EXTENSION_SUFFIXES[0])
+    if not os.path.exists(path):
+        return None, f"{EMULATION} is set but the emulated commbench._cuda is not built ({path}; run `make emu`)"
+    spec = importlib.util.spec_from_file_location("commbench._cuda", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["commbench._cuda"] = module
+    spec.loader.exec_module(module)
+    return module, ""
+
+
 def _load():
     """(commbench._cuda, "") or (None, why it is absent)."""
+    if os.environ.get(EMULATION):
+        return _load_emulated()
     # torch first: it loads its own CUDA runtime and NCCL, the ones _cuda was built against, so the
     # loader cannot pick another libcudart from the system path. A _cuda already imported (or a
     # stand-in for it) has its libraries.
@@ -69,7 +98,7 @@ def driver_loads() -> bool:
     """Whether the CUDA driver's library loads in this process. Asked before commbench._cuda, which
     imports torch (seconds of a start on a host without GPUs). A commbench._cuda already imported (or a
     stand-in for it) answers for itself."""
-    if "commbench._cuda" in sys.modules:
+    if "commbench._cuda" in sys.modules or os.environ.get(EMULATION):
         return True
     try:
         ctypes.CDLL(DRIVER_LIBRARY)
@@ -151,6 +180,13 @@ def rank_device(world) -> int:
     if problem:
         raise CommbenchError(problem)
     return device
+
+
+def take_gpu(world) -> int:
+    """This rank's GPU (rank_device), chosen once per world and kept in world.device."""
+    if world.device is None:
+        world.device = rank_device(world)
+    return world.device
 
 
 def nccl_reserve_bytes(env: Optional[dict] = None) -> int:

@@ -1,7 +1,8 @@
 """Buffers a sweep measures on: page-aligned as OSU and nccl-tests allocate theirs, allocated once at
 the largest size, and refused up front where they would not fit a rank's GPU. Host buffers are NumPy
-arrays and GPU buffers torch tensors: a rank on host memory never imports torch (seconds of its start
-and hundreds of MB of its memory), unless an impl it runs is torch's own (gloo)."""
+arrays and GPU buffers commbench._cuda's own (device_arrays.py): a rank never imports torch (seconds of
+its start and hundreds of MB of its memory) for its buffers, only where an impl it runs is torch's own
+(gloo)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from ..collectives.dtypes import dtype_of, itemsize_of, numpy_dtype
+from ..collectives.dtypes import itemsize_of, numpy_dtype
 from ..errors import CommbenchError
 from .preflight import memory_problem
 
@@ -20,13 +21,10 @@ _PAGE = 4096
 
 def check_device_memory(world, need_per_rank: int, what: str) -> None:
     """Refuses up front a sweep whose largest buffers do not fit in a rank's GPU, NCCL's own buffers
-    on top of ours; the blocks torch holds cached but unused are free for our tensors. (The host's
-    memory was checked before the ranks started, preflight.py; a GPU's is seen by its rank alone.)"""
-    import torch
-
-    from ..node.gpu import nccl_reserve_bytes
-    cached = torch.cuda.memory_reserved(world.device) - torch.cuda.memory_allocated(world.device)
-    avail = torch.cuda.mem_get_info(world.device)[0] + cached
+    on top of ours. (The host's memory was checked before the ranks started, preflight.py; a GPU's is
+    seen by its rank alone.)"""
+    from ..node.gpu import cuda_module, nccl_reserve_bytes
+    avail = cuda_module().mem_get_info(world.device)[0]
     problem = memory_problem(what, need_per_rank + nccl_reserve_bytes(), avail, f"GPU {world.device} (with NCCL's buffers)")
     problems = world.gather(problem)
     first = world.bcast(next((p for p in problems if p), None) if world.rank == 0 else None)
@@ -36,13 +34,13 @@ def check_device_memory(world, need_per_rank: int, what: str) -> None:
 
 def page_aligned(nbytes: int, device: Optional[int] = None):
     """A byte buffer that starts on a page boundary, as OSU allocates its message buffers: a NumPy
-    array in host memory (device None), else a torch tensor on that GPU."""
+    array in host memory (device None), else a DeviceArray on that GPU."""
     if device is None:
         raw = np.empty(nbytes + _PAGE, dtype=np.uint8)
         start = -raw.ctypes.data % _PAGE
     else:
-        import torch
-        raw = torch.empty(nbytes + _PAGE, dtype=torch.uint8, device=torch.device("cuda", device))
+        from .device_arrays import DeviceArray
+        raw = DeviceArray.empty(nbytes + _PAGE, "uint8", device)
         start = -raw.data_ptr() % _PAGE
     return raw[start:start + nbytes]
 
@@ -52,7 +50,7 @@ def allocator(device: Optional[int] = None) -> Callable:
     where a buffer starts changes what the library's copies cost."""
     def allocate(count: int, dtype: str):
         raw = page_aligned(count * itemsize_of(dtype), device)
-        return raw.view(numpy_dtype(dtype)) if device is None else raw.view(dtype_of(dtype))
+        return raw.view(numpy_dtype(dtype)) if device is None else raw.view(dtype)
     return allocate
 
 

@@ -13,7 +13,7 @@ from ..collectives.dtypes import itemsize_of, redop_code
 from ..launch import watchdog
 from ..results.record import measured
 from ..sizes import format_size
-from ..transports.nccl import communicator
+from ..node.gpu import take_gpu
 from .buffers import Buffers, allocator, check_device_memory
 from .config import RunConfig
 from .policy import measure
@@ -54,7 +54,8 @@ def run_collective(world, cfg: RunConfig, coll, impls: list, reporter, where: st
     when one run measures several)."""
     dtypes, redops = cfg.dtype.split(","), cfg.redop.split(",") if coll.reduces else ["none"]
     if cfg.device == "cuda":
-        data = DeviceData(communicator(world, cfg.timeout_s))
+        take_gpu(world)
+        data = DeviceData(world)
         allocate = allocator(world.device)
         if cfg.buffers == "cupy":
             from . import cupy_buffers
@@ -81,11 +82,6 @@ def run_collective(world, cfg: RunConfig, coll, impls: list, reporter, where: st
                     if reporter:
                         reporter.step(f"{block} {format_size(shape.size)}")
                     send, recv = pool.views(shape, world.rank)
-                    if cfg.device == "cuda":
-                        # The stale values went on torch's stream; the pattern's fill and the impls run
-                        # on the communicator's: the fill must not be overwritten by them.
-                        import torch
-                        torch.cuda.synchronize()
                     _fill(data, send, coll.inputs(world.rank, world.size, cfg.root, shape), code)
                     # One call, checked: in place, a second one would start from the first one's result.
                     checked = Timings(functools.partial(impl.rank_times, world, coll, send, recv, code, cfg=cfg))(1)

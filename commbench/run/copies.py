@@ -25,7 +25,8 @@ def run_peer_matrix(cfg, reporter, gpus: int) -> tuple[dict, int]:
     ("ce") and by SM kernel ("sm"), one direction and both at once. Returns
     ({(mode, bidirectional): {(src, dst): [record per size] or the reason it was not measured}},
     bytes that arrived wrong)."""
-    from .. import _cuda
+    from ..node.gpu import cuda_module
+    _cuda = cuda_module()
     matrices: dict = {}
     wrong = 0
     for mode in ("ce", "sm"):
@@ -85,7 +86,8 @@ def run_copies(cfg, reporter, src: int, dst: int, staging_chunk: int) -> int:
     """Host<->device from pinned and pageable memory on GPU `src`, then GPU src -> GPU dst staged
     through pinned host memory beside the direct peer copy (what losing P2P costs). Returns the bytes
     that arrived wrong."""
-    from .. import _cuda
+    from ..node.gpu import cuda_module
+    _cuda = cuda_module()
     tests = [
         ("h2d", "pinned", "host to device, pinned host memory", lambda s: _cuda.HostCopy(src, s, "h2d", True)),
         ("h2d", "pageable", "host to device, pageable host memory", lambda s: _cuda.HostCopy(src, s, "h2d", False)),

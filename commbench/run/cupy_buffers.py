@@ -1,6 +1,6 @@
 """GPU buffers owned by CuPy, for the MPI library's calls on GPUs (--impl mpi --device cuda
 --buffers cupy): the convention of Python HPC codes, which hand CuPy arrays to CUDA-aware MPI through
-the CUDA array interface. The arrays are viewed as torch tensors without a copy, so the same native
+the CUDA array interface. The arrays are viewed as DeviceArrays without a copy, so the same native
 timed loops and the same exact checks run on them."""
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ def check_request(impls: list[str], device: str, dtypes: list[str]) -> None:
     """--buffers cupy is for the MPI library's calls on GPU buffers, in a dtype CuPy has."""
     if device != "cuda" or impls != ["mpi"]:
         raise CommbenchError("--buffers cupy applies to --impl mpi --device cuda alone (the other impls allocate "
-                             "their buffers with torch)")
+                             "their own buffers)")
     missing = [d for d in dtypes if d not in _DTYPES]
     if missing:
         raise CommbenchError(f"--buffers cupy: CuPy has no {', '.join(missing)}")
@@ -48,11 +48,13 @@ def interface_of(array) -> tuple[int, int]:
 
 
 def empty(count: int, dtype: str, device: int):
-    """`count` elements allocated by CuPy on GPU `device`, viewed as a torch tensor."""
-    import torch
+    """`count` elements allocated by CuPy on GPU `device`, viewed as a DeviceArray."""
+    from types import SimpleNamespace
+
+    from .device_arrays import DeviceArray
     cupy = require_cupy()
     with cupy.cuda.Device(device):
         array = cupy.empty(max(count, 1), dtype=dtype)[:count]
-    interface_of(array)
+    ptr, _ = interface_of(array)
     # The view holds a reference to the array, whose memory it shares.
-    return torch.as_tensor(array, device=torch.device("cuda", device))
+    return DeviceArray(SimpleNamespace(ptr=ptr, device=device, owner=array), count, dtype)

@@ -17,11 +17,12 @@ import torch
 
 from ..analysis.numerics import contribution, drift, errors, reference, round_to, shares
 from ..collectives import get
-from ..collectives.dtypes import dtype_of, redop_code
+from ..collectives.dtypes import dtype_of, numpy_dtype, redop_code
 from ..launch import watchdog
 from ..launch.world import World
 from ..results.document import default_path
 from ..transports.nccl import communicator
+from .buffers import allocator
 from .output import FileOutput
 
 _SUM = redop_code("sum")
@@ -45,24 +46,21 @@ class Plan:
                 "contributions": self.contributions}
 
 
-def digest(tensor: torch.Tensor) -> str:
+def digest(values: np.ndarray) -> str:
     """A fingerprint of a vector's bits: BLAKE2b (16 bytes) of its elements' bytes in the dtype."""
-    return hashlib.blake2b(tensor.cpu().contiguous().view(torch.uint8).numpy().tobytes(), digest_size=16).hexdigest()
+    return hashlib.blake2b(np.ascontiguousarray(values).tobytes(), digest_size=16).hexdigest()
 
 
-def local_sum(values: list[np.ndarray], dtype: str, where: torch.device) -> torch.Tensor:
-    """A rank's contributions, each rounded to the dtype, added in order in the dtype."""
-    parts = [torch.from_numpy(round_to(v, dtype)).to(where, dtype_of(dtype)) for v in values]
+def local_sum(values: list[np.ndarray], dtype: str) -> np.ndarray:
+    """A rank's contributions, each rounded to the dtype, added in order in the dtype: torch's
+    arithmetic on the host, one rounding per addition as on a GPU. A NumPy array of the dtype."""
+    parts = [torch.from_numpy(round_to(v, dtype)).to(dtype_of(dtype)) for v in values]
     total = parts[0].clone()
     for part in parts[1:]:
         total += part
-    return total
-
-
-def _settle(tensor: torch.Tensor) -> None:
-    # Fills and copies run on torch's stream, the impls on their own.
-    if tensor.is_cuda:
-        torch.cuda.synchronize()
+    if dtype == "bfloat16":  # NumPy's bfloat16 (ml_dtypes) is not torch's: share the bits
+        return total.view(torch.int16).numpy().view(numpy_dtype(dtype))
+    return total.numpy()
 
 
 class _Batch:
@@ -106,14 +104,13 @@ def _rows_at(sub: World, plan: Plan, impls: list, cfg, batch: _Batch, first: dic
     share = shares(plan.contributions, sub.size)[sub.rank]
     for impl in impls:
         impl.prepare(sub, cfg)
-    where = torch.device("cpu")
+    allocate = allocator()
     if cfg.device == "cuda":
         communicator(sub, cfg.timeout_s)
-        where = torch.device("cuda", sub.device)
+        allocate = allocator(sub.device)
     for dtype in plan.dtypes:
-        local = local_sum([batch.values(c) for c in share], dtype, where)
-        # torch tensors on either device: the local sums are torch's arithmetic in the dtype.
-        send, recv = (torch.empty(plan.count, dtype=dtype_of(dtype), device=where) for _ in range(2))
+        local = local_sum([batch.values(c) for c in share], dtype)
+        send, recv = allocate(plan.count, dtype), allocate(plan.count, dtype)
         for impl in impls:
             # Counts grow (Plan.ranks is sorted): a rank left out of this one was never armed, and
             # waits for it unwatched rather than past an old deadline.
@@ -139,14 +136,13 @@ def _calls(sub: World, impl, cfg, repeats: int, local, send, recv) -> tuple[Opti
     coll = get("allreduce")
     prints, result = [], None
     for _ in range(repeats):
-        send.copy_(local)
-        recv.fill_(float("nan"))  # an element the call leaves unwritten shows as not finite
-        _settle(send)
+        send[:] = local
+        recv[:] = float("nan")  # an element the call leaves unwritten shows as not finite
         impl.rank_times(sub, coll, send, recv, _SUM, 1, cfg)
-        _settle(recv)
-        prints.append(sub.gather(digest(recv)))
+        values = recv.to_numpy() if hasattr(recv, "to_numpy") else recv.copy()  # a copy: recv takes the next call
+        prints.append(sub.gather(digest(values)))
         if result is None and sub.rank == 0:
-            result = recv.to("cpu", torch.float64, copy=True).numpy()  # a copy: recv takes the next call
+            result = values.astype(np.float64)
     return (prints, result) if sub.rank == 0 else (None, None)
 
 

@@ -44,17 +44,15 @@ class PairTimers:
         """Untimed exact check: the first rank sends a byte pattern in one ping-pong; the second
         counts the bytes that arrived wrong."""
         pattern = _byte_pattern(size)
-        if self.gpu is not None:
-            import torch
-            pattern = torch.from_numpy(pattern).to(self.send.device)
         if self.first:
             self.send[:size] = pattern
         else:
             self.recv[:size] = 0
-        if self.gpu is not None:
-            torch.cuda.synchronize()
         self("pingpong", size, 1)
-        return 0 if self.first else int((self.recv[:size] != pattern).sum())
+        if self.first:
+            return 0
+        received = self.recv[:size].to_numpy() if self.gpu is not None else self.recv[:size]
+        return int((received != pattern).sum())
 
     def row(self, test: str, size: int, policy: Policy, impl: str, ranks: int) -> tuple[Optional[Record], int]:
         """One test at one size, checked then timed: (the pair's record on its first rank, None on the

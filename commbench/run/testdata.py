@@ -20,13 +20,15 @@ class HostData:
 
 
 class DeviceData:
-    """The same pattern, filled and checked by kernels of commbench._cuda on the rank's GPU."""
+    """The same pattern, filled and checked by kernels of commbench._cuda on the rank's GPU; no
+    communicator needed, so a GPU run of the MPI library makes none."""
 
-    def __init__(self, comm):
-        self.comm = comm
+    def __init__(self, world):
+        from ..node.gpu import cuda_module
+        self.world, self.cuda = world, cuda_module()
 
     def fill(self, tensor, code: int, first: int = 0) -> None:
-        self.comm.fill_pattern(tensor, code, first)
+        self.cuda.fill_pattern(tensor, code, self.world.rank, self.world.size, first)
 
     def count_wrong(self, tensor, code: int, first: int = 0, source: int = -1) -> int:
-        return int(self.comm.count_wrong(tensor, code, first, source))
+        return int(self.cuda.count_wrong(tensor, code, self.world.size, first, source))

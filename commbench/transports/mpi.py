@@ -34,16 +34,13 @@ class MpiTransport:
                 raise CommbenchError(f"--impl mpi --device cuda: {_host.mpi_library_version().splitlines()[0][:60]} "
                                      f"is not CUDA-aware; use --impl nccl, or 'commbench copy' to see what staging "
                                      f"through host memory costs")
-            from .nccl import communicator
-            communicator(world, cfg.timeout_s)  # chooses the rank's GPU, where its data lives
+            from ..node.gpu import take_gpu
+            take_gpu(world)  # where the rank's data lives
 
     def times(self, world, coll, algorithm: Optional[str], send, recv, op: int, iters: int, cfg, agg: int,
               delay_s: float) -> np.ndarray:
         from .. import _host
         from .native import native_call
-        if cfg.device == "cuda":
-            import torch
-            torch.cuda.synchronize()
         return np.asarray(_host.collective_times(*native_call(_host, coll, algorithm), send, recv, op, cfg.root, iters,
                                                  world.comm.py2f(), cfg.chunk_bytes, agg, delay_s))
 

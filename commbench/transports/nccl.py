@@ -14,12 +14,8 @@ def communicator(world, timeout_s: Optional[float] = None):
     """This rank's NCCL communicator, created on first use on the GPU the rank takes (one GPU per
     rank); `timeout_s`, when given, bounds every later wait of it for its peers."""
     def make():
-        import torch
-
-        from ..node.gpu import DEFAULT_TIMEOUT_S, device_comm, rank_device
-        world.device = rank_device(world)
-        torch.cuda.set_device(world.device)
-        return device_comm(world, world.device, timeout_s or DEFAULT_TIMEOUT_S)
+        from ..node.gpu import DEFAULT_TIMEOUT_S, device_comm, take_gpu
+        return device_comm(world, take_gpu(world), timeout_s or DEFAULT_TIMEOUT_S)
     comm = world.attached("nccl", make)
     if timeout_s:
         comm.set_timeout(timeout_s)
@@ -44,7 +40,8 @@ class NcclTransport:
     def times(self, world, coll, algorithm: Optional[str], send, recv, op: int, iters: int, cfg, agg: int,
               delay_s: float) -> np.ndarray:
         # NCCL's calls are fused into one group per iteration, ours run one after another.
-        from .. import _cuda
+        from ..node.gpu import cuda_module
+        _cuda = cuda_module()
         from .native import native_call
         return np.asarray(communicator(world).collective_times(*native_call(_cuda, coll, algorithm), send, recv, op,
                                                                cfg.root, iters, cfg.chunk_bytes, cfg.graph, agg, delay_s))

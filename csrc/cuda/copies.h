@@ -5,7 +5,7 @@
 // corrupted data (broken P2P behind an IOMMU, say) fails the run.
 #pragma once
 
-#include <torch/extension.h>
+#include "python.h"
 
 namespace commbench {
 

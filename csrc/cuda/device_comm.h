@@ -1,9 +1,8 @@
 // The NCCL communicator of one rank and everything timed on it: collectives (NCCL's calls and our
-// algorithms over NCCL point-to-point, collective_times.h), NCCL ping-pong and bandwidth, the exact
-// data's fill and check kernels. One stream per communicator; every wait for it is bounded.
+// algorithms over NCCL point-to-point, collective_times.h), NCCL ping-pong and bandwidth. One stream per communicator; every wait for it is bounded.
 #pragma once
 
-#include <torch/extension.h>
+#include "python.h"
 
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -72,9 +71,9 @@ inline ncclUniqueId unique_id_from(const std::string& uid) {
   return id;
 }
 
-// Scratch layout: the barrier's int, the pair barrier's two ints, the check kernels' counter.
+// Scratch layout: the barrier's int, the pair barrier's two ints.
 constexpr std::size_t kScratch = 64;
-constexpr std::size_t kPairSendOffset = 4, kPairRecvOffset = 8, kCounterOffset = 16;
+constexpr std::size_t kPairSendOffset = 4, kPairRecvOffset = 8;
 
 // A NCCL communicator over all ranks, one GPU per rank, with its own stream. Every wait for the
 // stream is bounded (see wait()).
@@ -125,38 +124,6 @@ class DeviceComm {
       for (int64_t w = 0; w < window; ++w) leg(lead);
       g.end();
     });
-  }
-
-  // This rank's share of the exact pattern at pattern indices first, first + 1, ... (pattern.h).
-  void fill_pattern(const Buffer& t, int64_t op_code, int64_t first) {
-    require_device(t, where_.device, "buffer");
-    cuda_check(cudaSetDevice(where_.device), "cudaSetDevice", where_);
-    const RedOp op = redop_from(op_code);
-    dispatch_dtype(t.dtype, [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      launch_fill<T>(static_cast<T*>(t.data), t.count, static_cast<std::size_t>(first), op, where_.rank, size_, stream_.s);
-      return 0;
-    });
-    wait("fill kernel");
-  }
-
-  // Elements that differ from the exact reduction (source < 0) or from rank source's values, at
-  // pattern indices first, first + 1, ...
-  int64_t count_wrong(const Buffer& t, int64_t op_code, int64_t first, int64_t source) {
-    require_device(t, where_.device, "buffer");
-    cuda_check(cudaSetDevice(where_.device), "cudaSetDevice", where_);
-    const RedOp op = redop_from(op_code);
-    unsigned long long* wrong = reinterpret_cast<unsigned long long*>(static_cast<char*>(scratch_.ptr) + kCounterOffset);
-    dispatch_dtype(t.dtype, [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      launch_count_wrong<T>(static_cast<const T*>(t.data), t.count, static_cast<std::size_t>(first), op, size_, static_cast<int>(source), wrong, stream_.s);
-      return 0;
-    });
-    wait("check kernel");
-    unsigned long long host = 0;
-    cuda_check(cudaMemcpyAsync(&host, wrong, sizeof(host), cudaMemcpyDeviceToHost, stream_.s), "cudaMemcpyAsync", where_);
-    wait("copy of the check count");
-    return static_cast<int64_t>(host);
   }
 
  private:
@@ -263,7 +230,7 @@ class DeviceComm {
     static constexpr const char* kLibrary = "nccl";
     DeviceComm& dc;
     bool graph;
-    at::Tensor scratch_memory;
+    std::unique_ptr<DeviceBuffer> scratch_memory;
 
     int rank() const { return dc.where_.rank; }
     int size() const { return dc.size_; }
@@ -284,8 +251,8 @@ class DeviceComm {
     }
     template <typename T>
     T* scratch(std::size_t elems) {
-      scratch_memory = device_scratch(elems * sizeof(T), dc.where_.device);
-      return static_cast<T*>(scratch_memory.data_ptr());
+      scratch_memory = std::make_unique<DeviceBuffer>(elems * sizeof(T), dc.where_.device, dc.where_);
+      return static_cast<T*>(scratch_memory->ptr);
     }
     template <typename T, typename Op>
     std::function<void()> library_call(Collective coll, const CallBuffers<T>& b, RedOp op) const {
@@ -371,16 +338,16 @@ class DeviceComm {
   // same samples, as the maximum over the pair.
   std::vector<double> max_with_peer(std::vector<double> t, int peer) {
     const std::size_t bytes = t.size() * sizeof(double);
-    at::Tensor mine = device_scratch(bytes, where_.device), theirs = device_scratch(bytes, where_.device);
+    DeviceBuffer mine(bytes, where_.device, where_), theirs(bytes, where_.device, where_);
     std::vector<double> other(t.size());
     or_abort([&] {
-      cuda_check(cudaMemcpyAsync(mine.data_ptr(), t.data(), bytes, cudaMemcpyHostToDevice, stream_.s), "cudaMemcpyAsync", where_);
+      cuda_check(cudaMemcpyAsync(mine.ptr, t.data(), bytes, cudaMemcpyHostToDevice, stream_.s), "cudaMemcpyAsync", where_);
       NcclGroup g(where_);
-      nccl_check(ncclSend(mine.data_ptr(), t.size(), ncclFloat64, peer, comm(), stream_.s), "ncclSend", where_);
-      nccl_check(ncclRecv(theirs.data_ptr(), t.size(), ncclFloat64, peer, comm(), stream_.s), "ncclRecv", where_);
+      nccl_check(ncclSend(mine.ptr, t.size(), ncclFloat64, peer, comm(), stream_.s), "ncclSend", where_);
+      nccl_check(ncclRecv(theirs.ptr, t.size(), ncclFloat64, peer, comm(), stream_.s), "ncclRecv", where_);
       g.end();
       wait("exchange of times with the peer");
-      cuda_check(cudaMemcpyAsync(other.data(), theirs.data_ptr(), bytes, cudaMemcpyDeviceToHost, stream_.s), "cudaMemcpyAsync", where_);
+      cuda_check(cudaMemcpyAsync(other.data(), theirs.ptr, bytes, cudaMemcpyDeviceToHost, stream_.s), "cudaMemcpyAsync", where_);
       wait("copy of the peer's times to the host");
     });
     for (std::size_t i = 0; i < t.size(); ++i) t[i] = std::max(t[i], other[i]);

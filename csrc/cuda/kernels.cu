@@ -28,6 +28,20 @@ struct alignas(16) Pack {
   T v[kLanes];
 };
 
+// Launches `kernel` over blocks x threads on `stream` and checks the launch. On a GPU the chevron
+// launch; in the emulated build (tests/emu) its runtime runs the same kernel once per emulated thread,
+// in stream order.
+template <typename... Params, typename... Args>
+void launch(void (*kernel)(Params...), const char* name, unsigned blocks, unsigned threads, cudaStream_t stream,
+            Args... args) {
+#if defined(__CUDACC__)
+  kernel<<<blocks, threads, 0, stream>>>(args...);
+#else
+  emu_launch(name, blocks, threads, stream, [=] { kernel(args...); });
+#endif
+  check_launch(name);
+}
+
 // Element-wise functors of split_kernel: a reduction reads both sides, a copy only the source.
 template <typename Op>
 struct Combine {
@@ -65,8 +79,7 @@ template <typename T, typename F>
 void launch_split(T* dst, const T* src, std::size_t n, cudaStream_t stream, const char* name) {
   if (n == 0) return;
   const VecSplit sp = vec_split(reinterpret_cast<std::uintptr_t>(dst), reinterpret_cast<std::uintptr_t>(src), n, sizeof(T));
-  split_kernel<T, F><<<blocks_for(std::max(sp.packs, sp.head + sp.tail)), kThreads, 0, stream>>>(dst, src, sp);
-  check_launch(name);
+  launch(split_kernel<T, F>, name, blocks_for(std::max(sp.packs, sp.head + sp.tail)), kThreads, stream, dst, src, sp);
 }
 
 // Each block adds its count and takes one away from the sentinel that arm_counter set.
@@ -81,8 +94,7 @@ __global__ void arm_sentinel_kernel(unsigned long long* wrong, unsigned long lon
 // and returns it. A kernel rather than a copy from host memory, which would wait for the stream.
 unsigned arm_counter(unsigned long long* wrong, std::size_t work, cudaStream_t stream) {
   const unsigned blocks = blocks_for(work);
-  arm_sentinel_kernel<<<1, 1, 0, stream>>>(wrong, blocks);
-  check_launch("check counter kernel");
+  launch(arm_sentinel_kernel, "check counter kernel", 1, 1, stream, wrong, static_cast<unsigned long long>(blocks));
   return blocks;
 }
 
@@ -105,6 +117,13 @@ __global__ void count_wrong_kernel(const T* data, std::size_t n, std::size_t fir
     local += static_cast<double>(data[i]) != expected ? 1 : 0;
   }
   add_block_count(wrong, local);
+}
+
+template <typename T>
+__global__ void fill_value_kernel(T* data, std::size_t n, double value) {
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x)
+    data[i] = static_cast<T>(value);
 }
 
 __global__ void fill_bytes_kernel(unsigned char* data, std::size_t n, unsigned seed) {
@@ -137,8 +156,7 @@ void launch_sm_copy(void* dst, const void* src, std::size_t bytes, cudaStream_t 
 template <typename T>
 void launch_fill(T* data, std::size_t n, std::size_t first, RedOp op, int rank, int nranks, cudaStream_t stream) {
   if (n == 0) return;
-  fill_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(data, n, first, op, rank, nranks);
-  check_launch("fill kernel");
+  launch(fill_kernel<T>, "fill kernel", blocks_for(n), kThreads, stream, data, n, first, op, rank, nranks);
 }
 
 template <typename T>
@@ -146,21 +164,26 @@ void launch_count_wrong(const T* data, std::size_t n, std::size_t first, RedOp o
                         unsigned long long* wrong, cudaStream_t stream) {
   // Launched even for n == 0: only a kernel that ran clears the sentinel.
   const unsigned blocks = arm_counter(wrong, n, stream);
-  count_wrong_kernel<T><<<blocks, kThreads, 0, stream>>>(data, n, first, op, nranks, source, wrong);
-  check_launch("check kernel");
+  launch(count_wrong_kernel<T>, "check kernel", blocks, kThreads, stream, data, n, first, op, nranks, source, wrong);
+}
+
+template <typename T>
+void launch_fill_value(T* data, std::size_t n, double value, cudaStream_t stream) {
+  if (n == 0) return;
+  launch(fill_value_kernel<T>, "value fill kernel", blocks_for(n), kThreads, stream, data, n, value);
 }
 
 void launch_fill_bytes(void* data, std::size_t bytes, unsigned seed, cudaStream_t stream) {
   if (bytes == 0) return;
-  fill_bytes_kernel<<<blocks_for(bytes), kThreads, 0, stream>>>(static_cast<unsigned char*>(data), bytes, seed);
-  check_launch("byte fill kernel");
+  launch(fill_bytes_kernel, "byte fill kernel", blocks_for(bytes), kThreads, stream, static_cast<unsigned char*>(data),
+         bytes, seed);
 }
 
 void launch_count_bytes_wrong(const void* data, std::size_t bytes, unsigned seed, unsigned long long* wrong,
                               cudaStream_t stream) {
   const unsigned blocks = arm_counter(wrong, bytes, stream);
-  count_bytes_wrong_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<const unsigned char*>(data), bytes, seed, wrong);
-  check_launch("byte check kernel");
+  launch(count_bytes_wrong_kernel, "byte check kernel", blocks, kThreads, stream,
+         static_cast<const unsigned char*>(data), bytes, seed, wrong);
 }
 
 #define COMMBENCH_FOR_OPS(T)                                                              \
@@ -169,6 +192,7 @@ void launch_count_bytes_wrong(const void* data, std::size_t bytes, unsigned seed
   template void launch_reduce<T, OpMax>(T*, const T*, std::size_t, cudaStream_t);         \
   template void launch_reduce<T, OpMin>(T*, const T*, std::size_t, cudaStream_t);         \
   template void launch_fill<T>(T*, std::size_t, std::size_t, RedOp, int, int, cudaStream_t);  \
+  template void launch_fill_value<T>(T*, std::size_t, double, cudaStream_t);                  \
   template void launch_count_wrong<T>(const T*, std::size_t, std::size_t, RedOp, int, int, unsigned long long*, \
                                       cudaStream_t);
 
@@ -178,5 +202,6 @@ COMMBENCH_FOR_OPS(c10::Half)
 COMMBENCH_FOR_OPS(c10::BFloat16)
 COMMBENCH_FOR_OPS(int32_t)
 COMMBENCH_FOR_OPS(int64_t)
+template void launch_fill_value<uint8_t>(uint8_t*, std::size_t, double, cudaStream_t);
 
 }  // namespace commbench

@@ -21,6 +21,10 @@ void launch_reduce(T* dst, const T* src, std::size_t n, cudaStream_t stream);
 template <typename T>
 void launch_fill(T* data, std::size_t n, std::size_t first, RedOp op, int rank, int nranks, cudaStream_t stream);
 
+// Every element set to `value` (converted to T): the stale content of a receive buffer, a NaN.
+template <typename T>
+void launch_fill_value(T* data, std::size_t n, double value, cudaStream_t stream);
+
 // Counts into *wrong (device memory) the elements that differ from the exact reduction over nranks
 // (source < 0) or from rank source's values, at pattern indices first, first + 1, ...
 // The counter is first set to the number of blocks, and each block takes one away as it finishes, so

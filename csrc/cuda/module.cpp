@@ -4,7 +4,7 @@
 // with the same executors (collectives.h) as the host path, over NCCL point-to-point, reducing with
 // a kernel that calls the same functor (reduce.h). Iterations are timed with CUDA events, one pair
 // per iteration. Local copies (copies.cpp) need no communicator.
-#include <torch/extension.h>
+#include "python.h"
 
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -19,6 +19,7 @@
 #include "errors.h"
 #include "kernels.cuh"
 #include "buffer_caster.h"
+#include "resources.h"
 
 namespace commbench {
 namespace {
@@ -76,6 +77,97 @@ std::pair<std::string, std::string> device_identity(int64_t device) {
   return {uuid, bus};
 }
 
+// Device memory that Python owns: the sweeps' GPU buffers (commbench/run/device_arrays.py). The
+// extension allocates them itself, so a rank's buffers, NCCL's and the up-front memory check all see
+// one allocator, and no tensor library is needed on a GPU rank.
+class DeviceMemory {
+ public:
+  DeviceMemory(int64_t bytes, int64_t device) : buf_(static_cast<std::size_t>(bytes), static_cast<int>(device), Where{0, static_cast<int>(device)}) {}
+  std::uintptr_t ptr() const { return reinterpret_cast<std::uintptr_t>(buf_.ptr); }
+  int device() const { return buf_.device; }
+
+ private:
+  DeviceBuffer buf_;
+};
+
+std::pair<std::size_t, std::size_t> mem_get_info(int64_t device) {
+  const Where w{0, static_cast<int>(device)};
+  cuda_check(cudaSetDevice(w.device), "cudaSetDevice", w);
+  std::size_t free_bytes = 0, total = 0;
+  cuda_check(cudaMemGetInfo(&free_bytes, &total), "cudaMemGetInfo", w);
+  return {free_bytes, total};
+}
+
+// Host <-> device copies of whole buffers, finished when they return. The host side is any writable
+// (to_host) or readable (from_host) contiguous Python buffer of the same size in bytes.
+void copy_bytes(const Buffer& dev, py::buffer host, bool to_host) {
+  if (dev.on_host()) throw std::invalid_argument("copy: the first buffer must be on a GPU");
+  const py::buffer_info info = host.request(to_host);
+  const std::size_t bytes = static_cast<std::size_t>(info.size * info.itemsize);
+  if (bytes != nbytes(dev)) throw std::invalid_argument("copy: the host buffer's size differs from the device buffer's");
+  const Where w{0, dev.device};
+  py::gil_scoped_release no_gil;
+  cuda_check(cudaSetDevice(w.device), "cudaSetDevice", w);
+  if (to_host)
+    cuda_check(cudaMemcpy(info.ptr, dev.data, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy", w);
+  else
+    cuda_check(cudaMemcpy(dev.data, info.ptr, bytes, cudaMemcpyHostToDevice), "cudaMemcpy", w);
+}
+
+// Every element of a device buffer set to `value`, finished when it returns.
+void fill_value(const Buffer& dev, double value) {
+  if (dev.on_host()) throw std::invalid_argument("fill: the buffer must be on a GPU");
+  const Where w{0, dev.device};
+  py::gil_scoped_release no_gil;
+  cuda_check(cudaSetDevice(w.device), "cudaSetDevice", w);
+  if (dev.dtype == DType::UInt8) {
+    launch_fill_value(static_cast<uint8_t*>(dev.data), dev.count, value, nullptr);
+  } else {
+    dispatch_dtype(dev.dtype, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      launch_fill_value(static_cast<T*>(dev.data), dev.count, value, nullptr);
+      return 0;
+    });
+  }
+  cuda_check(cudaDeviceSynchronize(), "value fill kernel", w);
+}
+
+// The exact pattern (pattern.h) on a device buffer, without a communicator: rank `rank` of `nranks`'s
+// values at pattern indices first, first + 1, ... Finished when it returns.
+void fill_pattern(const Buffer& t, int64_t op_code, int64_t rank, int64_t nranks, int64_t first) {
+  if (t.on_host()) throw std::invalid_argument("fill_pattern: the buffer must be on a GPU");
+  const Where w{static_cast<int>(rank), t.device};
+  const RedOp op = redop_from(op_code);
+  py::gil_scoped_release no_gil;
+  cuda_check(cudaSetDevice(w.device), "cudaSetDevice", w);
+  dispatch_dtype(t.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    launch_fill<T>(static_cast<T*>(t.data), t.count, static_cast<std::size_t>(first), op, w.rank, static_cast<int>(nranks), nullptr);
+    return 0;
+  });
+  cuda_check(cudaDeviceSynchronize(), "fill kernel", w);
+}
+
+// Elements of a device buffer that differ from the exact reduction over nranks (source < 0) or from
+// rank source's values, at pattern indices first, first + 1, ...
+int64_t count_wrong(const Buffer& t, int64_t op_code, int64_t nranks, int64_t first, int64_t source) {
+  if (t.on_host()) throw std::invalid_argument("count_wrong: the buffer must be on a GPU");
+  const Where w{0, t.device};
+  const RedOp op = redop_from(op_code);
+  py::gil_scoped_release no_gil;
+  DeviceBuffer counter(sizeof(unsigned long long), w.device, w);
+  auto* wrong = static_cast<unsigned long long*>(counter.ptr);
+  dispatch_dtype(t.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    launch_count_wrong<T>(static_cast<const T*>(t.data), t.count, static_cast<std::size_t>(first), op,
+                          static_cast<int>(nranks), static_cast<int>(source), wrong, nullptr);
+    return 0;
+  });
+  unsigned long long host = 0;
+  cuda_check(cudaMemcpy(&host, wrong, sizeof(host), cudaMemcpyDeviceToHost), "check kernel", w);
+  return static_cast<int64_t>(host);
+}
+
 std::string versions() {
   int runtime = 0, nccl = 0;
   cudaRuntimeGetVersion(&runtime);
@@ -104,13 +196,29 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
            py::arg("iters"), py::call_guard<py::gil_scoped_release>())
       .def("bandwidth_times", &DeviceComm::bandwidth_times, py::arg("send"), py::arg("recv"), py::arg("bytes"), py::arg("peer"),
            py::arg("window"), py::arg("iters"), py::call_guard<py::gil_scoped_release>())
-      .def("fill_pattern", &DeviceComm::fill_pattern, py::arg("buffer"), py::arg("op"), py::arg("first") = 0)
-      .def("count_wrong", &DeviceComm::count_wrong, py::arg("buffer"), py::arg("op"), py::arg("first") = 0,
-           py::arg("source") = -1);
+      ;
   m.def("nccl_unique_id", &nccl_unique_id);
   m.def("reduce_tensors", &reduce_tensors, py::arg("dst"), py::arg("src"), py::arg("op"));
   m.def("device_count", &device_count);
   m.def("device_identity", &device_identity, py::arg("device"));
   m.def("versions", &versions);
+  py::class_<DeviceMemory>(m, "DeviceMemory")
+      .def(py::init<int64_t, int64_t>(), py::arg("bytes"), py::arg("device"))
+      .def_property_readonly("ptr", &DeviceMemory::ptr)
+      .def_property_readonly("device", &DeviceMemory::device);
+  m.def("mem_get_info", &mem_get_info, py::arg("device"));
+  m.def("copy_to_host", [](const Buffer& src, py::buffer dst) { copy_bytes(src, dst, true); }, py::arg("src"), py::arg("dst"));
+  m.def("copy_from_host", [](const Buffer& dst, py::buffer src) { copy_bytes(dst, src, false); }, py::arg("dst"), py::arg("src"));
+  m.def("fill_pattern", &fill_pattern, py::arg("buffer"), py::arg("op"), py::arg("rank"), py::arg("nranks"),
+        py::arg("first") = 0);
+  m.def("count_wrong", &count_wrong, py::arg("buffer"), py::arg("op"), py::arg("nranks"), py::arg("first") = 0,
+        py::arg("source") = -1);
+  m.def("fill", &fill_value, py::arg("buffer"), py::arg("value"));
+#if defined(COMMBENCH_EMULATED)
+  // The emulated build (tests/emu): the GPUs per host it emulates, for `commbench version -v`.
+  m.attr("emulated") = true;
+#else
+  m.attr("emulated") = false;
+#endif
   bind_copies(m);
 }

@@ -3,12 +3,13 @@
 // communicator and the local copies use.
 #pragma once
 
-#include <torch/extension.h>
+#include "python.h"
 
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstddef>
+#include <memory>
 #include <vector>
 
 #include "errors.h"
@@ -26,14 +27,6 @@ void release_on(int device, F&& release) {
   release();
   if (known) cudaSetDevice(previous);
   cudaGetLastError();
-}
-
-// Scratch device memory from torch's caching allocator: the up-front memory check counts torch's
-// cached blocks as free, which holds only for memory taken from that cache, and giving it back never
-// waits for the device the way cudaFree does.
-inline at::Tensor device_scratch(std::size_t bytes, int device) {
-  return at::empty({static_cast<int64_t>(std::max<std::size_t>(bytes, 16))},
-                   at::TensorOptions().dtype(at::kByte).device(at::kCUDA, device));
 }
 
 struct DeviceBuffer {

@@ -1,0 +1,674 @@
+// The emulated NCCL (see include/nccl.h). A communicator is a shared-memory segment named by its
+// unique id: one slot per rank (who it is, its votes in ncclCommSplit) and a byte ring per ordered
+// rank pair. A group becomes one piece of work on its stream, which moves every message of the group
+// through the rings at once, as NCCL progresses a group's operations together, so a group completes
+// only once its peers' matching groups run. Collectives are their messages plus a local step (the
+// reduction in rank order, the same on every rank). Faults are injected with
+// COMMBENCH_EMU_NCCL_FAULT=KIND:RANK[:GROUP] (KIND stall, error or init-stall).
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "emu.h"
+#include <nccl.h>
+
+namespace {
+
+constexpr std::size_t kRing = 256 << 10;
+constexpr int kMaxRanks = 64;
+constexpr int kVotes = 8;  // ncclCommSplit rounds a rank can see at once: one ahead is the most
+
+struct alignas(64) Ring {
+  std::atomic<uint64_t> head;  // bytes written, by the sender
+  char pad[56];
+  std::atomic<uint64_t> tail;  // bytes read, by the receiver
+  char pad2[56];
+  char data[kRing];
+};
+
+struct Slot {
+  char host[128];
+  int physical;
+  std::atomic<uint64_t> vote_round[kVotes];
+  int color[kVotes], key[kVotes];
+};
+
+struct Shared {
+  std::atomic<int> arrived, mapped;
+  Slot slots[kMaxRanks];
+};
+
+std::size_t rings_offset() { return (sizeof(Shared) + 63) / 64 * 64; }
+std::size_t segment_bytes(int n) { return rings_offset() + sizeof(Ring) * n * n; }
+
+std::mutex error_mu;
+std::string last_error;
+
+ncclResult_t error(ncclResult_t rc, const std::string& text) {
+  std::lock_guard<std::mutex> l(error_mu);
+  last_error = text;
+  return rc;
+}
+
+struct Fault {
+  std::string kind;
+  int rank = -1;
+  uint64_t group = 1;
+};
+
+Fault fault() {
+  Fault f;
+  const char* v = std::getenv("COMMBENCH_EMU_NCCL_FAULT");
+  if (!v) return f;
+  char kind[32] = {0};
+  unsigned long long group = 1;
+  if (std::sscanf(v, "%31[a-z-]:%d:%llu", kind, &f.rank, &group) >= 2) {
+    f.kind = kind;
+    f.group = group;
+  }
+  return f;
+}
+
+struct Comm {
+  std::string name;
+  int rank = 0, nranks = 0, device = 0;
+  bool blocking = true;
+  Shared* shared = nullptr;
+  std::atomic<bool> aborted{false}, ready{false}, enqueue_reported{true};
+  std::atomic<int> graph_holds{0};
+  std::atomic<int> async{ncclSuccess};
+  uint64_t split_round = 0;
+  uint64_t groups_run = 0;  // by the stream's worker
+  std::thread init_thread;
+
+  Ring& ring(int from, int to) {
+    return reinterpret_cast<Ring*>(reinterpret_cast<char*>(shared) + rings_offset())[from * nranks + to];
+  }
+  ~Comm() {
+    if (init_thread.joinable()) init_thread.join();
+    if (shared) munmap(shared, segment_bytes(nranks));
+  }
+};
+
+}  // namespace
+
+struct ncclComm {
+  std::shared_ptr<Comm> impl;
+};
+
+namespace {
+
+std::size_t type_size(ncclDataType_t t) {
+  switch (t) {
+    case ncclInt8: case ncclUint8: return 1;
+    case ncclFloat16: case ncclBfloat16: return 2;
+    case ncclInt32: case ncclUint32: case ncclFloat32: return 4;
+    case ncclInt64: case ncclUint64: case ncclFloat64: return 8;
+  }
+  return 0;
+}
+
+template <typename T>
+void combine(T* dst, const T* src, std::size_t n, ncclRedOp_t op) {
+  for (std::size_t i = 0; i < n; ++i) {
+    const T a = dst[i], b = src[i];
+    switch (op) {
+      case ncclSum: dst[i] = static_cast<T>(a + b); break;
+      case ncclProd: dst[i] = static_cast<T>(a * b); break;
+      case ncclMax: dst[i] = a < b ? b : a; break;
+      default: dst[i] = b < a ? b : a; break;
+    }
+  }
+}
+
+void reduce_into(void* dst, const void* src, std::size_t n, ncclDataType_t t, ncclRedOp_t op) {
+  switch (t) {
+    case ncclInt8: return combine(static_cast<int8_t*>(dst), static_cast<const int8_t*>(src), n, op);
+    case ncclUint8: return combine(static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src), n, op);
+    case ncclInt32: return combine(static_cast<int32_t*>(dst), static_cast<const int32_t*>(src), n, op);
+    case ncclUint32: return combine(static_cast<uint32_t*>(dst), static_cast<const uint32_t*>(src), n, op);
+    case ncclInt64: return combine(static_cast<int64_t*>(dst), static_cast<const int64_t*>(src), n, op);
+    case ncclUint64: return combine(static_cast<uint64_t*>(dst), static_cast<const uint64_t*>(src), n, op);
+    case ncclFloat16: return combine(static_cast<c10::Half*>(dst), static_cast<const c10::Half*>(src), n, op);
+    case ncclBfloat16: return combine(static_cast<c10::BFloat16*>(dst), static_cast<const c10::BFloat16*>(src), n, op);
+    case ncclFloat32: return combine(static_cast<float*>(dst), static_cast<const float*>(src), n, op);
+    case ncclFloat64: return combine(static_cast<double*>(dst), static_cast<const double*>(src), n, op);
+  }
+}
+
+// One message of a group: from device memory (`device`) or from the group's host scratch (offset
+// `scratch`), to or from `peer`. A receive reads the sender's length first and refuses a mismatch.
+struct Message {
+  bool send;
+  int peer;
+  char* device;
+  std::size_t scratch;
+  std::size_t bytes;
+};
+
+// One call of a group: its messages, and what it does locally before and after them with the
+// scratch it asks for.
+struct Call {
+  std::shared_ptr<Comm> comm;
+  std::vector<Message> messages;
+  std::size_t scratch_bytes = 0;
+  std::function<void(char*)> before, after;
+};
+
+struct Progress {
+  Message m;
+  Comm* comm;
+  char* at;
+  bool header_done = false;
+  std::size_t done = 0;
+  bool finished() const { return header_done && done == m.bytes; }
+};
+
+std::size_t push(Ring& r, const char* src, std::size_t n) {
+  const uint64_t head = r.head.load(std::memory_order_relaxed);
+  const std::size_t room = kRing - static_cast<std::size_t>(head - r.tail.load(std::memory_order_acquire));
+  const std::size_t k = std::min(n, room);
+  const std::size_t at = head % kRing, first = std::min(k, kRing - at);
+  std::memcpy(r.data + at, src, first);
+  std::memcpy(r.data, src + first, k - first);
+  r.head.store(head + k, std::memory_order_release);
+  return k;
+}
+
+std::size_t pull(Ring& r, char* dst, std::size_t n) {
+  const uint64_t tail = r.tail.load(std::memory_order_relaxed);
+  const std::size_t ready = static_cast<std::size_t>(r.head.load(std::memory_order_acquire) - tail);
+  const std::size_t k = std::min(n, ready);
+  const std::size_t at = tail % kRing, first = std::min(k, kRing - at);
+  std::memcpy(dst, r.data + at, first);
+  std::memcpy(dst + first, r.data, k - first);
+  r.tail.store(tail + k, std::memory_order_release);
+  return k;
+}
+
+std::size_t available(Ring& r) {
+  return static_cast<std::size_t>(r.head.load(std::memory_order_acquire) - r.tail.load(std::memory_order_relaxed));
+}
+
+std::size_t room(Ring& r) {
+  return kRing - static_cast<std::size_t>(r.head.load(std::memory_order_relaxed) - r.tail.load(std::memory_order_acquire));
+}
+
+// Moves what it can of one message; whether anything moved. A length that differs from the
+// receiver's sets the communicator's asynchronous error.
+bool step(Progress& p) {
+  Comm& c = *p.comm;
+  Ring& r = p.m.send ? c.ring(c.rank, p.m.peer) : c.ring(p.m.peer, c.rank);
+  bool moved = false;
+  if (!p.header_done) {
+    const uint64_t len = p.m.bytes;
+    if (p.m.send) {
+      if (room(r) < sizeof(len)) return false;
+      push(r, reinterpret_cast<const char*>(&len), sizeof(len));
+    } else {
+      if (available(r) < sizeof(len)) return false;
+      uint64_t sent = 0;
+      pull(r, reinterpret_cast<char*>(&sent), sizeof(sent));
+      if (sent != len) {
+        c.async = error(ncclInvalidUsage, "rank " + std::to_string(p.m.peer) + " sent " + std::to_string(sent) +
+                                              " bytes where rank " + std::to_string(c.rank) + " receives " +
+                                              std::to_string(len) + " (mismatched point-to-point calls)");
+        return false;
+      }
+    }
+    p.header_done = moved = true;
+  }
+  if (p.done < p.m.bytes) {
+    const std::size_t k = p.m.send ? push(r, p.at + p.done, p.m.bytes - p.done) : pull(r, p.at + p.done, p.m.bytes - p.done);
+    p.done += k;
+    moved = moved || k > 0;
+  }
+  return moved;
+}
+
+// Runs one group's calls on the stream's worker: all their messages together, then each call's local
+// step. Re-run as is by every launch of a graph that captured it.
+void run_group(const std::vector<Call>& calls) {
+  static const Fault injected = fault();
+  for (const Call& call : calls) {
+    Comm& c = *call.comm;
+    if (c.aborted || c.async != ncclSuccess) return;
+    ++c.groups_run;
+    if (c.nranks > 1 && c.rank == injected.rank && c.groups_run == injected.group) {
+      if (injected.kind == "error") {
+        c.async = error(ncclSystemError, "injected failure (COMMBENCH_EMU_NCCL_FAULT) on rank " + std::to_string(c.rank));
+        return;
+      }
+      if (injected.kind == "stall") {
+        unsigned rounds = 0;
+        while (!c.aborted) emu::idle(rounds);
+        return;
+      }
+    }
+  }
+  std::vector<std::vector<char>> scratch(calls.size());
+  std::vector<Progress> work;
+  for (std::size_t i = 0; i < calls.size(); ++i) {
+    scratch[i].resize(calls[i].scratch_bytes);
+    if (calls[i].before) calls[i].before(scratch[i].data());
+    for (const Message& m : calls[i].messages)
+      work.push_back({m, calls[i].comm.get(), m.device ? m.device : scratch[i].data() + m.scratch});
+  }
+  unsigned rounds = 0;
+  for (;;) {
+    bool all = true, moved = false;
+    // Messages between the same two ranks in the same direction go in the order they were posted.
+    std::map<std::tuple<Comm*, bool, int>, bool> busy;
+    for (Progress& p : work) {
+      if (p.finished()) continue;
+      all = false;
+      if (!busy.emplace(std::make_tuple(p.comm, p.m.send, p.m.peer), true).second) continue;
+      moved = step(p) || moved;
+      if (p.comm->aborted || p.comm->async != ncclSuccess) return;
+    }
+    if (all) break;
+    if (moved)
+      rounds = 0;
+    else
+      emu::idle(rounds);
+  }
+  for (std::size_t i = 0; i < calls.size(); ++i)
+    if (calls[i].after) calls[i].after(scratch[i].data());
+}
+
+struct Pending {
+  cudaStream_t stream;
+  Call call;
+};
+thread_local int group_depth = 0;
+thread_local std::vector<Pending> pending;
+
+ncclResult_t flush() {
+  std::vector<Pending> items;
+  items.swap(pending);
+  bool nonblocking = false;
+  std::vector<cudaStream_t> streams;
+  for (const Pending& p : items) {
+    if (std::find(streams.begin(), streams.end(), p.stream) == streams.end()) streams.push_back(p.stream);
+    nonblocking = nonblocking || !p.call.comm->blocking;
+  }
+  for (cudaStream_t s : streams) {
+    std::vector<Call> calls;
+    std::shared_ptr<void> hold;
+    std::vector<std::shared_ptr<Comm>> held;
+    for (Pending& p : items)
+      if (p.stream == s) {
+        held.push_back(p.call.comm);
+        calls.push_back(std::move(p.call));
+      }
+    // A graph that captures the group holds its communicators: ncclCommAbort waits for it to go.
+    for (auto& c : held) ++c->graph_holds;
+    hold = std::shared_ptr<void>(nullptr, [held](void*) {
+      for (auto& c : held) --c->graph_holds;
+    });
+    if (emu::enqueue(s, [calls = std::move(calls)] { run_group(calls); }, hold) != cudaSuccess)
+      return error(ncclUnhandledCudaError, "cannot enqueue on the stream: " + std::string(cudaGetErrorString(cudaGetLastError())));
+  }
+  // A non-blocking communicator's group may still be enqueuing when ncclGroupEnd returns; the caller
+  // polls ncclCommGetAsyncError until it is no longer ncclInProgress.
+  if (nonblocking) {
+    for (const Pending& p : items) p.call.comm->enqueue_reported = false;
+    return ncclInProgress;
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t post(ncclComm_t comm, cudaStream_t stream, Call call) {
+  if (!comm || !comm->impl) return error(ncclInvalidArgument, "invalid communicator");
+  Comm& c = *comm->impl;
+  if (!c.ready) return error(ncclInvalidUsage, "communicator used before its initialisation completed");
+  if (c.aborted) return error(ncclInvalidUsage, "communicator was aborted");
+  for (const Message& m : call.messages)
+    if (m.device && m.bytes && !emu::device_range(m.device, m.bytes))
+      return error(ncclInvalidArgument, "buffer is not device memory of " + std::to_string(m.bytes) + " bytes");
+  call.comm = comm->impl;
+  pending.push_back({stream, std::move(call)});
+  if (group_depth > 0) return ncclSuccess;
+  return flush();
+}
+
+ncclResult_t check_peer(ncclComm_t comm, int peer) {
+  if (!comm || !comm->impl) return error(ncclInvalidArgument, "invalid communicator");
+  if (peer < 0 || peer >= comm->impl->nranks) return error(ncclInvalidArgument, "peer " + std::to_string(peer) + " out of range");
+  return ncclSuccess;
+}
+
+ncclResult_t check_buffer(const void* p, std::size_t bytes, const char* what) {
+  if (bytes && !emu::device_range(p, bytes))
+    return error(ncclInvalidArgument, std::string(what) + " is not device memory of " + std::to_string(bytes) + " bytes");
+  return ncclSuccess;
+}
+
+ncclResult_t init(Comm& c, const std::string& name, int nranks, int rank) {
+  static const Fault injected = fault();
+  const int fd = shm_open(name.c_str(), O_CREAT | O_RDWR, 0600);
+  if (fd < 0) return error(ncclSystemError, "shm_open " + name + ": " + std::strerror(errno));
+  const std::size_t bytes = segment_bytes(nranks);
+  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+    close(fd);
+    return error(ncclSystemError, "ftruncate " + name + ": " + std::strerror(errno));
+  }
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (p == MAP_FAILED) return error(ncclSystemError, "mmap " + name + ": " + std::strerror(errno));
+  c.shared = static_cast<Shared*>(p);
+  c.name = name;
+  c.rank = rank;
+  c.nranks = nranks;
+  unsigned rounds = 0;
+  if (injected.kind == "init-stall" && injected.rank == rank && nranks > 1)
+    while (!c.aborted) emu::idle(rounds);
+  Slot& me = c.shared->slots[rank];
+  std::snprintf(me.host, sizeof(me.host), "%s", emu::host_id().c_str());
+  me.physical = emu::physical_index(c.device);
+  c.shared->arrived.fetch_add(1);
+  while (c.shared->arrived.load() < nranks) {
+    if (c.aborted) return error(ncclInvalidUsage, "communicator aborted during its initialisation");
+    emu::idle(rounds);
+  }
+  if (c.shared->mapped.fetch_add(1) + 1 == nranks) shm_unlink(name.c_str());
+  for (int r = 0; r < nranks; ++r)
+    if (r != rank && std::strcmp(c.shared->slots[r].host, me.host) == 0 && c.shared->slots[r].physical == me.physical) {
+      char text[160];
+      std::snprintf(text, sizeof(text), "Duplicate GPU detected : rank %d and rank %d both on CUDA device %x",
+                    std::min(r, rank), std::max(r, rank), 0x10 + me.physical);
+      return error(ncclInvalidUsage, text);
+    }
+  return ncclSuccess;
+}
+
+ncclResult_t start(ncclComm_t* out, const std::string& name, int nranks, int rank, bool blocking) {
+  *out = nullptr;
+  if (nranks < 1 || nranks > kMaxRanks || rank < 0 || rank >= nranks)
+    return error(ncclInvalidArgument, "rank " + std::to_string(rank) + " of " + std::to_string(nranks));
+  auto impl = std::make_shared<Comm>();
+  impl->blocking = blocking;
+  if (cudaGetDevice(&impl->device) != cudaSuccess) return error(ncclUnhandledCudaError, "no current device");
+  if (blocking) {
+    const ncclResult_t rc = init(*impl, name, nranks, rank);
+    if (rc != ncclSuccess) return rc;
+    impl->ready = true;
+  } else {
+    Comm* c = impl.get();
+    c->async = ncclInProgress;
+    c->init_thread = std::thread([c, name, nranks, rank] {
+      const ncclResult_t rc = init(*c, name, nranks, rank);
+      c->ready = rc == ncclSuccess;
+      c->async = rc;
+    });
+  }
+  *out = new ncclComm{impl};
+  return blocking ? ncclSuccess : ncclInProgress;
+}
+
+std::string name_of(const ncclUniqueId& id) { return std::string(id.internal, strnlen(id.internal, sizeof(id.internal))); }
+
+}  // namespace
+
+ncclResult_t ncclGetVersion(int* v) {
+  *v = NCCL_VERSION_CODE;
+  return ncclSuccess;
+}
+
+ncclResult_t ncclGetUniqueId(ncclUniqueId* id) {
+  std::memset(id->internal, 0, sizeof(id->internal));
+  unsigned char random[16];
+  const int fd = open("/dev/urandom", O_RDONLY);
+  if (fd < 0 || read(fd, random, sizeof(random)) != static_cast<ssize_t>(sizeof(random))) {
+    if (fd >= 0) close(fd);
+    return error(ncclSystemError, "cannot read /dev/urandom");
+  }
+  close(fd);
+  std::string name = "/commbench-emu-";
+  for (unsigned char b : random) {
+    char hex[3];
+    std::snprintf(hex, sizeof(hex), "%02x", b);
+    name += hex;
+  }
+  std::memcpy(id->internal, name.data(), name.size());
+  return ncclSuccess;
+}
+
+const char* ncclGetErrorString(ncclResult_t rc) {
+  switch (rc) {
+    case ncclSuccess: return "no error";
+    case ncclUnhandledCudaError: return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
+    case ncclSystemError: return "unhandled system error (run with NCCL_DEBUG=INFO for details)";
+    case ncclInternalError: return "internal error - please report this issue to the NCCL developers";
+    case ncclInvalidArgument: return "invalid argument (run with NCCL_DEBUG=WARN for details)";
+    case ncclInvalidUsage: return "invalid usage (run with NCCL_DEBUG=WARN for details)";
+    case ncclRemoteError: return "remote process exited or there was a network error";
+    case ncclInProgress: return "NCCL operation in progress";
+  }
+  return "unknown result code";
+}
+
+const char* ncclGetLastError(ncclComm_t) {
+  static thread_local std::string copy;
+  std::lock_guard<std::mutex> l(error_mu);
+  copy = last_error;
+  return copy.c_str();
+}
+
+ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank) {
+  return start(comm, name_of(id), nranks, rank, true);
+}
+
+ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank, ncclConfig_t* config) {
+  const bool blocking = !config || config->blocking == NCCL_CONFIG_UNDEF_INT || config->blocking != 0;
+  return start(comm, name_of(id), nranks, rank, blocking);
+}
+
+ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t* config) {
+  *newcomm = nullptr;
+  if (!comm || !comm->impl || !comm->impl->ready) return error(ncclInvalidArgument, "invalid communicator");
+  Comm& c = *comm->impl;
+  const uint64_t round = ++c.split_round;
+  const int v = static_cast<int>(round % kVotes);
+  Slot& me = c.shared->slots[c.rank];
+  me.color[v] = color;
+  me.key[v] = key;
+  me.vote_round[v].store(round, std::memory_order_release);
+  std::vector<std::pair<std::pair<int, int>, int>> members;  // ((key, parent rank), parent rank)
+  unsigned rounds = 0;
+  for (int r = 0; r < c.nranks; ++r) {
+    Slot& s = c.shared->slots[r];
+    while (s.vote_round[v].load(std::memory_order_acquire) != round) {
+      if (c.aborted) return error(ncclInvalidUsage, "communicator aborted during ncclCommSplit");
+      emu::idle(rounds);
+    }
+    if (color != NCCL_SPLIT_NOCOLOR && s.color[v] == color) members.push_back({{s.key[v], r}, r});
+  }
+  if (color == NCCL_SPLIT_NOCOLOR) return ncclSuccess;
+  std::sort(members.begin(), members.end());
+  int rank = 0;
+  while (members[rank].second != c.rank) ++rank;
+  const bool blocking = !config || config->blocking == NCCL_CONFIG_UNDEF_INT || config->blocking != 0;
+  const ncclResult_t rc = start(newcomm, c.name + "-" + std::to_string(round) + "-" + std::to_string(color),
+                                static_cast<int>(members.size()), rank, blocking);
+  return rc;
+}
+
+ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* state) {
+  if (!comm || !comm->impl) return error(ncclInvalidArgument, "invalid communicator");
+  Comm& c = *comm->impl;
+  *state = static_cast<ncclResult_t>(c.async.load());
+  if (*state == ncclSuccess && !c.enqueue_reported.exchange(true)) *state = ncclInProgress;
+  return ncclSuccess;
+}
+
+ncclResult_t ncclCommCount(const ncclComm_t comm, int* n) {
+  if (!comm || !comm->impl) return error(ncclInvalidArgument, "invalid communicator");
+  *n = comm->impl->nranks;
+  return ncclSuccess;
+}
+
+ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* rank) {
+  if (!comm || !comm->impl) return error(ncclInvalidArgument, "invalid communicator");
+  *rank = comm->impl->rank;
+  return ncclSuccess;
+}
+
+ncclResult_t ncclCommDestroy(ncclComm_t comm) {
+  if (!comm) return error(ncclInvalidArgument, "invalid communicator");
+  // The segment stays mapped while queued work or a graph still refers to the communicator.
+  delete comm;
+  return ncclSuccess;
+}
+
+// As NCCL's: stops the communicator's pending work, then waits for every graph that captured work
+// of it to be destroyed, for as long as that takes.
+ncclResult_t ncclCommAbort(ncclComm_t comm) {
+  if (!comm) return ncclSuccess;
+  comm->impl->aborted = true;
+  unsigned rounds = 0;
+  while (comm->impl->graph_holds.load() > 0) emu::idle(rounds);
+  delete comm;
+  return ncclSuccess;
+}
+
+ncclResult_t ncclGroupStart() {
+  ++group_depth;
+  return ncclSuccess;
+}
+
+ncclResult_t ncclGroupEnd() {
+  if (group_depth == 0) return error(ncclInvalidUsage, "ncclGroupEnd without ncclGroupStart");
+  if (--group_depth > 0) return ncclSuccess;
+  return flush();
+}
+
+ncclResult_t ncclSend(const void* buf, std::size_t count, ncclDataType_t t, int peer, ncclComm_t comm, cudaStream_t s) {
+  if (const ncclResult_t rc = check_peer(comm, peer)) return rc;
+  Call call;
+  call.messages.push_back({true, peer, const_cast<char*>(static_cast<const char*>(buf)), 0, count * type_size(t)});
+  return post(comm, s, std::move(call));
+}
+
+ncclResult_t ncclRecv(void* buf, std::size_t count, ncclDataType_t t, int peer, ncclComm_t comm, cudaStream_t s) {
+  if (const ncclResult_t rc = check_peer(comm, peer)) return rc;
+  Call call;
+  call.messages.push_back({false, peer, static_cast<char*>(buf), 0, count * type_size(t)});
+  return post(comm, s, std::move(call));
+}
+
+// Every rank's input gathered into scratch (slot r at r * bytes) by messages; own input copied in.
+static Call gather_all(ncclComm_t comm, const void* in, std::size_t bytes, int only_to = -1) {
+  Call call;
+  const int n = comm->impl->nranks, me = comm->impl->rank;
+  call.scratch_bytes = bytes * n;
+  char* src = const_cast<char*>(static_cast<const char*>(in));
+  for (int r = 0; r < n; ++r) {
+    if (r == me) continue;
+    if (only_to < 0 || only_to == r) call.messages.push_back({true, r, src, 0, bytes});
+    if (only_to < 0 || only_to == me) call.messages.push_back({false, r, nullptr, r * bytes, bytes});
+  }
+  call.before = [src, bytes, me](char* scratch) { std::memcpy(scratch + me * bytes, src, bytes); };
+  return call;
+}
+
+ncclResult_t ncclAllReduce(const void* in, void* out, std::size_t count, ncclDataType_t t, ncclRedOp_t op,
+                           ncclComm_t comm, cudaStream_t s) {
+  const std::size_t bytes = count * type_size(t);
+  if (!comm || !comm->impl) return error(ncclInvalidArgument, "invalid communicator");
+  if (ncclResult_t rc = check_buffer(in, bytes, "sendbuff"); rc || (rc = check_buffer(out, bytes, "recvbuff"))) return rc;
+  Call call = gather_all(comm, in, bytes);
+  const int n = comm->impl->nranks;
+  call.after = [out, bytes, count, t, op, n](char* scratch) {
+    for (int r = 1; r < n; ++r) reduce_into(scratch, scratch + r * bytes, count, t, op);
+    std::memcpy(out, scratch, bytes);
+  };
+  return post(comm, s, std::move(call));
+}
+
+ncclResult_t ncclReduce(const void* in, void* out, std::size_t count, ncclDataType_t t, ncclRedOp_t op, int root,
+                        ncclComm_t comm, cudaStream_t s) {
+  if (const ncclResult_t rc = check_peer(comm, root)) return rc;
+  const std::size_t bytes = count * type_size(t);
+  const bool at_root = comm->impl->rank == root;
+  if (ncclResult_t rc = check_buffer(in, bytes, "sendbuff"); rc || (at_root && (rc = check_buffer(out, bytes, "recvbuff"))))
+    return rc;
+  Call call = gather_all(comm, in, bytes, root);
+  const int n = comm->impl->nranks;
+  if (at_root)
+    call.after = [out, bytes, count, t, op, n](char* scratch) {
+      for (int r = 1; r < n; ++r) reduce_into(scratch, scratch + r * bytes, count, t, op);
+      std::memcpy(out, scratch, bytes);
+    };
+  return post(comm, s, std::move(call));
+}
+
+ncclResult_t ncclBroadcast(const void* in, void* out, std::size_t count, ncclDataType_t t, int root, ncclComm_t comm,
+                           cudaStream_t s) {
+  if (const ncclResult_t rc = check_peer(comm, root)) return rc;
+  const std::size_t bytes = count * type_size(t);
+  const int n = comm->impl->nranks, me = comm->impl->rank;
+  if (ncclResult_t rc = check_buffer(out, bytes, "recvbuff"); rc || (me == root && (rc = check_buffer(in, bytes, "sendbuff"))))
+    return rc;
+  Call call;
+  char* dst = static_cast<char*>(out);
+  if (me == root) {
+    char* src = const_cast<char*>(static_cast<const char*>(in));
+    for (int r = 0; r < n; ++r)
+      if (r != me) call.messages.push_back({true, r, src, 0, bytes});
+    if (src != dst) call.after = [src, dst, bytes](char*) { std::memmove(dst, src, bytes); };
+  } else {
+    call.messages.push_back({false, root, dst, 0, bytes});
+  }
+  return post(comm, s, std::move(call));
+}
+
+ncclResult_t ncclAllGather(const void* in, void* out, std::size_t count, ncclDataType_t t, ncclComm_t comm,
+                           cudaStream_t s) {
+  if (!comm || !comm->impl) return error(ncclInvalidArgument, "invalid communicator");
+  const std::size_t bytes = count * type_size(t);
+  const int n = comm->impl->nranks, me = comm->impl->rank;
+  if (ncclResult_t rc = check_buffer(in, bytes, "sendbuff"); rc || (rc = check_buffer(out, bytes * n, "recvbuff"))) return rc;
+  Call call = gather_all(comm, in, bytes);
+  call.after = [out, bytes, n](char* scratch) { std::memcpy(out, scratch, bytes * n); };
+  (void)me;
+  return post(comm, s, std::move(call));
+}
+
+ncclResult_t ncclReduceScatter(const void* in, void* out, std::size_t count, ncclDataType_t t, ncclRedOp_t op,
+                               ncclComm_t comm, cudaStream_t s) {
+  if (!comm || !comm->impl) return error(ncclInvalidArgument, "invalid communicator");
+  const std::size_t bytes = count * type_size(t);
+  const int n = comm->impl->nranks, me = comm->impl->rank;
+  if (ncclResult_t rc = check_buffer(in, bytes * n, "sendbuff"); rc || (rc = check_buffer(out, bytes, "recvbuff"))) return rc;
+  Call call;
+  call.scratch_bytes = bytes * n;
+  char* src = const_cast<char*>(static_cast<const char*>(in));
+  for (int r = 0; r < n; ++r) {
+    if (r == me) continue;
+    call.messages.push_back({true, r, src + r * bytes, 0, bytes});
+    call.messages.push_back({false, r, nullptr, r * bytes, bytes});
+  }
+  call.before = [src, bytes, me](char* scratch) { std::memcpy(scratch + me * bytes, src + me * bytes, bytes); };
+  call.after = [out, bytes, count, t, op, n](char* scratch) {
+    for (int r = 1; r < n; ++r) reduce_into(scratch, scratch + r * bytes, count, t, op);
+    std::memcpy(out, scratch, bytes);
+  };
+  return post(comm, s, std::move(call));
+}

@@ -1,0 +1,765 @@
+// The emulated CUDA runtime (see include/cuda_runtime.h). One mutex orders every queue; each stream
+// has a worker thread that runs its work in enqueue order, after whatever the legacy-stream rules make
+// it wait for. Device memory lives in one host arena, PROT_NONE except while a worker runs work, so
+// host code that reads or writes a device pointer outside the runtime faults as on a GPU.
+#include <sched.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "emu.h"
+
+thread_local dim3 blockIdx, threadIdx, blockDim, gridDim;
+
+namespace emu {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Graph {
+  std::vector<std::function<void()>> nodes;
+  std::vector<std::shared_ptr<void>> holds;
+};
+
+struct Stream;
+struct Task {
+  std::function<void()> work;
+  std::vector<std::pair<Stream*, uint64_t>> after;  // (stream, work count it must have completed)
+};
+
+// Never freed: a task may wait on a stream that was destroyed meanwhile.
+struct Stream {
+  int device = 0;
+  bool blocking = true;
+  bool legacy = false;
+  std::deque<Task> queue;
+  uint64_t enqueued = 0, completed = 0;
+  bool closing = false;
+  Graph* capture = nullptr;
+  bool capture_broken = false;
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeGlobal;
+  std::thread::id capturer;
+};
+
+struct Event {
+  unsigned flags = 0;
+  Stream* stream = nullptr;
+  uint64_t seq = 0;
+  bool in_capture = false;
+  std::shared_ptr<Clock::time_point> stamp;
+};
+
+struct Device {
+  int physical = 0;
+  char* base = nullptr;
+  std::map<std::size_t, std::size_t> free_blocks, used;  // offset -> bytes
+  std::size_t in_use = 0;
+  Stream* legacy = nullptr;
+  std::vector<Stream*> streams;
+  std::set<int> peers;
+};
+
+// Queues, progress, streams, events, memory maps. Never destroyed: the workers of streams that live to
+// the end of the process still wait on them while static objects are destroyed at exit.
+std::mutex& mu = *new std::mutex;
+std::condition_variable& cv = *new std::condition_variable;
+
+struct Runtime {
+  cudaError_t error = cudaSuccess;
+  std::vector<Device> devices;
+  char* arena = nullptr;
+  std::size_t per_device = 0, arena_bytes = 0;
+  bool peer_access = true;
+  std::string fail_launch, skip_launch;
+  std::set<void*> pinned;
+};
+
+std::string env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "";
+}
+
+Runtime& rt() {
+  static Runtime* r = [] {
+    auto* r = new Runtime;
+    char* end = nullptr;
+    const std::string n_text = env("COMMBENCH_GPU_EMULATION");
+    const long n = std::strtol(n_text.c_str(), &end, 10);
+    if (n_text.empty() || *end != '\0' || n < 0 || n > 64) {
+      r->error = cudaErrorInitializationError;
+      return r;
+    }
+    // CUDA_VISIBLE_DEVICES as CUDA reads it: ordinals up to the first one that is invalid or repeated.
+    std::vector<int> visible;
+    if (const char* cvd = std::getenv("CUDA_VISIBLE_DEVICES")) {
+      std::string list = cvd;
+      std::size_t pos = 0;
+      while (pos <= list.size() && !list.empty()) {
+        const std::size_t comma = std::min(list.find(',', pos), list.size());
+        const std::string item = list.substr(pos, comma - pos);
+        char* e = nullptr;
+        const long d = std::strtol(item.c_str(), &e, 10);
+        if (item.empty() || *e != '\0' || d < 0 || d >= n || std::count(visible.begin(), visible.end(), d)) break;
+        visible.push_back(static_cast<int>(d));
+        pos = comma + 1;
+      }
+    } else {
+      for (int d = 0; d < n; ++d) visible.push_back(d);
+    }
+    const std::string gib = env("COMMBENCH_EMU_MEMORY_GIB");
+    r->per_device = (gib.empty() ? 4 : std::max(1L, std::strtol(gib.c_str(), nullptr, 10))) << 30;
+    r->arena_bytes = r->per_device * visible.size();
+    if (r->arena_bytes) {
+      void* p = mmap(nullptr, r->arena_bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+      if (p == MAP_FAILED) {
+        r->error = cudaErrorMemoryAllocation;
+        return r;
+      }
+      r->arena = static_cast<char*>(p);
+    }
+    for (std::size_t i = 0; i < visible.size(); ++i) {
+      Device d;
+      d.physical = visible[i];
+      d.base = r->arena + i * r->per_device;
+      d.free_blocks[0] = r->per_device;
+      r->devices.push_back(std::move(d));
+    }
+    r->peer_access = env("COMMBENCH_EMU_NO_PEER").empty();
+    r->fail_launch = env("COMMBENCH_EMU_FAIL_LAUNCH");
+    r->skip_launch = env("COMMBENCH_EMU_SKIP_LAUNCH");
+    return r;
+  }();
+  return *r;
+}
+
+thread_local cudaError_t last_error = cudaSuccess;
+thread_local int current = 0;
+
+cudaError_t fail(cudaError_t rc) {
+  if (rc != cudaSuccess) last_error = rc;
+  return rc;
+}
+
+// The runtime's initialisation status, as every call reports it.
+cudaError_t ready() {
+  Runtime& r = rt();
+  if (r.error != cudaSuccess) return r.error;
+  return r.devices.empty() ? cudaErrorNoDevice : cudaSuccess;
+}
+
+bool valid_device(int d) { return d >= 0 && d < static_cast<int>(rt().devices.size()); }
+
+void run_worker(Stream* s) {
+  std::unique_lock<std::mutex> l(mu);
+  for (;;) {
+    cv.wait(l, [&] { return !s->queue.empty() || s->closing; });
+    if (s->queue.empty()) return;
+    cv.wait(l, [&] {
+      for (auto& [other, seq] : s->queue.front().after)
+        if (other->completed < seq) return false;
+      return true;
+    });
+    std::function<void()> work = std::move(s->queue.front().work);
+    s->queue.pop_front();
+    l.unlock();
+    {
+      Open open;
+      work();
+    }
+    l.lock();
+    ++s->completed;
+    cv.notify_all();
+  }
+}
+
+Stream* new_stream(int device, bool blocking, bool legacy) {
+  auto* s = new Stream;
+  s->device = device;
+  s->blocking = blocking;
+  s->legacy = legacy;
+  rt().devices[device].streams.push_back(s);
+  std::thread(run_worker, s).detach();
+  return s;
+}
+
+// Under mu. The stream a handle names: 0 and cudaStreamLegacy are the current device's legacy stream.
+Stream* resolve(cudaStream_t handle) {
+  if (handle == nullptr || handle == cudaStreamLegacy) {
+    Device& d = rt().devices[current];
+    if (!d.legacy) d.legacy = new_stream(current, true, true);
+    return d.legacy;
+  }
+  return reinterpret_cast<Stream*>(handle);
+}
+
+// Under mu. A capture this thread may not go past: global-mode captures anywhere, thread-local ones of
+// this thread (CUDA's "potentially unsafe" calls). The captures are invalidated, as CUDA does.
+bool breaks_capture() {
+  bool broken = false;
+  for (Device& d : rt().devices)
+    for (Stream* s : d.streams)
+      if (s->capture && (s->mode == cudaStreamCaptureModeGlobal ||
+                         (s->mode == cudaStreamCaptureModeThreadLocal && s->capturer == std::this_thread::get_id()))) {
+        s->capture_broken = true;
+        broken = true;
+      }
+  return broken;
+}
+
+cudaError_t enqueue_locked(Stream* s, std::function<void()> work, std::shared_ptr<void> hold) {
+  if (s->closing) return cudaErrorInvalidResourceHandle;
+  if (s->capture) {
+    if (s->capture_broken) return cudaErrorStreamCaptureInvalidated;
+    s->capture->nodes.push_back(std::move(work));
+    if (hold) s->capture->holds.push_back(std::move(hold));
+    return cudaSuccess;
+  }
+  Task t{std::move(work), {}};
+  Device& d = rt().devices[s->device];
+  // The legacy stream waits for every blocking stream of its device, and they for it.
+  if (s->legacy) {
+    for (Stream* o : d.streams) {
+      if (o->legacy || !o->blocking || o->closing) continue;
+      if (o->capture) {
+        o->capture_broken = true;
+        return cudaErrorStreamCaptureImplicit;
+      }
+      if (o->enqueued > o->completed) t.after.emplace_back(o, o->enqueued);
+    }
+  } else if (s->blocking && d.legacy && d.legacy->enqueued > d.legacy->completed) {
+    t.after.emplace_back(d.legacy, d.legacy->enqueued);
+  }
+  s->queue.push_back(std::move(t));
+  ++s->enqueued;
+  cv.notify_all();
+  return cudaSuccess;
+}
+
+// Under mu: until `s` completed everything enqueued so far.
+void drain(std::unique_lock<std::mutex>& l, Stream* s) {
+  const uint64_t target = s->enqueued;
+  cv.wait(l, [&] { return s->completed >= target; });
+}
+
+// Under mu: the allocation that holds [p, p + n), as (device, offset), or device -1.
+std::pair<int, std::size_t> locate(const void* p, std::size_t n) {
+  Runtime& r = rt();
+  const char* c = static_cast<const char*>(p);
+  if (!r.arena || c < r.arena || c >= r.arena + r.arena_bytes) return {-1, 0};
+  const int dev = static_cast<int>((c - r.arena) / r.per_device);
+  Device& d = r.devices[dev];
+  const std::size_t off = static_cast<std::size_t>(c - d.base);
+  auto it = d.used.upper_bound(off);
+  if (it == d.used.begin()) return {dev, SIZE_MAX};
+  --it;
+  if (off + n > it->first + it->second) return {dev, SIZE_MAX};
+  return {dev, it->first};
+}
+
+bool is_device(const void* p) { return locate(p, 0).first >= 0; }
+
+// Under mu: whether [p, p + n) lies inside one allocation when it is device memory; host memory is
+// not checked.
+bool valid_range(const void* p, std::size_t n) {
+  const auto [dev, off] = locate(p, n);
+  return dev < 0 || off != SIZE_MAX;
+}
+
+cudaError_t copy_async(void* dst, const void* src, std::size_t n, cudaMemcpyKind kind, cudaStream_t stream,
+                       bool wait) {
+  if (const cudaError_t rc = ready()) return fail(rc);
+  std::unique_lock<std::mutex> l(mu);
+  const bool d_dev = is_device(dst), s_dev = is_device(src);
+  const bool ok = kind == cudaMemcpyDefault || (kind == cudaMemcpyHostToDevice && d_dev && !s_dev) ||
+                  (kind == cudaMemcpyDeviceToHost && !d_dev && s_dev) ||
+                  (kind == cudaMemcpyDeviceToDevice && d_dev && s_dev) ||
+                  (kind == cudaMemcpyHostToHost && !d_dev && !s_dev);
+  if (!ok) return fail(cudaErrorInvalidMemcpyDirection);
+  if (!valid_range(dst, n) || !valid_range(src, n)) return fail(cudaErrorInvalidValue);
+  if (n == 0) return cudaSuccess;
+  if (wait && breaks_capture()) return fail(cudaErrorStreamCaptureUnsupported);
+  Stream* s = resolve(stream);
+  if (const cudaError_t rc = enqueue_locked(s, [=] { std::memmove(dst, src, n); }, nullptr)) return fail(rc);
+  if (wait) drain(l, s);
+  return cudaSuccess;
+}
+
+uint64_t fnv(const std::string& text, uint64_t h) {
+  for (unsigned char c : text) h = (h ^ c) * 1099511628211ULL;
+  return h;
+}
+
+std::mutex open_mu;  // the arena's protection
+int opened = 0;
+
+}  // namespace
+
+Open::Open() {
+  Runtime& r = rt();
+  std::lock_guard<std::mutex> l(open_mu);
+  if (opened++ == 0 && r.arena) mprotect(r.arena, r.arena_bytes, PROT_READ | PROT_WRITE);
+}
+
+Open::~Open() {
+  Runtime& r = rt();
+  std::lock_guard<std::mutex> l(open_mu);
+  if (--opened == 0 && r.arena) mprotect(r.arena, r.arena_bytes, PROT_NONE);
+}
+
+void idle(unsigned& rounds) {
+  ++rounds;
+  if (rounds < 200)
+    sched_yield();
+  else
+    std::this_thread::sleep_for(std::chrono::microseconds(rounds < 20000 ? 50 : 1000));
+}
+
+cudaError_t enqueue(cudaStream_t stream, std::function<void()> work, std::shared_ptr<void> hold) {
+  std::lock_guard<std::mutex> l(mu);
+  return enqueue_locked(resolve(stream), std::move(work), std::move(hold));
+}
+
+int current_device() { return current; }
+
+std::string host_id() {
+  const std::string id = env("NCCL_HOSTID");
+  if (!id.empty()) return id;
+  char name[256] = {0};
+  gethostname(name, sizeof(name) - 1);
+  return name;
+}
+
+int physical_index(int device) { return rt().devices[device].physical; }
+
+bool device_range(const void* p, std::size_t bytes) {
+  std::lock_guard<std::mutex> l(mu);
+  const auto [dev, off] = locate(p, bytes);
+  return dev >= 0 && off != SIZE_MAX;
+}
+
+}  // namespace emu
+
+using namespace emu;
+
+const char* cudaGetErrorString(cudaError_t rc) {
+  switch (rc) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInitializationError: return "initialization error (COMMBENCH_GPU_EMULATION must be 0-64)";
+    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    case cudaErrorInvalidMemcpyDirection: return "invalid copy direction for memcpy";
+    case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+    case cudaErrorInvalidDevice: return "invalid device ordinal";
+    case cudaErrorPeerAccessUnsupported: return "peer access is not supported between these two devices";
+    case cudaErrorInvalidResourceHandle: return "invalid resource handle";
+    case cudaErrorIllegalState: return "the operation cannot be performed in the present state";
+    case cudaErrorNotReady: return "device not ready";
+    case cudaErrorPeerAccessAlreadyEnabled: return "peer access is already enabled";
+    case cudaErrorPeerAccessNotEnabled: return "peer access has not been enabled";
+    case cudaErrorLaunchFailure: return "unspecified launch failure";
+    case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
+    case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
+    case cudaErrorStreamCaptureIsolation: return "dependency created on uncaptured work in another stream";
+    case cudaErrorStreamCaptureImplicit:
+      return "operation would make the legacy stream depend on a capturing blocking stream";
+  }
+  return "unrecognized error code";
+}
+
+cudaError_t cudaGetLastError() {
+  const cudaError_t rc = last_error;
+  last_error = cudaSuccess;
+  return rc;
+}
+
+cudaError_t cudaPeekAtLastError() { return last_error; }
+
+cudaError_t cudaRuntimeGetVersion(int* v) {
+  *v = CUDART_VERSION;
+  return cudaSuccess;
+}
+
+cudaError_t cudaDriverGetVersion(int* v) {
+  *v = CUDART_VERSION;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGetDeviceCount(int* n) {
+  *n = 0;
+  if (const cudaError_t rc = ready()) return fail(rc);
+  *n = static_cast<int>(rt().devices.size());
+  return cudaSuccess;
+}
+
+cudaError_t cudaGetDevice(int* d) {
+  if (const cudaError_t rc = ready()) return fail(rc);
+  *d = current;
+  return cudaSuccess;
+}
+
+cudaError_t cudaSetDevice(int d) {
+  if (const cudaError_t rc = ready()) return fail(rc);
+  if (!valid_device(d)) return fail(cudaErrorInvalidDevice);
+  current = d;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int d) {
+  if (const cudaError_t rc = ready()) return fail(rc);
+  if (!valid_device(d)) return fail(cudaErrorInvalidDevice);
+  std::memset(p, 0, sizeof(*p));
+  std::snprintf(p->name, sizeof(p->name), "commbench emulated GPU");
+  // The same physical device of the same host has the same UUID in every process, as on hardware.
+  const std::string id = host_id() + "/" + std::to_string(physical_index(d));
+  const uint64_t a = fnv(id, 14695981039346656037ULL), b = fnv(id, a);
+  std::memcpy(p->uuid.bytes, &a, 8);
+  std::memcpy(p->uuid.bytes + 8, &b, 8);
+  p->totalGlobalMem = rt().per_device;
+  p->major = 9;
+  p->minor = 0;
+  p->multiProcessorCount = 132;
+  p->pciBusID = 0x10 + physical_index(d);
+  return cudaSuccess;
+}
+
+cudaError_t cudaDeviceGetPCIBusId(char* out, int len, int d) {
+  if (const cudaError_t rc = ready()) return fail(rc);
+  if (!valid_device(d) || len < 13) return fail(d < 0 ? cudaErrorInvalidDevice : cudaErrorInvalidValue);
+  std::snprintf(out, static_cast<std::size_t>(len), "00000000:%02X:00.0", 0x10 + physical_index(d));
+  return cudaSuccess;
+}
+
+cudaError_t cudaDeviceSynchronize() {
+  if (const cudaError_t rc = ready()) return fail(rc);
+  std::unique_lock<std::mutex> l(mu);
+  if (breaks_capture()) return fail(cudaErrorStreamCaptureUnsupported);
+  resolve(nullptr);
+  for (Stream* s : rt().devices[current].streams) drain(l, s);
+  return cudaSuccess;
+}
+
+cudaError_t cudaDeviceCanAccessPeer(int* can, int d, int peer) {
+  if (const cudaError_t rc = ready()) return fail(rc);
+  if (!valid_device(d) || !valid_device(peer)) return fail(cudaErrorInvalidDevice);
+  *can = rt().peer_access && d != peer ? 1 : 0;
+  return cudaSuccess;
+}
+
+cudaError_t cudaDeviceEnablePeerAccess(int peer, unsigned flags) {
+  if (const cudaError_t rc = ready()) return fail(rc);
+  if (!valid_device(peer) || flags != 0) return fail(cudaErrorInvalidValue);
+  if (!rt().peer_access || peer == current) return fail(cudaErrorPeerAccessUnsupported);
+  std::lock_guard<std::mutex> l(mu);
+  if (!rt().devices[current].peers.insert(peer).second) return fail(cudaErrorPeerAccessAlreadyEnabled);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemGetInfo(std::size_t* free_bytes, std::size_t* total) {
+  if (const cudaError_t rc = ready()) return fail(rc);
+  std::lock_guard<std::mutex> l(mu);
+  *total = rt().per_device;
+  *free_bytes = rt().per_device - rt().devices[current].in_use;
+  return cudaSuccess;
+}
+
+cudaError_t cudaMalloc(void** p, std::size_t bytes) {
+  *p = nullptr;
+  if (const cudaError_t rc = ready()) return fail(rc);
+  std::lock_guard<std::mutex> l(mu);
+  if (breaks_capture()) return fail(cudaErrorStreamCaptureUnsupported);
+  Device& d = rt().devices[current];
+  const std::size_t need = std::max<std::size_t>((bytes + 511) / 512 * 512, 512);
+  for (auto it = d.free_blocks.begin(); it != d.free_blocks.end(); ++it) {
+    if (it->second < need) continue;
+    const std::size_t off = it->first, left = it->second - need;
+    d.free_blocks.erase(it);
+    if (left) d.free_blocks[off + need] = left;
+    d.used[off] = need;
+    d.in_use += need;
+    *p = d.base + off;
+    return cudaSuccess;
+  }
+  return fail(cudaErrorMemoryAllocation);
+}
+
+cudaError_t cudaFree(void* p) {
+  if (p == nullptr) return cudaSuccess;
+  if (const cudaError_t rc = ready()) return fail(rc);
+  std::unique_lock<std::mutex> l(mu);
+  if (breaks_capture()) return fail(cudaErrorStreamCaptureUnsupported);
+  const auto [dev, off] = locate(p, 0);
+  if (dev < 0 || off == SIZE_MAX || rt().devices[dev].base + off != p) return fail(cudaErrorInvalidValue);
+  // cudaFree waits for the device's work, as CUDA's does.
+  for (Stream* s : rt().devices[dev].streams) drain(l, s);
+  Device& d = rt().devices[dev];
+  const std::size_t size = d.used[off];
+  d.used.erase(off);
+  d.in_use -= size;
+  madvise(d.base + off, size, MADV_DONTNEED);  // gives the pages back; they read as zeros next time
+  auto next = d.free_blocks.lower_bound(off);
+  std::size_t start = off, len = size;
+  if (next != d.free_blocks.end() && next->first == off + size) {
+    len += next->second;
+    next = d.free_blocks.erase(next);
+  }
+  if (next != d.free_blocks.begin()) {
+    auto prev = std::prev(next);
+    if (prev->first + prev->second == off) {
+      start = prev->first;
+      len += prev->second;
+      d.free_blocks.erase(prev);
+    }
+  }
+  d.free_blocks[start] = len;
+  return cudaSuccess;
+}
+
+cudaError_t cudaHostAlloc(void** p, std::size_t bytes, unsigned) {
+  if (posix_memalign(p, 4096, std::max<std::size_t>(bytes, 1)) != 0) return fail(cudaErrorMemoryAllocation);
+  std::lock_guard<std::mutex> l(mu);
+  rt().pinned.insert(*p);
+  return cudaSuccess;
+}
+
+cudaError_t cudaFreeHost(void* p) {
+  std::lock_guard<std::mutex> l(mu);
+  if (!rt().pinned.erase(p)) return fail(cudaErrorInvalidValue);
+  std::free(p);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemcpy(void* dst, const void* src, std::size_t n, cudaMemcpyKind kind) {
+  return copy_async(dst, src, n, kind, nullptr, true);
+}
+
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t n, cudaMemcpyKind kind, cudaStream_t s) {
+  return copy_async(dst, src, n, kind, s, false);
+}
+
+cudaError_t cudaMemcpyPeerAsync(void* dst, int dst_dev, const void* src, int src_dev, std::size_t n, cudaStream_t s) {
+  if (const cudaError_t rc = ready()) return fail(rc);
+  if (!valid_device(dst_dev) || !valid_device(src_dev)) return fail(cudaErrorInvalidDevice);
+  {
+    std::lock_guard<std::mutex> l(mu);
+    if (locate(dst, n).first != dst_dev || locate(src, n).first != src_dev) return fail(cudaErrorInvalidValue);
+  }
+  return copy_async(dst, src, n, cudaMemcpyDeviceToDevice, s, false);
+}
+
+cudaError_t cudaStreamCreate(cudaStream_t* s) { return cudaStreamCreateWithFlags(s, cudaStreamDefault); }
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned flags) {
+  if (const cudaError_t rc = ready()) return fail(rc);
+  std::lock_guard<std::mutex> l(mu);
+  *s = reinterpret_cast<cudaStream_t>(new_stream(current, !(flags & cudaStreamNonBlocking), false));
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamDestroy(cudaStream_t handle) {
+  if (handle == nullptr || handle == cudaStreamLegacy) return fail(cudaErrorInvalidResourceHandle);
+  std::lock_guard<std::mutex> l(mu);
+  Stream* s = resolve(handle);
+  if (s->closing) return fail(cudaErrorInvalidResourceHandle);
+  // As in CUDA the call returns at once; the worker ends after the work already queued.
+  s->closing = true;
+  cv.notify_all();
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamQuery(cudaStream_t handle) {
+  if (const cudaError_t rc = ready()) return fail(rc);
+  std::lock_guard<std::mutex> l(mu);
+  Stream* s = resolve(handle);
+  if (s->capture) {
+    s->capture_broken = true;
+    return fail(cudaErrorStreamCaptureUnsupported);
+  }
+  return s->completed == s->enqueued ? cudaSuccess : cudaErrorNotReady;
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t handle) {
+  if (const cudaError_t rc = ready()) return fail(rc);
+  std::unique_lock<std::mutex> l(mu);
+  Stream* s = resolve(handle);
+  if (s->capture) {
+    s->capture_broken = true;
+    return fail(cudaErrorStreamCaptureUnsupported);
+  }
+  drain(l, s);
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamWaitEvent(cudaStream_t handle, cudaEvent_t event, unsigned) {
+  if (const cudaError_t rc = ready()) return fail(rc);
+  std::lock_guard<std::mutex> l(mu);
+  Stream* s = resolve(handle);
+  Event* e = reinterpret_cast<Event*>(event);
+  if (!e) return fail(cudaErrorInvalidResourceHandle);
+  if (e->in_capture || !e->stream || e->stream->completed >= e->seq) return cudaSuccess;
+  if (s->capture) {  // a dependency on work outside the capture: not representable, as in CUDA
+    s->capture_broken = true;
+    return fail(cudaErrorStreamCaptureIsolation);
+  }
+  Stream* other = e->stream;
+  const uint64_t seq = e->seq;
+  if (const cudaError_t rc = enqueue_locked(s, [] {}, nullptr)) return fail(rc);
+  s->queue.back().after.emplace_back(other, seq);
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventCreate(cudaEvent_t* e) { return cudaEventCreateWithFlags(e, cudaEventDefault); }
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned flags) {
+  if (const cudaError_t rc = ready()) return fail(rc);
+  auto* ev = new Event;
+  ev->flags = flags;
+  *e = reinterpret_cast<cudaEvent_t>(ev);
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+  if (!e) return fail(cudaErrorInvalidResourceHandle);
+  std::lock_guard<std::mutex> l(mu);
+  delete reinterpret_cast<Event*>(e);
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t handle) {
+  if (const cudaError_t rc = ready()) return fail(rc);
+  Event* e = reinterpret_cast<Event*>(event);
+  if (!e) return fail(cudaErrorInvalidResourceHandle);
+  std::lock_guard<std::mutex> l(mu);
+  Stream* s = resolve(handle);
+  auto stamp = std::make_shared<Clock::time_point>();
+  if (const cudaError_t rc = enqueue_locked(s, [stamp] { *stamp = Clock::now(); }, nullptr)) return fail(rc);
+  e->in_capture = s->capture != nullptr;
+  e->stream = s;
+  e->seq = s->enqueued;
+  e->stamp = stamp;
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventQuery(cudaEvent_t event) {
+  Event* e = reinterpret_cast<Event*>(event);
+  if (!e) return fail(cudaErrorInvalidResourceHandle);
+  std::lock_guard<std::mutex> l(mu);
+  if (e->in_capture) return fail(cudaErrorStreamCaptureUnsupported);
+  return !e->stream || e->stream->completed >= e->seq ? cudaSuccess : cudaErrorNotReady;
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+  Event* e = reinterpret_cast<Event*>(event);
+  if (!e) return fail(cudaErrorInvalidResourceHandle);
+  std::unique_lock<std::mutex> l(mu);
+  if (e->in_capture) return fail(cudaErrorStreamCaptureUnsupported);
+  if (e->stream) cv.wait(l, [&] { return e->stream->completed >= e->seq; });
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+  Event* a = reinterpret_cast<Event*>(start);
+  Event* b = reinterpret_cast<Event*>(end);
+  if (!a || !b) return fail(cudaErrorInvalidResourceHandle);
+  std::lock_guard<std::mutex> l(mu);
+  if ((a->flags | b->flags) & cudaEventDisableTiming || !a->stream || !b->stream || a->in_capture || b->in_capture)
+    return fail(cudaErrorInvalidResourceHandle);
+  if (a->stream->completed < a->seq || b->stream->completed < b->seq) return fail(cudaErrorNotReady);
+  *ms = std::chrono::duration<float, std::milli>(*b->stamp - *a->stamp).count();
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamBeginCapture(cudaStream_t handle, cudaStreamCaptureMode mode) {
+  if (const cudaError_t rc = ready()) return fail(rc);
+  std::lock_guard<std::mutex> l(mu);
+  Stream* s = resolve(handle);
+  if (s->legacy) return fail(cudaErrorStreamCaptureUnsupported);
+  if (s->capture) return fail(cudaErrorIllegalState);
+  s->capture = new Graph;
+  s->capture_broken = false;
+  s->mode = mode;
+  s->capturer = std::this_thread::get_id();
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamEndCapture(cudaStream_t handle, cudaGraph_t* graph) {
+  *graph = nullptr;
+  std::lock_guard<std::mutex> l(mu);
+  Stream* s = resolve(handle);
+  if (!s->capture) return fail(cudaErrorIllegalState);
+  Graph* g = s->capture;
+  s->capture = nullptr;
+  if (s->capture_broken) {
+    delete g;
+    return fail(cudaErrorStreamCaptureInvalidated);
+  }
+  *graph = reinterpret_cast<cudaGraph_t>(g);
+  return cudaSuccess;
+}
+
+// An instance shares its nodes with the launches still queued, which keep them (and the holds)
+// alive after cudaGraphExecDestroy, as CUDA lets a graph finish after its instance is destroyed.
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long) {
+  if (!graph) return fail(cudaErrorInvalidValue);
+  auto* instance = new std::shared_ptr<Graph>(std::make_shared<Graph>(*reinterpret_cast<Graph*>(graph)));
+  *exec = reinterpret_cast<cudaGraphExec_t>(instance);
+  return cudaSuccess;
+}
+
+cudaError_t cudaGraphUpload(cudaGraphExec_t exec, cudaStream_t) { return exec ? cudaSuccess : fail(cudaErrorInvalidValue); }
+
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t handle) {
+  if (!exec) return fail(cudaErrorInvalidValue);
+  std::shared_ptr<Graph> g = *reinterpret_cast<std::shared_ptr<Graph>*>(exec);
+  std::lock_guard<std::mutex> l(mu);
+  const cudaError_t rc = enqueue_locked(resolve(handle), [g] {
+    for (auto& node : g->nodes) node();
+  }, nullptr);
+  return fail(rc);
+}
+
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
+  if (!exec) return fail(cudaErrorInvalidValue);
+  delete reinterpret_cast<std::shared_ptr<Graph>*>(exec);
+  return cudaSuccess;
+}
+
+cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
+  if (!graph) return fail(cudaErrorInvalidValue);
+  delete reinterpret_cast<Graph*>(graph);
+  return cudaSuccess;
+}
+
+cudaError_t emu_launch(const char* name, unsigned blocks, unsigned threads, cudaStream_t stream,
+                       std::function<void()> thread) {
+  if (const cudaError_t rc = ready()) return fail(rc);
+  if (blocks == 0 || threads == 0 || threads > 1024) return fail(cudaErrorInvalidConfiguration);
+  const Runtime& r = rt();
+  if (!r.fail_launch.empty() && std::strstr(name, r.fail_launch.c_str())) return fail(cudaErrorLaunchFailure);
+  if (!r.skip_launch.empty() && std::strstr(name, r.skip_launch.c_str())) return cudaSuccess;
+  return fail(enqueue(stream, [blocks, threads, thread = std::move(thread)] {
+    gridDim.x = blocks;
+    blockDim.x = threads;
+    for (unsigned b = 0; b < blocks; ++b) {
+      blockIdx.x = b;
+      for (unsigned t = 0; t < threads; ++t) {
+        threadIdx.x = t;
+        thread();
+      }
+    }
+  }));
+}
