@@ -24,18 +24,21 @@ def _without_comments(text: str) -> str:
 
 
 def test_every_kernel_launch_is_checked():
-    """A failed launch shows only in cudaGetLastError, never in a later synchronisation, so each
-    `<<<...>>>(...);` must be followed directly by check_launch."""
+    """A failed launch shows only in cudaGetLastError, never in a later synchronisation: every kernel
+    goes through kernels.cu's launch(), whose one chevron launch (or the emulated runtime's, in the
+    emulated build) is followed by check_launch."""
     launches = 0
     for path, text in _sources():
         code = _without_comments(text)
-        for m in re.finditer(r"<<<", code):
-            launches += 1
-            end = code.index(";", code.index(">>>", m.end()))
-            following = code[end + 1:].lstrip()
-            line = code[:m.start()].count("\n") + 1
-            assert following.startswith("check_launch("), f"{path}:{line}: kernel launch not followed by check_launch"
-    assert launches >= 5  # reduce and SM copy, fill, check, byte fill, byte check: the test sees them
+        chevrons = [m.start() for m in re.finditer(r"<<<", code)]
+        if path != os.path.join("csrc", "cuda", "kernels.cu"):
+            assert not chevrons, f"{path}: a kernel launched outside kernels.cu's launch()"
+            continue
+        helper = code[code.index("void launch(void (*kernel)"):]
+        helper = helper[:helper.index("\n}\n")]
+        assert len(chevrons) == 1 and "kernel<<<" in helper and helper.rstrip().endswith("check_launch(name);")
+        launches = len(re.findall(r"\blaunch\((\w+)", code))
+    assert launches >= 6  # reduce and SM copy, fill, value fill, check, byte fill, byte check, sentinel
 
 
 def test_check_kernels_start_from_a_sentinel():
@@ -48,7 +51,7 @@ def test_check_kernels_start_from_a_sentinel():
         body = text[text.index(f"void {kernel}("):]
         body = body[:body.index("\n}\n")]
         assert "add_block_count(" in body, kernel
-        launch = text.index(f"{kernel}<")
+        launch = text.index(f"launch({kernel}")
         before = text[:launch]
         assert "arm_counter(" in before[before.rindex("\n}\n"):], f"{kernel} launched without arming the counter"
 
@@ -92,7 +95,7 @@ def test_every_nccl_and_cuda_call_is_checked():
             start = code.rfind("\n", 0, m.start())
             context = code[max(0, start - 200):m.start()]
             line = code[:m.start()].count("\n") + 1
-            assert re.search(r"(cuda_check|nccl_check)\(\s*$", context) or \
+            assert re.search(r"(cuda_check|nccl_check|nccl_enqueued)\(\s*$", context) or \
                 re.search(r"(const cudaError_t rc|cudaError_t rc|const ncclResult_t rc) = $", context), \
                 f"{path}:{line}: {name} result not checked"
     assert checked > 50

@@ -56,7 +56,7 @@ def test_request_checks():
 def test_command_line_refusals(workdir):
     r = commbench(["allgather", "--device", "cpu", "--buffers", "cupy", "--sizes", "1K"], cwd=workdir)
     assert r.returncode == 2 and r.stderr.strip().endswith("applies to --impl mpi --device cuda alone (the other "
-                                                          "impls allocate their buffers with torch)"), r.stderr
+                                                          "impls allocate their own buffers)"), r.stderr
     # A GPU made visible by a stub, no CuPy installed: refused before any rank starts.
     r = commbench(["reducescatter", "--device", "cuda", "--impl", "mpi", "--buffers", "cupy", "--sizes", "1K"],
                   cwd=workdir, env=stub_gpu_env())

@@ -12,7 +12,7 @@ from conftest import commbench, in_process
 
 from commbench.collectives.dtypes import DTYPES, REDOPS, dtype_of
 from commbench.node import toolkit
-from commbench.node.gpu import visible_gpus
+from commbench.node.gpu import cuda_module, visible_gpus
 from commbench.results import document as results
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -114,17 +114,24 @@ def test_gpu_requests_fail_cleanly_without_gpu(args, workdir, monkeypatch, capsy
 @pytest.mark.parametrize("op", list(REDOPS))
 def test_reduction_kernel_matches_torch(dtype, op):
     """Both kernel paths: 16-byte vectors (aligned, offset 0) and the scalar tail / misaligned path
-    (offset 1 element), against torch's own element-wise ops on small integers (exact)."""
-    from commbench import _cuda
+    (offset 1 element), against torch's own element-wise ops on the host, on small integers (exact)."""
+    from commbench.run.device_arrays import DeviceArray
+    _cuda = cuda_module()
     ref = {"sum": torch.add, "prod": torch.mul, "max": torch.maximum, "min": torch.minimum}[op]
     g = torch.Generator().manual_seed(3)
+
+    def bits(t):  # NumPy has no torch bfloat16: the same bytes
+        return t.view(torch.uint8).numpy() if t.element_size() == 1 else t.view({2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()]).numpy()
+
     for n, offset in ((1, 0), (7, 0), (1000, 0), (1 << 20, 0), (1001, 1), (65537, 1)):
-        a = torch.randint(-3, 4, (n + offset,), generator=g).to(dtype_of(dtype)).cuda()
-        b = torch.randint(-3, 4, (n + offset,), generator=g).to(dtype_of(dtype)).cuda()
-        expected = ref(a[offset:], b[offset:])
-        dst = a[offset:]
-        _cuda.reduce_tensors(dst, b[offset:].contiguous(), REDOPS[op])
-        assert torch.equal(dst, expected), (dtype, op, n, offset)
+        a = torch.randint(-3, 4, (n + offset,), generator=g).to(dtype_of(dtype))
+        b = torch.randint(-3, 4, (n + offset,), generator=g).to(dtype_of(dtype))
+        da, db = DeviceArray.empty(n + offset, dtype, 0), DeviceArray.empty(n + offset, dtype, 0)
+        da.copy_from(bits(a))
+        db.copy_from(bits(b))
+        _cuda.reduce_tensors(da[offset:], db[offset:], REDOPS[op])
+        got = da.to_numpy()[offset:]
+        assert (got.view(bits(a).dtype) == bits(ref(a[offset:], b[offset:]))).all(), (dtype, op, n, offset)
 
 
 @pytest.mark.gpu
@@ -181,7 +188,7 @@ def test_peer_matrix_and_copies(workdir):
 def test_every_copy_mode_delivers_the_pattern():
     """Each copy class, driven directly: its untimed check finds every byte in place, on sizes that
     are no multiple of 16 bytes or of the staging chunk, and after timed iterations."""
-    from commbench import _cuda
+    _cuda = cuda_module()
     other = 1 if GPUS > 1 else 0
     rigs = [_cuda.PeerCopy(other, 0, 1000003, mode, bidi) for mode in ("ce", "sm") for bidi in (False, True)]
     rigs += [_cuda.HostCopy(0, 1000003, d, pinned) for d in ("h2d", "d2h") for pinned in (True, False)]
@@ -195,7 +202,7 @@ def test_every_copy_mode_delivers_the_pattern():
 @pytest.mark.gpu
 @needs_gpu
 def test_device_identity_names_the_physical_gpu():
-    from commbench import _cuda
+    _cuda = cuda_module()
     ids = [_cuda.device_identity(d) for d in range(GPUS)]
     for uuid, bus in ids:
         assert re.fullmatch(r"GPU-[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}", uuid), uuid

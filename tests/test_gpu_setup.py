@@ -229,13 +229,11 @@ def test_nccl_reserve_follows_its_settings():
 
 @pytest.fixture
 def gpu_memory(monkeypatch):
-    """A GPU with `free` bytes free and torch holding `cached` bytes unused in its cache."""
-    import torch
+    """A GPU with `free` bytes free, as commbench._cuda.mem_get_info reports it."""
+    from types import SimpleNamespace
 
-    def set_memory(free, cached):
-        monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (free, 80 << 30))
-        monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: cached + (1 << 20))
-        monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: 1 << 20)
+    def set_memory(free):
+        monkeypatch.setattr(gpu, "cuda_module", lambda: SimpleNamespace(mem_get_info=lambda device: (free, 80 << 30)))
     return set_memory
 
 
@@ -246,17 +244,11 @@ def _one_rank_world():
 
 def test_memory_check_counts_nccls_buffers(gpu_memory):
     from commbench.run.buffers import check_device_memory
-    gpu_memory(free=4 << 30, cached=0)
+    gpu_memory(free=4 << 30)
     check_device_memory(_one_rank_world(), 2 << 30, "an all-reduce of 1G")
     # 3 GiB of buffers alone would fit in 90 % of 4 GiB; with NCCL's 1 GiB they do not.
     with pytest.raises(CommbenchError, match=r"needs about 4\.0 GiB on GPU 0 \(with NCCL's buffers\)"):
         check_device_memory(_one_rank_world(), 3 << 30, "an all-reduce of 1.5G")
-
-
-def test_memory_check_counts_torchs_cached_blocks_as_free(gpu_memory):
-    from commbench.run.buffers import check_device_memory
-    gpu_memory(free=1 << 30, cached=4 << 30)
-    check_device_memory(_one_rank_world(), 2 << 30, "an all-reduce of 1G")
 
 
 def test_device_samples_are_judged_against_the_event_timers_resolution():

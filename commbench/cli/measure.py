@@ -71,14 +71,18 @@ def collective_command(coll) -> click.Command:
 
         def body(world):
             from ..run.collective import run_collective  # torch: on the ranks alone
-            for impl in impls:
-                impl.prepare(world, cfg)
             steps = len(dtypes) * len(redops) * len(impls) * len(size_list)
             reporter = make_reporter(world, cfg, output, steps, None if no_fit else judge)
             if reporter:
                 for n in notes:
                     reporter.note(n)
-            return sweep(reporter, lambda: run_collective(world, cfg, coll, impls, reporter), world)
+
+            def run():
+                # Inside the sweep: a NCCL initialisation that a dead peer stops fails like any size.
+                for impl in impls:
+                    impl.prepare(world, cfg)
+                return run_collective(world, cfg, coll, impls, reporter)
+            return sweep(reporter, run, world)
 
         run_ranks(nranks, gpus if device == "cuda" else 2, body, preflight.for_collective(coll, cfg, output), timeout_s)
 

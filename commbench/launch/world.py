@@ -242,11 +242,16 @@ class World:
         dist = sys.modules.get("torch.distributed")
         if dist is not None and dist.is_available() and dist.is_initialized():
             group = dist.new_group(list(range(k)))  # collective over every rank, members or not
+        # What can split (a NCCL communicator: ncclCommSplit shares the parent's resources) splits,
+        # every rank taking part in the same order; the others are made again on the subset if used.
+        children = {key: r.split(k) for key, r in list(self._attached.items()) if hasattr(r, "split")}
         if self.rank >= k:
             return None
-        sub = World(rank=self.rank, size=k, hosts=self.hosts[:k], launcher=self.launcher, comm=comm, group=group)
+        sub = World(rank=self.rank, size=k, hosts=self.hosts[:k], launcher=self.launcher, comm=comm, group=group,
+                    device=self.device)
         if comm is not None:
             sub._attached["comm"] = _FreeOnClose(comm)
+        sub._attached.update(children)
         return sub
 
     def close(self) -> None:

@@ -4,6 +4,7 @@ and timed iterations; one record per size."""
 from __future__ import annotations
 
 import functools
+from dataclasses import replace
 from typing import Callable, Optional
 
 import numpy as np
@@ -11,9 +12,9 @@ import numpy as np
 from ..analysis import stragglers
 from ..collectives.dtypes import itemsize_of, redop_code
 from ..launch import watchdog
+from ..node.gpu import take_gpu
 from ..results.record import measured
 from ..sizes import format_size
-from ..node.gpu import take_gpu
 from .buffers import Buffers, allocator, check_device_memory
 from .config import RunConfig
 from .policy import measure
@@ -84,14 +85,18 @@ def run_collective(world, cfg: RunConfig, coll, impls: list, reporter, where: st
                     send, recv = pool.views(shape, world.rank)
                     _fill(data, send, coll.inputs(world.rank, world.size, cfg.root, shape), code)
                     # One call, checked: in place, a second one would start from the first one's result.
-                    checked = Timings(functools.partial(impl.rank_times, world, coll, send, recv, code, cfg=cfg))(1)
+                    # Without the graph, whose making runs the call twice more on the same buffers.
+                    checked = Timings(functools.partial(impl.rank_times, world, coll, send, recv, code,
+                                                        cfg=replace(cfg, graph=False)))(1)
                     expected = coll.expected(world.rank, world.size, cfg.root, shape)
                     wrong = world.sum(_count_wrong(data, recv, expected, code))
                     total_wrong += wrong
                     timings = Timings(functools.partial(impl.rank_times, world, coll, send, recv, code, cfg=cfg,
                                                         agg=cfg.agg, delayed=True))
-                    # The check is undelayed: with --delay, the iteration count comes from a delayed call.
-                    samples = measure(timings, cfg.policy, first=checked if cfg.agg == 1 and not cfg.delay else None)
+                    # The check is undelayed and without the graph: then the iteration count comes from a
+                    # timed call.
+                    samples = measure(timings, cfg.policy,
+                                      first=checked if cfg.agg == 1 and not cfg.delay and not cfg.graph else None)
                     if reporter:
                         extra = {"root": cfg.root} if coll.rooted else {}
                         if cfg.agg > 1:

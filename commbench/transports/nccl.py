@@ -14,7 +14,10 @@ def communicator(world, timeout_s: Optional[float] = None):
     """This rank's NCCL communicator, created on first use on the GPU the rank takes (one GPU per
     rank); `timeout_s`, when given, bounds every later wait of it for its peers."""
     def make():
+        from ..launch import watchdog
         from ..node.gpu import DEFAULT_TIMEOUT_S, device_comm, take_gpu
+        # The initialisation waits for every peer: it must end within --timeout like any size.
+        watchdog.arm("NCCL initialisation")
         return device_comm(world, take_gpu(world), timeout_s or DEFAULT_TIMEOUT_S)
     comm = world.attached("nccl", make)
     if timeout_s:

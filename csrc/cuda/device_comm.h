@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <string>
 #include <thread>
 #include <utility>
@@ -45,8 +46,33 @@ inline py::bytes nccl_unique_id() {
 // communicator must not be destroyed again).
 class NcclComm {
  public:
-  NcclComm(const ncclUniqueId& id, int rank, int size, const Where& w) {
-    nccl_check(ncclCommInitRank(&comm_, size, id, rank), "ncclCommInitRank", w);
+  // A new communicator, made by `start(&comm, &config)` (ncclCommInitRankConfig or ncclCommSplit)
+  // non-blocking and polled against `timeout_s` (the caller releases the GIL): a peer that never
+  // joins would otherwise hold this rank in NCCL for ever. A non-blocking communicator's later calls
+  // may answer ncclInProgress while they enqueue (nccl_enqueued). `poll` is the communicator whose
+  // state tells when a start without a new communicator (a split this rank is not in) is done.
+  template <typename Start>
+  NcclComm(const char* call, Start&& start, ncclComm_t poll, double timeout_s, const Where& w) {
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    ncclResult_t rc = start(&comm_, &config);
+    const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s);
+    while (rc == ncclInProgress) {
+      if (Clock::now() > deadline) {
+        abort();
+        char limit[32];
+        std::snprintf(limit, sizeof(limit), "%g", timeout_s);
+        throw DeadlineExceeded(std::string(call) + " did not finish within --timeout " + limit + " s" + w.text() +
+                               ": a peer rank is dead, stalled or never started");
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      nccl_check(ncclCommGetAsyncError(comm_ ? comm_ : poll, &rc), "ncclCommGetAsyncError", w);
+    }
+    if (rc != ncclSuccess) {
+      const std::string text = nccl_error_text(rc);
+      abort();
+      throw std::runtime_error(std::string(call) + " failed: " + text + w.text());
+    }
   }
   ~NcclComm() {
     if (comm_) ncclCommDestroy(comm_);
@@ -81,7 +107,24 @@ class DeviceComm {
  public:
   DeviceComm(const std::string& uid, int rank, int size, int device, double timeout_s)
       : where_{rank, device}, size_(size), timeout_s_(timeout_s), stream_(device, where_),
-        scratch_(kScratch, device, where_), comm_(unique_id_from(uid), rank, size, where_) {}
+        scratch_(kScratch, device, where_),
+        comm_("ncclCommInitRankConfig",
+              [&](ncclComm_t* c, ncclConfig_t* config) {
+                const ncclResult_t rc = ncclCommInitRankConfig(c, size, unique_id_from(uid), rank, config);
+                return rc;
+              },
+              nullptr, timeout_s, where_) {}
+
+  // The first `size` ranks of this communicator as one of their own (ncclCommSplit, which shares the
+  // parent's resources, instead of a whole new communicator per rank count); every rank of this one
+  // calls it, and those not in it get none.
+  std::unique_ptr<DeviceComm> split(int64_t size) {
+    cuda_check(cudaSetDevice(where_.device), "cudaSetDevice", where_);
+    const bool member = where_.rank < size;
+    auto child = std::unique_ptr<DeviceComm>(new DeviceComm(*this, member, static_cast<int>(size)));
+    if (!member) return nullptr;
+    return child;
+  }
 
   void set_timeout(double seconds) {
     if (!(seconds > 0)) throw std::invalid_argument("timeout must be positive");
@@ -91,7 +134,7 @@ class DeviceComm {
   // Untimed: all ranks meet and this rank's stream is idle.
   void barrier() {
     or_abort([&] {
-      nccl_check(ncclAllReduce(scratch_.ptr, scratch_.ptr, 1, ncclInt32, ncclSum, comm(), stream_.s), "ncclAllReduce", where_);
+      nccl_enqueued(ncclAllReduce(scratch_.ptr, scratch_.ptr, 1, ncclInt32, ncclSum, comm(), stream_.s), comm(), "ncclAllReduce", where_);
       wait("barrier");
     });
   }
@@ -120,13 +163,23 @@ class DeviceComm {
   std::vector<double> bandwidth_times(const Buffer& send, const Buffer& recv, int64_t bytes, int64_t peer,
                                       int64_t window, int64_t iters) {
     return pair_times(send, recv, bytes, peer, iters, 1.0, "NCCL bandwidth window", [&](auto& leg, bool lead) {
-      NcclGroup g(where_);
+      NcclGroup g(comm(), where_);
       for (int64_t w = 0; w < window; ++w) leg(lead);
       g.end();
     });
   }
 
  private:
+  DeviceComm(DeviceComm& parent, bool member, int size)
+      : where_(parent.where_), size_(size), timeout_s_(parent.timeout_s_), stream_(where_.device, where_),
+        scratch_(kScratch, where_.device, where_),
+        comm_("ncclCommSplit",
+              [&](ncclComm_t* c, ncclConfig_t* config) {
+                const ncclResult_t rc = ncclCommSplit(parent.comm(), member ? 0 : NCCL_SPLIT_NOCOLOR, where_.rank, c, config);
+                return rc;
+              },
+              parent.comm(), timeout_s_, where_) {}
+
   ncclComm_t comm() const {
     if (!comm_.alive()) throw std::runtime_error("the NCCL communicator was aborted after an earlier failure" + where_.text());
     return comm_.get();
@@ -134,13 +187,21 @@ class DeviceComm {
 
   // Runs `work`, which queues NCCL operations. Any failure once work is queued aborts the
   // communicator before the exception unwinds further: an NCCL kernel left waiting for a peer that
-  // will never post would otherwise block for ever whatever frees memory on the way out.
+  // will never post would otherwise block for ever whatever frees memory on the way out. The abort
+  // comes here, after `work` has unwound, never inside it, and only at the outermost of nested calls
+  // (a barrier within timed()): ncclCommAbort waits for every CUDA graph that captured work of the
+  // communicator to be destroyed, and timed()'s graph is destroyed only as its `work` unwinds.
   template <typename Work>
   auto or_abort(Work&& work) -> decltype(work()) {
+    const bool outermost = nesting_++ == 0;
+    struct Leave {
+      int& n;
+      ~Leave() { --n; }
+    } leave{nesting_};
     try {
       return work();
     } catch (...) {
-      comm_.abort();
+      if (outermost) comm_.abort();
       throw;
     }
   }
@@ -166,9 +227,9 @@ class DeviceComm {
     const std::size_t n = static_cast<std::size_t>(bytes);
     auto leg = [&, s = send.data, r = recv.data](bool sending) {
       if (sending)
-        nccl_check(ncclSend(s, n, ncclUint8, other, comm(), stream_.s), "ncclSend", where_);
+        nccl_enqueued(ncclSend(s, n, ncclUint8, other, comm(), stream_.s), comm(), "ncclSend", where_);
       else
-        nccl_check(ncclRecv(r, n, ncclUint8, other, comm(), stream_.s), "ncclRecv", where_);
+        nccl_enqueued(ncclRecv(r, n, ncclUint8, other, comm(), stream_.s), comm(), "ncclRecv", where_);
     };
     const bool lead = where_.rank < other;
     std::vector<double> t = or_abort([&] {
@@ -180,7 +241,8 @@ class DeviceComm {
 
   // Waits until the stream is idle. A dead or stalled peer would hang cudaStreamSynchronize for
   // ever, so the stream is polled together with NCCL's asynchronous error, against a deadline;
-  // either failure aborts the communicator, which releases the stream, and throws.
+  // either failure throws, and the caller's or_abort aborts the communicator, which releases the
+  // stream.
   void wait(const char* what) {
     const auto start = Clock::now();
     const auto deadline = start + std::chrono::duration<double>(timeout_s_);
@@ -193,12 +255,10 @@ class DeviceComm {
       nccl_check(ncclCommGetAsyncError(comm(), &async), "ncclCommGetAsyncError", where_);
       if (async != ncclSuccess && async != ncclInProgress) {
         const std::string text = nccl_error_text(async);
-        comm_.abort();
         throw std::runtime_error(std::string(what) + " failed: " + text + where_.text() + "; NCCL communicator aborted");
       }
       const auto now = Clock::now();
       if (now > deadline) {
-        comm_.abort();
         char limit[32];
         std::snprintf(limit, sizeof(limit), "%g", timeout_s_);
         throw DeadlineExceeded(std::string(what) + " did not finish within --timeout " + limit + " s" + where_.text() +
@@ -217,9 +277,9 @@ class DeviceComm {
   // Untimed: this rank and `peer` meet, and this rank's stream is idle.
   void pair_barrier(int peer) {
     char* s = static_cast<char*>(scratch_.ptr);
-    NcclGroup g(where_);
-    nccl_check(ncclSend(s + kPairSendOffset, 1, ncclInt32, peer, comm(), stream_.s), "ncclSend", where_);
-    nccl_check(ncclRecv(s + kPairRecvOffset, 1, ncclInt32, peer, comm(), stream_.s), "ncclRecv", where_);
+    NcclGroup g(comm(), where_);
+    nccl_enqueued(ncclSend(s + kPairSendOffset, 1, ncclInt32, peer, comm(), stream_.s), comm(), "ncclSend", where_);
+    nccl_enqueued(ncclRecv(s + kPairRecvOffset, 1, ncclInt32, peer, comm(), stream_.s), comm(), "ncclRecv", where_);
     g.end();
     wait("pair barrier");
   }
@@ -258,7 +318,7 @@ class DeviceComm {
     std::function<void()> library_call(Collective coll, const CallBuffers<T>& b, RedOp op) const {
       return nccl_call(coll, b, op, dc.comm(), dc.stream_.s, dc.where_);
     }
-    NcclGroup library_group() const { return NcclGroup(dc.where_); }
+    NcclGroup library_group() const { return NcclGroup(dc.comm(), dc.where_); }
     template <typename Body>
     std::vector<double> time(int64_t iters, double delay_s, const std::string& what, Body&& body) {
       return dc.timed(iters, graph, delay_s, what.c_str(), body);
@@ -342,9 +402,9 @@ class DeviceComm {
     std::vector<double> other(t.size());
     or_abort([&] {
       cuda_check(cudaMemcpyAsync(mine.ptr, t.data(), bytes, cudaMemcpyHostToDevice, stream_.s), "cudaMemcpyAsync", where_);
-      NcclGroup g(where_);
-      nccl_check(ncclSend(mine.ptr, t.size(), ncclFloat64, peer, comm(), stream_.s), "ncclSend", where_);
-      nccl_check(ncclRecv(theirs.ptr, t.size(), ncclFloat64, peer, comm(), stream_.s), "ncclRecv", where_);
+      NcclGroup g(comm(), where_);
+      nccl_enqueued(ncclSend(mine.ptr, t.size(), ncclFloat64, peer, comm(), stream_.s), comm(), "ncclSend", where_);
+      nccl_enqueued(ncclRecv(theirs.ptr, t.size(), ncclFloat64, peer, comm(), stream_.s), comm(), "ncclRecv", where_);
       g.end();
       wait("exchange of times with the peer");
       cuda_check(cudaMemcpyAsync(other.data(), theirs.ptr, bytes, cudaMemcpyDeviceToHost, stream_.s), "cudaMemcpyAsync", where_);
@@ -357,6 +417,7 @@ class DeviceComm {
   Where where_;
   int size_;
   double timeout_s_;
+  int nesting_ = 0;  // or_abort calls in progress
   // Declared in order of construction; destroyed in reverse, the communicator first.
   Stream stream_;
   DeviceBuffer scratch_;

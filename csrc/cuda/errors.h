@@ -7,6 +7,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <thread>
 
 namespace commbench {
 
@@ -39,6 +40,17 @@ inline std::string nccl_error_text(ncclResult_t rc) {
 
 inline void nccl_check(ncclResult_t rc, const char* call, const Where& w) {
   if (rc != ncclSuccess) throw std::runtime_error(std::string(call) + " failed: " + nccl_error_text(rc) + w.text());
+}
+
+// A non-blocking communicator (NcclComm's) may answer ncclInProgress while a call is still being
+// enqueued; the call is complete once ncclCommGetAsyncError stops saying so. Enqueuing never waits for
+// a peer, so this loop needs no deadline.
+inline void nccl_enqueued(ncclResult_t rc, ncclComm_t comm, const char* call, const Where& w) {
+  while (rc == ncclInProgress) {
+    nccl_check(ncclCommGetAsyncError(comm, &rc), "ncclCommGetAsyncError", w);
+    if (rc == ncclInProgress) std::this_thread::yield();
+  }
+  nccl_check(rc, call, w);
 }
 
 // A kernel launch reports a bad configuration or a missing device image only through

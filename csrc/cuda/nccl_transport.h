@@ -37,13 +37,16 @@ inline ncclRedOp_t nccl_op(RedOp op) {
 }
 
 // ncclGroupStart now, ncclGroupEnd at end() or, if an exception leaves the scope first, in the
-// destructor: a group left open would silently defer every later NCCL call of this thread.
+// destructor: a group left open would silently defer every later NCCL call of this thread. The group's
+// calls are on `comm`, whose enqueuing end() waits for (nccl_enqueued).
 class NcclGroup {
  public:
-  explicit NcclGroup(const Where& w) : where_(w) { nccl_check(ncclGroupStart(), "ncclGroupStart", where_); }
+  NcclGroup(ncclComm_t comm, const Where& w) : comm_(comm), where_(w) {
+    nccl_check(ncclGroupStart(), "ncclGroupStart", where_);
+  }
   void end() {
     open_ = false;
-    nccl_check(ncclGroupEnd(), "ncclGroupEnd", where_);
+    nccl_enqueued(ncclGroupEnd(), comm_, "ncclGroupEnd", where_);
   }
   ~NcclGroup() {
     if (open_) ncclGroupEnd();  // unwinding already: the first error is the one reported
@@ -52,6 +55,7 @@ class NcclGroup {
   NcclGroup& operator=(const NcclGroup&) = delete;
 
  private:
+  ncclComm_t comm_;
   Where where_;
   bool open_ = true;
 };
@@ -65,22 +69,22 @@ class NcclTransport {
   NcclTransport(ncclComm_t comm, cudaStream_t stream, const Where& where)
       : comm_(comm), stream_(stream), where_(where) {}
 
-  NcclGroup group() { return NcclGroup(where_); }
+  NcclGroup group() { return NcclGroup(comm_, where_); }
 
   void sendrecv(const void* s, std::size_t sbytes, int dst, void* r, std::size_t rbytes, int src) {
-    NcclGroup g(where_);
+    NcclGroup g(comm_, where_);
     isend(s, sbytes, dst);
     irecv(r, rbytes, src);
     g.end();
   }
 
   Request isend(const void* p, std::size_t bytes, int peer) {
-    nccl_check(ncclSend(p, bytes, ncclUint8, peer, comm_, stream_), "ncclSend", where_);
+    nccl_enqueued(ncclSend(p, bytes, ncclUint8, peer, comm_, stream_), comm_, "ncclSend", where_);
     return {};
   }
 
   Request irecv(void* p, std::size_t bytes, int peer) {
-    nccl_check(ncclRecv(p, bytes, ncclUint8, peer, comm_, stream_), "ncclRecv", where_);
+    nccl_enqueued(ncclRecv(p, bytes, ncclUint8, peer, comm_, stream_), comm_, "ncclRecv", where_);
     return {};
   }
 

@@ -52,6 +52,12 @@ def main() -> None:
     target = os.path.join(OUT, "_cuda" + sysconfig.get_config_var("EXT_SUFFIX"))
     subprocess.run(["g++", "-shared", "-pthread", *objects, "-o", target + ".tmp", "-lrt"], check=True)
     os.replace(target + ".tmp", target)
+    # The emulation's own checks (tests/test_emulation.py): the runtime and NCCL without the extension.
+    runtime = [o for o in objects if os.path.basename(o) in ("runtime.cpp.o", "nccl.cpp.o")]
+    selftest = os.path.join(OUT, "selftest")
+    subprocess.run(["g++", *flags(), os.path.join(HERE, "selftest.cpp"), *runtime, "-o", selftest + ".tmp", "-lrt"],
+                   check=True)
+    os.replace(selftest + ".tmp", selftest)
     print(f"emulated commbench._cuda: {os.path.relpath(target, ROOT)}")
 
 

@@ -124,22 +124,22 @@ std::function<void()> nccl_call(Collective coll, const CallBuffers<T>& b, RedOp 
   const T* in = b.send;
   switch (coll) {
     case Collective::AllReduce:
-      return [=] { nccl_check(ncclAllReduce(in, out, b.recv_count, type, rop, comm, stream), "ncclAllReduce", w); };
+      return [=] { nccl_enqueued(ncclAllReduce(in, out, b.recv_count, type, rop, comm, stream), comm, "ncclAllReduce", w); };
     case Collective::AllGather:
-      return [=] { nccl_check(ncclAllGather(in, out, b.send_count, type, comm, stream), "ncclAllGather", w); };
+      return [=] { nccl_enqueued(ncclAllGather(in, out, b.send_count, type, comm, stream), comm, "ncclAllGather", w); };
     case Collective::ReduceScatter:
-      return [=] { nccl_check(ncclReduceScatter(in, out, b.recv_count, type, rop, comm, stream), "ncclReduceScatter", w); };
+      return [=] { nccl_enqueued(ncclReduceScatter(in, out, b.recv_count, type, rop, comm, stream), comm, "ncclReduceScatter", w); };
     case Collective::Broadcast:
-      return [=] { nccl_check(ncclBroadcast(in, out, b.recv_count, type, b.root, comm, stream), "ncclBroadcast", w); };
+      return [=] { nccl_enqueued(ncclBroadcast(in, out, b.recv_count, type, b.root, comm, stream), comm, "ncclBroadcast", w); };
     case Collective::Reduce:
-      return [=] { nccl_check(ncclReduce(in, out, b.recv_count, type, rop, b.root, comm, stream), "ncclReduce", w); };
+      return [=] { nccl_enqueued(ncclReduce(in, out, b.recv_count, type, rop, b.root, comm, stream), comm, "ncclReduce", w); };
     case Collective::AllToAll: {
       const std::size_t block = b.send_count / static_cast<std::size_t>(b.size);
       return [=] {
-        NcclGroup g(w);
+        NcclGroup g(comm, w);
         for (int peer = 0; peer < b.size; ++peer) {
-          nccl_check(ncclSend(in + peer * block, block, type, peer, comm, stream), "ncclSend", w);
-          nccl_check(ncclRecv(out + peer * block, block, type, peer, comm, stream), "ncclRecv", w);
+          nccl_enqueued(ncclSend(in + peer * block, block, type, peer, comm, stream), comm, "ncclSend", w);
+          nccl_enqueued(ncclRecv(out + peer * block, block, type, peer, comm, stream), comm, "ncclRecv", w);
         }
         g.end();
       };
@@ -147,9 +147,9 @@ std::function<void()> nccl_call(Collective coll, const CallBuffers<T>& b, RedOp 
     case Collective::SendRecv: {
       const int right = wrap(b.rank + 1, b.size), left = wrap(b.rank - 1, b.size);
       return [=] {
-        NcclGroup g(w);
-        nccl_check(ncclSend(in, b.send_count, type, right, comm, stream), "ncclSend", w);
-        nccl_check(ncclRecv(out, b.recv_count, type, left, comm, stream), "ncclRecv", w);
+        NcclGroup g(comm, w);
+        nccl_enqueued(ncclSend(in, b.send_count, type, right, comm, stream), comm, "ncclSend", w);
+        nccl_enqueued(ncclRecv(out, b.recv_count, type, left, comm, stream), comm, "ncclRecv", w);
         g.end();
       };
     }

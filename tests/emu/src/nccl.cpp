@@ -4,7 +4,8 @@
 // through the rings at once, as NCCL progresses a group's operations together, so a group completes
 // only once its peers' matching groups run. Collectives are their messages plus a local step (the
 // reduction in rank order, the same on every rank). Faults are injected with
-// COMMBENCH_EMU_NCCL_FAULT=KIND:RANK[:GROUP] (KIND stall, error or init-stall).
+// COMMBENCH_EMU_NCCL_FAULT=KIND:RANK[:GROUP] (KIND stall, error or init-stall); with
+// COMMBENCH_EMU_NCCL_LOG=FILE every communicator made is logged there (how, rank, ranks).
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -171,13 +172,16 @@ struct Call {
   std::function<void(char*)> before, after;
 };
 
+// A message on its way. A send is finished only once the receiver took all of it, so that a group
+// completes only when the peers' matching groups run, whatever room the ring has.
 struct Progress {
   Message m;
   Comm* comm;
   char* at;
   bool header_done = false;
   std::size_t done = 0;
-  bool finished() const { return header_done && done == m.bytes; }
+  uint64_t end = 0;  // a send: the ring position after its last byte
+  bool moved_all() const { return header_done && done == m.bytes; }
 };
 
 std::size_t push(Ring& r, const char* src, std::size_t n) {
@@ -239,7 +243,15 @@ bool step(Progress& p) {
     p.done += k;
     moved = moved || k > 0;
   }
+  if (p.m.send && p.moved_all() && !p.end) p.end = r.head.load(std::memory_order_relaxed);
   return moved;
+}
+
+bool finished(Progress& p) {
+  if (!p.moved_all()) return false;
+  if (!p.m.send) return true;
+  Ring& r = p.comm->ring(p.comm->rank, p.m.peer);
+  return r.tail.load(std::memory_order_acquire) >= p.end;
 }
 
 // Runs one group's calls on the stream's worker: all their messages together, then each call's local
@@ -276,10 +288,10 @@ void run_group(const std::vector<Call>& calls) {
     // Messages between the same two ranks in the same direction go in the order they were posted.
     std::map<std::tuple<Comm*, bool, int>, bool> busy;
     for (Progress& p : work) {
-      if (p.finished()) continue;
+      if (finished(p)) continue;
       all = false;
       if (!busy.emplace(std::make_tuple(p.comm, p.m.send, p.m.peer), true).second) continue;
-      moved = step(p) || moved;
+      if (!p.moved_all()) moved = step(p) || moved;
       if (p.comm->aborted || p.comm->async != ncclSuccess) return;
     }
     if (all) break;
@@ -292,6 +304,19 @@ void run_group(const std::vector<Call>& calls) {
     if (calls[i].after) calls[i].after(scratch[i].data());
 }
 
+// What a graph that captured a group keeps alive: its communicators' count of graphs holding them,
+// which ncclCommAbort waits on.
+struct GraphHold {
+  std::vector<std::shared_ptr<Comm>> comms;
+  void add(const std::shared_ptr<Comm>& c) {
+    ++c->graph_holds;
+    comms.push_back(c);
+  }
+  ~GraphHold() {
+    for (auto& c : comms) --c->graph_holds;
+  }
+};
+
 struct Pending {
   cudaStream_t stream;
   Call call;
@@ -302,33 +327,27 @@ thread_local std::vector<Pending> pending;
 ncclResult_t flush() {
   std::vector<Pending> items;
   items.swap(pending);
-  bool nonblocking = false;
   std::vector<cudaStream_t> streams;
+  std::vector<std::shared_ptr<Comm>> nonblocking;
   for (const Pending& p : items) {
     if (std::find(streams.begin(), streams.end(), p.stream) == streams.end()) streams.push_back(p.stream);
-    nonblocking = nonblocking || !p.call.comm->blocking;
+    if (!p.call.comm->blocking) nonblocking.push_back(p.call.comm);
   }
   for (cudaStream_t s : streams) {
     std::vector<Call> calls;
-    std::shared_ptr<void> hold;
-    std::vector<std::shared_ptr<Comm>> held;
+    auto hold = std::make_shared<GraphHold>();
     for (Pending& p : items)
       if (p.stream == s) {
-        held.push_back(p.call.comm);
+        hold->add(p.call.comm);
         calls.push_back(std::move(p.call));
       }
-    // A graph that captures the group holds its communicators: ncclCommAbort waits for it to go.
-    for (auto& c : held) ++c->graph_holds;
-    hold = std::shared_ptr<void>(nullptr, [held](void*) {
-      for (auto& c : held) --c->graph_holds;
-    });
     if (emu::enqueue(s, [calls = std::move(calls)] { run_group(calls); }, hold) != cudaSuccess)
       return error(ncclUnhandledCudaError, "cannot enqueue on the stream: " + std::string(cudaGetErrorString(cudaGetLastError())));
   }
   // A non-blocking communicator's group may still be enqueuing when ncclGroupEnd returns; the caller
   // polls ncclCommGetAsyncError until it is no longer ncclInProgress.
-  if (nonblocking) {
-    for (const Pending& p : items) p.call.comm->enqueue_reported = false;
+  if (!nonblocking.empty()) {
+    for (auto& c : nonblocking) c->enqueue_reported = false;
     return ncclInProgress;
   }
   return ncclSuccess;
@@ -398,8 +417,20 @@ ncclResult_t init(Comm& c, const std::string& name, int nranks, int rank) {
   return ncclSuccess;
 }
 
-ncclResult_t start(ncclComm_t* out, const std::string& name, int nranks, int rank, bool blocking) {
+void log_start(const char* how, int rank, int nranks) {
+  const char* path = std::getenv("COMMBENCH_EMU_NCCL_LOG");
+  if (!path) return;
+  const int fd = open(path, O_WRONLY | O_CREAT | O_APPEND, 0644);
+  if (fd < 0) return;
+  char line[96];
+  const int n = std::snprintf(line, sizeof(line), "%s %d %d %d\n", how, static_cast<int>(getpid()), rank, nranks);
+  [[maybe_unused]] const ssize_t written = write(fd, line, static_cast<std::size_t>(n));
+  close(fd);
+}
+
+ncclResult_t start(ncclComm_t* out, const std::string& name, int nranks, int rank, bool blocking, const char* how) {
   *out = nullptr;
+  log_start(how, rank, nranks);
   if (nranks < 1 || nranks > kMaxRanks || rank < 0 || rank >= nranks)
     return error(ncclInvalidArgument, "rank " + std::to_string(rank) + " of " + std::to_string(nranks));
   auto impl = std::make_shared<Comm>();
@@ -472,12 +503,12 @@ const char* ncclGetLastError(ncclComm_t) {
 }
 
 ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank) {
-  return start(comm, name_of(id), nranks, rank, true);
+  return start(comm, name_of(id), nranks, rank, true, "init");
 }
 
 ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank, ncclConfig_t* config) {
   const bool blocking = !config || config->blocking == NCCL_CONFIG_UNDEF_INT || config->blocking != 0;
-  return start(comm, name_of(id), nranks, rank, blocking);
+  return start(comm, name_of(id), nranks, rank, blocking, "init");
 }
 
 ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t* config) {
@@ -506,7 +537,7 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newc
   while (members[rank].second != c.rank) ++rank;
   const bool blocking = !config || config->blocking == NCCL_CONFIG_UNDEF_INT || config->blocking != 0;
   const ncclResult_t rc = start(newcomm, c.name + "-" + std::to_string(round) + "-" + std::to_string(color),
-                                static_cast<int>(members.size()), rank, blocking);
+                                static_cast<int>(members.size()), rank, blocking, "split");
   return rc;
 }
 

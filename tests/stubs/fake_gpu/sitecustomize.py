@@ -9,6 +9,8 @@ import types
 
 
 class _StubCuda(types.ModuleType):
+    emulated = False
+
     def device_count(self) -> int:
         return int(os.environ.get("COMMBENCH_STUB_GPUS", "1"))
 

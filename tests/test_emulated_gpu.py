@@ -1,0 +1,121 @@
+"""The GPU path on the emulated CUDA runtime and NCCL (tests/emu, `make emu`): the emulation's own
+strictness, and what only a run of the GPU path shows (the review's defects, faults in the middle of a
+NCCL collective). Marked `gpu`: `make test` runs these with COMMBENCH_GPU_EMULATION set."""
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+from conftest import ROOT, commbench, mpi_env
+
+from commbench.node.gpu import EMULATION, cuda_module
+from commbench.results import document as results
+
+pytestmark = pytest.mark.gpu
+
+SELFTEST = os.path.join(ROOT, "build", "emu", "selftest")
+
+
+def emu_env(gpus: int = 2, **extra) -> dict:
+    """mpi_env() with `gpus` emulated GPUs per host and the emulation's switches in `extra`."""
+    env = mpi_env()
+    env[EMULATION] = str(gpus)
+    env.update(extra)
+    return env
+
+
+def _cases() -> list:
+    if not os.path.exists(SELFTEST):
+        return ["the emulated build is missing: run `make emu`"]
+    return subprocess.run([SELFTEST], capture_output=True, text=True, check=True).stdout.split()
+
+
+@pytest.mark.parametrize("case", _cases())
+def test_the_emulation_is_strict_where_hardware_is(case):
+    """Streams asynchronous and ordered, events, legacy-stream rules, device memory that host code
+    cannot touch, graphs and what a capture forbids, injectable launch failures, and NCCL's groups,
+    duplicate-GPU refusal, abort and split (tests/emu/selftest.cpp)."""
+    extra = {"COMMBENCH_EMU_FAIL_LAUNCH": "selftest"} if case == "launch_failure" else {}
+    r = subprocess.run([SELFTEST, case], capture_output=True, text=True, timeout=60, env=emu_env(2, **extra))
+    assert r.returncode == 0, r.stderr
+
+
+# Two ranks on DeviceComm directly, the second stalled by the emulated NCCL in its 40th group (inside the
+# timed iterations): rank 0 prints how its call ended.
+_PAIR = textwrap.dedent("""
+    import sys, time
+    from commbench.node.gpu import cuda_module
+    from commbench.run.device_arrays import DeviceArray
+    m = cuda_module()
+    rank, uid = int(sys.argv[1]), bytes.fromhex(sys.argv[2])
+    comm = m.DeviceComm(uid, rank, 2, rank, 2.0)
+    send, recv = DeviceArray.empty(256, "float32", rank), DeviceArray.empty(256, "float32", rank)
+    t = time.monotonic()
+    try:
+        comm.collective_times(m.Collective.allreduce, m.Algorithm.library, send, recv, 0, 0, 100, 65536, True)
+        print("finished")
+    except TimeoutError as e:
+        print(f"timeout after {time.monotonic() - t:.1f} s: {e}")
+""")
+
+
+def test_a_stalled_peer_in_graph_mode_ends_within_the_timeout():
+    """Defect 1: the deadline passed inside a CUDA graph's iterations. ncclCommAbort waits for every
+    graph that holds the communicator, so aborting before the graph is destroyed hung for ever."""
+    uid = cuda_module().nccl_unique_id().hex()
+    env = emu_env(2, COMMBENCH_EMU_NCCL_FAULT="stall:1:40")
+    procs = [subprocess.Popen([sys.executable, "-c", _PAIR, str(rank), uid], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for rank in (0, 1)]
+    try:
+        outs = [p.communicate(timeout=30) for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    for out, err in outs:
+        assert "timeout after" in out and "did not finish within --timeout 2 s" in out, (out, err)
+        assert float(out.split("after ")[1].split(" s")[0]) < 4
+
+
+def test_a_peer_that_never_joins_ends_nccl_initialisation_within_the_timeout(workdir):
+    """Defect 3: ncclCommInitRank blocked with the GIL held and no deadline. Now the initialisation is
+    non-blocking, polled against --timeout with the GIL released, under the watchdog."""
+    out = os.path.join(workdir, "init.json")
+    t = time.monotonic()
+    r = commbench(["allreduce", "--device", "cuda", "--np", "2", "--impl", "nccl", "--sizes", "1K", "--timeout", "3",
+                   "-o", out], env=emu_env(2, COMMBENCH_EMU_NCCL_FAULT="init-stall:1"), cwd=workdir, timeout=60)
+    assert time.monotonic() - t < 3 + 15
+    lines = [line for line in r.stderr.splitlines() if line.startswith("commbench: error")]
+    assert r.returncode == 1 and len(lines) == 1 and "NCCL initialisation" in lines[0], r.stderr
+    assert results.load_document(out)["status"] == "timeout"
+
+
+@pytest.mark.parametrize("op", ["sum", "prod"])
+def test_graph_mode_in_place_is_exact(op, workdir):
+    """Defect 5: the checked call ran the body three times on one buffer (before the capture, after
+    the upload, timed), so an in-place sum or product read as nearly all wrong."""
+    out = os.path.join(workdir, "g.json")
+    r = commbench(["allreduce", "--device", "cuda", "--np", "2", "--impl", "nccl,ring", "--graph", "--in-place",
+                   "--op", op, "--dtype", "int32", "--sizes", "64,4K", "--budget-ms", "10", "-o", out],
+                  env=emu_env(2), cwd=workdir)
+    assert r.returncode == 0, r.stderr
+    df = results.load(out)
+    assert len(df) == 4 and (df["wrong"] == 0).all()
+
+
+@pytest.mark.parametrize("command", [
+    ["scale", "--device", "cuda", "--impl", "nccl", "--ranks", "1,2,3", "--sizes", "1K,64K", "--budget-ms", "10"],
+    ["numerics", "--device", "cuda", "--impl", "nccl", "--ranks", "1,3", "--count", "64"]])
+def test_rank_counts_split_the_world_communicator(command, workdir, tmp_path):
+    """Defect 11: scale and numerics made a whole NCCL communicator per rank count while the world's
+    stayed alive. Now each rank initialises one and splits it."""
+    log = tmp_path / "nccl.log"
+    r = commbench([*command, "--np", "3", "-o", os.path.join(workdir, "out.json")],
+                  env=emu_env(3, COMMBENCH_EMU_NCCL_LOG=str(log)), cwd=workdir)
+    assert r.returncode == 0, r.stderr
+    made = [line.split() for line in log.read_text().splitlines()]
+    inits = [pid for how, pid, *_ in made if how == "init"]
+    assert len(inits) == 3 and len(set(inits)) == 3, made
+    assert any(how == "split" for how, *_ in made)
