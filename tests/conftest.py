@@ -184,6 +184,7 @@ def in_process(args: list, monkeypatch, capsys) -> tuple:
 
 
 def pytest_collection_modifyitems(items):
-    """The longest tests first (the wheel's build, the test clusters' shaped links), so that under
-    `make test`'s two workers none of them is what one worker is left running at the end."""
-    items.sort(key=lambda item: not (item.get_closest_marker("wheel") or item.get_closest_marker("cluster")))
+    """The longest tests first (the wheel's build, the test clusters' shaped links, gpu-check on
+    emulated GPUs), so that under `make test`'s two workers none of them is what one worker is left
+    running at the end."""
+    items.sort(key=lambda item: not any(item.get_closest_marker(m) for m in ("wheel", "cluster", "long")))

@@ -2,6 +2,7 @@
 strictness, and what only a run of the GPU path shows (the review's defects, faults in the middle of a
 NCCL collective). Marked `gpu`: `make test` runs these with COMMBENCH_GPU_EMULATION set."""
 
+import json
 import os
 import subprocess
 import sys
@@ -119,3 +120,19 @@ def test_rank_counts_split_the_world_communicator(command, workdir, tmp_path):
     inits = [pid for how, pid, *_ in made if how == "init"]
     assert len(inits) == 3 and len(set(inits)) == 3, made
     assert any(how == "split" for how, *_ in made)
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("gpus", [1, 2, 4, 8])
+def test_gpu_check_passes_on_emulated_gpus(gpus, tmp_path):
+    """`make gpu-check`'s steps (tools/gpu_check.py --quick: small sizes, the GPU tests being this
+    suite) at 1, 2, 4 and 8 GPUs a host."""
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "gpu_check.py"), "--quick", "--base", str(tmp_path)],
+                       env=emu_env(gpus), capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout + r.stderr
+    with open(tmp_path / "latest" / "summary.json") as f:
+        summary = json.load(f)
+    assert summary["gpus"] == gpus and summary["passed"]
+    names = {step["step"] for step in summary["steps"]}
+    assert {"allreduce graph", "copy", "p2p matrix"} <= names
+    assert gpus == 1 or {"p2p nccl", "links nccl"} <= names

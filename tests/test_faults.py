@@ -20,6 +20,16 @@ TIMEOUT_S = 2
 # Many small sizes and a fixed count of iterations: a sweep that lasts, made of cheap sizes.
 SWEEP = ["allreduce", "--device", "cpu", "--impl", "ring", "--sizes", "1K-4K:+8", "--iters", "50", "--warmup", "1",
          "--timeout", str(TIMEOUT_S)]
+# The same on (emulated) GPUs, NCCL's all-reduce: a rank ends in the middle of a NCCL collective.
+GPU_SWEEP = ["allreduce", "--device", "cuda", "--impl", "nccl", *SWEEP[5:]]
+
+
+def _env(device: str, **extra) -> dict:
+    """mpi_env(), with three emulated GPUs a host for the GPU sweep (tests/emu)."""
+    env = mpi_env()
+    if device == "cuda":
+        env.update(COMMBENCH_GPU_EMULATION="3", **extra)
+    return env
 
 
 def _rank_pids(marker: str) -> dict:
@@ -57,13 +67,15 @@ def _wait_for_rows(out: str, proc, deadline_s: float = 90) -> None:
 
 
 @pytest.mark.parametrize("launch", ["standalone", "mpirun"])
-@pytest.mark.parametrize("fault", ["kill", "stop", "interrupt"])
-def test_a_fault_ends_every_rank_with_one_line_and_keeps_the_rows(launch, fault, workdir):
+@pytest.mark.parametrize("fault,device", [("kill", "cpu"), ("stop", "cpu"), ("interrupt", "cpu"),
+                                          pytest.param("kill", "cuda", marks=pytest.mark.gpu),
+                                          pytest.param("stop", "cuda", marks=pytest.mark.gpu)])
+def test_a_fault_ends_every_rank_with_one_line_and_keeps_the_rows(launch, fault, device, workdir):
     out = os.path.join(workdir, f"{fault}-{launch}.json")
-    args = [*SWEEP, "-o", out]
+    args = [*(SWEEP if device == "cpu" else GPU_SWEEP), "-o", out]
     argv = ([COMMBENCH, *args, "--np", "3"] if launch == "standalone" else
             [MPIRUN, "--np", "3", "--oversubscribe", "--bind-to", "none", COMMBENCH, *args])
-    p = subprocess.Popen(argv, env=mpi_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    p = subprocess.Popen(argv, env=_env(device), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          start_new_session=True)
     try:
         _wait_for_rows(out, p)
@@ -86,7 +98,7 @@ def test_a_fault_ends_every_rank_with_one_line_and_keeps_the_rows(launch, fault,
     assert doc["results"], "the rows measured before are kept"
     status = {"kill": "peer-lost", "stop": "timeout", "interrupt": "interrupted"}[fault]
     assert doc["status"] == status, doc["error"]
-    assert doc["error"].startswith("allreduce ring@mpi ")
+    assert doc["error"].startswith("allreduce ring@mpi " if device == "cpu" else "allreduce nccl ")
     if fault == "kill":
         assert "rank 2 did not arrive: its process ended" in doc["error"]
     elif fault == "stop":
@@ -101,6 +113,36 @@ def test_a_fault_ends_every_rank_with_one_line_and_keeps_the_rows(launch, fault,
         # mpirun's own status; a signalled mpirun stops relaying its ranks' output.
         assert p.returncode != 0
         assert len(lines) <= 1 and (fault == "interrupt" or lines), err
+    time.sleep(0.5)
+    assert _left(out) == []
+
+
+@pytest.mark.gpu
+def test_a_rank_killed_in_nccl_initialisation_ends_every_rank(workdir):
+    """kill -9 of a rank that the emulated NCCL holds in its initialisation: the others, waiting in
+    theirs, end at once with one line, and the result file says so."""
+    out = os.path.join(workdir, "init.json")
+    p = subprocess.Popen([COMMBENCH, *GPU_SWEEP, "--np", "3", "-o", out], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, start_new_session=True,
+                         env=_env("cuda", COMMBENCH_EMU_NCCL_FAULT="init-stall:2"))
+    try:
+        until = time.monotonic() + 60
+        while len(_rank_pids(out)) < 3 or not os.path.exists(out):
+            assert time.monotonic() < until and p.poll() is None, "".join(p.communicate())
+            time.sleep(0.1)
+        time.sleep(0.5)  # every rank in its initialisation
+        os.kill(_rank_pids(out)[2], signal.SIGKILL)
+        t = time.monotonic()
+        _, err = p.communicate(timeout=TIMEOUT_S + 30)
+        elapsed = time.monotonic() - t
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    assert elapsed < TIMEOUT_S + 5 and p.returncode == 1, err
+    doc = results.load_document(out)
+    assert doc["status"] == "peer-lost" and doc["error"] == "NCCL initialisation: rank 2 did not arrive: its process ended"
+    assert [line for line in err.splitlines() if line.startswith("commbench: error")] == \
+        [f"commbench: error: {doc['error']} (measured rows kept in {out})"], err
     time.sleep(0.5)
     assert _left(out) == []
 

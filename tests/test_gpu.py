@@ -120,8 +120,8 @@ def test_reduction_kernel_matches_torch(dtype, op):
     ref = {"sum": torch.add, "prod": torch.mul, "max": torch.maximum, "min": torch.minimum}[op]
     g = torch.Generator().manual_seed(3)
 
-    def bits(t):  # NumPy has no torch bfloat16: the same bytes
-        return t.view(torch.uint8).numpy() if t.element_size() == 1 else t.view({2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()]).numpy()
+    def bits(t):  # NumPy has no torch bfloat16: the same bytes, as integers of the same width
+        return t.view({2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()]).numpy()
 
     for n, offset in ((1, 0), (7, 0), (1000, 0), (1 << 20, 0), (1001, 1), (65537, 1)):
         a = torch.randint(-3, 4, (n + offset,), generator=g).to(dtype_of(dtype))
