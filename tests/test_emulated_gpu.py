@@ -136,3 +136,31 @@ def test_gpu_check_passes_on_emulated_gpus(gpus, tmp_path):
     names = {step["step"] for step in summary["steps"]}
     assert {"allreduce graph", "copy", "p2p matrix"} <= names
     assert gpus == 1 or {"p2p nccl", "links nccl"} <= names
+
+
+_CHECK = textwrap.dedent("""
+    from commbench.node.gpu import cuda_module
+    from commbench.run.device_arrays import DeviceArray
+    m = cuda_module()
+    a = DeviceArray.empty(100000, "float32", 0)
+    m.fill_pattern(a, 0, 0, 1)
+    print(m.count_wrong(a, 0, 1))
+""")
+
+
+@pytest.mark.parametrize("skipped,expected", [("", "0"), ("check kernel", "391")])
+def test_a_check_kernel_that_never_ran_reads_as_wrong(skipped, expected):
+    """The sentinel: a check kernel that never ran leaves the count at its number of blocks (here
+    ceil(100000 / 256)), never a false 0."""
+    r = subprocess.run([sys.executable, "-c", _CHECK], capture_output=True, text=True, timeout=60,
+                       env=emu_env(1, COMMBENCH_EMU_SKIP_LAUNCH=skipped) if skipped else emu_env(1))
+    assert r.returncode == 0 and r.stdout.split() == [expected], r.stderr
+
+
+def test_a_failed_kernel_launch_ends_the_run_in_one_line(workdir):
+    out = os.path.join(workdir, "launch.json")
+    r = commbench(["allreduce", "--device", "cuda", "--np", "2", "--impl", "ring", "--sizes", "1K", "-o", out],
+                  env=emu_env(2, COMMBENCH_EMU_FAIL_LAUNCH="reduce kernel"), cwd=workdir)
+    lines = [line for line in r.stderr.splitlines() if line.startswith("commbench: error")]
+    assert r.returncode == 1 and len(lines) == 1, r.stderr
+    assert "reduce kernel launch failed: unspecified launch failure" in lines[0]
