@@ -136,6 +136,8 @@ def test_gpu_check_passes_on_emulated_gpus(gpus, tmp_path):
     names = {step["step"] for step in summary["steps"]}
     assert {"allreduce graph", "copy", "p2p matrix"} <= names
     assert gpus == 1 or {"p2p nccl", "links nccl"} <= names
+    # One GPU: the multi-rank NCCL path on ranks that share it (COMMBENCH_SHARED_GPU).
+    assert gpus > 1 or {"shared GPU 2 ranks allreduce", "shared GPU 3 ranks links nccl"} <= names
 
 
 _CHECK = textwrap.dedent("""
@@ -164,3 +166,19 @@ def test_a_failed_kernel_launch_ends_the_run_in_one_line(workdir):
     lines = [line for line in r.stderr.splitlines() if line.startswith("commbench: error")]
     assert r.returncode == 1 and len(lines) == 1, r.stderr
     assert "reduce kernel launch failed: unspecified launch failure" in lines[0]
+
+
+def test_ranks_share_one_gpu_only_under_the_functional_test_switch(workdir):
+    """Two ranks on one GPU measure contention and are refused; COMMBENCH_SHARED_GPU=1 lets them run
+    for correctness (each its own NCCL host), named in the header and the result file."""
+    out = os.path.join(workdir, "shared.json")
+    args = ["allreduce", "--device", "cuda", "--np", "2", "--impl", "nccl,ring", "--sizes", "1K,64K", "--budget-ms", "10"]
+    r = commbench([*args, "-o", out], env=emu_env(1), cwd=workdir)
+    assert r.returncode == 2 and "ranks 0 and 1 on host" in r.stderr and not os.path.exists(out), r.stderr
+    r = commbench([*args, "-o", out], env=emu_env(1, COMMBENCH_SHARED_GPU="1"), cwd=workdir)
+    assert r.returncode == 0, r.stderr
+    assert "# shared GPU: 2 ranks on 1 GPU(s)" in r.stdout and "# fit:" not in r.stdout
+    doc = results.load_document(out)
+    cfg = doc["config"]
+    assert cfg["shared_gpu"] is True and len({g["uuid"] for g in cfg["gpus"]}) == 1 and len(cfg["gpus"]) == 2
+    assert all(row["wrong"] == 0 for row in doc["results"])

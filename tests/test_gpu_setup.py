@@ -181,7 +181,8 @@ def test_driver_errors_are_reported_in_the_runtimes_words(monkeypatch):
                                    "supports CUDA 12.4)"))
     n, why = gpu.visible_gpus()
     assert n == 0 and why == ("CUDA cannot use the GPUs: CUDA driver version is insufficient for CUDA runtime "
-                              "version (the driver supports CUDA 12.4)")
+                              "version (the driver supports CUDA 12.4) (remedy: a torch built for the driver's CUDA, "
+                              "e.g. `make install TORCH_CUDA=cu128`; nvidia-smi names the newest CUDA the driver supports)")
 
 
 @pytest.mark.parametrize("visible,local_ranks,expected", [

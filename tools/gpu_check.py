@@ -30,7 +30,7 @@ from typing import Optional
 from commbench.collectives import names
 from commbench.launch.world import launcher_free_env
 from commbench.node import doctor
-from commbench.node.gpu import visible_gpus
+from commbench.node.gpu import SHARED_GPU, visible_gpus
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.dirname(sys.executable)
@@ -54,6 +54,7 @@ class Step:
     timeout_s: float
     counted: bool = True  # False: the exit status is reported, not counted (doctor's verdict on the node)
     stdout_file: Optional[str] = None  # stdout goes there instead of the log: a document to read back
+    env: Optional[dict] = None  # variables set for this step alone
 
     @property
     def slug(self) -> str:
@@ -74,12 +75,12 @@ def steps(gpus: int, folder: str, quick: bool = False) -> list[Step]:
     `quick`, small sizes and no GPU tests."""
     cb = os.path.join(BIN, "commbench")
 
-    def sweep(name, argv, sizes=None, quick_sizes=QUICK_SIZES):
+    def sweep(name, argv, sizes=None, quick_sizes=QUICK_SIZES, env=None):
         if sizes:
             argv = [*argv, "--sizes", quick_sizes if quick else sizes]
         if quick:
             argv = [*argv, "--budget-ms", "20"]
-        return Step(name, [cb, *argv, "-o", os.path.join(folder, f"{_slug(name)}.json")], SWEEP_S)
+        return Step(name, [cb, *argv, "-o", os.path.join(folder, f"{_slug(name)}.json")], SWEEP_S, env=env)
     out = [
         Step("version", [cb, "version", "-v"], QUICK_S),
         Step("topo", [cb, "topo", "--json"], QUICK_S, stdout_file="topo.json"),  # the real NVML path
@@ -104,6 +105,17 @@ def steps(gpus: int, folder: str, quick: bool = False) -> list[Step]:
                                           ["--bandwidth-size", "64M"])]))
         out.append(sweep("allreduce delay", ["allreduce", "--device", "cuda", "--impl", "nccl,ring", "--delay", "1:2000"],
                          "1K-1M:x32"))
+    if gpus == 1:
+        # One GPU, several ranks: the multi-rank NCCL path (NCCL's calls, commbench's algorithms over
+        # NCCL, links) checked for correctness, each rank its own NCCL host (COMMBENCH_SHARED_GPU).
+        shared = {SHARED_GPU: "1"}
+        for n in (2, 3):
+            out.append(sweep(f"shared GPU {n} ranks allreduce", ["allreduce", "--device", "cuda", "--np", str(n)],
+                             "1K-16M:x16", env=shared))
+            out.append(sweep(f"shared GPU {n} ranks alltoall", ["alltoall", "--device", "cuda", "--np", str(n)],
+                             "1K-16M:x16", env=shared))
+        out.append(sweep("shared GPU 3 ranks links nccl", ["links", "--impl", "nccl", "--np", "3",
+                                                          "--bandwidth-size", "64K" if quick else "16M"], env=shared))
     return out
 
 
@@ -149,13 +161,13 @@ def run_step(step: Step, folder: str, env: dict) -> dict:
     t0 = time.monotonic()
     with contextlib.ExitStack() as files:
         log_file = files.enter_context(open(log, "w"))
-        log_file.write(f"$ {shlex.join(step.argv)}\n")
+        log_file.write(f"$ {''.join(f'{k}={v} ' for k, v in (step.env or {}).items())}{shlex.join(step.argv)}\n")
         log_file.flush()
         stdout = log_file
         if step.stdout_file:
             stdout = files.enter_context(open(os.path.join(folder, step.stdout_file), "w"))
         try:
-            proc = subprocess.Popen(step.argv, stdout=stdout, stderr=log_file, cwd=ROOT, env=env,
+            proc = subprocess.Popen(step.argv, stdout=stdout, stderr=log_file, cwd=ROOT, env={**env, **(step.env or {})},
                                     start_new_session=True)
         except OSError as e:  # the program is missing: this step fails, the others still run
             rc: Optional[int] = 127

@@ -221,8 +221,14 @@ def make_reporter(world, cfg, output, steps, judge=None, config: Optional[dict] 
     from ..node.machine import typed_command
     from ..run.reporter import Reporter, run_metadata
     made = []  # the Reporter stays on rank 0; only the success travels
-    world.root_call(lambda: made.append(Reporter(run_metadata(world, {**cfg.describe(), **(config or {})},
-                                                                      typed_command(sys.argv)), output,
+    config = {**cfg.describe(), **(config or {})}
+    if cfg.device == "cuda":
+        from ..node.gpu import gpu_layout
+        config.update(gpu_layout(world))  # collective: every rank says which GPU it took
+        if config.get("shared_gpu"):
+            judge = None  # the shared-GPU functional test: times that are not the GPU's
+    world.root_call(lambda: made.append(Reporter(run_metadata(world, config,
+                                                   typed_command(sys.argv)), output,
                                                  steps, timer_floor_s(cfg.device),
                                                  (lambda doc: fit_lines_for(doc, judge)) if judge else None)))
     reporter = made[0] if made else None

@@ -45,6 +45,9 @@ def links(impl, latency_size, bandwidth_size, window, threshold_pct, mad_z, judg
     flagged."""
     from ..analysis.links import METRICS, section
     judged = tuple(METRICS) if judged == "both" else tuple(m for m, name in METRICS.items() if name == judged)
+    from ..node.gpu import shared_gpu
+    if shared_gpu() and impl == "nccl":
+        judged = ()  # the shared-GPU functional test: times that are not the GPU's
     if source is not None:
         from ..results.document import load_document
         doc = load_document(source)

@@ -36,9 +36,24 @@ def header(meta: dict) -> list[str]:
         f"# torch {m['torch']}, Python {m['python']}, {m['cpu_model']}, {m['cores']} cores",
         f"# impls: {', '.join(cfg['impls'])}; dtype {cfg['dtype']}; redop {cfg['redop']}; "
         + ("in-place" if cfg["in_place"] else "out-of-place"),
+        *gpu_lines(cfg),
         "# time = median (p50) over iterations of the slowest rank's time; GB/s = 1e9 B/s",
         "# CV = stdev / mean; IQR = (p75 - p25) / median, a spread that a few long outliers leave alone",
     ]
+
+
+def gpu_lines(cfg: dict) -> list[str]:
+    """A GPU run's GPUs: the libraries, each rank's GPU, and the shared-GPU functional test named."""
+    if not cfg.get("gpus"):
+        return []
+    lines = [f"# GPUs: {cfg['cuda_versions']}"]
+    lines += [f"#   rank {g['rank']}: {g['host']} cuda:{g['device']} {g['name']} ({g['uuid']})" for g in cfg["gpus"]]
+    if cfg.get("shared_gpu"):
+        uuids = {(g["host"], g["uuid"]) for g in cfg["gpus"]}
+        lines.append(f"# shared GPU: {len(cfg['gpus'])} ranks on {len(uuids)} GPU(s) (COMMBENCH_SHARED_GPU: NCCL over "
+                     f"sockets, each rank its own NCCL host): a functional test; the times are not the GPU's, and "
+                     f"nothing is judged on them")
+    return lines
 
 
 def _line(cells, widths) -> str:

@@ -89,6 +89,19 @@ DRIVER_LIBRARY = "libcuda.so.1"
 DEVICE_FILES = "/dev/nvidia[0-9]*"
 
 
+# Several ranks on one GPU, to check the multi-rank GPU path for correctness where a machine has fewer
+# GPUs than ranks (a single lent GPU): each rank poses as a host of its own to NCCL (NCCL_HOSTID), which
+# then talks over its socket transport on loopback. A functional test: the times are not the GPU's,
+# and nothing is judged on them.
+SHARED_GPU = "COMMBENCH_SHARED_GPU"
+SHARED_NCCL_ENV = {"NCCL_NET": "Socket", "NCCL_SOCKET_IFNAME": "lo", "NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1"}
+
+
+def shared_gpu() -> bool:
+    """Whether the shared-GPU functional test is on (COMMBENCH_SHARED_GPU=1)."""
+    return os.environ.get(SHARED_GPU) == "1"
+
+
 def gpus_on_host() -> list[str]:
     """The GPUs' device files on this host, whether or not CUDA can use them."""
     return sorted(glob.glob(DEVICE_FILES))
@@ -117,7 +130,9 @@ def visible_gpus() -> tuple[int, str]:
     try:
         n = mod.device_count()
     except RuntimeError as e:  # the runtime's own words: e.g. a driver too old for this CUDA
-        return 0, f"CUDA cannot use the GPUs: {e}"
+        remedy = (" (remedy: a torch built for the driver's CUDA, e.g. `make install TORCH_CUDA=cu128`; "
+                  "nvidia-smi names the newest CUDA the driver supports)" if "insufficient" in str(e) else "")
+        return 0, f"CUDA cannot use the GPUs: {e}{remedy}"
     if n == 0:
         cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
         hint = f"CUDA_VISIBLE_DEVICES={cvd!r}" if cvd is not None else "no GPU on this host"
@@ -174,12 +189,26 @@ def rank_device(world) -> int:
         if failed:
             rank, text = failed[0]
             problem = text if world.size == 1 else f"rank {rank}: {text}"
-        else:
+        elif not shared_gpu():
             problem = duplicate_gpus(entries)
     problem = world.bcast(problem)
     if problem:
         raise CommbenchError(problem)
+    if shared_gpu():
+        # Before NCCL reads its environment (the unique id, the communicator's initialisation).
+        os.environ.update(SHARED_NCCL_ENV, NCCL_HOSTID=f"commbench-shared-{world.hosts[world.rank]}-rank{world.rank}")
     return device
+
+
+def gpu_layout(world) -> dict:
+    """What a GPU run's header and result file say of its GPUs: every rank's (host, device, model,
+    UUID), the library versions, and whether the ranks share GPUs (shared_gpu). Collective."""
+    take_gpu(world)
+    mod = cuda_module()
+    uuid, _ = mod.device_identity(world.device)
+    entries = world.gather({"rank": world.rank, "host": world.hosts[world.rank], "device": world.device,
+                            "name": mod.device_name(world.device), "uuid": uuid})
+    return {"gpus": entries, "cuda_versions": mod.versions(), "shared_gpu": shared_gpu()} if world.rank == 0 else {}
 
 
 def take_gpu(world) -> int:

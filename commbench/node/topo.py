@@ -127,7 +127,7 @@ def library_versions(nccl: bool = True) -> dict:
         from .gpu import cuda_module
         mod = cuda_module()
         if mod is not None:
-            version = mod.versions().split("NCCL ")[-1]
+            version = mod.versions().split("NCCL ")[-1].split(";")[0]
     return {"mpi": machine.mpi_version(), "nccl": version, "torch": torch.__version__, "torch_cuda": torch.cuda}
 
 

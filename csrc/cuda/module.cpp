@@ -168,12 +168,30 @@ int64_t count_wrong(const Buffer& t, int64_t op_code, int64_t nranks, int64_t fi
   return static_cast<int64_t>(host);
 }
 
+// "CUDA runtime 13.0, NCCL 2.28.9; driver: CUDA 12.8 (older than the runtime: ...)". A driver older
+// than the runtime is what makes every CUDA call fail at once on a node whose torch is too new for it.
+// The device's model, as the driver names it.
+std::string device_name(int64_t device) {
+  const Where w{0, static_cast<int>(device)};
+  cudaDeviceProp prop;
+  cuda_check(cudaGetDeviceProperties(&prop, static_cast<int>(device)), "cudaGetDeviceProperties", w);
+  return prop.name;
+}
+
 std::string versions() {
-  int runtime = 0, nccl = 0;
+  int runtime = 0, driver = 0, nccl = 0;
   cudaRuntimeGetVersion(&runtime);
+  cudaDriverGetVersion(&driver);
   ncclGetVersion(&nccl);
-  return "CUDA runtime " + std::to_string(runtime / 1000) + "." + std::to_string((runtime % 1000) / 10) + ", NCCL " +
-         std::to_string(nccl / 10000) + "." + std::to_string((nccl / 100) % 100) + "." + std::to_string(nccl % 100);
+  auto release = [](int v) { return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10); };
+  std::string text = "CUDA runtime " + release(runtime) + ", NCCL " + std::to_string(nccl / 10000) + "." +
+                     std::to_string((nccl / 100) % 100) + "." + std::to_string(nccl % 100) + "; driver: ";
+  if (driver == 0) return text + "none loaded";
+  text += "CUDA " + release(driver);
+  if (driver < runtime)
+    text += " (older than the runtime: reinstall with a torch built for it, make install TORCH_CUDA=cu" +
+            std::to_string(driver / 1000) + std::to_string((driver % 1000) / 10) + ")";
+  return text;
 }
 
 }  // namespace
@@ -203,6 +221,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("device_count", &device_count);
   m.def("device_identity", &device_identity, py::arg("device"));
   m.def("versions", &versions);
+  m.def("device_name", &device_name, py::arg("device"));
   py::class_<DeviceMemory>(m, "DeviceMemory")
       .def(py::init<int64_t, int64_t>(), py::arg("bytes"), py::arg("device"))
       .def_property_readonly("ptr", &DeviceMemory::ptr)

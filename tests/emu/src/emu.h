@@ -16,10 +16,10 @@ namespace emu {
 // graph that captured the work, for as long as the graph or an instance of it exists.
 cudaError_t enqueue(cudaStream_t stream, std::function<void()> work, std::shared_ptr<void> hold = nullptr);
 
-// The current device of the calling thread, and the identity of a visible device: its host (NCCL_HOSTID
-// or the host name, as NCCL tells hosts apart) and its physical index on that host.
+// The current device of the calling thread, and the identity of a visible device: its host and its
+// physical index on that host.
 int current_device();
-std::string host_id();
+std::string host_name();
 int physical_index(int device);
 
 // Whether [p, p + bytes) lies inside one device allocation.

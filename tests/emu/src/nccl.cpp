@@ -399,7 +399,9 @@ ncclResult_t init(Comm& c, const std::string& name, int nranks, int rank) {
   if (injected.kind == "init-stall" && injected.rank == rank && nranks > 1)
     while (!c.aborted) emu::idle(rounds);
   Slot& me = c.shared->slots[rank];
-  std::snprintf(me.host, sizeof(me.host), "%s", emu::host_id().c_str());
+  // NCCL tells hosts apart by NCCL_HOSTID where it is set, else by the host name.
+  const char* host_id = std::getenv("NCCL_HOSTID");
+  std::snprintf(me.host, sizeof(me.host), "%s", host_id && *host_id ? host_id : emu::host_name().c_str());
   me.physical = emu::physical_index(c.device);
   c.shared->arrived.fetch_add(1);
   while (c.shared->arrived.load() < nranks) {

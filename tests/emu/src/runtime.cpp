@@ -335,9 +335,7 @@ cudaError_t enqueue(cudaStream_t stream, std::function<void()> work, std::shared
 
 int current_device() { return current; }
 
-std::string host_id() {
-  const std::string id = env("NCCL_HOSTID");
-  if (!id.empty()) return id;
+std::string host_name() {
   char name[256] = {0};
   gethostname(name, sizeof(name) - 1);
   return name;
@@ -425,7 +423,7 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int d) {
   std::memset(p, 0, sizeof(*p));
   std::snprintf(p->name, sizeof(p->name), "commbench emulated GPU");
   // The same physical device of the same host has the same UUID in every process, as on hardware.
-  const std::string id = host_id() + "/" + std::to_string(physical_index(d));
+  const std::string id = host_name() + "/" + std::to_string(physical_index(d));
   const uint64_t a = fnv(id, 14695981039346656037ULL), b = fnv(id, a);
   std::memcpy(p->uuid.bytes, &a, 8);
   std::memcpy(p->uuid.bytes + 8, &b, 8);
