@@ -10,7 +10,7 @@ import textwrap
 import time
 
 import pytest
-from conftest import ROOT, commbench, mpi_env
+from conftest import COMMBENCH, ROOT, commbench, mpi_env
 
 from commbench.node.gpu import EMULATION, cuda_module
 from commbench.results import document as results
@@ -182,3 +182,23 @@ def test_ranks_share_one_gpu_only_under_the_functional_test_switch(workdir):
     cfg = doc["config"]
     assert cfg["shared_gpu"] is True and len({g["uuid"] for g in cfg["gpus"]}) == 1 and len(cfg["gpus"]) == 2
     assert all(row["wrong"] == 0 for row in doc["results"])
+
+
+@pytest.mark.parametrize("bound", [True, False])
+def test_one_gpu_per_rank_on_a_multi_gpu_host_is_warned_of(bound, tmp_path):
+    """Defect 7: per-rank binding (each rank's CUDA_VISIBLE_DEVICES names one GPU, as
+    --gpus-per-task=1 does) can cost NCCL its NVLink path: the run says so; every GPU visible to every
+    rank does not."""
+    from conftest import MPIRUN
+    wrapper = tmp_path / "bind.sh"
+    wrapper.write_text("#!/bin/sh\nexport CUDA_VISIBLE_DEVICES=$OMPI_COMM_WORLD_LOCAL_RANK\nexec \"$@\"\n")
+    wrapper.chmod(0o755)
+    out = str(tmp_path / "bound.json")
+    command = [COMMBENCH, "allreduce", "--device", "cuda", "--impl", "nccl", "--sizes", "1K", "--budget-ms", "10",
+               "-o", out]
+    r = subprocess.run([MPIRUN, "--np", "2", "--oversubscribe", *([str(wrapper)] if bound else []), *command],
+                       capture_output=True, text=True, timeout=120, env=emu_env(2))
+    assert r.returncode == 0, r.stderr
+    said = "warning: every rank sees one GPU of a host with 2" in r.stdout + r.stderr
+    assert said == bound
+    assert ("binding_warning" in results.load_document(out)["config"]) == bound

@@ -235,6 +235,8 @@ def make_reporter(world, cfg, output, steps, judge=None, config: Optional[dict] 
     watchdog.start(world, cfg.timeout_s, reporter)
     if reporter:
         click.echo(f"# policy: {cfg.policy.rule()}")
+    if reporter and config.get("binding_warning"):
+        reporter.warn(config["binding_warning"])
     if reporter and world.local_size > reporter.meta["machine"]["cores"]:
         reporter.warn(f"{world.local_size} ranks share {reporter.meta['machine']['cores']} cores on "
                       f"{world.hosts[0]}: ranks compete for CPU and times inflate; remedy: use at most one "

@@ -200,15 +200,42 @@ def rank_device(world) -> int:
     return device
 
 
+def host_gpu_count() -> int:
+    """The GPUs of this host, whichever of them this process may see: the emulated ones, or the NVIDIA
+    driver's device files (which CUDA_VISIBLE_DEVICES and device cgroups leave in place)."""
+    if os.environ.get(EMULATION):
+        return int(os.environ[EMULATION])
+    return len(gpus_on_host())
+
+
+def binding_warning(seen: list[int], on_host: list[int]) -> Optional[str]:
+    """seen[rank]: the GPUs a rank sees; on_host[rank]: its host's GPUs. When every rank of several
+    sees one GPU of a multi-GPU host (--gpus-per-task=1, a per-rank CUDA_VISIBLE_DEVICES), NCCL cannot
+    reach the other ranks' GPUs directly and may fall back from NVLink or PCIe P2P to shared memory
+    or the network: what it then measures is not the node's fabric."""
+    if len(seen) < 2 or any(n != 1 for n in seen) or max(on_host) < 2:
+        return None
+    return (f"every rank sees one GPU of a host with {max(on_host)}: NCCL may not reach the other ranks' GPUs "
+            f"over NVLink or PCIe P2P and fall back to shared memory or the network; remedy: let every rank see "
+            f"all GPUs of its node (e.g. srun --gpus-per-node=N --gpu-bind=none, no per-rank "
+            f"CUDA_VISIBLE_DEVICES): commbench gives local rank i GPU i")
+
+
 def gpu_layout(world) -> dict:
     """What a GPU run's header and result file say of its GPUs: every rank's (host, device, model,
-    UUID), the library versions, and whether the ranks share GPUs (shared_gpu). Collective."""
+    UUID), the library versions, whether the ranks share GPUs (shared_gpu), and a binding that may cost
+    NCCL its direct paths (binding_warning). Collective."""
     take_gpu(world)
     mod = cuda_module()
     uuid, _ = mod.device_identity(world.device)
     entries = world.gather({"rank": world.rank, "host": world.hosts[world.rank], "device": world.device,
-                            "name": mod.device_name(world.device), "uuid": uuid})
-    return {"gpus": entries, "cuda_versions": mod.versions(), "shared_gpu": shared_gpu()} if world.rank == 0 else {}
+                            "name": mod.device_name(world.device), "uuid": uuid,
+                            "seen": visible_gpus()[0], "on_host": host_gpu_count()})
+    if world.rank != 0:
+        return {}
+    warning = binding_warning([e.pop("seen") for e in entries], [e.pop("on_host") for e in entries])
+    return {"gpus": entries, "cuda_versions": mod.versions(), "shared_gpu": shared_gpu(),
+            **({"binding_warning": warning} if warning else {})}
 
 
 def take_gpu(world) -> int:
