@@ -202,3 +202,15 @@ def test_one_gpu_per_rank_on_a_multi_gpu_host_is_warned_of(bound, tmp_path):
     said = "warning: every rank sees one GPU of a host with 2" in r.stdout + r.stderr
     assert said == bound
     assert ("binding_warning" in results.load_document(out)["config"]) == bound
+
+
+def test_the_gpu_tests_pass_in_exclusive_process_compute_mode(tmp_path):
+    """Defect 10: on a GPU in EXCLUSIVE_PROCESS mode one process at a time may hold a context. The
+    GPU tests that drive commbench._cuda directly run in a process of their own, so the ranks that the
+    next test starts find the GPU free (the emulated runtime enforces the mode)."""
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "-p", "no:cacheprovider",
+                        f"--basetemp={tmp_path}", "-m", "gpu", os.path.join(ROOT, "tests", "test_gpu.py"),
+                        "-k", "matches_torch or (exact and float32) or copy_mode"],
+                       capture_output=True, text=True, timeout=600,
+                       env=emu_env(2, COMMBENCH_EMU_COMPUTE_MODE="exclusive-process"))
+    assert r.returncode == 0 and "3 passed" in r.stdout, r.stdout[-3000:]

@@ -2,6 +2,7 @@
 share the host path's headers, and every GPU request must fail in one line. With a GPU (marker
 `gpu`, run by `make gpu-check`): exact results and every GPU command end to end."""
 
+import multiprocessing
 import os
 import re
 import sysconfig
@@ -108,30 +109,43 @@ def test_gpu_requests_fail_cleanly_without_gpu(args, workdir, monkeypatch, capsy
 
 # ---- on a GPU -------------------------------------------------------------------------------------
 
-@pytest.mark.gpu
-@needs_gpu
-@pytest.mark.parametrize("dtype", list(DTYPES))
-@pytest.mark.parametrize("op", list(REDOPS))
-def test_reduction_kernel_matches_torch(dtype, op):
-    """Both kernel paths: 16-byte vectors (aligned, offset 0) and the scalar tail / misaligned path
-    (offset 1 element), against torch's own element-wise ops on the host, on small integers (exact)."""
+def in_own_process(func, *args):
+    """func(*args) in a process of its own that ends when it returns. A GPU context that the test
+    process kept would make the ranks of every later test fail on a GPU in EXCLUSIVE_PROCESS compute
+    mode (doctor warns of it)."""
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        return pool.apply(func, args)
+
+
+def _reduction_cases():
+    """Both kernel paths for every dtype and op: 16-byte vectors (aligned, offset 0) and the scalar
+    tail / misaligned path (offset 1 element), against torch's own element-wise ops on the host, on
+    small integers (exact)."""
     from commbench.run.device_arrays import DeviceArray
     _cuda = cuda_module()
-    ref = {"sum": torch.add, "prod": torch.mul, "max": torch.maximum, "min": torch.minimum}[op]
-    g = torch.Generator().manual_seed(3)
 
     def bits(t):  # NumPy has no torch bfloat16: the same bytes, as integers of the same width
         return t.view({2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()]).numpy()
 
-    for n, offset in ((1, 0), (7, 0), (1000, 0), (1 << 20, 0), (1001, 1), (65537, 1)):
-        a = torch.randint(-3, 4, (n + offset,), generator=g).to(dtype_of(dtype))
-        b = torch.randint(-3, 4, (n + offset,), generator=g).to(dtype_of(dtype))
-        da, db = DeviceArray.empty(n + offset, dtype, 0), DeviceArray.empty(n + offset, dtype, 0)
-        da.copy_from(bits(a))
-        db.copy_from(bits(b))
-        _cuda.reduce_tensors(da[offset:], db[offset:], REDOPS[op])
-        got = da.to_numpy()[offset:]
-        assert (got.view(bits(a).dtype) == bits(ref(a[offset:], b[offset:]))).all(), (dtype, op, n, offset)
+    g = torch.Generator().manual_seed(3)
+    for dtype in DTYPES:
+        for op in REDOPS:
+            ref = {"sum": torch.add, "prod": torch.mul, "max": torch.maximum, "min": torch.minimum}[op]
+            for n, offset in ((1, 0), (7, 0), (1000, 0), (1 << 20, 0), (1001, 1), (65537, 1)):
+                a = torch.randint(-3, 4, (n + offset,), generator=g).to(dtype_of(dtype))
+                b = torch.randint(-3, 4, (n + offset,), generator=g).to(dtype_of(dtype))
+                da, db = DeviceArray.empty(n + offset, dtype, 0), DeviceArray.empty(n + offset, dtype, 0)
+                da.copy_from(bits(a))
+                db.copy_from(bits(b))
+                _cuda.reduce_tensors(da[offset:], db[offset:], REDOPS[op])
+                got = da.to_numpy()[offset:]
+                assert (got.view(bits(a).dtype) == bits(ref(a[offset:], b[offset:]))).all(), (dtype, op, n, offset)
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_reduction_kernel_matches_torch():
+    in_own_process(_reduction_cases)
 
 
 @pytest.mark.gpu
@@ -183,13 +197,11 @@ def test_peer_matrix_and_copies(workdir):
     assert set(df["impl"]) == {"cuda"} and {"pinned", "pageable", "pinned2"} <= set(df["mode"])
 
 
-@pytest.mark.gpu
-@needs_gpu
-def test_every_copy_mode_delivers_the_pattern():
+def _copy_rigs():
     """Each copy class, driven directly: its untimed check finds every byte in place, on sizes that
     are no multiple of 16 bytes or of the staging chunk, and after timed iterations."""
     _cuda = cuda_module()
-    other = 1 if GPUS > 1 else 0
+    other = 1 if visible_gpus()[0] > 1 else 0
     rigs = [_cuda.PeerCopy(other, 0, 1000003, mode, bidi) for mode in ("ce", "sm") for bidi in (False, True)]
     rigs += [_cuda.HostCopy(0, 1000003, d, pinned) for d in ("h2d", "d2h") for pinned in (True, False)]
     rigs += [_cuda.StagedCopy(other, 0, 1000003, 65536)]
@@ -197,6 +209,12 @@ def test_every_copy_mode_delivers_the_pattern():
         assert rig.wrong() == 0, rig
         assert min(rig.times(3)) > 0
         assert rig.wrong() == 0, rig
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_every_copy_mode_delivers_the_pattern():
+    in_own_process(_copy_rigs)
 
 
 @pytest.mark.gpu

@@ -24,6 +24,7 @@ enum cudaError_t {
   cudaErrorInitializationError = 3,
   cudaErrorInvalidConfiguration = 9,
   cudaErrorInvalidMemcpyDirection = 21,
+  cudaErrorDevicesUnavailable = 46,
   cudaErrorNoDevice = 100,
   cudaErrorInvalidDevice = 101,
   cudaErrorPeerAccessUnsupported = 217,

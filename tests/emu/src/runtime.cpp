@@ -2,7 +2,9 @@
 // has a worker thread that runs its work in enqueue order, after whatever the legacy-stream rules make
 // it wait for. Device memory lives in one host arena, PROT_NONE except while a worker runs work, so
 // host code that reads or writes a device pointer outside the runtime faults as on a GPU.
+#include <fcntl.h>
 #include <sched.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -86,6 +88,8 @@ struct Runtime {
   bool peer_access = true;
   std::string fail_launch, skip_launch;
   std::set<void*> pinned;
+  bool exclusive = false;   // COMMBENCH_EMU_COMPUTE_MODE=exclusive-process
+  std::set<int> contexts;   // devices this process holds a context on
 };
 
 std::string env(const char* name) {
@@ -141,6 +145,7 @@ Runtime& rt() {
     r->peer_access = env("COMMBENCH_EMU_NO_PEER").empty();
     r->fail_launch = env("COMMBENCH_EMU_FAIL_LAUNCH");
     r->skip_launch = env("COMMBENCH_EMU_SKIP_LAUNCH");
+    r->exclusive = env("COMMBENCH_EMU_COMPUTE_MODE") == "exclusive-process";
     return r;
   }();
   return *r;
@@ -162,6 +167,26 @@ cudaError_t ready() {
 }
 
 bool valid_device(int d) { return d >= 0 && d < static_cast<int>(rt().devices.size()); }
+
+// A context on device d for this process, as cudaSetDevice and whatever uses a device make one. In
+// EXCLUSIVE_PROCESS compute mode one process of the host at a time may hold it: a lock file per
+// physical GPU of the host, kept open until the process exits.
+cudaError_t context(int d) {
+  Runtime& r = rt();
+  static std::mutex context_mu;
+  std::lock_guard<std::mutex> l(context_mu);
+  if (!r.exclusive || r.contexts.count(d)) return cudaSuccess;
+  char name[256] = {0};
+  gethostname(name, sizeof(name) - 1);
+  const std::string path = "/tmp/commbench-emu-exclusive-" + std::string(name) + "-" + std::to_string(r.devices[d].physical);
+  const int fd = open(path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0666);
+  if (fd < 0 || flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    if (fd >= 0) close(fd);
+    return cudaErrorDevicesUnavailable;
+  }
+  r.contexts.insert(d);
+  return cudaSuccess;
+}
 
 void run_worker(Stream* s) {
   std::unique_lock<std::mutex> l(mu);
@@ -362,6 +387,7 @@ const char* cudaGetErrorString(cudaError_t rc) {
     case cudaErrorInvalidConfiguration: return "invalid configuration argument";
     case cudaErrorInvalidMemcpyDirection: return "invalid copy direction for memcpy";
     case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+    case cudaErrorDevicesUnavailable: return "CUDA-capable device(s) is/are busy or unavailable";
     case cudaErrorInvalidDevice: return "invalid device ordinal";
     case cudaErrorPeerAccessUnsupported: return "peer access is not supported between these two devices";
     case cudaErrorInvalidResourceHandle: return "invalid resource handle";
@@ -413,6 +439,7 @@ cudaError_t cudaGetDevice(int* d) {
 cudaError_t cudaSetDevice(int d) {
   if (const cudaError_t rc = ready()) return fail(rc);
   if (!valid_device(d)) return fail(cudaErrorInvalidDevice);
+  if (const cudaError_t rc = context(d)) return fail(rc);
   current = d;
   return cudaSuccess;
 }
@@ -478,6 +505,7 @@ cudaError_t cudaMemGetInfo(std::size_t* free_bytes, std::size_t* total) {
 cudaError_t cudaMalloc(void** p, std::size_t bytes) {
   *p = nullptr;
   if (const cudaError_t rc = ready()) return fail(rc);
+  if (const cudaError_t rc = context(current)) return fail(rc);
   std::lock_guard<std::mutex> l(mu);
   if (breaks_capture()) return fail(cudaErrorStreamCaptureUnsupported);
   Device& d = rt().devices[current];
@@ -563,6 +591,7 @@ cudaError_t cudaStreamCreate(cudaStream_t* s) { return cudaStreamCreateWithFlags
 
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned flags) {
   if (const cudaError_t rc = ready()) return fail(rc);
+  if (const cudaError_t rc = context(current)) return fail(rc);
   std::lock_guard<std::mutex> l(mu);
   *s = reinterpret_cast<cudaStream_t>(new_stream(current, !(flags & cudaStreamNonBlocking), false));
   return cudaSuccess;
