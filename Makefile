@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.commbench-installed
 NATIVE := $(shell find csrc -type f) setup.py pyproject.toml
 
-.PHONY: install cuda-compiler emu bench test docs overhead gpu-check clean
+.PHONY: install install-offline cuda-compiler emu bench test docs overhead gpu-check clean
 
 install: $(STAMP)
 
@@ -29,6 +29,18 @@ $(STAMP): $(NATIVE)
 	$(MAKE) cuda-compiler
 	$(BIN)/pip install --no-build-isolation -e '.[test]'
 	touch $@
+
+# Without a package index (a container image, an air-gapped node) on a Python that already has torch
+# and its NCCL: a venv that sees the machine's own packages (--system-site-packages), whatever else
+# commbench needs from the wheels brought in WHEELS (docs/gpus.md says which and how to fetch them),
+# nothing from the network; the CUDA extension is compiled with the machine's toolkit. The venv takes
+# pip and setuptools from the machine too: a venv's own older setuptools would shadow the one torch
+# needs, with no index to upgrade it from. `make gpu-check` then runs as is.
+WHEELS ?= wheels
+install-offline:
+	test -x $(BIN)/python || $(PYTHON) -m venv --system-site-packages --without-pip $(VENV)
+	$(BIN)/python -m pip install --no-index --find-links $(WHEELS) --no-build-isolation -e .
+	touch $(STAMP)
 
 # The CUDA compiler of torch's own CUDA release, from PyPI, so that a node's system toolkit (often
 # another release) never decides whether commbench._cuda builds. Where no such wheel exists the
