@@ -214,3 +214,24 @@ def test_the_gpu_tests_pass_in_exclusive_process_compute_mode(tmp_path):
                        capture_output=True, text=True, timeout=600,
                        env=emu_env(2, COMMBENCH_EMU_COMPUTE_MODE="exclusive-process"))
     assert r.returncode == 0 and "3 passed" in r.stdout, r.stdout[-3000:]
+
+
+@pytest.mark.parametrize("name", ["allreduce", "allgather", "reducescatter", "broadcast", "reduce", "alltoall",
+                                  "sendrecv"])
+def test_the_exact_matrix_on_gpus(name, workdir):
+    """Every collective by NCCL's call and each of commbench's algorithms over NCCL, every dtype and
+    every reduction, in place and out of place, from the last rank where it has a root, on 3 ranks
+    at counts they do not divide: every element exact."""
+    from commbench import collectives
+    from commbench.transports import impls_for
+    coll = collectives.get(name)
+    expected = {n for n, i in impls_for(coll, "cuda").items() if i.transport.name == "nccl"}
+    for place in [[], *([["--in-place"]] if coll.in_place else [])]:
+        out = os.path.join(workdir, f"{name}{len(place)}.json")
+        r = commbench([name, "--device", "cuda", "--np", "3", "--dtype", "all", *(["--op", "all"] if coll.reduces else []),
+                       *place, *(["--root", "2"] if coll.rooted else []), "--sizes", "8,1000,65544", "--iters", "3",
+                       "--warmup", "1", "-o", out], env=emu_env(3), cwd=workdir)
+        assert r.returncode == 0, r.stderr
+        df = results.load(out)
+        assert set(df["impl"]) == expected and (df["wrong"] == 0).all() and len(set(df["dtype"])) == 6
+        assert not coll.reduces or len(set(df["redop"])) == 4
