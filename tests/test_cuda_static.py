@@ -99,3 +99,18 @@ def test_every_nccl_and_cuda_call_is_checked():
                 re.search(r"(const cudaError_t rc|cudaError_t rc|const ncclResult_t rc) = $", context), \
                 f"{path}:{line}: {name} result not checked"
     assert checked > 50
+
+
+def test_mpi_recipes_never_copy_gpu_memory_on_the_host():
+    """Defect 9: the MPI library's call on GPU buffers (a CUDA-aware MPI) copied the broadcast root's
+    input and the in-place reduce-scatter's result with a host memcpy, a segfault on device memory.
+    Every copy in an MPI recipe goes through local_copy, which leaves GPU memory to the library."""
+    text = _without_comments(open(os.path.join(CSRC, "include", "commbench", "library_calls.h")).read())
+    helper = text[text.index("void local_copy("):]
+    helper = helper[:helper.index("\n}\n")]
+    recipes = text[text.index("std::function<void()> mpi_call("):text.index("#endif", text.index("mpi_call("))]
+    assert "if (!device)" in helper and "MPI_COMM_SELF" in helper
+    assert not re.search(r"\bstd::mem(cpy|move)\(", recipes)
+    assert recipes.count("local_copy(") == 2
+    collective = _without_comments(open(os.path.join(CSRC, "include", "commbench", "collective_times.h")).read())
+    assert "!send.on_host()}" in collective  # CallBuffers.device is set from where the buffers are

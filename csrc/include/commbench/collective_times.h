@@ -67,7 +67,7 @@ std::vector<double> collective_times(Backend& backend, Collective coll, Algorith
     using T = typename decltype(tag)::type;
     using Op = decltype(functor);
     const CallBuffers<T> b{static_cast<const T*>(send.data), static_cast<T*>(recv.data), send.count, recv.count,
-                           overlap(send, recv), backend.rank(), backend.size(), static_cast<int>(root)};
+                           overlap(send, recv), backend.rank(), backend.size(), static_cast<int>(root), !send.on_host()};
     if (library) {
       auto call = backend.template library_call<T, Op>(coll, b, op);
       return per_call(backend.time(iters, delay_s, what, aggregated(call, agg, [&] { return backend.library_group(); })),

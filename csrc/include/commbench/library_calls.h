@@ -49,9 +49,26 @@ struct CallBuffers {
   std::size_t send_count, recv_count;
   bool in_place;
   int rank, size, root;
+  bool device = false;  // GPU memory: host code may not touch it
 };
 
 #if defined(COMMBENCH_WITH_MPI)
+// A copy within this rank's buffers that an MPI call's recipe needs (the broadcast root's input into
+// its output, the in-place reduce-scatter's result to its place): memcpy in host memory; in GPU
+// memory, which only a CUDA-aware library's call may be given and host code must not touch, the
+// library copies, to this rank itself. The two ranges never overlap.
+template <typename T>
+void local_copy(T* dst, const T* src, std::size_t n, bool device, MPI_Datatype type) {
+  if (n == 0) return;
+  if (!device) {
+    std::memcpy(dst, src, n * sizeof(T));
+    return;
+  }
+  const int c = mpi_count(n);
+  mpi_check(MPI_Sendrecv(src, c, type, 0, 12, dst, c, type, 0, 12, MPI_COMM_SELF, MPI_STATUS_IGNORE),
+            "MPI_Sendrecv (local copy)");
+}
+
 // The MPI library's call for `coll`, its arguments fixed once, outside the timed loop.
 template <typename T, typename Op>
 std::function<void()> mpi_call(Collective coll, const CallBuffers<T>& b, const MpiOp<T, Op>& op, MPI_Comm comm) {
@@ -78,16 +95,18 @@ std::function<void()> mpi_call(Collective coll, const CallBuffers<T>& b, const M
       // MPI leaves an in-place result at the start of the buffer; nccl-tests expects it at r*c.
       T* base = const_cast<T*>(in);
       const std::size_t shift = static_cast<std::size_t>(b.rank) * b.recv_count;
+      const bool device = b.device;
       return [=] {
         mpi_check(MPI_Reduce_scatter_block(MPI_IN_PLACE, base, c, type, mop, comm), "MPI_Reduce_scatter_block");
-        if (shift) std::memmove(base + shift, base, b.recv_count * sizeof(T));
+        if (shift) local_copy(base + shift, base, b.recv_count, device, type);
       };
     }
     case Collective::Broadcast: {
       const int n = mpi_count(b.recv_count);
       const bool copy = !b.in_place && b.rank == b.root;
+      const bool device = b.device;
       return [=] {
-        if (copy) std::memcpy(out, in, b.recv_count * sizeof(T));  // MPI_Bcast has one buffer
+        if (copy) local_copy(out, in, b.recv_count, device, type);  // MPI_Bcast has one buffer
         mpi_check(MPI_Bcast(out, n, type, b.root, comm), "MPI_Bcast");
       };
     }
