@@ -131,7 +131,8 @@ def visible_gpus() -> tuple[int, str]:
         n = mod.device_count()
     except RuntimeError as e:  # the runtime's own words: e.g. a driver too old for this CUDA
         remedy = (" (remedy: a torch built for the driver's CUDA, e.g. `make install TORCH_CUDA=cu128`; "
-                  "nvidia-smi names the newest CUDA the driver supports)" if "insufficient" in str(e) else "")
+                  "nvidia-smi names the newest CUDA the driver supports)"
+                  if "insufficient" in str(e) and "no NVIDIA driver" not in str(e) else "")
         return 0, f"CUDA cannot use the GPUs: {e}{remedy}"
     if n == 0:
         cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
