@@ -286,3 +286,20 @@ def test_a_failure_midway_names_the_step_and_keeps_the_file(tmp_path, capsys):
                              "--timeout 5 s (rank 0, device 0)")
     doc = results.load_document(path)
     assert doc["status"] == "failed" and doc["error"].startswith("RuntimeError at ring@nccl 64M: ring all-reduce")
+
+
+def test_device_array_slices_and_views_address_the_same_memory():
+    """GPU buffers' views (run/device_arrays.py), as the buffer caster reads them, without a GPU: a
+    stand-in memory at a made-up address."""
+    from types import SimpleNamespace
+
+    from commbench.run.device_arrays import DeviceArray
+    a = DeviceArray(SimpleNamespace(ptr=1 << 20, device=3), 100, "float32")
+    b = a[10:20]
+    assert (b.data_ptr(), b.numel(), b.get_device(), b.device.type, b.dtype) == ((1 << 20) + 40, 10, 3, "cuda", "float32")
+    assert a[90:200].numel() == 10 and a[50:10].numel() == 0
+    assert a.view("uint8").numel() == 400 and b.view("float64").numel() == 5
+    with pytest.raises(ValueError, match="contiguous slices only"):
+        a[::2]
+    with pytest.raises(ValueError, match="not whole float64 elements"):
+        a[1:2].view("float64")

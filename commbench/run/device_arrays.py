@@ -28,8 +28,9 @@ def _numpy(dtype: str):
 
 
 class DeviceArray:
-    """`count` elements of `dtype` from byte `offset` of a DeviceMemory on GPU `device`; slices are
-    views of the same memory."""
+    """`count` elements of `dtype` from byte `offset` of `memory` (a DeviceMemory, or any object with
+    the device pointer `ptr` and the ordinal `device`: CuPy's arrays); slices are views of the same
+    memory."""
 
     def __init__(self, memory, count: int, dtype: str, offset: int = 0):
         self.memory, self.count, self.dtype, self.offset = memory, count, dtype, offset
@@ -66,8 +67,7 @@ class DeviceArray:
         nbytes = self.count * _itemsize(self.dtype)
         if nbytes % _itemsize(dtype) or self.offset % _itemsize(dtype):
             raise ValueError(f"{nbytes} bytes at offset {self.offset} are not whole {dtype} elements")
-        return DeviceArray(self.memory, nbytes // _itemsize(dtype), self.dtype if dtype == self.dtype else dtype,
-                           self.offset)
+        return DeviceArray(self.memory, nbytes // _itemsize(dtype), dtype, self.offset)
 
     def fill(self, value: float) -> None:
         if self.count:
