@@ -65,15 +65,16 @@ bench: install
 	$(BIN)/commbench allreduce --sizes 1K-1G
 
 # Two passes: everything but the GPU path, then the GPU path (pytest -m gpu) on emulated GPUs, two per
-# host (tests/emu; some of its tests take 1, 4 or 8). pytest exits 5 when it collects no test: that
-# must not pass silently, nor fail confusingly. Both passes run; either failing fails the target. Two
-# tests at a time (pytest-xdist): much of a test is waiting (for ranks to start, a shaped link, a
+# host (tests/emu; some of its tests take 1, 4 or 8), NVML answering for them (tests/stubs/emu_nvml).
+# pytest exits 5 when it collects no test: that must not pass silently, nor fail confusingly. Both
+# passes run; either failing fails the target. Two tests at a time (pytest-xdist): much of a test is waiting (for ranks to start, a shaped link, a
 # --timeout), so two share 2 cores well. Tests go out one by one, the longest first (tests/conftest.py):
 # measured faster than whole files per worker, though a module's batch may then run on both workers.
 test: install emu
 	@status=0; \
 	for pass in "not gpu" "gpu"; do \
-	  if [ "$$pass" = gpu ]; then export COMMBENCH_GPU_EMULATION=2; else unset COMMBENCH_GPU_EMULATION; fi; \
+	  if [ "$$pass" = gpu ]; then export COMMBENCH_GPU_EMULATION=2 PYTHONPATH=$(CURDIR)/tests/stubs/emu_nvml$${PYTHONPATH:+:$$PYTHONPATH}; \
+	  else unset COMMBENCH_GPU_EMULATION; fi; \
 	  echo "== pytest -m '$$pass'$${COMMBENCH_GPU_EMULATION:+ (COMMBENCH_GPU_EMULATION=$$COMMBENCH_GPU_EMULATION)}"; \
 	  $(BIN)/python -m pytest -q -n 2 -m "$$pass" tests; rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "no tests collected for -m '$$pass'"; rc=1; fi; \

@@ -20,10 +20,16 @@ pytestmark = pytest.mark.gpu
 SELFTEST = os.path.join(ROOT, "build", "emu", "selftest")
 
 
+EMU_NVML = os.path.join(ROOT, "tests", "stubs", "emu_nvml")
+
+
 def emu_env(gpus: int = 2, **extra) -> dict:
-    """mpi_env() with `gpus` emulated GPUs per host and the emulation's switches in `extra`."""
+    """mpi_env() with `gpus` emulated GPUs per host, NVML answering for them (tests/stubs/emu_nvml),
+    and the emulation's switches in `extra`."""
     env = mpi_env()
     env[EMULATION] = str(gpus)
+    paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != EMU_NVML]
+    env["PYTHONPATH"] = os.pathsep.join([EMU_NVML, *paths])
     env.update(extra)
     return env
 
@@ -133,6 +139,8 @@ def test_gpu_check_passes_on_emulated_gpus(gpus, tmp_path):
     with open(tmp_path / "latest" / "summary.json") as f:
         summary = json.load(f)
     assert summary["gpus"] == gpus and summary["passed"]
+    with open(tmp_path / "latest" / "topo.json") as f:  # NVML's view, from the stand-in beside the emulation
+        assert len(json.load(f)["gpus"]["devices"]) == gpus
     names = {step["step"] for step in summary["steps"]}
     assert {"allreduce graph", "copy", "p2p matrix"} <= names
     assert gpus == 1 or {"p2p nccl", "links nccl"} <= names
