@@ -67,9 +67,10 @@ bench: install
 # Two passes: everything but the GPU path, then the GPU path (pytest -m gpu) on emulated GPUs, two per
 # host (tests/emu; some of its tests take 1, 4 or 8), NVML answering for them (tests/stubs/emu_nvml).
 # pytest exits 5 when it collects no test: that must not pass silently, nor fail confusingly. Both
-# passes run; either failing fails the target. Two tests at a time (pytest-xdist): much of a test is waiting (for ranks to start, a shaped link, a
-# --timeout), so two share 2 cores well. Tests go out one by one, the longest first (tests/conftest.py):
-# measured faster than whole files per worker, though a module's batch may then run on both workers.
+# passes run; either failing fails the target. Two tests at a time (pytest-xdist): much of a test is
+# waiting (for ranks to start, a shaped link, a --timeout), so two share 2 cores well. Tests go out one
+# by one, the longest first (tests/conftest.py): measured faster than whole files per worker, though a
+# module's batch may then run on both workers.
 test: install emu
 	@status=0; \
 	for pass in "not gpu" "gpu"; do \
