@@ -88,7 +88,7 @@ def test_doctor_verdict_is_reported_and_not_counted(tmp_path):
     assert [(r["status"], r["rc"], r["counted"]) for r in results] == [("FAIL", 1, False), ("PASS", 0, True)]
     assert GPU_CHECK.passed(results)
     node = GPU_CHECK.doctor_summary(GPU_CHECK.read_doctor(os.path.join(folder, GPU_CHECK.DOCTOR_JSON)))
-    assert node["status"] == "FAIL" and node["line"] == "doctor: 4 FAIL, 2 WARN, 21 PASS"
+    assert node["status"] == "FAIL" and node["line"] == "doctor: 4 FAIL, 2 WARN, 22 PASS"
     assert [(c["status"], c["name"]) for c in node["findings"]] == [
         ("FAIL", "pcie_width"), ("FAIL", "throttle"), ("FAIL", "nvlink"), ("FAIL", "peer_access"),
         ("WARN", "infiniband"), ("WARN", "mtu")]
@@ -99,7 +99,7 @@ def test_doctor_verdict_is_reported_and_not_counted(tmp_path):
     md = open(os.path.join(folder, "summary.md")).read()
     assert md.startswith("# gpu-check: 1 GPU(s), PASS\n")
     assert f"| doctor | FAIL (rc 1), not counted | {results[0]['seconds']} | {GPU_CHECK.QUICK_S} |" in md
-    assert "doctor: 4 FAIL, 2 WARN, 21 PASS\n" in md
+    assert "doctor: 4 FAIL, 2 WARN, 22 PASS\n" in md
     assert "- FAIL nvlink: GPU 6 (0000:ba:00.0): 16 of 18 NVLinks up (remedy: inspect" in md
     assert "- WARN infiniband: mlx5_5 port 1: state DOWN: unused or down (remedy:" in md
 

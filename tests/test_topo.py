@@ -124,6 +124,17 @@ def test_healthy_hgx_passes_including_its_node_class():
     assert doctor.exit_status(doctor.run_checks(snap)) == 0
 
 
+@pytest.mark.parametrize("driver,torch_cuda,status", [("12.4", "12.4", doctor.PASS), ("13.0", "12.8", doctor.PASS),
+                                                      ("12.8", "13.0", doctor.FAIL), ("12.10", "12.9", doctor.PASS)])
+def test_a_driver_older_than_torchs_cuda_fails_with_the_remedy(driver, torch_cuda, status):
+    """Defect 4: a node whose driver is older than the CUDA torch is built for fails every CUDA call."""
+    snap = fixture("hgx_h100_healthy")
+    snap["gpus"]["cuda_driver"], snap["libraries"]["torch_cuda"] = driver, torch_cuda
+    [check] = [c for c in doctor.run_checks(snap) if c.name == "cuda_driver"]
+    assert check.status == status
+    assert status == doctor.PASS or check.remedy.startswith(f"make install TORCH_CUDA=cu{driver.replace('.', '')}")
+
+
 def test_degraded_hgx_fails_exactly_where_it_is_degraded():
     snap = fixture("hgx_h100_degraded")
     assert failing(snap) == [("nvlink", "GPU 6 (0000"), ("pcie_width", "GPU 2 (0000"),

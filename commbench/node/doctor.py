@@ -73,9 +73,27 @@ def _gpu_checks(snap: dict) -> list[Check]:
         if affinity and d["cpu_affinity"] and not cpulist_to_set(affinity) & cpulist_to_set(d["cpu_affinity"]):
             out.append(Check("cpu_affinity", WARN, f"{tag}: this process runs on CPUs {affinity}, the GPU is local "
                              f"to {d['cpu_affinity']}", "bind each rank to its GPU's NUMA node (mpirun --map-by numa, srun --cpu-bind)"))
+    out += _driver_checks(gpus.get("cuda_driver"), snap.get("libraries", {}).get("torch_cuda"))
     out += _peer_checks(snap)
     out += _mapping_checks(snap, len(devices))
     return out
+
+
+def _release(text: str) -> tuple:
+    return tuple(int(x) for x in text.split("."))
+
+
+def _driver_checks(driver: Optional[str], runtime: Optional[str]) -> list[Check]:
+    """The newest CUDA the driver supports against the CUDA torch (and commbench._cuda) is built for:
+    an older driver fails every CUDA call at once."""
+    if not driver or not runtime:
+        return []
+    if _release(driver) < _release(runtime):
+        return [Check("cuda_driver", FAIL, f"the driver supports CUDA {driver}, torch and commbench._cuda are built for "
+                      f"CUDA {runtime}: every CUDA call fails",
+                      f"make install TORCH_CUDA=cu{driver.replace('.', '')} (a torch built for the driver's CUDA), "
+                      f"or a driver for CUDA {runtime}")]
+    return [Check("cuda_driver", PASS, f"the driver supports CUDA {driver}, torch is built for CUDA {runtime}")]
 
 
 def _mode_checks(tag: str, mode: Optional[str], mig: Optional[bool]) -> list[Check]:
