@@ -61,9 +61,14 @@ def test_gpu_argument_lists_parse(argv):
 
 def test_gpu_check_runs_every_command_and_the_multi_gpu_ones_on_several_gpus():
     one, eight = gpu_check_argvs(1), gpu_check_argvs(8)
-    assert {a[0] for a in one} == {"version", "topo", "doctor", "p2p", "copy", *collectives.names()}
-    extra = [a for a in eight if a not in one]
-    assert all(a in eight for a in one)
+    shared = [s.argv[1:] for s in GPU_CHECK.steps(1, "/nonexistent/gpu-check-run") if s.env]
+    assert {a[0] for a in one} == {"version", "topo", "doctor", "p2p", "copy", "links", *collectives.names()}
+    # One GPU: the multi-rank NCCL path on 2 and 3 ranks sharing it (COMMBENCH_SHARED_GPU).
+    assert [(a[0], a[a.index("--np") + 1]) for a in shared] == [("allreduce", "2"), ("alltoall", "2"),
+                                                                  ("allreduce", "3"), ("alltoall", "3"), ("links", "3")]
+    single = [a for a in one if a not in shared]
+    extra = [a for a in eight if a not in single]
+    assert all(a in eight for a in single) and not any(a in eight for a in shared)
     # NCCL between ranks: p2p, links over every GPU, and a delayed rank (stragglers).
     assert [a[:3] for a in extra] == [["p2p", "--impl", "nccl"], ["links", "--impl", "nccl"],
                                       ["allreduce", "--device", "cuda"]]
