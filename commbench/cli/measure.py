@@ -95,9 +95,9 @@ def collective_command(coll) -> click.Command:
         click.option("--graph", is_flag=True, help="GPU: replay each iteration from a CUDA graph (small messages)."),
         click.option("--dtype", "-d", default="float32", show_default=True,
                      help=f"One of {', '.join(DTYPES)}, a comma list, or all."),
-        click.option("--buffers", type=click.Choice(["torch", "cupy"]), default="torch", show_default=True,
-                     help="Who allocates the GPU buffers of --impl mpi: torch, or CuPy (as Python HPC codes hand "
-                          "them to CUDA-aware MPI)."),
+        click.option("--buffers", type=click.Choice(["commbench", "cupy"]), default="commbench", show_default=True,
+                     help="Who allocates the GPU buffers of --impl mpi: commbench itself, or CuPy (as Python HPC "
+                          "codes hand them to CUDA-aware MPI)."),
         click.option("--agg", type=click.IntRange(min=1), default=1, show_default=True,
                      help="Calls per timed iteration (nccl-tests' -m): NCCL's calls in one group, the others one "
                           "after another; times are per call."),

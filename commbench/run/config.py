@@ -22,7 +22,7 @@ class RunConfig:
     chunk_bytes: int = 1 << 20  # tree pipeline chunk
     root: int = 0  # rooted collectives
     agg: int = 1  # calls per timed iteration (nccl-tests' -m)
-    buffers: str = "torch"  # who allocates GPU buffers: torch, or cupy (--impl mpi)
+    buffers: str = "commbench"  # who allocates GPU buffers: commbench (run/device_arrays.py), or cupy (--impl mpi)
     timeout_s: float = 300.0  # GPU: how long one timed call may wait for its peers
     window: int = 64  # p2p bandwidth: messages in flight
     pairs: tuple[tuple[int, int], ...] = field(default_factory=tuple)
