@@ -243,3 +243,52 @@ def test_the_exact_matrix_on_gpus(name, workdir):
         df = results.load(out)
         assert set(df["impl"]) == expected and (df["wrong"] == 0).all() and len(set(df["dtype"])) == 6
         assert not coll.reduces or len(set(df["redop"])) == 4
+
+
+_MPI_ON_GPU = textwrap.dedent("""
+    import numpy as np
+    from mpi4py import MPI
+    from commbench import _host, collectives
+    from commbench.launch.world import World
+    from commbench.run.collective import run_collective
+    from commbench.run.config import RunConfig
+    from commbench.transports import impls_for
+
+    class Copy:  # the MPI library's all-reduce of one rank, on GPU buffers: its input
+        name, description = "mpi", "one rank's all-reduce"
+        def rank_times(self, world, coll, send, recv, op, iters, cfg, agg=1, delayed=False):
+            recv[:] = send.to_numpy()
+            return np.full((1, iters), 1e-5)
+
+    _host.mpi_cuda_aware = lambda: True  # a CUDA-aware MPI, as far as the transport asks
+    world = World(rank=0, size=1, hosts=["h"], launcher="local", comm=MPI.COMM_SELF)
+    coll = collectives.get("allreduce")
+    cfg = RunConfig(op="allreduce", impls=("mpi",), sizes=(4096, 65536), device="cuda", dtype="float32,int64")
+    impls_for(coll, "cuda")["mpi"].prepare(world, cfg)
+    print(run_collective(world, cfg, coll, [Copy()], None), world.device)
+""")
+
+
+def test_an_mpi_run_on_gpu_buffers_makes_no_nccl_communicator(tmp_path):
+    """Defect 13: a run of the MPI library's calls on GPU buffers made a NCCL communicator only to fill
+    and check its data; the pattern's kernels need none. (The MPI call itself is stood in for: no
+    CUDA-aware MPI is at hand.)"""
+    log = tmp_path / "nccl.log"
+    r = subprocess.run([sys.executable, "-c", _MPI_ON_GPU], capture_output=True, text=True, timeout=120,
+                       env=emu_env(1, COMMBENCH_EMU_NCCL_LOG=str(log)))
+    assert r.returncode == 0 and r.stdout.split() == ["0", "0"], r.stdout + r.stderr
+    assert not log.exists(), log.read_text()
+
+
+def test_an_asynchronous_nccl_error_ends_the_run_in_one_line(workdir):
+    """NCCL's asynchronous error (injected on rank 1 in its 30th group): every rank ends with one line
+    in NCCL's words, the rows before kept."""
+    out = os.path.join(workdir, "async.json")
+    r = commbench(["allreduce", "--device", "cuda", "--np", "2", "--impl", "nccl", "--sizes", "1K-4K:+8", "--iters", "5",
+                   "--warmup", "1", "--timeout", "10", "-o", out], env=emu_env(2, COMMBENCH_EMU_NCCL_FAULT="error:1:30"),
+                  cwd=workdir, timeout=120)
+    lines = [line for line in r.stderr.splitlines() if line.startswith("commbench: error")]
+    assert r.returncode == 1 and len(lines) == 1, r.stderr
+    assert "unhandled system error" in lines[0] and "injected failure" in lines[0], lines
+    doc = results.load_document(out)
+    assert doc["results"] and doc["status"] != "running"
