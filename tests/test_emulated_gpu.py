@@ -2,10 +2,12 @@
 strictness, and what only a run of the GPU path shows (the review's defects, faults in the middle of a
 NCCL collective). Marked `gpu`: `make test` runs these with COMMBENCH_GPU_EMULATION set."""
 
+import glob
 import json
 import os
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 
@@ -292,3 +294,22 @@ def test_an_asynchronous_nccl_error_ends_the_run_in_one_line(workdir):
     assert "unhandled system error" in lines[0] and "injected failure" in lines[0], lines
     doc = results.load_document(out)
     assert doc["results"] and doc["status"] != "running"
+
+
+@pytest.mark.parametrize("users_log", [False, True])
+def test_the_transports_nccl_chose_are_recorded(users_log, workdir):
+    """Defect 7: which transport NCCL took for each connection (its INFO log's "via ..."), summed over
+    the ranks into the result file and the summary; a user's own NCCL_DEBUG is left alone and then
+    nothing is recorded. No log file is left behind."""
+    out = os.path.join(workdir, "t.json")
+    before = set(glob.glob(os.path.join(tempfile.gettempdir(), "commbench-nccl-*.log")))
+    r = commbench(["allreduce", "--device", "cuda", "--np", "3", "--impl", "nccl,ring", "--sizes", "1K", "--budget-ms", "10",
+                   "-o", out], env=emu_env(3, **({"NCCL_DEBUG": "WARN"} if users_log else {})), cwd=workdir)
+    assert r.returncode == 0, r.stderr
+    recorded = results.load_document(out).get("nccl_transports")
+    if users_log:
+        assert recorded is None and "NCCL's transports" not in r.stdout
+    else:
+        assert recorded == {"SHM/emulated": 6}  # 3 ranks, each connected to both others
+        assert "# NCCL's transports (connections): SHM/emulated 6" in r.stdout
+    assert set(glob.glob(os.path.join(tempfile.gettempdir(), "commbench-nccl-*.log"))) == before

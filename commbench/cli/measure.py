@@ -13,6 +13,7 @@ from ..launch.world import detect_launcher
 from ..run import preflight
 from ..sizes import parse_size, parse_sizes, round_to_itemsize
 from ..transports import TRANSPORTS, default_p2p_transport, transport_names
+from ..transports.nccl import NCCL, chosen_transports, log_connections
 from .common import make_reporter, policy_options, ranks_option, resolve_device, run_ranks, sweep, timeout_option, verdict_options
 from .group import cli
 
@@ -79,9 +80,16 @@ def collective_command(coll) -> click.Command:
 
             def run():
                 # Inside the sweep: a NCCL initialisation that a dead peer stops fails like any size.
+                if any(i.transport is NCCL for i in impls):
+                    log_connections()
                 for impl in impls:
                     impl.prepare(world, cfg)
-                return run_collective(world, cfg, coll, impls, reporter)
+                wrong = run_collective(world, cfg, coll, impls, reporter)
+                if any(i.transport is NCCL for i in impls):
+                    found = chosen_transports(world)
+                    if reporter and found is not None:
+                        reporter.attach("nccl_transports", found)
+                return wrong
             return sweep(reporter, run, world)
 
         run_ranks(nranks, gpus if device == "cuda" else 2, body, preflight.for_collective(coll, cfg, output), timeout_s)

@@ -89,6 +89,9 @@ class Reporter(FileOutput):
                 click.echo(line)
         for line in stragglers.summary_lines(self.file.doc):
             click.echo(f"# {line}")
+        if self.file.doc.get("nccl_transports"):
+            click.echo("# NCCL's transports (connections): " +
+                       ", ".join(f"{name} {n}" for name, n in self.file.doc["nccl_transports"].items()))
         click.echo(f"# results: {self.file.path}")
         for (block, flag), hits in self.flagged.items():
             what, remedy = FLAG_TEXT[flag]

@@ -3,11 +3,59 @@ each rank's GPU, timed with CUDA events in native code (commbench._cuda)."""
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import os
+import re
+import tempfile
 from typing import Optional
 
 import numpy as np
 
 from ..collectives.impls import ALGORITHM_TRANSPORT
+
+
+# NCCL says which transport each connection took ("Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read", "via
+# SHM/direct/direct", "via NET/IB/0") only in its INFO log. Where the user has not asked for NCCL's log,
+# each rank asks for its INIT part in a file of its own, and reads the connections back after the sweep.
+_CONNECTION = re.compile(r"Channel \d+/\d+ : \d+\[\d+\] -> \d+\[\d+\] via (\S+)")
+
+
+def _log_path() -> str:
+    return os.path.join(tempfile.gettempdir(), f"commbench-nccl-{os.getpid()}.log")
+
+
+def log_connections() -> None:
+    """Before NCCL starts in this process: its connections logged to _log_path(), unless the user
+    set NCCL's log up."""
+    if "NCCL_DEBUG" not in os.environ and "NCCL_DEBUG_FILE" not in os.environ:
+        os.environ.update(NCCL_DEBUG="INFO", NCCL_DEBUG_SUBSYS="INIT", NCCL_DEBUG_FILE=_log_path())
+        atexit.register(_remove_log)  # a run that fails midway leaves no log behind either
+
+
+def _remove_log() -> None:
+    with contextlib.suppress(OSError):
+        os.remove(_log_path())
+
+
+def chosen_transports(world) -> Optional[dict]:
+    """{transport: connections} over every rank, on rank 0 (None elsewhere, and where a rank's NCCL log
+    is the user's). Collective; each rank's log file is removed."""
+    mine: Optional[dict] = None
+    if os.environ.get("NCCL_DEBUG_FILE") == _log_path():
+        mine = {}
+        try:
+            with open(_log_path()) as f:
+                text = f.read()
+        except OSError:
+            text = ""
+        _remove_log()
+        for m in _CONNECTION.finditer(text):
+            mine[m.group(1)] = mine.get(m.group(1), 0) + 1
+    every = world.gather(mine)
+    if world.rank != 0 or any(t is None for t in every):
+        return None
+    return {name: sum(t.get(name, 0) for t in every) for name in sorted({n for t in every for n in t})}
 
 
 def communicator(world, timeout_s: Optional[float] = None):

@@ -7,6 +7,7 @@
 // COMMBENCH_EMU_NCCL_FAULT=KIND:RANK[:GROUP] (KIND stall, error or init-stall); with
 // COMMBENCH_EMU_NCCL_LOG=FILE every communicator made is logged there (how, rank, ranks).
 #include <fcntl.h>
+#include <strings.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -379,6 +380,22 @@ ncclResult_t check_buffer(const void* p, std::size_t bytes, const char* what) {
   return ncclSuccess;
 }
 
+// With NCCL_DEBUG=INFO, the line NCCL logs for each connection it makes ("Channel 00/0 : 0[0] -> 1[1]
+// via P2P/CUMEM/read"), here one per peer, to NCCL_DEBUG_FILE (NCCL's %h and %p in it are not expanded).
+void log_connections(const Comm& c) {
+  const char* level = std::getenv("NCCL_DEBUG");
+  const char* path = std::getenv("NCCL_DEBUG_FILE");
+  if (!level || strcasecmp(level, "INFO") != 0) return;
+  FILE* f = path ? std::fopen(path, "a") : stdout;
+  if (!f) return;
+  for (int peer = 0; peer < c.nranks; ++peer)
+    if (peer != c.rank)
+      std::fprintf(f, "%s:%d:%d [%d] NCCL INFO Channel 00/0 : %d[%d] -> %d[%d] via SHM/emulated\n",
+                   emu::host_name().c_str(), static_cast<int>(getpid()), static_cast<int>(gettid()), c.device, c.rank,
+                   c.shared->slots[c.rank].physical, peer, c.shared->slots[peer].physical);
+  if (path) std::fclose(f);
+}
+
 ncclResult_t init(Comm& c, const std::string& name, int nranks, int rank) {
   static const Fault injected = fault();
   const int fd = shm_open(name.c_str(), O_CREAT | O_RDWR, 0600);
@@ -409,6 +426,7 @@ ncclResult_t init(Comm& c, const std::string& name, int nranks, int rank) {
     emu::idle(rounds);
   }
   if (c.shared->mapped.fetch_add(1) + 1 == nranks) shm_unlink(name.c_str());
+  log_connections(c);
   for (int r = 0; r < nranks; ++r)
     if (r != rank && std::strcmp(c.shared->slots[r].host, me.host) == 0 && c.shared->slots[r].physical == me.physical) {
       char text[160];
