@@ -14,7 +14,6 @@ import numpy as np
 
 from ..collectives.impls import ALGORITHM_TRANSPORT
 
-
 # NCCL says which transport each connection took ("Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read", "via
 # SHM/direct/direct", "via NET/IB/0") only in its INFO log. Where the user has not asked for NCCL's log,
 # each rank asks for its INIT part in a file of its own, and reads the connections back after the sweep.
