@@ -303,3 +303,9 @@ def test_device_array_slices_and_views_address_the_same_memory():
         a[::2]
     with pytest.raises(ValueError, match="not whole float64 elements"):
         a[1:2].view("float64")
+
+
+@pytest.mark.parametrize("visible,printed", [(None, "GPU-1234"), ("0,1", "GPU-1234"), ("MIG-abcd,MIG-ef01", "MIG-1234")])
+def test_mig_instances_print_as_nvidia_smi_prints_them(visible, printed):
+    env = {} if visible is None else {"CUDA_VISIBLE_DEVICES": visible}
+    assert gpu.printed_uuid("GPU-1234", env) == printed

@@ -171,6 +171,16 @@ def duplicate_gpus(identities: list[tuple[str, str, str]]) -> Optional[str]:
     return None
 
 
+def printed_uuid(uuid: str, env: Optional[dict] = None) -> str:
+    """A device's UUID as nvidia-smi -L prints it. CUDA gives a MIG instance's UUID in the same form as
+    a GPU's; the instances a process sees are the ones CUDA_VISIBLE_DEVICES names as MIG-..., and they
+    print as such."""
+    visible = (os.environ if env is None else env).get("CUDA_VISIBLE_DEVICES", "")
+    if uuid.startswith("GPU-") and any(item.strip().startswith("MIG-") for item in visible.split(",")):
+        return "MIG-" + uuid[len("GPU-"):]
+    return uuid
+
+
 def rank_device(world) -> int:
     """This rank's GPU ordinal, once every rank's choice is known to be a GPU of its own. Every rank
     reports into one gather, its failure included, so that no rank is left waiting for another that
@@ -180,7 +190,8 @@ def rank_device(world) -> int:
     if n:
         device = choose_device(world.local_rank, n)
         try:
-            mine = (world.hosts[world.rank], *cuda_module().device_identity(device))
+            uuid, bus = cuda_module().device_identity(device)
+            mine = (world.hosts[world.rank], printed_uuid(uuid), bus)
         except RuntimeError as e:
             mine = f"cannot query GPU {device}: {e}"
     entries = world.gather(mine)
@@ -228,7 +239,7 @@ def gpu_layout(world) -> dict:
     NCCL its direct paths (binding_warning). Collective."""
     take_gpu(world)
     mod = cuda_module()
-    uuid, _ = mod.device_identity(world.device)
+    uuid = printed_uuid(mod.device_identity(world.device)[0])
     entries = world.gather({"rank": world.rank, "host": world.hosts[world.rank], "device": world.device,
                             "name": mod.device_name(world.device), "uuid": uuid,
                             "seen": visible_gpus()[0], "on_host": host_gpu_count()})
