@@ -245,3 +245,15 @@ def test_gloo_p2p_with_a_rank_outside_the_pair(three):
     assert r.returncode == 0, r.stderr
     df = results.load(out)
     assert {tuple(p) for p in df["pair"]} == {(1, 2)} and set(df["impl"]) == {"gloo"} and (df["wrong"] == 0).all()
+
+
+def test_nccl_tests_spellings_of_the_sweep(workdir):
+    """nccl-tests' -b/-e/-f (sizes), -n (iterations), -w (warm-up), -m (aggregation) and -c 1 (the
+    check) mean what they mean there."""
+    out = os.path.join(workdir, "nt.json")
+    r = commbench(["allreduce", "--device", "cpu", "--np", "1", "--impl", "mpi", "-b", "8", "-e", "64K", "-f", "4", "-n", "3",
+                   "-w", "1", "-m", "2", "-c", "1", "-o", out], cwd=workdir)
+    assert r.returncode == 0, r.stderr
+    cfg = results.load_document(out)["config"]
+    assert cfg["sizes"] == [8, 32, 128, 512, 2048, 8192, 32768] and cfg["agg"] == 2
+    assert (cfg["policy"]["iters"], cfg["policy"]["warmup"]) == (3, 1)

@@ -45,10 +45,10 @@ MAX_ITERATIONS = 1_000_000
 
 
 def policy_options(f):
-    @click.option("--warmup", type=click.IntRange(min=0, max=MAX_ITERATIONS), default=5, show_default=True,
-                  help="Warm-up iterations per size (adaptive mode caps them at half the budget).")
-    @click.option("--iters", type=click.IntRange(min=1, max=MAX_ITERATIONS), default=None,
-                  help="Fixed number of timed iterations per size (default: from --budget-ms).")
+    @click.option("--warmup", "-w", type=click.IntRange(min=0, max=MAX_ITERATIONS), default=5, show_default=True,
+                  help="Warm-up iterations per size (adaptive mode caps them at half the budget; -w as in nccl-tests).")
+    @click.option("--iters", "-n", type=click.IntRange(min=1, max=MAX_ITERATIONS), default=None,
+                  help="Fixed number of timed iterations per size (default: from --budget-ms; -n as in nccl-tests).")
     @click.option("--budget-ms", type=Finite(min=0, min_open=True), default=200.0, show_default=True,
                   help="Time budget for the timed iterations of one size.")
     @click.option("--min-iters", type=click.IntRange(min=1, max=MAX_ITERATIONS), default=5, show_default=True,

@@ -37,20 +37,39 @@ def _impl_help(coll) -> str:
          else "") + "."
 
 
+DEFAULT_SIZES = "1K-1G"
+
+
+def sweep_sizes(sizes, min_bytes, max_bytes, step_factor, check) -> str:
+    """The sweep as --sizes gives it, or as nccl-tests' -b, -e and -f spell it (smallest, largest, factor);
+    -c 1 (nccl-tests' check) is what commbench always does."""
+    if check == 0:
+        raise CommbenchError("-c 0: commbench checks every size, untimed, before it times it; nothing to turn off")
+    if (min_bytes, max_bytes, step_factor) == (None, None, None):
+        return sizes or DEFAULT_SIZES
+    if sizes is not None:
+        raise CommbenchError("--sizes and nccl-tests' -b/-e/-f describe the same sweep: give one of them")
+    if min_bytes is None or max_bytes is None:
+        raise CommbenchError("-b and -e go together: the smallest and the largest size (-f, the factor, is 2 unless given)")
+    for flag, text in (("-b", min_bytes), ("-e", max_bytes)):
+        parse_size(text, flag)
+    return f"{min_bytes}-{max_bytes}:x{step_factor or 2}"
+
+
 def collective_command(coll) -> click.Command:
     """The command that times `coll`: its options follow from the registry entry (--op for
     reductions, --root for rooted collectives, --in-place where it has an in-place form, --chunk
     where one of our algorithms pipelines)."""
 
-    def run(sizes, impl_text, device, graph, dtype, agg, buffers, delay, nranks, timeout_s, output, policy, no_fit,
-            judge, redop="none", root=0, in_place=False, chunk="1M") -> None:
+    def run(sizes, min_bytes, max_bytes, step_factor, check, impl_text, device, graph, dtype, agg, buffers, delay,
+            nranks, timeout_s, output, policy, no_fit, judge, redop="none", root=0, in_place=False, chunk="1M") -> None:
         from ..analysis.stragglers import delay_text, parse_delay
         from ..run.config import RunConfig
         from ..transports import default_impls, gpu_only, parse_impls
         dtypes = names_or_all(dtype, DTYPES, itemsize_of)
         redops = names_or_all(redop, REDOPS, redop_code) if coll.reduces else ["none"]
         itemsize = max(itemsize_of(d) for d in dtypes)
-        size_list = parse_sizes(sizes)
+        size_list = parse_sizes(sweep_sizes(sizes, min_bytes, max_bytes, step_factor, check))
         notes = [n for d in dtypes for n in round_to_itemsize(size_list, itemsize_of(d), d)[1]]
         chunk_bytes = parse_size(chunk, "--chunk")
         if chunk_bytes < itemsize:
@@ -95,8 +114,14 @@ def collective_command(coll) -> click.Command:
         run_ranks(nranks, gpus if device == "cuda" else 2, body, preflight.for_collective(coll, cfg, output), timeout_s)
 
     options = [
-        click.option("--sizes", "-s", default="1K-1G", show_default=True,
-                     help="Sizes in bytes: 1K-1G (doubling), 8-256M:x4, 1M-8M:+1M, 8,1K,1M."),
+        click.option("--sizes", "-s", default=None,
+                     help=f"Sizes in bytes: 1K-1G (doubling), 8-256M:x4, 1M-8M:+1M, 8,1K,1M.  [default: {DEFAULT_SIZES}]"),
+        click.option("--min-bytes", "-b", default=None, help="nccl-tests' spelling of the sweep: the smallest size (with -e)."),
+        click.option("--max-bytes", "-e", default=None, help="nccl-tests' spelling of the sweep: the largest size (with -b)."),
+        click.option("--step-factor", "-f", type=click.IntRange(min=2), default=None,
+                     help="nccl-tests' spelling of the sweep: the factor between sizes (default 2)."),
+        click.option("--check", "-c", type=click.IntRange(0, 1), default=None,
+                     help="nccl-tests' -c: 1 (every size is checked, always); 0 is refused."),
         click.option("--impl", "impl_text", default=None, help=_impl_help(coll)),
         click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,
                      help="Where the buffers live; auto = cuda when a GPU is visible."),
@@ -106,7 +131,7 @@ def collective_command(coll) -> click.Command:
         click.option("--buffers", type=click.Choice(["commbench", "cupy"]), default="commbench", show_default=True,
                      help="Who allocates the GPU buffers of --impl mpi: commbench itself, or CuPy (as Python HPC "
                           "codes hand them to CUDA-aware MPI)."),
-        click.option("--agg", type=click.IntRange(min=1), default=1, show_default=True,
+        click.option("--agg", "-m", type=click.IntRange(min=1), default=1, show_default=True,
                      help="Calls per timed iteration (nccl-tests' -m): NCCL's calls in one group, the others one "
                           "after another; times are per call."),
         click.option("--delay", default=None, metavar="RANK:US",
