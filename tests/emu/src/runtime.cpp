@@ -2,6 +2,7 @@
 // has a worker thread that runs its work in enqueue order, after whatever the legacy-stream rules make
 // it wait for. Device memory lives in one host arena, PROT_NONE except while a worker runs work, so
 // host code that reads or writes a device pointer outside the runtime faults as on a GPU.
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <sched.h>
 #include <sys/file.h>
@@ -16,6 +17,7 @@
 #include <cstring>
 #include <deque>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <string>
@@ -97,6 +99,8 @@ std::string env(const char* name) {
   return v ? v : "";
 }
 
+void open_for_mpi(int open);
+
 Runtime& rt() {
   static Runtime* r = [] {
     auto* r = new Runtime;
@@ -146,6 +150,9 @@ Runtime& rt() {
     r->fail_launch = env("COMMBENCH_EMU_FAIL_LAUNCH");
     r->skip_launch = env("COMMBENCH_EMU_SKIP_LAUNCH");
     r->exclusive = env("COMMBENCH_EMU_COMPUTE_MODE") == "exclusive-process";
+    // The emulated CUDA-aware MPI (cuda_aware_mpi.c), when preloaded, opens device memory during MPI calls.
+    if (void* reg = dlsym(RTLD_DEFAULT, "commbench_emu_register"))
+      reinterpret_cast<void (*)(void (*)(int))>(reg)(&open_for_mpi);
     return r;
   }();
   return *r;
@@ -326,6 +333,15 @@ cudaError_t copy_async(void* dst, const void* src, std::size_t n, cudaMemcpyKind
 uint64_t fnv(const std::string& text, uint64_t h) {
   for (unsigned char c : text) h = (h ^ c) * 1099511628211ULL;
   return h;
+}
+
+// An MPI call of the emulated CUDA-aware MPI holds device memory open as a worker does.
+void open_for_mpi(int open) {
+  static thread_local std::vector<std::unique_ptr<Open>> held;
+  if (open)
+    held.push_back(std::make_unique<Open>());
+  else if (!held.empty())
+    held.pop_back();
 }
 
 std::mutex open_mu;  // the arena's protection
