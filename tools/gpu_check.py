@@ -98,9 +98,9 @@ def steps(gpus: int, folder: str, quick: bool = False) -> list[Step]:
     ]
     if gpus >= 2:
         out.append(sweep("p2p nccl", ["p2p", "--impl", "nccl", "--np", "2"], "4-64M:x16"))
-        # Emulated links' figures are the host's noise: --quick flags none of them, and takes at most 4
+        # Emulated links' figures are the host's noise: --quick flags none of them, and takes at most 3
         # ranks (every pair of 8 ranks on a test machine's 2 cores takes a minute).
-        out.append(sweep("links nccl", ["links", "--impl", "nccl", "--np", str(min(gpus, 4) if quick else gpus),
+        out.append(sweep("links nccl", ["links", "--impl", "nccl", "--np", str(min(gpus, 3) if quick else gpus),
                                         *(["--bandwidth-size", "64K", "--threshold-pct", "1"] if quick else
                                           ["--bandwidth-size", "64M"])]))
         out.append(sweep("allreduce delay", ["allreduce", "--device", "cuda", "--impl", "nccl,ring", "--delay", "1:2000"],
