@@ -11,6 +11,7 @@ from test_gpu import GPU_TEST_ARGS
 
 from commbench import collectives
 from commbench.cli import cli
+from commbench.cli.measure import sweep_sizes
 from commbench.collectives.dtypes import dtype_of, itemsize_of, redop_code
 from commbench.sizes import parse_size, parse_sizes, round_to_itemsize
 from commbench.transports import parse_impls
@@ -26,7 +27,10 @@ def parse(argv: list) -> dict:
     name, command, rest = cli.resolve_command(group, list(argv))
     params = command.make_context(name, rest, parent=group).params
     if "sizes" in params:
-        sizes = parse_sizes(params["sizes"])
+        text = params["sizes"]
+        if "min_bytes" in params:  # a collective: --sizes, nccl-tests' -b/-e/-f, or the default sweep
+            text = sweep_sizes(text, params["min_bytes"], params["max_bytes"], params["step_factor"], params["check"])
+        sizes = parse_sizes(text)
         assert sizes
         if params.get("dtype"):
             for d in params["dtype"].split(","):
