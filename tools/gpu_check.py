@@ -67,7 +67,7 @@ def _slug(name: str) -> str:
 
 
 # --quick: each sweep's sizes cut to these, the smallest and one beyond the emulated NCCL's 256 KiB ring.
-QUICK_SIZES = "1K,1M"
+QUICK_SIZES = "1K,512K"
 
 
 def steps(gpus: int, folder: str, quick: bool = False) -> list[Step]:
