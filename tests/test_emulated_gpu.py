@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import textwrap
 import time
 
@@ -302,9 +301,10 @@ def test_the_transports_nccl_chose_are_recorded(users_log, workdir):
     the ranks into the result file and the summary; a user's own NCCL_DEBUG is left alone and then
     nothing is recorded. No log file is left behind."""
     out = os.path.join(workdir, "t.json")
-    before = set(glob.glob(os.path.join(tempfile.gettempdir(), "commbench-nccl-*.log")))
+    tmp = os.path.join(workdir, "tmp")  # the ranks' temporary folder: no other test's logs in it
+    os.mkdir(tmp)
     r = commbench(["allreduce", "--device", "cuda", "--np", "3", "--impl", "nccl,ring", "--sizes", "1K", "--budget-ms", "10",
-                   "-o", out], env=emu_env(3, **({"NCCL_DEBUG": "WARN"} if users_log else {})), cwd=workdir)
+                   "-o", out], env=emu_env(3, TMPDIR=tmp, **({"NCCL_DEBUG": "WARN"} if users_log else {})), cwd=workdir)
     assert r.returncode == 0, r.stderr
     recorded = results.load_document(out).get("nccl_transports")
     if users_log:
@@ -312,7 +312,7 @@ def test_the_transports_nccl_chose_are_recorded(users_log, workdir):
     else:
         assert recorded == {"SHM/emulated": 6}  # 3 ranks, each connected to both others
         assert "# NCCL's transports (connections): SHM/emulated 6" in r.stdout
-    assert set(glob.glob(os.path.join(tempfile.gettempdir(), "commbench-nccl-*.log"))) == before
+    assert glob.glob(os.path.join(tmp, "commbench-nccl-*.log")) == []
 
 
 CUDA_AWARE_MPI = os.path.join(ROOT, "build", "emu", "libcommbench_emu_mpi.so")
