@@ -79,7 +79,7 @@ def steps(gpus: int, folder: str, quick: bool = False) -> list[Step]:
         if sizes:
             argv = [*argv, "--sizes", quick_sizes if quick else sizes]
         if quick:
-            argv = [*argv, "--budget-ms", "20"]
+            argv = [*argv, "--budget-ms", "5"]
         return Step(name, [cb, *argv, "-o", os.path.join(folder, f"{_slug(name)}.json")], SWEEP_S, env=env)
     out = [
         Step("version", [cb, "version", "-v"], QUICK_S),

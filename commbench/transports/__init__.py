@@ -25,8 +25,8 @@ class Pair(Protocol):
     device: str  # where the pair's buffers live: 'cpu' or 'cuda:N'
 
     def times(self, test: str, send, recv, size: int, iters: int) -> np.ndarray:
-        """Seconds per message of `iters` iterations of `test` (pingpong: one way; bandwidth: a
-        window's time over its messages), the same samples on both ranks of the pair."""
+        """Seconds per iteration of `iters` iterations of `test` (pingpong: one way; bandwidth: the
+        whole window of messages), the same samples on both ranks of the pair."""
 
     def close(self) -> None:
         """Frees what the pair holds of its own (MPI's two-rank communicator)."""

@@ -84,7 +84,8 @@ struct cudaDeviceProp {
 struct dim3 {
   unsigned x = 1, y = 1, z = 1;
 };
-extern thread_local dim3 blockIdx, threadIdx, blockDim, gridDim;
+// constinit: no thread-local initialisation wrapper around every read in a kernel.
+extern constinit thread_local dim3 blockIdx, threadIdx, blockDim, gridDim;
 
 inline unsigned long long atomicAdd(unsigned long long* p, unsigned long long v) {
   return __atomic_fetch_add(p, v, __ATOMIC_RELAXED);
@@ -137,7 +138,25 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t, cudaStream_t);
 cudaError_t cudaGraphExecDestroy(cudaGraphExec_t);
 cudaError_t cudaGraphDestroy(cudaGraph_t);
 
-// A kernel launch: `thread` runs once per emulated thread of the grid, in the stream's order.
-// `name` is what an injected launch failure matches (COMMBENCH_EMU_FAIL_LAUNCH).
-cudaError_t emu_launch(const char* name, unsigned blocks, unsigned threads, cudaStream_t stream,
-                       std::function<void()> thread);
+// A kernel launch: `grid` runs the whole grid, in the stream's order. `name` is what an injected launch
+// failure matches (COMMBENCH_EMU_FAIL_LAUNCH).
+cudaError_t emu_launch_grid(const char* name, unsigned blocks, unsigned threads, cudaStream_t stream,
+                            std::function<void()> grid);
+
+// A kernel launch: `thread` runs once per emulated thread of the grid, one after another. The loop is
+// compiled with the kernel, so the kernel inlines into it (a grid of a million threads is a million
+// calls otherwise).
+template <typename Thread>
+cudaError_t emu_launch(const char* name, unsigned blocks, unsigned threads, cudaStream_t stream, Thread thread) {
+  return emu_launch_grid(name, blocks, threads, stream, [blocks, threads, thread] {
+    gridDim.x = blocks;
+    blockDim.x = threads;
+    for (unsigned b = 0; b < blocks; ++b) {
+      blockIdx.x = b;
+      for (unsigned t = 0; t < threads; ++t) {
+        threadIdx.x = t;
+        thread();
+      }
+    }
+  });
+}

@@ -1,7 +1,7 @@
 // The emulated CUDA runtime (see include/cuda_runtime.h). One mutex orders every queue; each stream
 // has a worker thread that runs its work in enqueue order, after whatever the legacy-stream rules make
-// it wait for. Device memory lives in one host arena, PROT_NONE except while a worker runs work, so
-// host code that reads or writes a device pointer outside the runtime faults as on a GPU.
+// it wait for. Device memory lives in one host arena, PROT_NONE except while a worker runs work that
+// touches it, so host code that reads or writes a device pointer outside the runtime faults as on a GPU.
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <sched.h>
@@ -19,6 +19,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -27,7 +28,7 @@
 
 #include "emu.h"
 
-thread_local dim3 blockIdx, threadIdx, blockDim, gridDim;
+constinit thread_local dim3 blockIdx, threadIdx, blockDim, gridDim;
 
 namespace emu {
 namespace {
@@ -43,6 +44,7 @@ struct Stream;
 struct Task {
   std::function<void()> work;
   std::vector<std::pair<Stream*, uint64_t>> after;  // (stream, work count it must have completed)
+  bool opens = true;  // touches device memory (an event's timestamp does not)
 };
 
 // Never freed: a task may wait on a stream that was destroyed meanwhile.
@@ -51,6 +53,7 @@ struct Stream {
   bool blocking = true;
   bool legacy = false;
   std::deque<Task> queue;
+  std::condition_variable wake;  // work queued or the stream closing: its worker alone waits here
   uint64_t enqueued = 0, completed = 0;
   bool closing = false;
   Graph* capture = nullptr;
@@ -78,7 +81,9 @@ struct Device {
 };
 
 // Queues, progress, streams, events, memory maps. Never destroyed: the workers of streams that live to
-// the end of the process still wait on them while static objects are destroyed at exit.
+// the end of the process still wait on them while static objects are destroyed at exit. `cv` tells of
+// completed work (host waits, work waiting on other streams); each stream's `wake` of queued work, so
+// that queueing wakes one worker, not all.
 std::mutex& mu = *new std::mutex;
 std::condition_variable& cv = *new std::condition_variable;
 
@@ -195,24 +200,30 @@ cudaError_t context(int d) {
   return cudaSuccess;
 }
 
+// Under mu: whether the stream's next task may start now.
+bool next_ready(const Stream* s) {
+  if (s->queue.empty()) return false;
+  for (auto& [other, seq] : s->queue.front().after)
+    if (other->completed < seq) return false;
+  return true;
+}
+
 void run_worker(Stream* s) {
   std::unique_lock<std::mutex> l(mu);
+  // Device memory stays open across tasks that follow one another at once (each open and close is an
+  // mprotect of the whole arena), and closes before the host can learn that the last one completed.
+  std::optional<Open> open;
   for (;;) {
-    cv.wait(l, [&] { return !s->queue.empty() || s->closing; });
+    s->wake.wait(l, [&] { return !s->queue.empty() || s->closing; });
     if (s->queue.empty()) return;
-    cv.wait(l, [&] {
-      for (auto& [other, seq] : s->queue.front().after)
-        if (other->completed < seq) return false;
-      return true;
-    });
-    std::function<void()> work = std::move(s->queue.front().work);
+    cv.wait(l, [&] { return next_ready(s); });
+    Task task = std::move(s->queue.front());
     s->queue.pop_front();
     l.unlock();
-    {
-      Open open;
-      work();
-    }
+    if (task.opens && !open) open.emplace();
+    task.work();
     l.lock();
+    if (!next_ready(s)) open.reset();
     ++s->completed;
     cv.notify_all();
   }
@@ -252,7 +263,7 @@ bool breaks_capture() {
   return broken;
 }
 
-cudaError_t enqueue_locked(Stream* s, std::function<void()> work, std::shared_ptr<void> hold) {
+cudaError_t enqueue_locked(Stream* s, std::function<void()> work, std::shared_ptr<void> hold, bool opens = true) {
   if (s->closing) return cudaErrorInvalidResourceHandle;
   if (s->capture) {
     if (s->capture_broken) return cudaErrorStreamCaptureInvalidated;
@@ -260,7 +271,7 @@ cudaError_t enqueue_locked(Stream* s, std::function<void()> work, std::shared_pt
     if (hold) s->capture->holds.push_back(std::move(hold));
     return cudaSuccess;
   }
-  Task t{std::move(work), {}};
+  Task t{std::move(work), {}, opens};
   Device& d = rt().devices[s->device];
   // The legacy stream waits for every blocking stream of its device, and they for it.
   if (s->legacy) {
@@ -277,7 +288,7 @@ cudaError_t enqueue_locked(Stream* s, std::function<void()> work, std::shared_pt
   }
   s->queue.push_back(std::move(t));
   ++s->enqueued;
-  cv.notify_all();
+  s->wake.notify_one();
   return cudaSuccess;
 }
 
@@ -620,7 +631,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t handle) {
   if (s->closing) return fail(cudaErrorInvalidResourceHandle);
   // As in CUDA the call returns at once; the worker ends after the work already queued.
   s->closing = true;
-  cv.notify_all();
+  s->wake.notify_one();
   return cudaSuccess;
 }
 
@@ -665,7 +676,7 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t handle, cudaEvent_t event, unsigned
   }
   Stream* other = e->stream;
   const uint64_t seq = e->seq;
-  if (const cudaError_t rc = enqueue_locked(s, [] {}, nullptr)) return fail(rc);
+  if (const cudaError_t rc = enqueue_locked(s, [] {}, nullptr, false)) return fail(rc);
   s->queue.back().after.emplace_back(other, seq);
   return cudaSuccess;
 }
@@ -694,7 +705,7 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t handle) {
   std::lock_guard<std::mutex> l(mu);
   Stream* s = resolve(handle);
   auto stamp = std::make_shared<Clock::time_point>();
-  if (const cudaError_t rc = enqueue_locked(s, [stamp] { *stamp = Clock::now(); }, nullptr)) return fail(rc);
+  if (const cudaError_t rc = enqueue_locked(s, [stamp] { *stamp = Clock::now(); }, nullptr, false)) return fail(rc);
   e->in_capture = s->capture != nullptr;
   e->stream = s;
   e->seq = s->enqueued;
@@ -792,22 +803,12 @@ cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
   return cudaSuccess;
 }
 
-cudaError_t emu_launch(const char* name, unsigned blocks, unsigned threads, cudaStream_t stream,
-                       std::function<void()> thread) {
+cudaError_t emu_launch_grid(const char* name, unsigned blocks, unsigned threads, cudaStream_t stream,
+                            std::function<void()> grid) {
   if (const cudaError_t rc = ready()) return fail(rc);
   if (blocks == 0 || threads == 0 || threads > 1024) return fail(cudaErrorInvalidConfiguration);
   const Runtime& r = rt();
   if (!r.fail_launch.empty() && std::strstr(name, r.fail_launch.c_str())) return fail(cudaErrorLaunchFailure);
   if (!r.skip_launch.empty() && std::strstr(name, r.skip_launch.c_str())) return cudaSuccess;
-  return fail(enqueue(stream, [blocks, threads, thread = std::move(thread)] {
-    gridDim.x = blocks;
-    blockDim.x = threads;
-    for (unsigned b = 0; b < blocks; ++b) {
-      blockIdx.x = b;
-      for (unsigned t = 0; t < threads; ++t) {
-        threadIdx.x = t;
-        thread();
-      }
-    }
-  }));
+  return fail(enqueue(stream, std::move(grid)));
 }
