@@ -168,6 +168,22 @@ def test_a_check_kernel_that_never_ran_reads_as_wrong(skipped, expected):
     assert r.returncode == 0 and r.stdout.split() == [expected], r.stderr
 
 
+def test_per_iteration_timing_leaves_the_hosts_launches_out(workdir):
+    """Each kernel launch costs the host 20 ms here: the per-iteration samples, held behind the gate
+    while the call is enqueued, are the device's time alone; a loop's enqueue is in its time per call
+    (as in nccl-tests), and each of ring's calls launches a reduction kernel."""
+    medians = {}
+    for timing in ("per-iteration", "loop"):
+        out = os.path.join(workdir, f"{timing}.json")
+        r = commbench(["allreduce", "--device", "cuda", "--np", "2", "--impl", "ring", "--sizes", "1K", "--iters", "5",
+                       "--timing", timing, "-o", out], env=emu_env(2, COMMBENCH_EMU_LAUNCH_DELAY_US="20000"), cwd=workdir)
+        assert r.returncode == 0, r.stderr
+        [rec] = results.load_document(out)["results"]
+        assert rec["wrong"] == 0
+        medians[timing] = rec["time_us"]["median"]
+    assert medians["per-iteration"] < 10000 <= 20000 <= medians["loop"], medians
+
+
 def test_a_failed_kernel_launch_ends_the_run_in_one_line(workdir):
     out = os.path.join(workdir, "launch.json")
     r = commbench(["allreduce", "--device", "cuda", "--np", "2", "--impl", "ring", "--sizes", "1K", "-o", out],

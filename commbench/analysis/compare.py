@@ -8,6 +8,7 @@ import math
 from typing import Optional
 
 from ..errors import CommbenchError
+from ..results.document import timing_of
 from ..results.series import series_head, series_key, variant
 from .fit import fit_records
 
@@ -46,8 +47,15 @@ def metadata_warnings(base: dict, run: dict) -> list[str]:
     return out
 
 
-def compare(base: dict, run: dict, tol_bw: float, tol_lat: float) -> dict:
-    """The comparison as a dict: rows per size, verdicts per series and region, warnings, status."""
+def compare(base: dict, run: dict, tol_bw: float, tol_lat: float, force: bool = False) -> dict:
+    """The comparison as a dict: rows per size, verdicts per series and region, warnings, status. Runs
+    timed by different conventions differ by the convention as much as by the machine: refused unless
+    `force`, then warned."""
+    timings = timing_of(base), timing_of(run)
+    if timings[0] != timings[1] and not force:
+        raise CommbenchError(f"the baseline was timed {timings[0]} and the run {timings[1]} (--timing): a loop of "
+                             f"back-to-back calls and one synchronised call per iteration differ by the convention, "
+                             f"not the machine; measure both the same way, or give --force")
     def by_series(doc):
         out: dict = {}
         for r in doc["results"]:
@@ -94,7 +102,8 @@ def compare(base: dict, run: dict, tol_bw: float, tol_lat: float) -> dict:
         series.append({**series_head(key), "rows": rows, "checks": checks})
     regression = any(c["regression"] for s in series for c in s["checks"])
     return {"status": "regression" if regression else "pass", "tolerance_bw": tol_bw, "tolerance_lat": tol_lat,
-            "warnings": metadata_warnings(base, run), "series": series}
+            "warnings": metadata_warnings(base, run) + ([f"timing differs: baseline {timings[0]}, run {timings[1]}"]
+                                                         if timings[0] != timings[1] else []), "series": series}
 
 
 def _disjoint(a: Optional[list], b: Optional[list]) -> bool:

@@ -90,10 +90,15 @@ def _span(values: list[float]) -> str:
 def summary_lines(doc: dict) -> list[str]:
     """One line per series and straggling rank: at which sizes the others wait for it, and for how
     much of the time per call."""
+    from ..results.document import timing_of
     from ..results.series import by_series, label
     from ..sizes import format_size
     delay = doc["config"].get("delay")
     lines = []
+    if timing_of(doc) == "loop" and doc["results"]:
+        # A loop's time covers many calls: no rank's arrival in any one of them is known.
+        return ["straggler: not measured: loop timing has no per-iteration samples, so no rank's arrival "
+                "skew (--timing per-iteration measures it)"]
     for key, recs in by_series(doc["results"]).items():
         by_rank: dict[int, list[dict]] = {}
         for r in recs:

@@ -65,7 +65,8 @@ def baseline_save(run, name, directory, keep_samples) -> None:
 @click.option("--tolerance-bw", default="10%", show_default=True, help="Allowed bandwidth drop.")
 @click.option("--tolerance-lat", default="25%", show_default=True, help="Allowed latency rise.")
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
-def compare(base, run, tolerance_bw, tolerance_lat, as_json) -> None:
+@click.option("--force", is_flag=True, help="Compare runs timed by different conventions (--timing), with a warning.")
+def compare(base, run, tolerance_bw, tolerance_lat, as_json, force) -> None:
     """Compare RUN against BASE: exit 0 pass, 1 regression, 2 unusable input."""
     import json
 
@@ -73,7 +74,7 @@ def compare(base, run, tolerance_bw, tolerance_lat, as_json) -> None:
     from ..analysis.compare import compare_lines
     from ..results.document import load_document
     result = do_compare(load_document(base), load_document(run), percent(tolerance_bw, "--tolerance-bw"),
-                        percent(tolerance_lat, "--tolerance-lat"))
+                        percent(tolerance_lat, "--tolerance-lat"), force)
     if as_json:
         click.echo(json.dumps(result, indent=1))
     else:

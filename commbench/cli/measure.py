@@ -11,6 +11,7 @@ from ..collectives.impls import COPY_IMPL
 from ..errors import CommbenchError
 from ..launch.world import detect_launcher
 from ..run import preflight
+from ..run.policy import TIMINGS
 from ..sizes import parse_size, parse_sizes, round_to_itemsize
 from ..transports import TRANSPORTS, default_p2p_transport, transport_names
 from ..transports.nccl import NCCL, chosen_transports, log_connections
@@ -62,10 +63,18 @@ def collective_command(coll) -> click.Command:
     where one of our algorithms pipelines)."""
 
     def run(sizes, min_bytes, max_bytes, step_factor, check, impl_text, device, graph, dtype, agg, buffers, delay,
-            nranks, timeout_s, output, policy, no_fit, judge, redop="none", root=0, in_place=False, chunk="1M") -> None:
+            timing, loops, nranks, timeout_s, output, policy, no_fit, judge, redop="none", root=0, in_place=False,
+            chunk="1M") -> None:
+        from dataclasses import replace
+
         from ..analysis.stragglers import delay_text, parse_delay
         from ..run.config import RunConfig
         from ..transports import default_impls, gpu_only, parse_impls
+        if timing == "loop" and delay is not None:
+            raise CommbenchError("--delay holds a rank back before each timed iteration: it needs --timing per-iteration")
+        if loops is not None and timing != "loop":
+            raise CommbenchError("--loops counts the loops of --timing loop; give --timing loop too")
+        policy = replace(policy, timing=timing, loops=loops or policy.loops)
         dtypes = names_or_all(dtype, DTYPES, itemsize_of)
         redops = names_or_all(redop, REDOPS, redop_code) if coll.reduces else ["none"]
         itemsize = max(itemsize_of(d) for d in dtypes)
@@ -137,6 +146,13 @@ def collective_command(coll) -> click.Command:
         click.option("--delay", default=None, metavar="RANK:US",
                      help="Rank RANK busy-waits US microseconds before each timed iteration (not the check), "
                           "to show what one slow rank costs the others: their time grows by about US."),
+        click.option("--timing", type=click.Choice(TIMINGS), default="per-iteration", show_default=True,
+                     help="per-iteration: each call after a barrier, timed alone (GPUs: device time only), the "
+                          "slowest rank's time; loop: nccl-tests' and OSU's convention, N calls back to back, the "
+                          "time per call averaged over the ranks."),
+        click.option("--loops", type=click.IntRange(min=1, max=1000), default=None,
+                     help="--timing loop: loops per size, the spread's samples (default 5); N calls each "
+                          "(-n, or from --budget-ms)."),
     ]
     if coll.reduces:
         options.append(click.option("--op", "redop", default="sum", show_default=True,

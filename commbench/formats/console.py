@@ -20,6 +20,8 @@ BINARY = False
 SAMPLES = False
 
 COLUMNS = ("size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "min", "p99", "CV", "IQR")
+# Loop timing has no per-iteration samples: its p99 column gives way to the slowest rank's time per call.
+LOOP_COLUMNS = tuple("slowest" if c == "p99" else c for c in COLUMNS)
 UNITS = ("(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(us)", "(%)", "(%)")
 DEFAULT_WIDTHS = (11, 11, 8, 5, 4, 11, 7, 7, 6, 11, 11, 6, 6)
 
@@ -37,9 +39,25 @@ def header(meta: dict) -> list[str]:
         f"# impls: {', '.join(cfg['impls'])}; dtype {cfg['dtype']}; redop {cfg['redop']}; "
         + ("in-place" if cfg["in_place"] else "out-of-place"),
         *gpu_lines(cfg),
-        "# time = median (p50) over iterations of the slowest rank's time; GB/s = 1e9 B/s",
-        "# CV = stdev / mean; IQR = (p75 - p25) / median, a spread that a few long outliers leave alone",
+        *timing_lines(cfg),
     ]
+
+
+def timing_lines(cfg: dict) -> list[str]:
+    """What a row's figures are: the timing convention that made them (run/policy.py TIMINGS)."""
+    spread = "# CV = stdev / mean; IQR = (p75 - p25) / median, a spread that a few long outliers leave alone"
+    if cfg["op"] in ("p2p", "copy"):  # pair tests and copies: one convention, their commands' pages say it
+        return ["# time = median (p50) over iterations of the slowest rank's time; GB/s = 1e9 B/s", spread]
+    if cfg["policy"].get("timing") == "loop":
+        return ["# timing: loop (nccl-tests' and OSU's): after a barrier, N calls back to back between two timestamps; "
+                "time = time per call averaged over the ranks (nccl-tests' -a 1), median over the loops; "
+                "min = the fastest loop; slowest = the slowest rank's time per call; GB/s = 1e9 B/s",
+                "# CV = stdev / mean and IQR = (p75 - p25) / median over the loops"]
+    where = (", on the device (the stream held while the call is enqueued, so no launch latency)"
+             if cfg.get("device") == "cuda" else "")
+    return [f"# timing: per-iteration: each iteration one call after a barrier, timed alone{where}; time = median (p50) "
+            f"over iterations of the slowest rank's time; GB/s = 1e9 B/s; nccl-tests and OSU time loops "
+            f"of back-to-back calls instead (the collectives' --timing loop)", spread]
 
 
 def gpu_lines(cfg: dict) -> list[str]:
@@ -60,9 +78,10 @@ def _line(cells, widths) -> str:
     return " ".join(str(c).rjust(w) for c, w in zip(cells, widths))
 
 
-def block_header(impl: str, description: str, widths=DEFAULT_WIDTHS) -> list[str]:
+def block_header(impl: str, description: str, widths=DEFAULT_WIDTHS, loop: bool = False) -> list[str]:
     # The column names' first character gives way to '#', as nccl-tests marks its header lines.
-    return ["#", f"# impl {impl}: {description}", "#" + _line(COLUMNS, widths)[1:], "#" + _line(UNITS, widths)[1:]]
+    columns = LOOP_COLUMNS if loop else COLUMNS
+    return ["#", f"# impl {impl}: {description}", "#" + _line(columns, widths)[1:], "#" + _line(UNITS, widths)[1:]]
 
 
 def _num(x: Optional[float], digits: int = 2) -> str:
@@ -82,7 +101,8 @@ def cells(rec: dict) -> tuple:
     t = rec["time_us"]
     return (str(rec["size_bytes"]), str(rec["count"]), rec["dtype"], rec.get("redop", "none"), str(rec.get("root", -1)),
             _num(t["median"]), _num(rec["algbw_gbps"]), _num(rec["busbw_gbps"]), str(rec["wrong"]),
-            _num(t["min"]), _num(t["p99"]), f"{100 * t['cv']:.1f}", _spread(rec))
+            _num(t["min"]), _num(rec["rank_max_us"] if "rank_max_us" in rec else t["p99"]), f"{100 * t['cv']:.1f}",
+            _spread(rec))
 
 
 def row(rec: dict, widths=DEFAULT_WIDTHS) -> str:
@@ -100,6 +120,7 @@ def render(doc: dict, options) -> str:
     lines = header(doc)
     for key, recs in by_series(doc["results"]).items():
         h = series_head(key)
-        lines += block_header(variant(h), f"{h['op']} ({where(key)})", widths)
+        lines += block_header(variant(h), f"{h['op']} ({where(key)})", widths,
+                              loop=any("rank_max_us" in r for r in recs))
         lines += [row(r, widths) for r in recs]
     return "\n".join(lines) + "\n"

@@ -8,6 +8,7 @@ import shlex
 from ..analysis import stragglers
 from ..analysis.verdicts import fits_with_verdicts, span
 from ..node.machine import typed_command
+from ..results.document import timing_of
 from ..results.series import by_series, label, variant
 from . import console
 from .options import Options
@@ -21,6 +22,7 @@ def facts(doc: dict, source: str) -> list[tuple[str, str]]:
     return [("run", source), ("created", doc["created"]), ("command", shlex.join(typed_command(doc["argv"]))),
             ("hosts", ", ".join(m["hosts"])), ("ranks", str(m["ranks"])), ("CPU", m["cpu_model"]),
             ("MPI", str(m["mpi"])), ("torch", m["torch"]), ("op / dtype", f"{cfg['op']} / {cfg['dtype']}"),
+            ("timing", timing_of(doc)),
             ("wrong elements", str(sum(r["wrong"] for r in doc["results"])))] + \
         ([("delay", stragglers.delay_text(cfg["delay"], cfg.get("agg", 1)))] if cfg.get("delay") else []) + \
         [("straggler", line.partition(": ")[2]) for line in stragglers.summary_lines(doc)]

@@ -95,6 +95,13 @@ def load_document(path: str) -> dict:
     return upgrade(doc)
 
 
+def timing_of(doc: dict) -> str:
+    """How a document's samples were taken (run/policy.py TIMINGS): as its policy says; imports of
+    nccl-tests and OSU time loops; files written before the choice existed, per iteration."""
+    policy = doc.get("config", {}).get("policy", {})
+    return "loop" if "imported_from" in policy else policy.get("timing", "per-iteration")
+
+
 def write_new(path: str, doc, exists_message: str) -> None:
     """Writes JSON (a dict or list), text (a str) or bytes to a path that must not exist yet, whole or
     not at all: the data goes to a temporary file in the same folder, which takes the name only

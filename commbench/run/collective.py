@@ -17,7 +17,7 @@ from ..results.record import measured
 from ..sizes import format_size
 from .buffers import Buffers, allocator, check_device_memory
 from .config import RunConfig
-from .policy import measure
+from .policy import measure, measure_loop
 from .preflight import collective_bytes
 from .testdata import DeviceData, HostData
 
@@ -33,6 +33,15 @@ class Timings:
     def __call__(self, iters: int) -> np.ndarray:
         self.last = self.rank_times(iters)
         return self.last.max(axis=0)
+
+
+class LoopTimings(Timings):
+    """The timer that measure_loop() drives: each loop's seconds per call, averaged over the ranks as
+    nccl-tests averages them (its -a 1), with every rank's own kept for the slowest."""
+
+    def __call__(self, loops: int, calls: int) -> np.ndarray:
+        self.last = self.rank_times(loops, loop=calls)
+        return self.last.mean(axis=0)
 
 
 # The pattern's op for collectives that do not reduce: any rank's values are exact in every dtype.
@@ -91,20 +100,30 @@ def run_collective(world, cfg: RunConfig, coll, impls: list, reporter, where: st
                     expected = coll.expected(world.rank, world.size, cfg.root, shape)
                     wrong = world.sum(_count_wrong(data, recv, expected, code))
                     total_wrong += wrong
-                    timings = Timings(functools.partial(impl.rank_times, world, coll, send, recv, code, cfg=cfg,
-                                                        agg=cfg.agg, delayed=True))
-                    # The check is undelayed and without the graph: then the iteration count comes from a
-                    # timed call.
-                    samples = measure(timings, cfg.policy,
-                                      first=checked if cfg.agg == 1 and not cfg.delay and not cfg.graph else None)
+                    rank_times = functools.partial(impl.rank_times, world, coll, send, recv, code, cfg=cfg,
+                                                   agg=cfg.agg, delayed=True)
+                    if cfg.policy.timing == "loop":
+                        timings = LoopTimings(rank_times)
+                        samples, calls = measure_loop(timings, cfg.policy)
+                    else:
+                        timings = Timings(rank_times)
+                        # The check is undelayed and without the graph: then the iteration count comes
+                        # from a timed call.
+                        samples = measure(timings, cfg.policy,
+                                          first=checked if cfg.agg == 1 and not cfg.delay and not cfg.graph else None)
                     if reporter:
                         extra = {"root": cfg.root} if coll.rooted else {}
                         if cfg.agg > 1:
                             extra["agg"] = cfg.agg
                         rec = measured(coll.name, impl.name, dname, redop, world.size, shape.size, shape.count,
                                      samples, wrong, in_place=cfg.in_place, **extra)
-                        rec = rec.but(**stragglers.figures(timings.last, world.hosts, rec.time_us["median"],
-                                                      reporter.clock_floor_s, same_work=not coll.rooted))
+                        if cfg.policy.timing == "loop":
+                            # A loop has no per-iteration samples: no per-rank skew or straggler.
+                            rec = rec.but(timing="loop", loop_calls=calls,
+                                          rank_max_us=round(float(np.median(timings.last.max(axis=0))) * 1e6, 4))
+                        else:
+                            rec = rec.but(**stragglers.figures(timings.last, world.hosts, rec.time_us["median"],
+                                                              reporter.clock_floor_s, same_work=not coll.rooted))
                         reporter.add(rec, block, format_size(shape.size))
     return total_wrong
 

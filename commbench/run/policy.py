@@ -1,4 +1,5 @@
-"""Iteration policy: warm up, then choose the number of timed iterations from a time budget."""
+"""Iteration policy: warm up, then choose the number of timed iterations from a time budget; and the
+timing convention that makes a sample of them (TIMINGS)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,12 @@ from dataclasses import asdict, dataclass
 from typing import Callable, Optional
 
 import numpy as np
+
+# How a sample is taken. per-iteration: one call after a barrier, timed alone (on GPUs launch-free: the
+# stream is held while the call is enqueued), so every sample is one synchronised call of every rank
+# and the slowest rank's time is the figure. loop: nccl-tests' and OSU's, N calls back to back between
+# two timestamps after a barrier, the time per call, averaged over the ranks.
+TIMINGS = ("per-iteration", "loop")
 
 
 @dataclass(frozen=True)
@@ -15,6 +22,8 @@ class Policy:
     budget_ms: float = 200.0  # time to spend on timed iterations of one size
     min_iters: int = 5  # floor on samples whatever the budget
     max_iters: int = 2000  # ceiling for tiny messages
+    timing: str = "per-iteration"  # one of TIMINGS
+    loops: int = 5  # loop timing: loops per size, each of N calls (N: iters or from the budget)
 
     def describe(self) -> dict:
         d = asdict(self)
@@ -23,6 +32,11 @@ class Policy:
 
     def rule(self) -> str:
         """The policy in one line: in the result file and in the header of a run."""
+        if self.timing == "loop":
+            calls = (f"{self.iters} calls" if self.iters else
+                     f"N calls, N = {self.budget_ms:g} ms budget / ({self.loops} x the warm-up's time per call), "
+                     f"clamped to [{self.min_iters}, {self.max_iters}]")
+            return f"{self.loops} loops per size of {calls} back to back, after a warm-up loop of {self.warmup} call(s)"
         if self.iters:
             return f"{self.iters} timed iterations per size after {self.warmup} warm-up(s)"
         return (f"timed iterations = {self.budget_ms:g} ms budget / warm-up median, clamped to [{self.min_iters}, "
@@ -54,3 +68,16 @@ def measure(timer: Callable[[int], np.ndarray], policy: Policy,
         estimate = float(np.median(timer(extra)))
     wanted = int(budget_s / estimate) if estimate > 0 else policy.max_iters
     return timer(max(policy.min_iters, min(policy.max_iters, wanted)))
+
+
+def measure_loop(timer: Callable[[int, int], np.ndarray], policy: Policy) -> tuple[np.ndarray, int]:
+    """Loop timing: timer(loops, calls) runs `loops` loops of `calls` back-to-back calls and returns each
+    loop's seconds per call. A warm-up loop of policy.warmup calls, whose time per call sets N where
+    --iters does not; returns (policy.loops samples, N)."""
+    estimate = float(timer(1, policy.warmup)[0])
+    if policy.iters:
+        calls = policy.iters
+    else:
+        wanted = int(policy.budget_ms * 1e-3 / (policy.loops * estimate)) if estimate > 0 else policy.max_iters
+        calls = max(policy.min_iters, min(policy.max_iters, wanted))
+    return timer(policy.loops, calls), calls

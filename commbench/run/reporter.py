@@ -54,7 +54,7 @@ class Reporter(FileOutput):
         click.echo(f"# note: {text}")
 
     def block(self, impl: str, description: str) -> None:
-        for line in table.block_header(impl, description):
+        for line in table.block_header(impl, description, loop=self.meta["config"]["policy"].get("timing") == "loop"):
             click.echo(line)
 
     def step(self, label: str) -> None:

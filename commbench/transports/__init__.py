@@ -68,11 +68,12 @@ class Impl:
         self.transport.prepare(world, cfg, f"--impl {self.name}")
 
     def rank_times(self, world, coll, send, recv, op: int, iters: int, cfg, agg: int = 1,
-                   delayed: bool = False) -> np.ndarray:
-        """Every rank's own seconds per call, ranks x iterations (of `agg` calls fused as the
-        transport allows), on every rank; `delayed`: with cfg's --delay (RunConfig.delay_for)."""
+                   delayed: bool = False, loop: int = 1) -> np.ndarray:
+        """Every rank's own seconds per call, ranks x samples, on every rank: a sample is `loop`
+        operations back to back (1: the per-iteration timing), each of `agg` calls fused as the
+        transport allows; `delayed`: with cfg's --delay (RunConfig.delay_for)."""
         own = self.transport.times(world, coll, self.algorithm, send, recv, op, iters, cfg, agg,
-                                   cfg.delay_for(world.rank) if delayed else 0.0)
+                                   cfg.delay_for(world.rank) if delayed else 0.0, loop)
         return world.all_times(own)
 
 

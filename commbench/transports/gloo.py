@@ -88,7 +88,7 @@ class GlooTransport:
         join(world)  # a collective: every rank joins, members of a timed pair or not
 
     def times(self, world, coll, algorithm: Optional[str], send, recv, op: int, iters: int,
-              cfg, agg: int, delay_s: float) -> np.ndarray:
+              cfg, agg: int, delay_s: float, loop: int = 1) -> np.ndarray:
         import torch.distributed as dist
         call = CALLS[coll.name]
         send, recv = as_tensor(send), as_tensor(recv)
@@ -101,9 +101,9 @@ class GlooTransport:
             while time.perf_counter_ns() < until:
                 pass
             t0 = time.perf_counter_ns()
-            for _ in range(agg):  # gloo has no groups: the calls run one after another
+            for _ in range(agg * loop):  # gloo has no groups: the calls run one after another
                 call(send, recv, op, cfg.root, world, in_place)
-            t[i] = (time.perf_counter_ns() - t0) * 1e-9 / agg
+            t[i] = (time.perf_counter_ns() - t0) * 1e-9 / (agg * loop)
         return t
 
     def open_pairs(self, world, pairs, window: int) -> Optional[GlooPair]:

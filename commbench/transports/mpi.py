@@ -38,11 +38,11 @@ class MpiTransport:
             take_gpu(world)  # where the rank's data lives
 
     def times(self, world, coll, algorithm: Optional[str], send, recv, op: int, iters: int, cfg, agg: int,
-              delay_s: float) -> np.ndarray:
+              delay_s: float, loop: int = 1) -> np.ndarray:
         from .. import _host
         from .native import native_call
         return np.asarray(_host.collective_times(*native_call(_host, coll, algorithm), send, recv, op, cfg.root, iters,
-                                                 world.comm.py2f(), cfg.chunk_bytes, agg, delay_s))
+                                                 world.comm.py2f(), cfg.chunk_bytes, agg, delay_s, loop))
 
     def open_pairs(self, world, pairs, window: int) -> Optional[MpiPair]:
         """One split of the world gives every pair of `pairs` (disjoint) a two-rank communicator, in

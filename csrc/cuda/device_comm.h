@@ -107,7 +107,7 @@ class DeviceComm {
  public:
   DeviceComm(const std::string& uid, int rank, int size, int device, double timeout_s)
       : where_{rank, device}, size_(size), timeout_s_(timeout_s), stream_(device, where_),
-        scratch_(kScratch, device, where_),
+        scratch_(kScratch, device, where_), gate_(where_),
         comm_("ncclCommInitRankConfig",
               [&](ncclComm_t* c, ncclConfig_t* config) {
                 const ncclResult_t rc = ncclCommInitRankConfig(c, size, unique_id_from(uid), rank, config);
@@ -141,12 +141,14 @@ class DeviceComm {
 
   // Times one call of collective `coll` by `algo`: NCCL's call or one of our algorithms over NCCL
   // point-to-point (collective_times.h); with `graph`, each iteration launches a CUDA graph of the
-  // call (see timed()).
+  // call; with `launch_free`, each sample is held behind the gate while it is enqueued (see timed()).
   std::vector<double> collective_times(Collective coll, Algorithm algo, const Buffer& send, const Buffer& recv,
-                                       int64_t op_code, int64_t root, int64_t iters, int64_t chunk_bytes, bool graph, int64_t agg, double delay_s) {
+                                       int64_t op_code, int64_t root, int64_t iters, int64_t chunk_bytes, bool graph, int64_t agg,
+                                       double delay_s, int64_t loop, bool launch_free) {
     cuda_check(cudaSetDevice(where_.device), "cudaSetDevice", where_);
-    Backend backend{*this, graph, {}};
-    return commbench::collective_times(backend, coll, algo, send, recv, op_code, root, iters, chunk_bytes, agg, delay_s);
+    Backend backend{*this, graph, launch_free, {}};
+    return commbench::collective_times(backend, coll, algo, send, recv, op_code, root, iters, chunk_bytes, agg, delay_s,
+                                       loop);
   }
 
   // NCCL ping-pong between this rank and `peer`, from the send buffer into the receive buffer; the
@@ -172,7 +174,7 @@ class DeviceComm {
  private:
   DeviceComm(DeviceComm& parent, bool member, int size)
       : where_(parent.where_), size_(size), timeout_s_(parent.timeout_s_), stream_(where_.device, where_),
-        scratch_(kScratch, where_.device, where_),
+        scratch_(kScratch, where_.device, where_), gate_(where_),
         comm_("ncclCommSplit",
               [&](ncclComm_t* c, ncclConfig_t* config) {
                 const ncclResult_t rc = ncclCommSplit(parent.comm(), member ? 0 : NCCL_SPLIT_NOCOLOR, where_.rank, c, config);
@@ -233,7 +235,8 @@ class DeviceComm {
     };
     const bool lead = where_.rank < other;
     std::vector<double> t = or_abort([&] {
-      return event_times(stream_.s, iters, where_, [&] { pair_barrier(other); }, [&] { body(leg, lead); }, [&] { wait(what); });
+      return event_times(stream_.s, iters, where_, [&] { pair_barrier(other); }, [&] { body(leg, lead); }, [&] { wait(what); },
+                         1, &gate_);
     });
     for (double& x : t) x *= scale;
     return max_with_peer(std::move(t), other);
@@ -289,7 +292,7 @@ class DeviceComm {
   struct Backend {
     static constexpr const char* kLibrary = "nccl";
     DeviceComm& dc;
-    bool graph;
+    bool graph, launch_free;
     std::unique_ptr<DeviceBuffer> scratch_memory;
 
     int rank() const { return dc.where_.rank; }
@@ -320,14 +323,17 @@ class DeviceComm {
     }
     NcclGroup library_group() const { return NcclGroup(dc.comm(), dc.where_); }
     template <typename Body>
-    std::vector<double> time(int64_t iters, double delay_s, const std::string& what, Body&& body) {
-      return dc.timed(iters, graph, delay_s, what.c_str(), body);
+    std::vector<double> time(int64_t iters, int64_t calls, double delay_s, const std::string& what, Body&& body) {
+      return dc.timed(iters, calls, graph, launch_free, delay_s, what.c_str(), body);
     }
   };
 
-  // This rank's per-iteration event times. With `graph`, the body is captured once into a CUDA
-  // graph and each iteration launches the graph, which removes the host's launch cost from small
-  // messages.
+  // This rank's event times per sample of `calls` back-to-back calls of the body. With `graph`, the
+  // body is captured once into a CUDA graph and each call launches the graph, which removes the
+  // host's launch cost from small messages. With `launch_free`, each sample is enqueued behind the
+  // gate (event_times), so that neither the host's enqueue nor the launch latency is in it; a loop of
+  // many calls is not gated (its enqueue overlaps the device's work, as in nccl-tests, and a long one
+  // would fill the launch queue behind a held stream).
   // The graph is run once untimed after its upload, and the body once before its capture: NCCL
   // connects peers on first use, which a capture must not contain.
   // A delay spins on the host between the barrier and the start event of each timed iteration.
@@ -337,15 +343,18 @@ class DeviceComm {
   // peers', which wait for it inside the call. The graph path gets the same delay without
   // capturing it.
   template <typename Body>
-  std::vector<double> timed(int64_t iters, bool graph, double delay_s, const char* what, Body&& body) {
+  std::vector<double> timed(int64_t iters, int64_t calls, bool graph, bool launch_free, double delay_s, const char* what,
+                            Body&& body) {
+    Gate* gate = launch_free ? &gate_ : nullptr;
+    const unsigned expired = gate_.expired();
     auto sync = [&] { barrier(); };
     auto start = [&] {
       barrier();
       spin_for(delay_s);
     };
     auto done = [&] { wait(what); };
-    return or_abort([&] {
-      if (!graph) return event_times(stream_.s, iters, where_, start, body, done);
+    std::vector<double> t = or_abort([&] {
+      if (!graph) return event_times(stream_.s, iters, where_, start, body, done, calls, gate);
       sync();
       body();
       done();
@@ -353,8 +362,15 @@ class DeviceComm {
       sync();
       g.launch();
       done();
-      return event_times(stream_.s, iters, where_, start, [&] { g.launch(); }, done);
+      return event_times(stream_.s, iters, where_, start, [&] { g.launch(); }, done, calls, gate);
     });
+    // A gate gives up when the host blocks while it enqueues (a launch queue full of a long --agg):
+    // those samples include the enqueue, which the per-iteration timing promises to leave out.
+    if (gate_.expired() != expired)
+      throw std::runtime_error(std::string(what) + ": the stream was held for " + std::to_string(static_cast<int>(kGateSeconds)) +
+                               " s while the host enqueued one sample, and let go: the samples would include the "
+                               "enqueue; use --timing loop, or a smaller --agg" + where_.text());
+    return t;
   }
 
   // A CUDA graph captured from `body` on `stream`, and its executable instance.
@@ -421,6 +437,7 @@ class DeviceComm {
   // Declared in order of construction; destroyed in reverse, the communicator first.
   Stream stream_;
   DeviceBuffer scratch_;
+  Gate gate_;
   NcclComm comm_;
 };
 

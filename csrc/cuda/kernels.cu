@@ -75,6 +75,22 @@ __global__ void split_kernel(T* __restrict__ dst, const T* __restrict__ src, Vec
     dst[done + i] = f(F::kReadsDst ? dst[done + i] : T{}, src[done + i]);
 }
 
+// clock64() counts the SM's cycles: 2 GHz is above any current GPU's clock, so the wait is at least
+// kGateSeconds.
+__global__ void gate_kernel(const volatile unsigned* flag, unsigned seq, unsigned* expired) {
+  const long long start = clock64();
+  const long long limit = static_cast<long long>(kGateSeconds * 2e9);
+  while (static_cast<int>(*flag - seq) < 0) {  // wrap-safe: the sequence counts up for ever
+    if (clock64() - start > limit) {
+      atomicAdd(expired, 1u);
+      return;
+    }
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 700  // __nanosleep: Volta and later
+    __nanosleep(256);
+#endif
+  }
+}
+
 template <typename T, typename F>
 void launch_split(T* dst, const T* src, std::size_t n, cudaStream_t stream, const char* name) {
   if (n == 0) return;
@@ -146,6 +162,10 @@ __global__ void count_bytes_wrong_kernel(const unsigned char* data, std::size_t 
 template <typename T, typename Op>
 void launch_reduce(T* dst, const T* src, std::size_t n, cudaStream_t stream) {
   launch_split<T, Combine<Op>>(dst, src, n, stream, "reduce kernel");
+}
+
+void launch_gate(const volatile unsigned* flag, unsigned seq, unsigned* expired, cudaStream_t stream) {
+  launch(gate_kernel, "gate kernel", 1, 1, stream, flag, seq, expired);
 }
 
 void launch_sm_copy(void* dst, const void* src, std::size_t bytes, cudaStream_t stream) {

@@ -39,6 +39,12 @@ void launch_fill_bytes(void* data, std::size_t bytes, unsigned seed, cudaStream_
 void launch_count_bytes_wrong(const void* data, std::size_t bytes, unsigned seed, unsigned long long* wrong,
                               cudaStream_t stream);
 
+// Holds `stream` until the host stores `seq` (or later) into *flag, mapped host memory: one thread
+// spins on it. After about kGateSeconds it gives up and adds one to *expired (mapped host memory too),
+// so that a host that blocked while enqueueing behind the held stream cannot deadlock it.
+constexpr double kGateSeconds = 2.0;
+void launch_gate(const volatile unsigned* flag, unsigned seq, unsigned* expired, cudaStream_t stream);
+
 // A copy done by streaming multiprocessors (16-byte loads and stores where alignment allows), for
 // peer memory that the copy engines would otherwise move.
 void launch_sm_copy(void* dst, const void* src, std::size_t bytes, cudaStream_t stream);

@@ -210,7 +210,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def("barrier", &DeviceComm::barrier, py::call_guard<py::gil_scoped_release>())
       .def("collective_times", &DeviceComm::collective_times, py::arg("collective"), py::arg("algorithm"),
            py::arg("send"), py::arg("recv"), py::arg("op"), py::arg("root"), py::arg("iters"), py::arg("chunk_bytes"),
-           py::arg("graph") = false, py::arg("agg") = 1, py::arg("delay_s") = 0.0, py::call_guard<py::gil_scoped_release>())
+           py::arg("graph") = false, py::arg("agg") = 1, py::arg("delay_s") = 0.0, py::arg("loop") = 1,
+           py::arg("launch_free") = true, py::call_guard<py::gil_scoped_release>())
       .def("pingpong_times", &DeviceComm::pingpong_times, py::arg("send"), py::arg("recv"), py::arg("bytes"), py::arg("peer"),
            py::arg("iters"), py::call_guard<py::gil_scoped_release>())
       .def("bandwidth_times", &DeviceComm::bandwidth_times, py::arg("send"), py::arg("recv"), py::arg("bytes"), py::arg("peer"),

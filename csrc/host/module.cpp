@@ -40,14 +40,15 @@ MPI_Comm comm_from(int64_t fortran_handle) {
   return MPI_Comm_f2c(static_cast<MPI_Fint>(fortran_handle));
 }
 
-// Runs body() iters times, each preceded by an untimed barrier so that every iteration starts
-// together and, on a rank given a delay, by that delay (spin.h) outside the timed interval: the rank
+// Times `iters` samples of `calls` back-to-back body() calls, each sample preceded by an untimed
+// barrier so that every sample starts together and, on a rank given a delay, by that delay (spin.h)
+// outside the timed interval: the rank
 // arrives late and its peers wait for it inside theirs. The delayed rank keeps MPI progressing while
 // it spins: a library without a progress thread may hold the barrier's last message until the
 // rank's next call, and the peers would wait in the untimed barrier instead of the timed call.
 // Returns this rank's own times.
 template <typename Body>
-std::vector<double> time_iterations(MPI_Comm comm, int64_t iters, double delay_s, Body&& body) {
+std::vector<double> time_iterations(MPI_Comm comm, int64_t iters, int64_t calls, double delay_s, Body&& body) {
   std::vector<double> t(static_cast<std::size_t>(std::max<int64_t>(iters, 0)));
   for (int64_t i = 0; i < iters; ++i) {
     mpi_check(MPI_Barrier(comm), "MPI_Barrier");
@@ -56,7 +57,7 @@ std::vector<double> time_iterations(MPI_Comm comm, int64_t iters, double delay_s
       mpi_check(MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm, &arrived, MPI_STATUS_IGNORE), "MPI_Iprobe");
     });
     const auto t0 = Clock::now();
-    body();
+    for (int64_t c = 0; c < calls; ++c) body();
     t[i] = std::chrono::duration<double>(Clock::now() - t0).count();
   }
   return t;
@@ -141,8 +142,8 @@ class MpiBackend {
   NoGroup library_group() const { return {}; }
 
   template <typename Body>
-  std::vector<double> time(int64_t iters, double delay_s, const std::string&, Body&& body) const {
-    return time_iterations(comm_, iters, delay_s, body);
+  std::vector<double> time(int64_t iters, int64_t calls, double delay_s, const std::string&, Body&& body) const {
+    return time_iterations(comm_, iters, calls, delay_s, body);
   }
 
  private:
@@ -153,9 +154,9 @@ class MpiBackend {
 
 std::vector<double> mpi_collective_times(Collective coll, Algorithm algo, const Buffer& send, const Buffer& recv,
                                          int64_t op_code, int64_t root, int64_t iters, int64_t comm_handle, int64_t chunk_bytes, int64_t agg,
-                                double delay_s) {
+                                         double delay_s, int64_t loop) {
   MpiBackend backend(comm_from(comm_handle));
-  return collective_times(backend, coll, algo, send, recv, op_code, root, iters, chunk_bytes, agg, delay_s);
+  return collective_times(backend, coll, algo, send, recv, op_code, root, iters, chunk_bytes, agg, delay_s, loop);
 }
 
 // One side of a point-to-point test: a two-rank communicator, and separate send and receive
@@ -211,7 +212,7 @@ std::vector<double> bandwidth_times(const Buffer& send, const Buffer& recv, int6
   const auto [comm, rank, s, r, len] = pair_side(send, recv, bytes, iters, comm_handle);
   std::vector<MPI_Request> reqs(static_cast<std::size_t>(window));
   int ack = 0;
-  return max_over_ranks(comm, time_iterations(comm, iters, 0.0, [&] {
+  return max_over_ranks(comm, time_iterations(comm, iters, 1, 0.0, [&] {
     for (int64_t w = 0; w < window; ++w) {
       if (rank == 0)
         mpi_check(MPI_Isend(s, len, MPI_BYTE, 1, 2, comm, &reqs[w]), "MPI_Isend");
@@ -308,7 +309,7 @@ PYBIND11_MODULE(_host, m) {
   m.def("collective_times", &mpi_collective_times, "this rank's per-iteration times of a collective",
         py::arg("collective"), py::arg("algorithm"), py::arg("send"), py::arg("recv"), py::arg("op"), py::arg("root"),
         py::arg("iters"), py::arg("comm"), py::arg("chunk_bytes"), py::arg("agg") = 1, py::arg("delay_s") = 0.0,
-        py::call_guard<py::gil_scoped_release>());
+        py::arg("loop") = 1, py::call_guard<py::gil_scoped_release>());
   m.def("pingpong_times", &pingpong_times, py::arg("send"), py::arg("recv"), py::arg("bytes"), py::arg("iters"),
         py::arg("comm"), py::call_guard<py::gil_scoped_release>());
   m.def("bandwidth_times", &bandwidth_times, py::arg("send"), py::arg("recv"), py::arg("bytes"), py::arg("window"),

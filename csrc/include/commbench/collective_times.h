@@ -15,9 +15,9 @@
 //   template <T> T* scratch(size_t n);       // n elements, kept at least as long as the Backend
 //   template <T, Op> std::function<void()> library_call(Collective, const CallBuffers<T>&, RedOp);
 //   Group library_group();                   // what fuses `agg` library calls (own_algorithms.h)
-//   template <Body> std::vector<double> time(int64_t iters, double delay_s, const std::string& what, Body&&);
-//       // this rank's seconds per iteration of body(): each iteration after a barrier and, outside
-//       // the timed interval, the delay; `what` names the call in a timeout
+//   template <Body> std::vector<double> time(int64_t iters, int64_t calls, double delay_s, const std::string& what, Body&&);
+//       // this rank's seconds per sample: each sample `calls` back-to-back body() calls after a
+//       // barrier and, outside the timed interval, the delay; `what` names the call in a timeout
 //
 // Python calls it with the GIL released (the bindings' call guard): nothing here touches a Python
 // object.
@@ -40,6 +40,7 @@
 
 namespace commbench {
 
+// Seconds per sample -> seconds per call.
 inline std::vector<double> per_call(std::vector<double> t, int64_t calls) {
   for (double& x : t) x /= static_cast<double>(calls);
   return t;
@@ -47,14 +48,16 @@ inline std::vector<double> per_call(std::vector<double> t, int64_t calls) {
 
 // Times one call of collective `coll` by `algo` on `backend`: its library call or one of our
 // algorithms over its point-to-point calls. send and recv are laid out as nccl-tests lays them out,
-// overlapping when in place. Returns this rank's own seconds per call; `agg` calls make one timed
-// operation (fused into one group where the library allows) and `delay_s` delays this rank before
-// each.
+// overlapping when in place. Returns this rank's own seconds per call, one figure per sample: `agg`
+// calls make one operation (fused into one group where the library allows), a sample times `loop`
+// operations back to back after a barrier (1: the per-iteration timing; more: the loop of
+// nccl-tests and OSU), and `delay_s` delays this rank before each sample.
 template <typename Backend>
 std::vector<double> collective_times(Backend& backend, Collective coll, Algorithm algo, const Buffer& send,
                                      const Buffer& recv, int64_t op_code, int64_t root, int64_t iters, int64_t chunk_bytes,
-                            int64_t agg, double delay_s) {
+                                     int64_t agg, double delay_s, int64_t loop) {
   if (agg < 1) throw std::invalid_argument("agg must be at least 1");
+  if (loop < 1) throw std::invalid_argument("loop must be at least 1");
   if (iters < 0) throw std::invalid_argument("iters must not be negative");
   if (!(delay_s >= 0) || !std::isfinite(delay_s)) throw std::invalid_argument("delay must be finite and not negative");
   backend.check_buffers(send, recv, algo);
@@ -70,8 +73,8 @@ std::vector<double> collective_times(Backend& backend, Collective coll, Algorith
                            overlap(send, recv), backend.rank(), backend.size(), static_cast<int>(root), !send.on_host()};
     if (library) {
       auto call = backend.template library_call<T, Op>(coll, b, op);
-      return per_call(backend.time(iters, delay_s, what, aggregated(call, agg, [&] { return backend.library_group(); })),
-                      agg);
+      return per_call(backend.time(iters, loop, delay_s, what, aggregated(call, agg, [&] { return backend.library_group(); })),
+                      agg * loop);
     }
     const Own own = own_algo(coll, algo);
     if (pipelined(own) && chunk_bytes < static_cast<int64_t>(sizeof(T)))
@@ -82,9 +85,9 @@ std::vector<double> collective_times(Backend& backend, Collective coll, Algorith
     auto reducer = backend.template reducer<T, Op>();
     auto copy = backend.copy();
     T* scratch = backend.template scratch<T>(own_scratch_elems<T>(own, b, chunk));
-    return per_call(
-        backend.time(iters, delay_s, what, aggregated(own_call(own, transport, reducer, copy, b, scratch, chunk), agg, no_group)),
-        agg);
+    return per_call(backend.time(iters, loop, delay_s, what,
+                                 aggregated(own_call(own, transport, reducer, copy, b, scratch, chunk), agg, no_group)),
+                    agg * loop);
   });
 }
 

@@ -5,9 +5,11 @@
 // never part of an installed commbench. Values of the enums are CUDA's own.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <thread>
 
 #define CUDART_VERSION 13000
 
@@ -67,6 +69,7 @@ typedef struct CUgraphExec_st* cudaGraphExec_t;
 #define cudaEventDisableTiming 0x02
 #define cudaHostAllocDefault 0x00
 #define cudaHostAllocPortable 0x01
+#define cudaHostAllocMapped 0x02
 
 struct cudaUUID_t {
   char bytes[16];
@@ -90,6 +93,14 @@ extern constinit thread_local dim3 blockIdx, threadIdx, blockDim, gridDim;
 inline unsigned long long atomicAdd(unsigned long long* p, unsigned long long v) {
   return __atomic_fetch_add(p, v, __ATOMIC_RELAXED);
 }
+inline unsigned atomicAdd(unsigned* p, unsigned v) { return __atomic_fetch_add(p, v, __ATOMIC_RELAXED); }
+
+// A kernel's clock: nanoseconds here, the SM's cycles on a GPU (both count up at about 1-2 per ns).
+inline long long clock64() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+// A kernel that waits gives the host's cores back (8 emulated ranks share 2 cores in the tests).
+inline void __nanosleep(unsigned) { std::this_thread::yield(); }
 
 const char* cudaGetErrorString(cudaError_t);
 cudaError_t cudaGetLastError();
@@ -111,6 +122,7 @@ cudaError_t cudaMalloc(void**, std::size_t);
 cudaError_t cudaFree(void*);
 cudaError_t cudaHostAlloc(void**, std::size_t, unsigned);
 cudaError_t cudaFreeHost(void*);
+cudaError_t cudaHostGetDevicePointer(void**, void*, unsigned);
 cudaError_t cudaMemcpy(void*, const void*, std::size_t, cudaMemcpyKind);
 cudaError_t cudaMemcpyAsync(void*, const void*, std::size_t, cudaMemcpyKind, cudaStream_t = nullptr);
 cudaError_t cudaMemcpyPeerAsync(void*, int, const void*, int, std::size_t, cudaStream_t = nullptr);

@@ -94,6 +94,7 @@ struct Runtime {
   std::size_t per_device = 0, arena_bytes = 0;
   bool peer_access = true;
   std::string fail_launch, skip_launch;
+  long launch_delay_us = 0;  // COMMBENCH_EMU_LAUNCH_DELAY_US: the host's cost of each kernel launch
   std::set<void*> pinned;
   bool exclusive = false;   // COMMBENCH_EMU_COMPUTE_MODE=exclusive-process
   std::set<int> contexts;   // devices this process holds a context on
@@ -154,6 +155,7 @@ Runtime& rt() {
     r->peer_access = env("COMMBENCH_EMU_NO_PEER").empty();
     r->fail_launch = env("COMMBENCH_EMU_FAIL_LAUNCH");
     r->skip_launch = env("COMMBENCH_EMU_SKIP_LAUNCH");
+    r->launch_delay_us = std::strtol(env("COMMBENCH_EMU_LAUNCH_DELAY_US").c_str(), nullptr, 10);
     r->exclusive = env("COMMBENCH_EMU_COMPUTE_MODE") == "exclusive-process";
     // The emulated CUDA-aware MPI (cuda_aware_mpi.c), when preloaded, opens device memory during MPI calls.
     if (void* reg = dlsym(RTLD_DEFAULT, "commbench_emu_register"))
@@ -589,6 +591,14 @@ cudaError_t cudaHostAlloc(void** p, std::size_t bytes, unsigned) {
   return cudaSuccess;
 }
 
+// Pinned memory is mapped: with one address space (UVA), the device sees it where the host does.
+cudaError_t cudaHostGetDevicePointer(void** device, void* host, unsigned flags) {
+  std::lock_guard<std::mutex> l(mu);
+  if (flags != 0 || !rt().pinned.count(host)) return fail(cudaErrorInvalidValue);
+  *device = host;
+  return cudaSuccess;
+}
+
 cudaError_t cudaFreeHost(void* p) {
   std::lock_guard<std::mutex> l(mu);
   if (!rt().pinned.erase(p)) return fail(cudaErrorInvalidValue);
@@ -810,5 +820,6 @@ cudaError_t emu_launch_grid(const char* name, unsigned blocks, unsigned threads,
   const Runtime& r = rt();
   if (!r.fail_launch.empty() && std::strstr(name, r.fail_launch.c_str())) return fail(cudaErrorLaunchFailure);
   if (!r.skip_launch.empty() && std::strstr(name, r.skip_launch.c_str())) return cudaSuccess;
+  if (r.launch_delay_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(r.launch_delay_us));
   return fail(enqueue(stream, std::move(grid)));
 }
