@@ -11,7 +11,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from typing import NoReturn, Optional
 
@@ -161,10 +160,7 @@ def _spawn(argv: list[str], env: dict) -> int:
     themselves (rank 0 then closes the result file and speaks, and mpirun ends the rest): a signalled
     mpirun would stop relaying the ranks' output. mpirun gets a session of its own so that whatever
     is left after STOP_WITHIN_S goes with it, and it ends with this process, even a SIGKILLed one."""
-    proc = subprocess.Popen(argv, env=env, start_new_session=True, preexec_fn=dies_with(os.getpid()),
-                            stderr=subprocess.PIPE)
-    relay = threading.Thread(target=_relay, args=(proc.stderr, sys.stderr.buffer), daemon=True)
-    relay.start()
+    proc = subprocess.Popen(argv, env=env, start_new_session=True, preexec_fn=dies_with(os.getpid()))
     interrupted = []
 
     def forward(signum, _frame):
@@ -182,19 +178,8 @@ def _spawn(argv: list[str], env: dict) -> int:
         except subprocess.TimeoutExpired:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
-    relay.join()
     # A rank killed by a signal makes mpirun's own status a signal number; the command's is 1.
     return rc if rc in (0, 1, 2) and not (interrupted and rc == 0) else 1
-
-
-def _relay(source, sink) -> None:
-    """Copies mpirun's stderr to this process's as it comes, without the NUL bytes that mpirun's output
-    forwarding at times puts before a rank's line (a terminal hides them; a program reading the
-    `commbench: error` line does not)."""
-    while chunk := source.read1(65536):
-        with contextlib.suppress(OSError, ValueError):  # a closed stderr: mpirun's output is still drained
-            sink.write(chunk.replace(b"\0", b""))
-            sink.flush()
 
 
 def _session_members(sid: int) -> list[int]:
