@@ -98,6 +98,10 @@ EXAMPLES: dict[str, Example] = {
                                  "-o rs.json")]),
     "broadcast-root": Example([sh("commbench broadcast --np 3 --root 1 --impl mpi,tree,chain --sizes 1K-4M:x64 "
                                   "--budget-ms 20 --no-fit -o bcast.json")]),
+    "timing-loop": Example([sh("commbench broadcast --impl mpi --sizes 1K,64K,1M --budget-ms 50 --no-fit "
+                               "-o step.json"),
+                            sh("commbench broadcast --impl mpi --sizes 1K,64K,1M --budget-ms 50 --no-fit --timing loop "
+                               "-o loop.json")]),
     "straggler": Example([sh("commbench allreduce --np 3 --impl mpi,ring --delay 1:2000 --sizes 1K,64K --budget-ms 50 "
                              "--no-fit -o delay.json")]),
     "bad-input": Example([

@@ -34,9 +34,9 @@ class Policy:
         """The policy in one line: in the result file and in the header of a run."""
         if self.timing == "loop":
             calls = (f"{self.iters} calls" if self.iters else
-                     f"N calls, N = {self.budget_ms:g} ms budget / ({self.loops} x the warm-up's time per call), "
-                     f"clamped to [{self.min_iters}, {self.max_iters}]")
-            return f"{self.loops} loops per size of {calls} back to back, after a warm-up loop of {self.warmup} call(s)"
+                     f"N calls (N = {self.budget_ms:g} ms budget / ({self.loops} x the warm-up's time per call), "
+                     f"clamped to [{self.min_iters}, {self.max_iters}])")
+            return f"{self.loops} loops per size, each of {calls} back to back, after a warm-up loop of {self.warmup} call(s)"
         if self.iters:
             return f"{self.iters} timed iterations per size after {self.warmup} warm-up(s)"
         return (f"timed iterations = {self.budget_ms:g} ms budget / warm-up median, clamped to [{self.min_iters}, "
