@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.commbench-installed
 NATIVE := $(shell find csrc -type f) setup.py pyproject.toml
 
-.PHONY: install install-offline cuda-compiler emu bench test docs overhead gpu-check clean
+.PHONY: install install-offline cuda-compiler emu bench test docs overhead versus-osu gpu-check clean
 
 install: $(STAMP)
 
@@ -88,6 +88,10 @@ docs: install
 
 overhead: install
 	$(BIN)/python benchmarks/overhead.py
+
+# commbench beside OSU 7.4 (built outside the repository from ../shared/reference): ratios per size.
+versus-osu: install
+	$(BIN)/python benchmarks/versus_osu.py
 
 # On a GPU machine: GPU tests and a short sweep of every GPU command; summary in gpu-check/.
 gpu-check: install

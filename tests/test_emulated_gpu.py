@@ -184,6 +184,18 @@ def test_per_iteration_timing_leaves_the_hosts_launches_out(workdir):
     assert medians["per-iteration"] < 10000 <= 20000 <= medians["loop"], medians
 
 
+def test_a_sample_longer_than_the_launch_queue_is_let_go_in_time(workdir):
+    """tree over 2,048 pipeline chunks enqueues thousands of steps a call, more than the emulated
+    launch queue holds (1,024, as a GPU's): the gate lets the stream go after its first operations
+    instead of holding it until the host blocks, and the run completes exact."""
+    out = os.path.join(workdir, "long.json")
+    r = commbench(["allreduce", "--device", "cuda", "--np", "2", "--impl", "tree", "--chunk", "256", "--sizes", "512K",
+                   "--iters", "2", "--warmup", "1", "-o", out], env=emu_env(2), cwd=workdir, timeout=120)
+    assert r.returncode == 0, r.stderr
+    [rec] = results.load_document(out)["results"]
+    assert rec["wrong"] == 0 and rec["iterations"] == 2
+
+
 def test_a_failed_kernel_launch_ends_the_run_in_one_line(workdir):
     out = os.path.join(workdir, "launch.json")
     r = commbench(["allreduce", "--device", "cuda", "--np", "2", "--impl", "ring", "--sizes", "1K", "-o", out],
@@ -275,7 +287,7 @@ _MPI_ON_GPU = textwrap.dedent("""
 
     class Copy:  # the MPI library's all-reduce of one rank, on GPU buffers: its input
         name, description = "mpi", "one rank's all-reduce"
-        def rank_times(self, world, coll, send, recv, op, iters, cfg, agg=1, delayed=False):
+        def rank_times(self, world, coll, send, recv, op, iters, cfg, agg=1, delayed=False, loop=1, gated=True):
             recv[:] = send.to_numpy()
             return np.full((1, iters), 1e-5)
 

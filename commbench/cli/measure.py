@@ -148,7 +148,7 @@ def collective_command(coll) -> click.Command:
                           "to show what one slow rank costs the others: their time grows by about US."),
         click.option("--timing", type=click.Choice(TIMINGS), default="per-iteration", show_default=True,
                      help="per-iteration: each call after a barrier, timed alone (GPUs: device time only), the "
-                          "slowest rank's time; loop: nccl-tests' and OSU's convention, N calls back to back, the "
+                          "slowest rank's time; loop: nccl-tests' convention, N calls back to back, the "
                           "time per call averaged over the ranks."),
         click.option("--loops", type=click.IntRange(min=1, max=1000), default=None,
                      help="--timing loop: loops per size, the spread's samples (default 5); N calls each "

@@ -49,15 +49,15 @@ def timing_lines(cfg: dict) -> list[str]:
     if cfg["op"] in ("p2p", "copy"):  # pair tests and copies: one convention, their commands' pages say it
         return ["# time = median (p50) over iterations of the slowest rank's time; GB/s = 1e9 B/s", spread]
     if cfg["policy"].get("timing") == "loop":
-        return ["# timing: loop (nccl-tests' and OSU's): after a barrier, N calls back to back between two timestamps; "
+        return ["# timing: loop (nccl-tests'): after a barrier, N calls back to back between two timestamps; "
                 "time = time per call averaged over the ranks (nccl-tests' -a 1), median over the loops; "
                 "min = the fastest loop; slowest = the slowest rank's time per call; GB/s = 1e9 B/s",
                 "# CV = stdev / mean and IQR = (p75 - p25) / median over the loops"]
     where = (", on the device (the stream held while the call is enqueued, so no launch latency)"
              if cfg.get("device") == "cuda" else "")
     return [f"# timing: per-iteration: each iteration one call after a barrier, timed alone{where}; time = median (p50) "
-            f"over iterations of the slowest rank's time; GB/s = 1e9 B/s; nccl-tests and OSU time loops "
-            f"of back-to-back calls instead (the collectives' --timing loop)", spread]
+            f"over iterations of the slowest rank's time; GB/s = 1e9 B/s; nccl-tests times loops of back-to-back "
+            f"calls instead (the collectives' --timing loop), OSU averages each rank's own time", spread]
 
 
 def gpu_lines(cfg: dict) -> list[str]:

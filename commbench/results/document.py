@@ -96,10 +96,14 @@ def load_document(path: str) -> dict:
 
 
 def timing_of(doc: dict) -> str:
-    """How a document's samples were taken (run/policy.py TIMINGS): as its policy says; imports of
-    nccl-tests and OSU time loops; files written before the choice existed, per iteration."""
+    """How a document's samples were taken (run/policy.py TIMINGS): as its policy says; files written
+    before the choice existed, per iteration. nccl-tests times loops; OSU 7.4's collectives time each
+    call alone, as per-iteration timing does, but average the ranks' own times."""
     policy = doc.get("config", {}).get("policy", {})
-    return "loop" if "imported_from" in policy else policy.get("timing", "per-iteration")
+    tool = policy.get("imported_from")
+    if tool:
+        return "loop" if tool == "nccl-tests" else "per-iteration, the ranks' average"
+    return policy.get("timing", "per-iteration")
 
 
 def write_new(path: str, doc, exists_message: str) -> None:

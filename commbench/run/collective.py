@@ -94,9 +94,10 @@ def run_collective(world, cfg: RunConfig, coll, impls: list, reporter, where: st
                     send, recv = pool.views(shape, world.rank)
                     _fill(data, send, coll.inputs(world.rank, world.size, cfg.root, shape), code)
                     # One call, checked: in place, a second one would start from the first one's result.
-                    # Without the graph, whose making runs the call twice more on the same buffers.
+                    # Without the graph, whose making runs the call twice more on the same buffers; not
+                    # gated, as the first call of a size connects NCCL's peers on the host.
                     checked = Timings(functools.partial(impl.rank_times, world, coll, send, recv, code,
-                                                        cfg=replace(cfg, graph=False)))(1)
+                                                        cfg=replace(cfg, graph=False), gated=False))(1)
                     expected = coll.expected(world.rank, world.size, cfg.root, shape)
                     wrong = world.sum(_count_wrong(data, recv, expected, code))
                     total_wrong += wrong

@@ -10,8 +10,9 @@ import numpy as np
 
 # How a sample is taken. per-iteration: one call after a barrier, timed alone (on GPUs launch-free: the
 # stream is held while the call is enqueued), so every sample is one synchronised call of every rank
-# and the slowest rank's time is the figure. loop: nccl-tests' and OSU's, N calls back to back between
-# two timestamps after a barrier, the time per call, averaged over the ranks.
+# and the slowest rank's time is the figure (OSU's collectives time each call alone too, but average
+# each rank's own time over the ranks). loop: nccl-tests', N calls back to back between two
+# timestamps after a barrier, the time per call, averaged over the ranks.
 TIMINGS = ("per-iteration", "loop")
 
 

@@ -68,12 +68,13 @@ class Impl:
         self.transport.prepare(world, cfg, f"--impl {self.name}")
 
     def rank_times(self, world, coll, send, recv, op: int, iters: int, cfg, agg: int = 1,
-                   delayed: bool = False, loop: int = 1) -> np.ndarray:
+                   delayed: bool = False, loop: int = 1, gated: bool = True) -> np.ndarray:
         """Every rank's own seconds per call, ranks x samples, on every rank: a sample is `loop`
         operations back to back (1: the per-iteration timing), each of `agg` calls fused as the
-        transport allows; `delayed`: with cfg's --delay (RunConfig.delay_for)."""
+        transport allows; `delayed`: with cfg's --delay (RunConfig.delay_for); `gated`: launch-free
+        where the timing and the transport allow it (NCCL's per-iteration samples)."""
         own = self.transport.times(world, coll, self.algorithm, send, recv, op, iters, cfg, agg,
-                                   cfg.delay_for(world.rank) if delayed else 0.0, loop)
+                                   cfg.delay_for(world.rank) if delayed else 0.0, loop, gated)
         return world.all_times(own)
 
 

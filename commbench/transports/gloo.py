@@ -88,7 +88,7 @@ class GlooTransport:
         join(world)  # a collective: every rank joins, members of a timed pair or not
 
     def times(self, world, coll, algorithm: Optional[str], send, recv, op: int, iters: int,
-              cfg, agg: int, delay_s: float, loop: int = 1) -> np.ndarray:
+              cfg, agg: int, delay_s: float, loop: int = 1, gated: bool = True) -> np.ndarray:
         import torch.distributed as dist
         call = CALLS[coll.name]
         send, recv = as_tensor(send), as_tensor(recv)

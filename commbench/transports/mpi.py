@@ -38,7 +38,7 @@ class MpiTransport:
             take_gpu(world)  # where the rank's data lives
 
     def times(self, world, coll, algorithm: Optional[str], send, recv, op: int, iters: int, cfg, agg: int,
-              delay_s: float, loop: int = 1) -> np.ndarray:
+              delay_s: float, loop: int = 1, gated: bool = True) -> np.ndarray:
         from .. import _host
         from .native import native_call
         return np.asarray(_host.collective_times(*native_call(_host, coll, algorithm), send, recv, op, cfg.root, iters,

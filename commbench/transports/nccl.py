@@ -88,7 +88,7 @@ class NcclTransport:
         communicator(world, cfg.timeout_s)
 
     def times(self, world, coll, algorithm: Optional[str], send, recv, op: int, iters: int, cfg, agg: int,
-              delay_s: float, loop: int = 1) -> np.ndarray:
+              delay_s: float, loop: int = 1, gated: bool = True) -> np.ndarray:
         # NCCL's calls are fused into one group per iteration, ours run one after another. The
         # per-iteration timing is launch-free (the stream held while the call is enqueued); a loop is
         # timed as nccl-tests times it, its enqueue overlapping the device's work.
@@ -97,7 +97,7 @@ class NcclTransport:
         from .native import native_call
         return np.asarray(communicator(world).collective_times(
             *native_call(_cuda, coll, algorithm), send, recv, op, cfg.root, iters, cfg.chunk_bytes, cfg.graph, agg,
-            delay_s, loop, cfg.policy.timing == "per-iteration"))
+            delay_s, loop, gated and cfg.policy.timing == "per-iteration"))
 
     def open_pairs(self, world, pairs, window: int) -> Optional[NcclPair]:
         mine = next((pair for pair in pairs if world.rank in pair), None)

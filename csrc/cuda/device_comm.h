@@ -234,10 +234,16 @@ class DeviceComm {
         nccl_enqueued(ncclRecv(r, n, ncclUint8, other, comm(), stream_.s), comm(), "ncclRecv", where_);
     };
     const bool lead = where_.rank < other;
+    const unsigned expired = gate_.expired();
     std::vector<double> t = or_abort([&] {
+      // Once ungated and untimed: NCCL connects a peer on first use, on the host, inside the call.
+      pair_barrier(other);
+      body(leg, lead);
+      wait(what);
       return event_times(stream_.s, iters, where_, [&] { pair_barrier(other); }, [&] { body(leg, lead); }, [&] { wait(what); },
                          1, &gate_);
     });
+    require_gates_held(expired, what);
     for (double& x : t) x *= scale;
     return max_with_peer(std::move(t), other);
   }
@@ -309,7 +315,9 @@ class DeviceComm {
     // Copies within this rank's GPU, in stream order.
     auto copy() const {
       return [s = dc.stream_.s, w = dc.where_](auto* dst, const auto* src, std::size_t n) {
-        if (n > 0) cuda_check(cudaMemcpyAsync(dst, src, n * sizeof(*src), cudaMemcpyDeviceToDevice, s), "cudaMemcpyAsync", w);
+        if (n == 0) return;
+        cuda_check(cudaMemcpyAsync(dst, src, n * sizeof(*src), cudaMemcpyDeviceToDevice, s), "cudaMemcpyAsync", w);
+        Gate::enqueued();
       };
     }
     template <typename T>
@@ -330,12 +338,12 @@ class DeviceComm {
 
   // This rank's event times per sample of `calls` back-to-back calls of the body. With `graph`, the
   // body is captured once into a CUDA graph and each call launches the graph, which removes the
-  // host's launch cost from small messages. With `launch_free`, each sample is enqueued behind the
-  // gate (event_times), so that neither the host's enqueue nor the launch latency is in it; a loop of
-  // many calls is not gated (its enqueue overlaps the device's work, as in nccl-tests, and a long one
-  // would fill the launch queue behind a held stream).
-  // The graph is run once untimed after its upload, and the body once before its capture: NCCL
-  // connects peers on first use, which a capture must not contain.
+  // host's launch cost from small messages. With `launch_free` and one call a sample, each sample is
+  // enqueued behind the gate (gate.h), so that neither the host's enqueue nor the launch latency is
+  // in it; a loop of calls is not gated (its enqueue overlaps the device's work, as in nccl-tests).
+  // NCCL connects peers and algorithms on first use, on the host, inside the call, which neither a
+  // capture nor a held stream may contain: the graph runs the body once before its capture (and once
+  // after its upload); a collective's untimed check, ungated, comes before its gated samples.
   // A delay spins on the host between the barrier and the start event of each timed iteration.
   // The barrier leaves the stream idle, so holding back the enqueue holds back this GPU's start of
   // the call by the same time, as a compute kernel queued ahead of it would; the start event is
@@ -345,7 +353,7 @@ class DeviceComm {
   template <typename Body>
   std::vector<double> timed(int64_t iters, int64_t calls, bool graph, bool launch_free, double delay_s, const char* what,
                             Body&& body) {
-    Gate* gate = launch_free ? &gate_ : nullptr;
+    Gate* gate = launch_free && calls == 1 ? &gate_ : nullptr;
     const unsigned expired = gate_.expired();
     auto sync = [&] { barrier(); };
     auto start = [&] {
@@ -364,13 +372,18 @@ class DeviceComm {
       done();
       return event_times(stream_.s, iters, where_, start, [&] { g.launch(); }, done, calls, gate);
     });
-    // A gate gives up when the host blocks while it enqueues (a launch queue full of a long --agg):
-    // those samples include the enqueue, which the per-iteration timing promises to leave out.
-    if (gate_.expired() != expired)
-      throw std::runtime_error(std::string(what) + ": the stream was held for " + std::to_string(static_cast<int>(kGateSeconds)) +
-                               " s while the host enqueued one sample, and let go: the samples would include the "
-                               "enqueue; use --timing loop, or a smaller --agg" + where_.text());
+    require_gates_held(expired, what);
     return t;
+  }
+
+  // A gate that gave up (the host blocked while it enqueued behind the held stream: NCCL waiting on
+  // the host for its internal stream, CUDA_LAUNCH_BLOCKING) leaves samples that include the enqueue,
+  // which the per-iteration timing promises to leave out: the run stops instead.
+  void require_gates_held(unsigned expired_before, const char* what) const {
+    if (gate_.expired() == expired_before) return;
+    throw std::runtime_error(std::string(what) + ": the stream was held for " + std::to_string(static_cast<int>(kGateSeconds)) +
+                             " s or more while the host enqueued one sample, and let go: the samples would include "
+                             "the enqueue (is CUDA_LAUNCH_BLOCKING set?); use --timing loop" + where_.text());
   }
 
   // A CUDA graph captured from `body` on `stream`, and its executable instance.

@@ -9,6 +9,7 @@
 #include "commbench/pattern.h"
 #include "commbench/reduce.h"
 #include "errors.h"
+#include "gate.h"
 #include "kernels.cuh"
 
 namespace commbench {
@@ -39,6 +40,7 @@ void launch(void (*kernel)(Params...), const char* name, unsigned blocks, unsign
 #else
   emu_launch(name, blocks, threads, stream, [=] { kernel(args...); });
 #endif
+  Gate::enqueued();
   check_launch(name);
 }
 
@@ -75,11 +77,11 @@ __global__ void split_kernel(T* __restrict__ dst, const T* __restrict__ src, Vec
     dst[done + i] = f(F::kReadsDst ? dst[done + i] : T{}, src[done + i]);
 }
 
-// clock64() counts the SM's cycles: 2 GHz is above any current GPU's clock, so the wait is at least
-// kGateSeconds.
+// clock64() counts the SM's cycles: 3 GHz is above any current GPU's boost clock, so the wait is at
+// least kGateSeconds (longer at lower clocks).
 __global__ void gate_kernel(const volatile unsigned* flag, unsigned seq, unsigned* expired) {
   const long long start = clock64();
-  const long long limit = static_cast<long long>(kGateSeconds * 2e9);
+  const long long limit = static_cast<long long>(kGateSeconds * 3e9);
   while (static_cast<int>(*flag - seq) < 0) {  // wrap-safe: the sequence counts up for ever
     if (clock64() - start > limit) {
       atomicAdd(expired, 1u);

@@ -16,6 +16,7 @@
 
 #include "commbench/reduce.h"
 #include "errors.h"
+#include "gate.h"
 
 namespace commbench {
 
@@ -47,6 +48,7 @@ class NcclGroup {
   void end() {
     open_ = false;
     nccl_enqueued(ncclGroupEnd(), comm_, "ncclGroupEnd", where_);
+    Gate::enqueued();
   }
   ~NcclGroup() {
     if (open_) ncclGroupEnd();  // unwinding already: the first error is the one reported

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "errors.h"
-#include "kernels.cuh"
+#include "gate.h"
 
 namespace commbench {
 
@@ -85,37 +85,6 @@ struct Event {
   Event& operator=(const Event&) = delete;
 };
 
-// Launch-free timing: the stream is held behind a gate kernel (kernels.cuh) while the host enqueues the
-// start event, the timed work and the stop event, then released, so that the event pair encloses the
-// device's work alone and not the host's enqueue and launch latency (the idle stream's start event
-// would otherwise fire as soon as it is recorded). The flag and the expiry count live in mapped host
-// memory, written by the host and read by the gate.
-class Gate {
- public:
-  explicit Gate(const Where& w) {
-    cuda_check(cudaHostAlloc(&host_, 2 * sizeof(unsigned), cudaHostAllocMapped | cudaHostAllocPortable), "cudaHostAlloc", w);
-    static_cast<unsigned*>(host_)[0] = static_cast<unsigned*>(host_)[1] = 0;
-    cuda_check(cudaHostGetDevicePointer(&device_, host_, 0), "cudaHostGetDevicePointer", w);
-  }
-  ~Gate() {
-    if (host_) cudaFreeHost(host_);
-  }
-  void hold(cudaStream_t stream) {
-    auto* d = static_cast<unsigned*>(device_);
-    launch_gate(d, ++seq_, d + 1, stream);
-  }
-  void release() { __atomic_store_n(static_cast<unsigned*>(host_), seq_, __ATOMIC_RELEASE); }
-  // Gates that gave up waiting since the gate was made: their samples include the enqueue.
-  unsigned expired() const { return __atomic_load_n(static_cast<unsigned*>(host_) + 1, __ATOMIC_ACQUIRE); }
-  Gate(const Gate&) = delete;
-  Gate& operator=(const Gate&) = delete;
-
- private:
-  void* host_ = nullptr;
-  void* device_ = nullptr;
-  unsigned seq_ = 0;
-};
-
 // One start/stop event pair per sample, recorded on `stream`; before each sample `sync()` runs
 // untimed, after the last `wait()` must return once the stream is idle; a sample is `calls` calls of
 // body() back to back. With a `gate`, each sample is enqueued behind it and released once enqueued.
@@ -128,14 +97,14 @@ std::vector<double> event_times(cudaStream_t stream, int64_t iters, const Where&
   for (int64_t i = 0; i < 2 * iters; ++i) ev.emplace_back(w);
   for (int64_t i = 0; i < iters; ++i) {
     sync();
-    if (gate) gate->hold(stream);
-    // Released on every way out: a failed enqueue must not leave the stream held.
+    // Released on every way out, a failed hold included: a failed enqueue must not leave the stream held.
     struct Release {
       Gate* g;
       ~Release() {
         if (g) g->release();
       }
     } release{gate};
+    if (gate) gate->hold(stream);
     cuda_check(cudaEventRecord(ev[2 * i].e, stream), "cudaEventRecord", w);
     for (int64_t c = 0; c < calls; ++c) body();
     cuda_check(cudaEventRecord(ev[2 * i + 1].e, stream), "cudaEventRecord", w);

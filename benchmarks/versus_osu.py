@@ -1,0 +1,169 @@
+"""commbench beside the OSU Micro-Benchmarks 7.4 on the same MPI, launcher and binding: the ratio of
+commbench's figure to OSU's per benchmark and size, the median of several rounds.
+
+    .venv/bin/python benchmarks/versus_osu.py [--rounds 3] [--sizes 1K,64K,1M,16M] [--np 2]
+        [--osu-tar ../shared/reference/osu-micro-benchmarks-7.4.tar.gz] [--build-dir DIR]
+
+OSU is built from its source tarball with this venv's mpicc, in a folder outside the repository
+(default ~/.cache/commbench-bench). Each round runs every OSU benchmark and then commbench's
+counterpart, so that drift in the machine's load reaches both.
+
+Conventions set side by side (docs/commands/collectives.md, "Timing: per-iteration and loop"):
+- OSU's collectives time each call alone between barriers, and print each rank's own mean time
+  averaged over the ranks. commbench's per-iteration figure is the slowest rank's median; `mean`
+  below is the mean of the ranks' own medians (the records' per_rank), OSU's aggregation; `loop` is
+  --timing loop (nccl-tests' convention: back-to-back calls, averaged over the ranks).
+- Sizes: osu_allgather's and osu_alltoall's are per rank (per peer for all-to-all), commbench's the
+  whole receive buffer, so commbench runs at size x np; the others are the same bytes.
+- osu_latency is half a round trip, as commbench's ping-pong; osu_bw's MB/s (1e6 B/s) becomes a time
+  per message, beside commbench's windowed bandwidth (window 64 in both).
+Ratios are commbench / OSU of times: above 1, commbench reads slower.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+BIN = os.path.dirname(sys.executable)
+OSU = "osu-micro-benchmarks-7.4"
+
+# OSU benchmark -> (commbench command, whether OSU's size is per rank, OSU's extra options)
+COLLECTIVES = {
+    "osu_allreduce": ("allreduce", False, ["-T", "mpi_float"]),
+    "osu_allgather": ("allgather", True, []),
+    "osu_reduce_scatter_block": ("reducescatter", False, ["-T", "mpi_float"]),
+    "osu_bcast": ("broadcast", False, []),
+    "osu_reduce": ("reduce", False, ["-T", "mpi_float"]),
+    "osu_alltoall": ("alltoall", True, []),
+}
+
+
+def env() -> dict:
+    e = dict(os.environ)
+    if os.geteuid() == 0:
+        e.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    return e
+
+
+def run(argv: list, cwd=None) -> str:
+    r = subprocess.run(argv, capture_output=True, text=True, env=env(), cwd=cwd)
+    if r.returncode != 0:
+        sys.exit(f"versus_osu: {' '.join(argv)} failed ({r.returncode}):\n{r.stderr[-2000:]}")
+    return r.stdout
+
+
+def build_osu(tar: str, build_dir: str) -> str:
+    """OSU's source tree, configured and built with this venv's MPI compilers (once)."""
+    src = os.path.join(build_dir, OSU)
+    done = os.path.join(src, "c", "mpi", "collective", "blocking", "osu_alltoall")
+    if os.path.exists(done):
+        return src
+    if os.path.realpath(build_dir).startswith(os.path.realpath(ROOT) + os.sep):
+        sys.exit("versus_osu: --build-dir must lie outside the repository")
+    os.makedirs(build_dir, exist_ok=True)
+    with tarfile.open(tar) as t:
+        t.extractall(build_dir, filter="data")
+    print(f"building OSU 7.4 in {src} ...", flush=True)
+    run(["./configure", f"CC={os.path.join(BIN, 'mpicc')}", f"CXX={os.path.join(BIN, 'mpicxx')}"], cwd=src)
+    run(["make", f"-j{os.cpu_count() or 1}"], cwd=src)
+    return src
+
+
+def osu_exe(src: str, name: str) -> str:
+    folder = ("pt2pt", "standard") if name in ("osu_latency", "osu_bw") else ("collective", "blocking")
+    return os.path.join(src, "c", "mpi", *folder, name)
+
+
+def osu_figures(src: str, name: str, sizes: list, np_: int, extra: list) -> dict:
+    """{size: time per call or per message (us)} from one OSU run over the sizes' range."""
+    lo, hi = min(sizes), max(sizes)
+    out = run([os.path.join(BIN, "mpirun"), "--np", str(np_ if name not in ("osu_latency", "osu_bw") else 2),
+               osu_exe(src, name), "-m", f"{lo}:{hi}", *extra])
+    got = {}
+    for line in out.splitlines():
+        cells = line.split()
+        if not cells or not cells[0].isdigit():
+            continue
+        size, value = int(cells[0]), float(cells[1])
+        if size in sizes:
+            # osu_bw prints MB/s: the time per message is size / rate.
+            got[size] = size / value if name == "osu_bw" else value
+    return got
+
+
+def commbench_runs(args: list, tmp: str, tag: str) -> dict:
+    out = os.path.join(tmp, f"{tag}.json")
+    if os.path.exists(out):
+        os.remove(out)
+    run([os.path.join(BIN, "commbench"), *args, "--no-fit", "-o", out] if args[0] != "p2p" else
+        [os.path.join(BIN, "commbench"), *args, "-o", out])
+    with open(out) as f:
+        return json.load(f)
+
+
+def collective_figures(cmd: str, sizes: list, np_: int, tmp: str) -> dict:
+    """{(convention, size): us} for commbench's MPI call: slowest, mean (of the ranks' own medians),
+    loop."""
+    got = {}
+    sweep = ",".join(str(s) for s in sizes)
+    base = [cmd, "--impl", "mpi", "--device", "cpu", "--np", str(np_), "--sizes", sweep, "--dtype", "float32"]
+    for rec in commbench_runs(base, tmp, f"{cmd}-step")["results"]:
+        got[("slowest", rec["size_bytes"])] = rec["time_us"]["median"]
+        got[("mean", rec["size_bytes"])] = statistics.mean(r["median_us"] for r in rec["per_rank"])
+    for rec in commbench_runs([*base, "--timing", "loop"], tmp, f"{cmd}-loop")["results"]:
+        got[("loop", rec["size_bytes"])] = rec["time_us"]["median"]
+    return got
+
+
+def p2p_figures(sizes: list, tmp: str) -> dict:
+    got = {}
+    doc = commbench_runs(["p2p", "--impl", "mpi", "--sizes", ",".join(str(s) for s in sizes)], tmp, "p2p")
+    for rec in doc["results"]:
+        got[(rec["op"], rec["size_bytes"])] = rec["time_us"]["median"]
+    return got
+
+
+def main() -> None:
+    from commbench.sizes import format_size, parse_sizes
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--sizes", default="1K,64K,1M,16M")
+    ap.add_argument("--np", type=int, default=2, dest="np_")
+    ap.add_argument("--osu-tar", default=os.path.join(ROOT, "..", "shared", "reference", f"{OSU}.tar.gz"))
+    ap.add_argument("--build-dir", default=os.path.join(os.path.expanduser("~"), ".cache", "commbench-bench"))
+    args = ap.parse_args()
+    sizes = parse_sizes(args.sizes)
+    src = build_osu(args.osu_tar, args.build_dir)
+    ratios: dict = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for rnd in range(args.rounds):
+            print(f"round {rnd + 1} of {args.rounds}", flush=True)
+            osu = {name: osu_figures(src, name, sizes, args.np_, []) for name in ("osu_latency", "osu_bw")}
+            ours = p2p_figures(sizes, tmp)
+            for name, op in (("osu_latency", "pingpong"), ("osu_bw", "bandwidth")):
+                for s in sizes:
+                    ratios.setdefault((name, "p2p", s), []).append(ours[(op, s)] / osu[name][s])
+            for name, (cmd, per_rank, extra) in COLLECTIVES.items():
+                figures = osu_figures(src, name, sizes, args.np_, extra)
+                scale = args.np_ if per_rank else 1
+                ours = collective_figures(cmd, [s * scale for s in sizes], args.np_, tmp)
+                for s in sizes:
+                    for conv in ("slowest", "mean", "loop"):
+                        ratios.setdefault((name, conv, s), []).append(ours[(conv, s * scale)] / figures[s])
+    print(f"\ncommbench / OSU 7.4, times, median of {args.rounds} round(s), {args.np_} ranks, same mpirun "
+          f"({os.path.join(BIN, 'mpirun')})")
+    print(f"{'benchmark':<26} {'commbench':<10} " + " ".join(f"{format_size(s):>7}" for s in sizes))
+    for (name, conv) in dict.fromkeys((n, c) for n, c, _ in ratios):
+        cells = " ".join(f"{statistics.median(ratios[(name, conv, s)]):7.2f}" for s in sizes)
+        print(f"{name:<26} {conv:<10} {cells}")
+
+
+if __name__ == "__main__":
+    main()
