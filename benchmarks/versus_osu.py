@@ -10,9 +10,11 @@ counterpart, so that drift in the machine's load reaches both.
 
 Conventions set side by side (docs/commands/collectives.md, "Timing: per-iteration and loop"):
 - OSU's collectives time each call alone between barriers, and print each rank's own mean time
-  averaged over the ranks. commbench's per-iteration figure is the slowest rank's median; `mean`
-  below is the mean of the ranks' own medians (the records' per_rank), OSU's aggregation; `loop` is
-  --timing loop (nccl-tests' convention: back-to-back calls, averaged over the ranks).
+  averaged over the ranks. commbench's per-iteration figure is the slowest rank's median (`slowest`);
+  `ranks` is the mean of the ranks' own medians (the records' per_rank), OSU's aggregation over the
+  ranks; `average` the slowest rank's mean over iterations, OSU's statistic over them (a noisy
+  machine's outliers raise a mean, not a median); `loop` is --timing loop (nccl-tests' convention:
+  back-to-back calls, averaged over the ranks). The p2p rows are the median and (`average`) the mean.
 - Sizes: osu_allgather's and osu_alltoall's are per rank (per peer for all-to-all), commbench's the
   whole receive buffer, so commbench runs at size x np; the others are the same bytes.
 - osu_latency is half a round trip, as commbench's ping-pong; osu_bw's MB/s (1e6 B/s) becomes a time
@@ -109,14 +111,15 @@ def commbench_runs(args: list, tmp: str, tag: str) -> dict:
 
 
 def collective_figures(cmd: str, sizes: list, np_: int, tmp: str) -> dict:
-    """{(convention, size): us} for commbench's MPI call: slowest, mean (of the ranks' own medians),
-    loop."""
+    """{(convention, size): us} for commbench's MPI call: slowest, ranks (the mean of the ranks' own
+    medians), average (the slowest rank's mean), loop."""
     got = {}
     sweep = ",".join(str(s) for s in sizes)
     base = [cmd, "--impl", "mpi", "--device", "cpu", "--np", str(np_), "--sizes", sweep, "--dtype", "float32"]
     for rec in commbench_runs(base, tmp, f"{cmd}-step")["results"]:
         got[("slowest", rec["size_bytes"])] = rec["time_us"]["median"]
-        got[("mean", rec["size_bytes"])] = statistics.mean(r["median_us"] for r in rec["per_rank"])
+        got[("ranks", rec["size_bytes"])] = statistics.mean(r["median_us"] for r in rec["per_rank"])
+        got[("average", rec["size_bytes"])] = rec["time_us"]["mean"]
     for rec in commbench_runs([*base, "--timing", "loop"], tmp, f"{cmd}-loop")["results"]:
         got[("loop", rec["size_bytes"])] = rec["time_us"]["median"]
     return got
@@ -126,7 +129,8 @@ def p2p_figures(sizes: list, tmp: str) -> dict:
     got = {}
     doc = commbench_runs(["p2p", "--impl", "mpi", "--sizes", ",".join(str(s) for s in sizes)], tmp, "p2p")
     for rec in doc["results"]:
-        got[(rec["op"], rec["size_bytes"])] = rec["time_us"]["median"]
+        got[(rec["op"], "median", rec["size_bytes"])] = rec["time_us"]["median"]
+        got[(rec["op"], "average", rec["size_bytes"])] = rec["time_us"]["mean"]
     return got
 
 
@@ -149,13 +153,14 @@ def main() -> None:
             ours = p2p_figures(sizes, tmp)
             for name, op in (("osu_latency", "pingpong"), ("osu_bw", "bandwidth")):
                 for s in sizes:
-                    ratios.setdefault((name, "p2p", s), []).append(ours[(op, s)] / osu[name][s])
+                    for stat in ("median", "average"):
+                        ratios.setdefault((name, stat, s), []).append(ours[(op, stat, s)] / osu[name][s])
             for name, (cmd, per_rank, extra) in COLLECTIVES.items():
                 figures = osu_figures(src, name, sizes, args.np_, extra)
                 scale = args.np_ if per_rank else 1
                 ours = collective_figures(cmd, [s * scale for s in sizes], args.np_, tmp)
                 for s in sizes:
-                    for conv in ("slowest", "mean", "loop"):
+                    for conv in ("slowest", "ranks", "average", "loop"):
                         ratios.setdefault((name, conv, s), []).append(ours[(conv, s * scale)] / figures[s])
     print(f"\ncommbench / OSU 7.4, times, median of {args.rounds} round(s), {args.np_} ranks, same mpirun "
           f"({os.path.join(BIN, 'mpirun')})")
