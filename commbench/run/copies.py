@@ -32,15 +32,16 @@ def run_peer_matrix(cfg, reporter, gpus: int) -> tuple[dict, int]:
     for mode in ("ce", "sm"):
         for bidi in (False, True):
             cell: dict = {}
-            block = f"peer {mode} {'bidirectional' if bidi else 'unidirectional'}"
-            reporter.block(block, {"ce": "copy engine, cudaMemcpyPeerAsync", "sm": "SM copy kernel"}[mode]
-                           + (", both directions at once" if bidi else ""))
             for src in range(gpus):
                 for dst in range(gpus):
                     why = _cuda.peer_status(src, dst)
                     if why and (mode == "sm" or bidi):
                         cell[(src, dst)] = why
                         continue
+                    # A block per pair, as each pair is a series of its own (as links' pairs are).
+                    block = f"peer {mode} {'bidirectional' if bidi else 'unidirectional'} {src}->{dst}"
+                    reporter.block(block, {"ce": "copy engine, cudaMemcpyPeerAsync", "sm": "SM copy kernel"}[mode]
+                                   + (", both directions at once" if bidi else ""))
                     cell[(src, dst)] = []
                     for size in cfg.sizes:
                         reporter.step(f"{block} {src}->{dst} {format_size(size)}")
