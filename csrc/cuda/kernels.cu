@@ -77,13 +77,23 @@ __global__ void split_kernel(T* __restrict__ dst, const T* __restrict__ src, Vec
     dst[done + i] = f(F::kReadsDst ? dst[done + i] : T{}, src[done + i]);
 }
 
-// clock64() counts the SM's cycles: 3 GHz is above any current GPU's boost clock, so the wait is at
-// least kGateSeconds (longer at lower clocks).
+// Nanoseconds: the GPU's global timer (clock64 would count the SM's cycles, whose rate boosts and
+// throttles); the emulated clock64 counts nanoseconds.
+__device__ __forceinline__ long long now_ns() {
+#if defined(__CUDA_ARCH__)
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return static_cast<long long>(t);
+#else
+  return clock64();
+#endif
+}
+
 __global__ void gate_kernel(const volatile unsigned* flag, unsigned seq, unsigned* expired) {
-  const long long start = clock64();
-  const long long limit = static_cast<long long>(kGateSeconds * 3e9);
+  const long long start = now_ns();
+  const long long limit = static_cast<long long>(kGateSeconds * 1e9);
   while (static_cast<int>(*flag - seq) < 0) {  // wrap-safe: the sequence counts up for ever
-    if (clock64() - start > limit) {
+    if (now_ns() - start > limit) {
       atomicAdd(expired, 1u);
       return;
     }
