@@ -21,7 +21,7 @@ def result_doc(rows: list, status: str = "complete", env: dict = None, argv: lis
     sizes = sorted({r["size_bytes"] for r in rows})
     head = header(argv or ["commbench", "allreduce"],
                   {"op": "allreduce", "impls": ["ring@mpi"], "sizes": sizes, "dtype": "float32", "redop": "sum",
-                   "in_place": False, "policy": {}},
+                   "place": "out", "policy": {}},
                   {"hosts": ["h"], "ranks": 2, "launcher": "mpi", "cpu_model": "cpu", "cores": 2, "memory_bytes": 1,
                    "os": "Linux", "python": "3.11", "torch": "2", "mpi": "Open MPI v5"},
                   env or {}, tool={"name": "commbench", "version": "0.1.0", "git_commit": None},

@@ -81,17 +81,17 @@ for coll in collectives.all_collectives():
             for op in ops:
                 code = REDOPS[op] if op else _MOVE_ONLY
                 for i, count in enumerate(COUNTS):
-                    shape = coll.shape(count * itemsize, itemsize, size)
+                    shape = coll.shape(count * itemsize, itemsize, size, align=1)  # odd blocks too
                     root = i % size
                     for in_place in ((False, True) if coll.in_place else (False,)):
                         for chunk in chunks(impl.algorithm, count):
-                            send, recv = Buffers(coll, shape, dname, in_place, HOST).views(shape, rank)
+                            send, recv = Buffers(coll, shape, dname, (in_place,), HOST).views(shape, rank, in_place)
                             _fill(data, send, coll.inputs(rank, size, root, shape), code)
                             inputs = [rank_input(coll, j, root, shape, dname, code) for j in range(size)]
                             if not np.array_equal(inputs[rank], send.astype(np.float64)):
                                 failures.append(f"{coll.name}: rank {rank}'s input differs from its rebuilt copy")
                             cfg = RunConfig(op=coll.name, impls=(impl.name,), sizes=(shape.size,), root=root,
-                                            in_place=in_place, chunk_bytes=chunk)
+                                            place="in" if in_place else "out", chunk_bytes=chunk)
                             # One call through the transport, as a sweep's check makes it; no times gathered.
                             impl.transport.times(world, coll, impl.algorithm, send, recv, code, 1, cfg, 1, 0.0)
                             want = reference(coll, inputs, op, root, shape)
@@ -105,7 +105,7 @@ for coll in collectives.all_collectives():
                             checked += 1
     # The checker must see corruption: flip one element of a correct result.
     shape = coll.shape(100 * 4 * size, 4, size)
-    send, recv = Buffers(coll, shape, "float32", False, HOST).views(shape, rank)
+    send, recv = Buffers(coll, shape, "float32", (False,), HOST).views(shape, rank, False)
     code = REDOPS["sum"] if coll.reduces else _MOVE_ONLY
     _fill(data, send, coll.inputs(rank, size, 0, shape), code)
     _host.collective_times(*native_call(_host, coll, None), send, recv, code, 0, 1, comm.py2f(), 8)

@@ -38,7 +38,7 @@ def doc_of(recs, **machine):
     return {"schema_version": 1, "tool": {"name": "commbench", "version": "0.1.0", "git_commit": None},
             "created": "2026-11-21T00:00:00+00:00", "argv": ["commbench"],
             "config": {"op": "allreduce", "impls": ["ring@mpi"], "sizes": SIZES, "dtype": "float32", "redop": "sum",
-                       "in_place": False, "policy": {}}, "machine": m, "env": {}, "status": "complete", "error": None,
+                       "place": "out", "policy": {}}, "machine": m, "env": {}, "status": "complete", "error": None,
             "results": recs}
 
 
@@ -258,7 +258,7 @@ NCCL_LOGS = {
          (True, 1073741824, 268435456, 10497.1, 102.29, 191.79)], None),
     "all_gather_perf-8gpu.txt": (
         "allgather", 8, ["hgx-a01"], 20, "float32", "none", None,
-        [(False, 0, 0, 0.26, 0.00, 0.00), (False, 64, 2, 11.56, 0.01, 0.00),
+        [(False, 0, 0, 0.26, 0.00, 0.00), (False, 512, 16, 11.33, 0.05, 0.04),
          (False, 1073741824, 33554432, 2602.23, 412.62, 361.05),
          (True, 1073741824, 33554432, 2610.89, 411.25, 359.85)], None),
     "reduce_scatter_perf-8gpu-bf16.txt": (

@@ -143,7 +143,7 @@ def four(tmp_path_factory):
     folder = str(tmp_path_factory.mktemp("four"))
     dtypes, ops = (",".join(x) for x in zip(*DTYPE_OPS))
     ran = batch(4, {"dtypes": ["allreduce", "--device", "cpu", "--impl", "mpi,ring,tree", "--sizes", "10,1000,65538",
-                               "--dtype", dtypes, "--op", ops, "--in-place", "--iters", "3", "--warmup", "1",
+                               "--dtype", dtypes, "--op", ops, "--place", "in", "--iters", "3", "--warmup", "1",
                                "-o", "d.json"]}, folder)
     return folder, ran["dtypes"]
 
@@ -167,7 +167,7 @@ def test_mpirun_dtypes_and_ops_in_place(dtype, op, four):
     df = results.load(os.path.join(folder, "d.json"))
     df = df[(df["dtype"] == dtype) & (df["redop"] == op)]
     assert len(df) == 3 * 3 and (df["wrong"] == 0).all() and (df["iterations"] == 3).all()
-    assert df.attrs["meta"]["config"]["in_place"] is True
+    assert df.attrs["meta"]["config"]["place"] == "in" and df["in_place"].all()
 
 
 def test_a_host_memory_rank_over_mpi_never_loads_torch(four):

@@ -35,7 +35,7 @@ def _variant(coll, ranks) -> list:
     if coll.rooted:
         args += ["--root", str(ranks - 1)]
     if coll.in_place:
-        args += ["--in-place"]
+        args += ["--place", "in"]
     return args
 
 
@@ -108,7 +108,7 @@ def test_mpirun_variant_exact_in_nccl_tests_layout(name, ranks, request):
     assert set(df["impl"]) == set(_variant_impls(coll, ranks))
     if coll.rooted:
         assert (df["root"] == ranks - 1).all()
-    assert df.attrs["meta"]["config"]["in_place"] is coll.in_place
+    assert df.attrs["meta"]["config"]["place"] == ("in" if coll.in_place else "out") and set(df["in_place"]) == {coll.in_place}
     assert {(int(row[0]), int(row[1])) for row in _table_rows(r.stdout)} == set(zip(df["size_bytes"], df["count"]))
 
 
@@ -141,7 +141,7 @@ def test_an_impl_has_one_name_whatever_was_typed():
 
 
 @pytest.mark.parametrize("args,needle", [
-    (["alltoall", "--in-place"], "No such option '--in-place'"),
+    (["alltoall", "--place", "in"], "No such option '--place'"),
     (["broadcast", "--root", "5", "--np", "2"], "--root 5: only 2 rank(s)"),
     (["allgather", "--op", "max"], "No such option '--op'"),
     (["reducescatter", "--impl", "tree"], "unknown impl 'tree' for reducescatter: choose from mpi, nccl, ring@mpi, ring@nccl"),

@@ -105,7 +105,7 @@ def test_graph_mode_in_place_is_exact(op, workdir):
     """Defect 5: the checked call ran the body three times on one buffer (before the capture, after
     the upload, timed), so an in-place sum or product read as nearly all wrong."""
     out = os.path.join(workdir, "g.json")
-    r = commbench(["allreduce", "--device", "cuda", "--np", "2", "--impl", "nccl,ring", "--graph", "--in-place",
+    r = commbench(["allreduce", "--device", "cuda", "--np", "2", "--impl", "nccl,ring", "--graph", "--place", "in",
                    "--op", op, "--dtype", "int32", "--sizes", "64,4K", "--budget-ms", "10", "-o", out],
                   env=emu_env(2), cwd=workdir)
     assert r.returncode == 0, r.stderr
@@ -265,15 +265,16 @@ def test_the_exact_matrix_on_gpus(name, workdir):
     from commbench.transports import impls_for
     coll = collectives.get(name)
     expected = {n for n, i in impls_for(coll, "cuda").items() if i.transport.name == "nccl"}
-    for place in [[], *([["--in-place"]] if coll.in_place else [])]:
-        out = os.path.join(workdir, f"{name}{len(place)}.json")
-        r = commbench([name, "--device", "cuda", "--np", "3", "--dtype", "all", *(["--op", "all"] if coll.reduces else []),
-                       *place, *(["--root", "2"] if coll.rooted else []), "--sizes", "8,1000,65544", "--iters", "3",
-                       "--warmup", "1", "-o", out], env=emu_env(3), cwd=workdir)
-        assert r.returncode == 0, r.stderr
-        df = results.load(out)
-        assert set(df["impl"]) == expected and (df["wrong"] == 0).all() and len(set(df["dtype"])) == 6
-        assert not coll.reduces or len(set(df["redop"])) == 4
+    place = ["--place", "both"] if coll.in_place else []  # both placements in one run
+    out = os.path.join(workdir, f"{name}.json")
+    r = commbench([name, "--device", "cuda", "--np", "3", "--dtype", "all", *(["--op", "all"] if coll.reduces else []),
+                   *place, *(["--root", "2"] if coll.rooted else []), "--sizes", "8,1000,65544", "--iters", "3",
+                   "--warmup", "1", "-o", out], env=emu_env(3), cwd=workdir)
+    assert r.returncode == 0, r.stderr
+    df = results.load(out)
+    assert set(df["impl"]) == expected and (df["wrong"] == 0).all() and len(set(df["dtype"])) == 6
+    assert set(df["in_place"]) == ({False, True} if coll.in_place else {False})
+    assert not coll.reduces or len(set(df["redop"])) == 4
 
 
 _MPI_ON_GPU = textwrap.dedent("""
@@ -357,12 +358,13 @@ def test_the_mpi_librarys_calls_on_gpu_buffers(name, workdir):
     reduce-scatter's result faulted here."""
     from commbench import collectives
     coll = collectives.get(name)
-    for place in [[], *([["--in-place"]] if coll.in_place else [])]:
-        out = os.path.join(workdir, f"{name}{len(place)}.json")
-        r = commbench([name, "--device", "cuda", "--impl", "mpi", "--np", "3", "--dtype", "all",
-                       *(["--op", "all"] if coll.reduces else []), *place, *(["--root", "2"] if coll.rooted else []),
-                       "--sizes", "8,1000,65544", "--iters", "3", "--warmup", "1", "-o", out],
-                      env=emu_env(3, LD_PRELOAD=CUDA_AWARE_MPI), cwd=workdir)
-        assert r.returncode == 0, r.stderr[-2000:]
-        df = results.load(out)
-        assert set(df["impl"]) == {"mpi"} and (df["wrong"] == 0).all() and len(set(df["dtype"])) == 6
+    place = ["--place", "both"] if coll.in_place else []  # both placements in one run
+    out = os.path.join(workdir, f"{name}.json")
+    r = commbench([name, "--device", "cuda", "--impl", "mpi", "--np", "3", "--dtype", "all",
+                   *(["--op", "all"] if coll.reduces else []), *place, *(["--root", "2"] if coll.rooted else []),
+                   "--sizes", "8,1000,65544", "--iters", "3", "--warmup", "1", "-o", out],
+                  env=emu_env(3, LD_PRELOAD=CUDA_AWARE_MPI), cwd=workdir)
+    assert r.returncode == 0, r.stderr[-2000:]
+    df = results.load(out)
+    assert set(df["impl"]) == {"mpi"} and (df["wrong"] == 0).all() and len(set(df["dtype"])) == 6
+    assert set(df["in_place"]) == ({False, True} if coll.in_place else {False})

@@ -35,7 +35,7 @@ def _doc(recs):
     return {"schema_version": 1, "tool": {"name": "commbench", "version": "0.1.0", "git_commit": "0123456789abcdef"},
             "created": "2026-11-22T00:00:00+00:00", "argv": ["commbench", "allreduce", "--sizes", "1K,1M"],
             "config": {"op": "allreduce", "impls": ["ring@mpi", "tree@mpi"], "sizes": [1024, 1 << 20], "dtype": "float32",
-                       "redop": "sum", "in_place": False, "policy": {}},
+                       "redop": "sum", "place": "out", "policy": {}},
             "machine": {"hosts": ["node1"], "ranks": 4, "launcher": "mpi", "cpu_model": "cpu", "cores": 8,
                         "memory_bytes": 1, "os": "Linux", "python": "3.11", "torch": "2", "mpi": "Open MPI v5"},
             "env": {}, "status": "complete", "error": None, "results": recs}

@@ -32,14 +32,13 @@ needs_gpu = pytest.mark.skipif(GPUS == 0, reason="no CUDA device visible")
 # that test_gpu_arguments.py parses these very lists on a host without a GPU.
 NO_GPU_REQUESTS = [["allreduce", "--device", "cuda"], ["allreduce", "--impl", "nccl"], ["p2p", "--device", "cuda"],
                    ["p2p", "--impl", "nccl"], ["copy"]]
-EXACT_CASES = [("float32", "sum", "--out-of-place"), ("bfloat16", "prod", "--in-place"),
-               ("float16", "max", "--out-of-place"), ("int64", "min", "--in-place")]
+EXACT_CASES = [("float32", "sum", "out"), ("bfloat16", "prod", "in"), ("float16", "max", "out"), ("int64", "min", "both")]
 
 
 def exact_args(dtype, op, place):
     # Fewer elements than ranks and counts the ranks do not divide (8 and 1000 bytes), then several MiB.
     return ["allreduce", "--device", "cuda", "--impl", "nccl,ring,tree", "--sizes", "8,1000,1M-4M:+1M",
-            "--dtype", dtype, "--op", op, place, "--chunk", "64K", "--budget-ms", "20"]
+            "--dtype", dtype, "--op", op, "--place", place, "--chunk", "64K", "--budget-ms", "20"]
 
 
 GRAPH_ARGS = ["allreduce", "--device", "cuda", "--graph", "--sizes", "8-64K:x8", "--budget-ms", "20"]
@@ -51,7 +50,7 @@ def collective_args(name):
     from commbench import collectives
     coll = collectives.get(name)
     return [name, "--device", "cuda", "--sizes", "4,1000,1M-3M:+1M", "--budget-ms", "20", "--agg", "2",
-            *(["--in-place"] if coll.in_place else []), *(["--root", str(GPUS - 1)] if coll.rooted and GPUS else []),
+            *(["--place", "both"] if coll.in_place else []), *(["--root", str(GPUS - 1)] if coll.rooted and GPUS else []),
             *(["--dtype", "bfloat16", "--op", "max"] if coll.reduces else [])]
 
 

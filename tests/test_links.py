@@ -72,7 +72,7 @@ def test_a_links_file_of_an_earlier_version_is_judged_again_from_its_impl_suffix
     recs = rows(lambda a, b: SLOW if (a, b) == (0, 3) else FAST, len(hosts))
     new = results.new_document(results.header(
         ["commbench", "links"], {"op": "p2p", "impls": ["mpi"], "sizes": [8, 1 << 22], "dtype": "uint8",
-                                 "redop": "none", "in_place": False, "policy": {}, "device": "cpu"},
+                                 "redop": "none", "place": "out", "policy": {}, "device": "cpu"},
         {"hosts": hosts, "ranks": 4, "launcher": "mpi", "cpu_model": "cpu", "cores": 2, "memory_bytes": 1,
          "os": "Linux", "python": "3.11", "torch": "2", "mpi": None}, tool={"name": "commbench", "version": "0",
                                                                            "git_commit": None}),

@@ -16,7 +16,7 @@ def header():
         "created": "2026-11-21T00:00:00+00:00",
         "argv": ["commbench", "allreduce"],
         "config": {"op": "allreduce", "impls": ["ring@mpi"], "sizes": [1024], "dtype": "float32", "redop": "sum",
-                   "in_place": False, "policy": {"warmup": 5}},
+                   "place": "out", "policy": {"warmup": 5}},
         "machine": {"hosts": ["h"], "ranks": 2, "launcher": "mpi", "cpu_model": "cpu", "cores": 2,
                     "memory_bytes": 1, "os": "Linux", "python": "3.11", "torch": "2", "mpi": "Open MPI"},
         "env": {"OMPI_X": "1"},
@@ -130,6 +130,16 @@ def test_an_earlier_copy_file_keeps_its_modes_apart_under_impl_cuda():
     old["config"]["impls"] = ["pinned", "pageable", "staged", "ce"]
     for r in old["results"]:
         r["impl"] = r.pop("mode")
+    assert upgrade(old) == new
+
+
+@pytest.mark.parametrize("in_place,place", [(False, "out"), (True, "in")])
+def test_an_earlier_files_placement_reads_as_place(in_place, place):
+    new = _doc([rec()], place=place)
+    old = copy.deepcopy(new)
+    del old["config"]["place"]
+    old["config"]["in_place"] = in_place
+    results.validate(old)
     assert upgrade(old) == new
 
 

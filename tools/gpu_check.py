@@ -91,7 +91,7 @@ def steps(gpus: int, folder: str, quick: bool = False) -> list[Step]:
         sweep("allreduce nccl/ring/tree", ["allreduce", "--device", "cuda"], "1K-256M:x8"),
         sweep("allreduce graph", ["allreduce", "--device", "cuda", "--impl", "nccl", "--graph"], "8-64K:x8"),
         sweep("allreduce bf16 max in-place", ["allreduce", "--device", "cuda", "--dtype", "bfloat16", "--op", "max",
-                                              "--in-place"], "1K-16M:x16"),
+                                              "--place", "in"], "1K-16M:x16"),
         *(sweep(name, [name, "--device", "cuda"], "1K-64M:x8") for name in names() if name != "allreduce"),
         sweep("p2p matrix", ["p2p", "--device", "cuda"], "4-64M:x16", "64K"),
         sweep("copy", ["copy"], "4K-256M:x8"),

@@ -102,6 +102,8 @@ EXAMPLES: dict[str, Example] = {
                                "-o step.json"),
                             sh("commbench broadcast --impl mpi --sizes 1K,64K,1M --budget-ms 50 --no-fit --timing loop "
                                "-o loop.json")]),
+    "place-both": Example([sh("commbench allgather --np 3 --impl mpi --place both --timing loop -b 8 -e 1M -f 16 "
+                              "--budget-ms 20 --no-fit -o both.json")]),
     "straggler": Example([sh("commbench allreduce --np 3 --impl mpi,ring --delay 1:2000 --sizes 1K,64K --budget-ms 50 "
                              "--no-fit -o delay.json")]),
     "bad-input": Example([

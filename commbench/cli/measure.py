@@ -11,6 +11,7 @@ from ..collectives.impls import COPY_IMPL
 from ..errors import CommbenchError
 from ..launch.world import detect_launcher
 from ..run import preflight
+from ..run.config import PLACES
 from ..run.policy import TIMINGS
 from ..sizes import parse_size, parse_sizes, round_to_itemsize
 from ..transports import TRANSPORTS, default_p2p_transport, transport_names
@@ -59,11 +60,11 @@ def sweep_sizes(sizes, min_bytes, max_bytes, step_factor, check) -> str:
 
 def collective_command(coll) -> click.Command:
     """The command that times `coll`: its options follow from the registry entry (--op for
-    reductions, --root for rooted collectives, --in-place where it has an in-place form, --chunk
+    reductions, --root for rooted collectives, --place where it has an in-place form, --chunk
     where one of our algorithms pipelines)."""
 
     def run(sizes, min_bytes, max_bytes, step_factor, check, impl_text, device, graph, dtype, agg, buffers, delay,
-            timing, loops, nranks, timeout_s, output, policy, no_fit, judge, redop="none", root=0, in_place=False,
+            timing, loops, nranks, timeout_s, output, policy, no_fit, judge, redop="none", root=0, place="out",
             chunk="1M") -> None:
         from dataclasses import replace
 
@@ -92,7 +93,7 @@ def collective_command(coll) -> click.Command:
             cupy_buffers.check_request([i.name for i in impls], device, dtypes)
             cupy_buffers.require_cupy()
         cfg = RunConfig(op=coll.name, impls=tuple(i.name for i in impls), sizes=tuple(size_list), buffers=buffers,
-                        dtype=",".join(dtypes), redop=",".join(redops), in_place=in_place, device=device, graph=graph,
+                        dtype=",".join(dtypes), redop=",".join(redops), place=place, device=device, graph=graph,
                         chunk_bytes=chunk_bytes, root=root, agg=agg, timeout_s=timeout_s, delay=parse_delay(delay, timeout_s),
                         policy=policy)
         if cfg.delay:
@@ -100,7 +101,7 @@ def collective_command(coll) -> click.Command:
 
         def body(world):
             from ..run.collective import run_collective  # torch: on the ranks alone
-            steps = len(dtypes) * len(redops) * len(impls) * len(size_list)
+            steps = len(dtypes) * len(redops) * len(impls) * len(size_list) * len(cfg.placements)
             reporter = make_reporter(world, cfg, output, steps, None if no_fit else judge)
             if reporter:
                 for n in notes:
@@ -161,8 +162,10 @@ def collective_command(coll) -> click.Command:
         options.append(click.option("--root", type=click.IntRange(min=0), default=0, show_default=True,
                                     help="The rank the data comes from or goes to."))
     if coll.in_place:
-        options.append(click.option("--in-place/--out-of-place", default=False, show_default=True,
-                                    help="In place as nccl-tests places the buffers."))
+        options.append(click.option("--place", type=click.Choice(list(PLACES)), default="out", show_default=True,
+                                    help="Where the result goes: out of place (its own buffer), in place (one "
+                                         "buffer, as nccl-tests places it), or both: each size out of place and "
+                                         "in place, side by side in one row as nccl-tests prints them."))
     if coll.pipelined:
         options.append(click.option("--chunk", default="1M", show_default=True, help="Tree pipeline chunk size in bytes."))
     no_fit = click.option("--no-fit", is_flag=True, help="Do not print the latency/bandwidth fit after the table.")

@@ -89,7 +89,7 @@ def numerics(ranks_text, impl_text, dtype, data, count_text, seed, repeats, devi
     cfg = RunConfig(op=coll.name, impls=tuple(i.name for i in impls), sizes=(), dtype=",".join(dtypes), device=device,
                     timeout_s=timeout_s)
 
-    config = {"op": coll.name, "impls": list(cfg.impls), "dtype": cfg.dtype, "redop": "sum", "in_place": False,
+    config = {"op": coll.name, "impls": list(cfg.impls), "dtype": cfg.dtype, "redop": "sum", "place": "out",
               "device": device, "sizes": sorted({count * itemsize_of(d) for d in dtypes}),
               "policy": {}}  # nothing is timed
 

@@ -1,6 +1,6 @@
 """All-gather: every rank ends with every rank's block, block j from rank j."""
 
-from .base import Collective, Segment, per_rank_shape, step_model
+from .base import BLOCK_ALIGN, Collective, Segment, per_rank_shape, step_model
 
 
 class AllGather(Collective):
@@ -14,8 +14,8 @@ class AllGather(Collective):
     def busbw_factor(self, p):
         return (p - 1) / p
 
-    def shape(self, size_bytes, itemsize, p):
-        return per_rank_shape(size_bytes, itemsize, p, 1, p)
+    def shape(self, size_bytes, itemsize, p, align=BLOCK_ALIGN):
+        return per_rank_shape(size_bytes, itemsize, p, 1, p, align)
 
     def places(self, rank, shape):
         return rank * shape.send, 0

@@ -1,6 +1,6 @@
 """All-to-all: block j of rank i's buffer goes to rank j, where it lands as block i."""
 
-from .base import Collective, Segment, per_rank_shape, step_model
+from .base import BLOCK_ALIGN, Collective, Segment, per_rank_shape, step_model
 
 
 class AllToAll(Collective):
@@ -15,8 +15,8 @@ class AllToAll(Collective):
     def busbw_factor(self, p):
         return (p - 1) / p
 
-    def shape(self, size_bytes, itemsize, p):
-        return per_rank_shape(size_bytes, itemsize, p, p, p)
+    def shape(self, size_bytes, itemsize, p, align=BLOCK_ALIGN):
+        return per_rank_shape(size_bytes, itemsize, p, p, p, align)
 
     def expected(self, rank, p, root, shape):
         c = shape.count

@@ -15,6 +15,9 @@ from .cost import CostModel
 REDUCED = -1
 # Our algorithms that send a message in chunks, one pipeline stage per chunk (the chunk is an option).
 PIPELINED = ("tree", "chain")
+# nccl-tests (since 2.13.12) rounds a per-rank block down to whole 16-byte units, so that every
+# rank's block starts aligned at any rank count; a size's rows then match its rows exactly.
+BLOCK_ALIGN = 16
 
 
 @dataclass(frozen=True)
@@ -56,8 +59,9 @@ class Collective:
     def busbw_factor(self, p: int) -> float:
         raise NotImplementedError
 
-    def shape(self, size_bytes: int, itemsize: int, p: int) -> Shape:
-        """Same-size buffers of size_bytes (all-reduce, broadcast, reduce, send-recv)."""
+    def shape(self, size_bytes: int, itemsize: int, p: int, align: int = BLOCK_ALIGN) -> Shape:
+        """Same-size buffers of size_bytes (all-reduce, broadcast, reduce, send-recv); `align`: the
+        bytes a per-rank block is rounded down to (collectives of per-rank blocks), 1 for none."""
         n = size_bytes // itemsize
         return Shape(n, n, n, n * itemsize)
 
@@ -79,10 +83,11 @@ class Collective:
         raise NotImplementedError
 
 
-def per_rank_shape(size_bytes: int, itemsize: int, p: int, send_blocks: int, recv_blocks: int) -> Shape:
-    """Buffers of c-element blocks, c = size // (p * itemsize): nccl-tests rounds the size down to
-    whole blocks and prints c as the count."""
+def per_rank_shape(size_bytes: int, itemsize: int, p: int, send_blocks: int, recv_blocks: int, align: int) -> Shape:
+    """Buffers of c-element blocks, c = size // (p * itemsize) rounded down to whole `align` bytes:
+    nccl-tests rounds the size down to whole blocks and prints c as the count."""
     c = size_bytes // itemsize // p
+    c -= c % max(1, align // itemsize)
     return Shape(c * send_blocks, c * recv_blocks, c, c * max(send_blocks, recv_blocks) * itemsize)
 
 

@@ -1,6 +1,6 @@
 """Reduce-scatter: rank r ends with block r of the reduction of all ranks' buffers."""
 
-from .base import REDUCED, Collective, Segment, per_rank_shape, step_model
+from .base import BLOCK_ALIGN, REDUCED, Collective, Segment, per_rank_shape, step_model
 
 
 class ReduceScatter(Collective):
@@ -15,8 +15,8 @@ class ReduceScatter(Collective):
     def busbw_factor(self, p):
         return (p - 1) / p
 
-    def shape(self, size_bytes, itemsize, p):
-        return per_rank_shape(size_bytes, itemsize, p, p, 1)
+    def shape(self, size_bytes, itemsize, p, align=BLOCK_ALIGN):
+        return per_rank_shape(size_bytes, itemsize, p, p, 1, align)
 
     def places(self, rank, shape):
         return 0, rank * shape.recv

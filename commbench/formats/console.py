@@ -1,6 +1,8 @@
 """console: the table a run prints as it goes, in nccl-tests' layout: header lines, then one block
 per impl with one row per size. The live run (run/reporter.py) prints it line by line with these
 functions; `export --format console` prints a whole result file the same way, one block per series.
+A run of both placements (--place both, a nccl-tests import) puts a size's two in one row, as
+nccl-tests prints them.
 
 Every cell is right-aligned in its column and one space from its neighbours, so values never run
 together. A live run prints each row as it is measured, before the widest value is known: its
@@ -10,9 +12,11 @@ file's columns widen further where a value needs it.
 
 from __future__ import annotations
 
+import itertools
 from typing import Optional
 
-from ..results.series import by_series, series_head, variant, where
+from ..results.document import timing_of
+from ..results.series import SERIES_FIELDS, by_series, series_head, variant, where
 from ..results.stats import iqr
 
 SUMMARY = "the table a run prints: nccl-tests' layout, one block per series, CV and IQR beside the median"
@@ -24,6 +28,20 @@ COLUMNS = ("size", "count", "type", "redop", "root", "time", "algbw", "busbw", "
 LOOP_COLUMNS = tuple("slowest" if c == "p99" else c for c in COLUMNS)
 UNITS = ("(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(us)", "(%)", "(%)")
 DEFAULT_WIDTHS = (11, 11, 8, 5, 4, 11, 7, 7, 6, 11, 11, 6, 6)
+# A row's parts: what the call was, what nccl-tests prints of it, and the spread commbench adds.
+HEAD, HALF, SPREAD = slice(0, 5), slice(5, 9), slice(9, 13)
+PLACEMENTS = ("out-of-place", "in-place")
+MISSING = ("n/a",) * 4
+
+
+def both(out: tuple, inp: tuple) -> tuple:
+    """A row of --place both, in nccl-tests' layout: the call, then the out-of-place and the in-place
+    half (time, algbw, busbw, #wrong each: a script's fields 6-13 are nccl-tests' own), then the two
+    halves' spreads; `out` and `inp` are single-placement rows (or their columns, units, widths)."""
+    return out[HEAD] + out[HALF] + inp[HALF] + out[SPREAD] + inp[SPREAD]
+
+
+BOTH_WIDTHS = both(DEFAULT_WIDTHS, DEFAULT_WIDTHS)
 
 
 def header(meta: dict) -> list[str]:
@@ -36,16 +54,28 @@ def header(meta: dict) -> list[str]:
         f"# {cfg['op']}: {m['ranks']} rank(s) on {len(hosts)} host(s): {', '.join(hosts)} (launcher: {m['launcher']})",
         f"# MPI: {m['mpi'] or 'not available'}",
         f"# torch {m['torch']}, Python {m['python']}, {m['cpu_model']}, {m['cores']} cores",
-        f"# impls: {', '.join(cfg['impls'])}; dtype {cfg['dtype']}; redop {cfg['redop']}; "
-        + ("in-place" if cfg["in_place"] else "out-of-place"),
+        f"# impls: {', '.join(cfg['impls'])}; dtype {cfg['dtype']}; redop {cfg['redop']}; " + place_text(cfg),
         *gpu_lines(cfg),
-        *timing_lines(cfg),
+        *timing_lines(meta),
     ]
 
 
-def timing_lines(cfg: dict) -> list[str]:
-    """What a row's figures are: the timing convention that made them (run/policy.py TIMINGS)."""
+def place_text(cfg: dict) -> str:
+    return {"out": "out-of-place", "in": "in-place",
+            "both": "out-of-place and in-place, side by side as nccl-tests prints them"}[cfg["place"]]
+
+
+def timing_lines(meta: dict) -> list[str]:
+    """What a row's figures are: the timing convention that made them (run/policy.py TIMINGS), or
+    the tool's whose output was imported."""
+    cfg = meta["config"]
     spread = "# CV = stdev / mean; IQR = (p75 - p25) / median, a spread that a few long outliers leave alone"
+    tool = cfg["policy"].get("imported_from")
+    if tool:
+        how = ("a loop of back-to-back calls, the time per call averaged over the ranks" if timing_of(meta) == "loop"
+               else "each call alone between barriers, each rank's own mean averaged over the ranks")
+        return [f"# timing: imported from {tool}: {how}; one figure per size (min = p99 = time, CV = IQR = 0 "
+                f"where the tool prints no spread); GB/s = 1e9 B/s"]
     if cfg["op"] in ("p2p", "copy"):  # pair tests and copies: one convention, their commands' pages say it
         return ["# time = median (p50) over iterations of the slowest rank's time; GB/s = 1e9 B/s", spread]
     if cfg["policy"].get("timing") == "loop":
@@ -78,10 +108,27 @@ def _line(cells, widths) -> str:
     return " ".join(str(c).rjust(w) for c, w in zip(cells, widths))
 
 
-def block_header(impl: str, description: str, widths=DEFAULT_WIDTHS, loop: bool = False) -> list[str]:
+def _groups(widths) -> str:
+    """The line above a --place both table's column names, as nccl-tests marks its halves: each
+    placement's name centred over its columns."""
+    cut = [sum(w + 1 for w in widths[:i]) for i in (5, 9, 13, 17, 21)]
+    line = ""
+    for (start, end), name in zip(zip(cut, cut[1:]), PLACEMENTS * 2):
+        line = line.ljust(start) + name.center(end - start)
+    return "#" + line.rstrip()[1:]
+
+
+def block_header(impl: str, description: str, widths=None, loop: bool = False, paired: bool = False) -> list[str]:
     # The column names' first character gives way to '#', as nccl-tests marks its header lines.
     columns = LOOP_COLUMNS if loop else COLUMNS
-    return ["#", f"# impl {impl}: {description}", "#" + _line(columns, widths)[1:], "#" + _line(UNITS, widths)[1:]]
+    lines = ["#", f"# impl {impl}: {description}"]
+    if paired:
+        columns, units = both(columns, columns), both(UNITS, UNITS)
+        widths = widths or BOTH_WIDTHS
+        lines.append(_groups(widths))
+    else:
+        units, widths = UNITS, widths or DEFAULT_WIDTHS
+    return lines + ["#" + _line(columns, widths)[1:], "#" + _line(units, widths)[1:]]
 
 
 def _num(x: Optional[float], digits: int = 2) -> str:
@@ -105,22 +152,69 @@ def cells(rec: dict) -> tuple:
             _spread(rec))
 
 
+def paired_cells(out: Optional[dict], inp: Optional[dict]) -> tuple:
+    """A --place both row of a size's out-of-place and in-place records (either may be None)."""
+    halves = [cells(r) if r else None for r in (out, inp)]
+    head = next(h for h in halves if h)[HEAD]
+    return both(*(head + MISSING + MISSING if h is None else h for h in halves))
+
+
 def row(rec: dict, widths=DEFAULT_WIDTHS) -> str:
     return _line(cells(rec), widths)
 
 
+def paired_row(out: Optional[dict], inp: Optional[dict], widths=None) -> str:
+    return _line(paired_cells(out, inp), widths or BOTH_WIDTHS)
+
+
+def _widths(rows: list[tuple], defaults: tuple) -> tuple:
+    """`defaults`, widened where a row's value is wider."""
+    columns = list(zip(*rows)) or [()] * len(defaults)
+    return tuple(max([w, *map(len, col)]) for w, col in zip(defaults, columns))
+
+
 def widths_for(records: list[dict]) -> tuple:
-    """DEFAULT_WIDTHS, widened where a record's value is wider."""
-    columns = list(zip(*map(cells, records))) or [()] * len(COLUMNS)
-    return tuple(max([w, *map(len, col)]) for w, col in zip(DEFAULT_WIDTHS, columns))
+    return _widths(list(map(cells, records)), DEFAULT_WIDTHS)
+
+
+def pairs(records: list[dict]) -> Optional[list[tuple[Optional[dict], Optional[dict]]]]:
+    """A series' records as (out-of-place, in-place) per size when it holds both placements of one
+    collective (a --place both run, a nccl-tests import), else None."""
+    found = {bool(r.get("in_place")) for r in records}
+    if len(found) < 2:
+        return None
+    # A size can repeat (nccl-tests prints every size below one element per rank as 0): the k-th
+    # out-of-place record of a size shares its row with the k-th in-place one.
+    by_size: dict[int, tuple[list, list]] = {}
+    for r in records:
+        by_size.setdefault(r["size_bytes"], ([], []))[bool(r.get("in_place"))].append(r)
+    return [p for size in sorted(by_size) for p in itertools.zip_longest(*by_size[size])]
+
+
+_IN_PLACE = SERIES_FIELDS.index("in_place")
+
+
+def _blocks(records: list[dict]) -> list[tuple[tuple, list[dict]]]:
+    """(series key, records) of each block: a series, or a series' two placements side by side
+    (under its key without in_place)."""
+    merged: dict[tuple, list[tuple[tuple, list[dict]]]] = {}
+    for key, recs in by_series(records).items():
+        merged.setdefault(key[:_IN_PLACE] + (None,) + key[_IN_PLACE + 1:], []).append((key, recs))
+    return [(key, parts[0][1] + parts[1][1]) if len(parts) == 2 else parts[0] for key, parts in merged.items()]
 
 
 def render(doc: dict, options) -> str:
-    widths = widths_for(doc["results"])
     lines = header(doc)
-    for key, recs in by_series(doc["results"]).items():
-        h = series_head(key)
-        lines += block_header(variant(h), f"{h['op']} ({where(key)})", widths,
-                              loop=any("rank_max_us" in r for r in recs))
-        lines += [row(r, widths) for r in recs]
+    blocks = [(key, recs, pairs(recs)) for key, recs in _blocks(doc["results"])]
+    widths = widths_for(doc["results"])
+    paired_widths = _widths([paired_cells(*p) for _, _, ps in blocks if ps for p in ps], BOTH_WIDTHS)
+    for key, recs, paired in blocks:
+        h, loop = series_head(key), any("rank_max_us" in r for r in recs)
+        name = f"{h['op']} ({where(key)})"
+        if paired:
+            lines += block_header(variant(h), name, paired_widths, loop=loop, paired=True)
+            lines += [paired_row(*p, widths=paired_widths) for p in paired]
+        else:
+            lines += block_header(variant(h), name, widths, loop=loop)
+            lines += [row(r, widths) for r in recs]
     return "\n".join(lines) + "\n"

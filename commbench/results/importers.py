@@ -110,6 +110,13 @@ class _LeftOut:
                 for reason, sizes in self.sizes.items()]
 
 
+def _place(records: list[dict]) -> str:
+    """config.place of imported records: nccl-tests' rows give both placements (unless a log's halves
+    were all left out), OSU's the one it measures."""
+    found = {bool(r.get("in_place")) for r in records}
+    return "both" if len(found) == 2 else "in" if True in found else "out"
+
+
 def _document(tool: str, source: str, op: str, ranks: int, records: list[dict], hosts: list[str],
               extra_machine: Optional[dict] = None, truncated: Optional[str] = None) -> dict:
     if not records:
@@ -119,7 +126,7 @@ def _document(tool: str, source: str, op: str, ranks: int, records: list[dict], 
         ["commbench", "import", tool, source],
         {"op": op if op in collectives.names() else "p2p",
                    "impls": impls, "sizes": sorted({r["size_bytes"] for r in records}),
-                   "dtype": records[0]["dtype"], "redop": records[0]["redop"], "in_place": False,
+                   "dtype": records[0]["dtype"], "redop": records[0]["redop"], "place": _place(records),
                    "policy": {"imported_from": tool}},
         {"hosts": hosts or ["unknown"], "ranks": ranks, "launcher": "mpi", "cpu_model": "unknown",
          "cores": 1, "memory_bytes": 0, "os": "unknown", "python": "unknown", "torch": "unknown",
@@ -258,7 +265,9 @@ def _layout_problem(op: str, row: _Row, ranks: int) -> Optional[str]:
         return f"redop {row.redop}, where {op} " + ("reduces" if coll.reduces else "reduces nothing (none)")
     itemsize = NCCL_TYPES.get(row.type, (None, None))[1]
     if itemsize:
-        shape = coll.shape(row.size, itemsize, ranks)
+        # The printed size is already whole blocks: unrounded, as versions before 2.13.12 (which did
+        # not round blocks to 16 bytes) and later ones alike print it.
+        shape = coll.shape(row.size, itemsize, ranks, align=1)
         if (shape.size, shape.count) != (row.size, row.count):
             return f"{row.count} elements of {row.type} in {row.size} bytes, where {op} on {ranks} ranks has {shape.count}"
     return None

@@ -6,7 +6,8 @@ that reads a result file sees records of one form. Those files named
 - the in-place half of a nccl-tests import nccl-in-place: now impl nccl with in_place true (and the
   out-of-place half in_place false);
 - links' rows under load <impl>-loaded: now impl <impl> with schedule loaded (the others clean);
-- a copy's mode (pinned, pageable, pinned2, ce, sm) as its impl: now impl cuda with that mode.
+- a copy's mode (pinned, pageable, pinned2, ce, sm) as its impl: now impl cuda with that mode;
+- their placement as config.in_place (true or false): now config.place (in or out).
 
 A document already in today's form comes back equal to itself."""
 
@@ -55,7 +56,9 @@ def upgrade(doc: dict) -> dict:
     cfg = doc["config"]
     device, coll = cfg.get("device", "cpu"), _collective(cfg["op"])
     nccl_tests = (doc.get("imported") or {}).get("tool") == "nccl-tests"
-    out = {**doc, "config": {**cfg, "impls": list(dict.fromkeys(_name(i, coll, device) for i in cfg["impls"]))},
+    config = {k: v for k, v in cfg.items() if k != "in_place"}
+    config["place"] = cfg.get("place", "in" if cfg.get("in_place") else "out")
+    out = {**doc, "config": {**config, "impls": list(dict.fromkeys(_name(i, coll, device) for i in cfg["impls"]))},
            "results": [_record(r, device, nccl_tests, "links" in doc) for r in doc["results"]]}
     if "numerics" in doc:
         rows = [{**row, "impl": _name(row["impl"], coll, device)} for row in doc["numerics"]["rows"]]

@@ -57,22 +57,22 @@ def allocator(device: Optional[int] = None) -> Callable:
 class Buffers:
     """A sweep's send and receive buffers, allocated once at the largest size: each size takes views
     of them, so a sweep faults its pages in once rather than at every size and impl. Views follow
-    nccl-tests' layout: in place, one buffer with send and receive at the collective's offsets; out of
-    place, two buffers, the receive one stale."""
+    nccl-tests' layout: out of place, two buffers, the receive one stale; in place, one buffer with
+    send and receive at the collective's offsets: the receive buffer, which a run of both placements
+    allocates at the larger of the two sizes (as nccl-tests does)."""
 
-    def __init__(self, coll, largest, dtype: str, in_place: bool, allocate):
-        """`allocate(count, dtype)` makes a buffer; `largest` is the Shape of the largest size."""
-        self.coll, self.in_place = coll, in_place
-        if in_place:
-            self.whole = allocate(max(largest.send, largest.recv), dtype)
-        else:
-            self.send, self.recv = allocate(largest.send, dtype), allocate(largest.recv, dtype)
+    def __init__(self, coll, largest, dtype: str, placements: tuple[bool, ...], allocate):
+        """`allocate(count, dtype)` makes a buffer; `largest` is the Shape of the largest size;
+        `placements`: in_place of each call the sweep makes (RunConfig.placements)."""
+        self.coll = coll
+        self.send = allocate(largest.send, dtype) if False in placements else None
+        self.recv = allocate(max(largest.send, largest.recv) if True in placements else largest.recv, dtype)
 
-    def views(self, shape, rank: int):
+    def views(self, shape, rank: int, in_place: bool):
         """(send, recv) of one call; the stale values go where no input will overwrite them."""
-        if self.in_place:
+        if in_place:
             so, ro = self.coll.places(rank, shape)
-            whole = self.whole[:max(shape.send, shape.recv)]
+            whole = self.recv[:max(shape.send, shape.recv)]
             whole[:] = _STALE
             return whole[so:so + shape.send], whole[ro:ro + shape.recv]
         recv = self.recv[:shape.recv]

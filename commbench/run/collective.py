@@ -71,7 +71,7 @@ def run_collective(world, cfg: RunConfig, coll, impls: list, reporter, where: st
             from . import cupy_buffers
             allocate = lambda count, dt: cupy_buffers.empty(count, dt, world.device)  # noqa: E731
         largest_item = max(itemsize_of(d) for d in dtypes)
-        check_device_memory(world, collective_bytes(coll, max(cfg.sizes), largest_item, world.size, cfg.in_place),
+        check_device_memory(world, collective_bytes(coll, max(cfg.sizes), largest_item, world.size, cfg.placements),
                             f"{coll.title} of {format_size(max(cfg.sizes))}")
     else:
         data, allocate = HostData(world), allocator()
@@ -79,7 +79,7 @@ def run_collective(world, cfg: RunConfig, coll, impls: list, reporter, where: st
     total_wrong = 0
     for dname in dtypes:
         itemsize = itemsize_of(dname)
-        pool = Buffers(coll, coll.shape(max(cfg.sizes), itemsize, world.size), dname, cfg.in_place, allocate)
+        pool = Buffers(coll, coll.shape(max(cfg.sizes), itemsize, world.size), dname, cfg.placements, allocate)
         for redop in redops:
             code = redop_code(redop) if coll.reduces else _MOVE_ONLY
             for impl in impls:
@@ -88,45 +88,53 @@ def run_collective(world, cfg: RunConfig, coll, impls: list, reporter, where: st
                     reporter.block(block, impl.description)
                 for size in cfg.sizes:
                     shape = coll.shape(size, itemsize, world.size)
-                    watchdog.arm(f"{coll.name} {block} {format_size(shape.size)}")
-                    if reporter:
-                        reporter.step(f"{block} {format_size(shape.size)}")
-                    send, recv = pool.views(shape, world.rank)
-                    _fill(data, send, coll.inputs(world.rank, world.size, cfg.root, shape), code)
-                    # One call, checked: in place, a second one would start from the first one's result.
-                    # Without the graph, whose making runs the call twice more on the same buffers; not
-                    # gated, as the first call of a size connects NCCL's peers on the host.
-                    checked = Timings(functools.partial(impl.rank_times, world, coll, send, recv, code,
-                                                        cfg=replace(cfg, graph=False), gated=False))(1)
-                    expected = coll.expected(world.rank, world.size, cfg.root, shape)
-                    wrong = world.sum(_count_wrong(data, recv, expected, code))
-                    total_wrong += wrong
-                    rank_times = functools.partial(impl.rank_times, world, coll, send, recv, code, cfg=cfg,
-                                                   agg=cfg.agg, delayed=True)
-                    if cfg.policy.timing == "loop":
-                        timings = LoopTimings(rank_times)
-                        samples, calls = measure_loop(timings, cfg.policy)
-                    else:
-                        timings = Timings(rank_times)
-                        # The check is undelayed and without the graph: then the iteration count comes
-                        # from a timed call.
-                        samples = measure(timings, cfg.policy,
-                                          first=checked if cfg.agg == 1 and not cfg.delay and not cfg.graph else None)
-                    if reporter:
-                        extra = {"root": cfg.root} if coll.rooted else {}
-                        if cfg.agg > 1:
-                            extra["agg"] = cfg.agg
-                        rec = measured(coll.name, impl.name, dname, redop, world.size, shape.size, shape.count,
-                                     samples, wrong, in_place=cfg.in_place, **extra)
-                        if cfg.policy.timing == "loop":
-                            # A loop has no per-iteration samples: no per-rank skew or straggler.
-                            rec = rec.but(timing="loop", loop_calls=calls,
-                                          rank_max_us=round(float(np.median(timings.last.max(axis=0))) * 1e6, 4))
-                        else:
-                            rec = rec.but(**stragglers.figures(timings.last, world.hosts, rec.time_us["median"],
-                                                              reporter.clock_floor_s, same_work=not coll.rooted))
-                        reporter.add(rec, block, format_size(shape.size))
+                    for in_place in cfg.placements:
+                        total_wrong += _measure(world, cfg, coll, impl, reporter, data, pool, dname, redop, code,
+                                                shape, in_place, block)
     return total_wrong
+
+
+def _measure(world, cfg: RunConfig, coll, impl, reporter, data, pool: Buffers, dname: str, redop: str, code: int,
+             shape, in_place: bool, block: str) -> int:
+    """One size of one series in one placement: the exact untimed check, then the timed calls; adds
+    the record and returns the wrong elements."""
+    size_label = format_size(shape.size) + (" in place" if in_place and len(cfg.placements) > 1 else "")
+    step = f"{block} {size_label}"
+    watchdog.arm(f"{coll.name} {step}")
+    if reporter:
+        reporter.step(step)
+    send, recv = pool.views(shape, world.rank, in_place)
+    _fill(data, send, coll.inputs(world.rank, world.size, cfg.root, shape), code)
+    # One call, checked: in place, a second one would start from the first one's result. Without the
+    # graph, whose making runs the call twice more on the same buffers; not gated, as the first call of
+    # a size connects NCCL's peers on the host.
+    checked = Timings(functools.partial(impl.rank_times, world, coll, send, recv, code,
+                                        cfg=replace(cfg, graph=False), gated=False))(1)
+    expected = coll.expected(world.rank, world.size, cfg.root, shape)
+    wrong = world.sum(_count_wrong(data, recv, expected, code))
+    rank_times = functools.partial(impl.rank_times, world, coll, send, recv, code, cfg=cfg, agg=cfg.agg, delayed=True)
+    if cfg.policy.timing == "loop":
+        timings = LoopTimings(rank_times)
+        samples, calls = measure_loop(timings, cfg.policy)
+    else:
+        timings = Timings(rank_times)
+        # The check is undelayed and without the graph: then the iteration count comes from a timed call.
+        samples = measure(timings, cfg.policy, first=checked if cfg.agg == 1 and not cfg.delay and not cfg.graph else None)
+    if reporter:
+        extra = {"root": cfg.root} if coll.rooted else {}
+        if cfg.agg > 1:
+            extra["agg"] = cfg.agg
+        rec = measured(coll.name, impl.name, dname, redop, world.size, shape.size, shape.count, samples, wrong,
+                       in_place=in_place, **extra)
+        if cfg.policy.timing == "loop":
+            # A loop has no per-iteration samples: no per-rank skew or straggler.
+            rec = rec.but(timing="loop", loop_calls=calls,
+                          rank_max_us=round(float(np.median(timings.last.max(axis=0))) * 1e6, 4))
+        else:
+            rec = rec.but(**stragglers.figures(timings.last, world.hosts, rec.time_us["median"],
+                                              reporter.clock_floor_s, same_work=not coll.rooted))
+        reporter.add(rec, block, size_label)
+    return wrong
 
 
 def run_counts(world, cfg: RunConfig, coll, impls: list, counts, reporter) -> int:

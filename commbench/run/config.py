@@ -8,6 +8,11 @@ from typing import Optional
 
 from .policy import Policy
 
+# --place: where a collective's result goes, as nccl-tests names the halves of its rows: out of place
+# (a receive buffer apart from the send one), in place (one buffer), or both, each size out of place
+# and then in place.
+PLACES = {"out": (False,), "in": (True,), "both": (False, True)}
+
 
 @dataclass(frozen=True)
 class RunConfig:
@@ -16,7 +21,7 @@ class RunConfig:
     sizes: tuple[int, ...]
     dtype: str = "float32"
     redop: str = "sum"
-    in_place: bool = False
+    place: str = "out"  # a key of PLACES
     device: str = "cpu"  # 'cpu' or 'cuda'
     graph: bool = False  # GPU: replay each iteration from a CUDA graph
     chunk_bytes: int = 1 << 20  # tree pipeline chunk
@@ -33,9 +38,14 @@ class RunConfig:
         """The seconds `rank` waits before each timed iteration (--delay)."""
         return self.delay[1] * 1e-6 if self.delay and self.delay[0] == rank else 0.0
 
+    @property
+    def placements(self) -> tuple[bool, ...]:
+        """in_place of each call a size is measured with, in order."""
+        return PLACES[self.place]
+
     def describe(self) -> dict:
         return {"op": self.op, "impls": list(self.impls), "sizes": list(self.sizes), "dtype": self.dtype,
-                "redop": self.redop, "in_place": self.in_place, "device": self.device, "graph": self.graph,
+                "redop": self.redop, "place": self.place, "device": self.device, "graph": self.graph,
                 "chunk_bytes": self.chunk_bytes, "root": self.root, "agg": self.agg, "buffers": self.buffers, "timeout_s": self.timeout_s,
                 "window": self.window, "pairs": [list(p) for p in self.pairs],
                 "delay": {"rank": self.delay[0], "us": self.delay[1]} if self.delay else None,

@@ -33,11 +33,13 @@ def memory_problem(what: str, need: int, available: int, where: str, lower: str 
     return None
 
 
-def collective_bytes(coll, size_bytes: int, itemsize: int, ranks: int, in_place: bool) -> int:
-    """Memory one rank needs for one call of `coll`: its send and receive buffers (one buffer in
-    place), one message of working memory, and the libraries' own buffers."""
+def collective_bytes(coll, size_bytes: int, itemsize: int, ranks: int, placements: tuple[bool, ...]) -> int:
+    """Memory one rank needs for the calls of `coll` at one size, in each of `placements` (in_place
+    each): its send and receive buffers (one buffer in place, run/buffers.py), one message of
+    working memory, and the libraries' own buffers."""
     shape = coll.shape(size_bytes, itemsize, ranks)
-    buffers = (max(shape.send, shape.recv) if in_place else shape.send + shape.recv) * itemsize
+    receive = max(shape.send, shape.recv) if True in placements else shape.recv
+    buffers = ((shape.send if False in placements else 0) + receive) * itemsize
     return buffers + shape.size + LIBRARY_SLACK_BYTES
 
 
@@ -99,7 +101,7 @@ def for_collective(coll, cfg, output: Optional[str]) -> Checks:
     from ..collectives.dtypes import itemsize_of
     largest, itemsize = max(cfg.sizes), max(itemsize_of(d) for d in cfg.dtype.split(","))
     return Checks(output, f"{coll.title} of {format_size(largest)}",
-                  lambda ranks: collective_bytes(coll, largest, itemsize, ranks, cfg.in_place), cfg.device,
+                  lambda ranks: collective_bytes(coll, largest, itemsize, ranks, cfg.placements), cfg.device,
                   root=cfg.root if coll.rooted else None, delay_rank=cfg.delay[0] if cfg.delay else None,
                   needs_mpi=over_mpi(cfg.impls))
 

@@ -32,6 +32,9 @@ class Reporter(FileOutput):
         self.clock_floor_s = clock_floor_s
         self.warnings: list[str] = []
         self.flagged: dict[tuple[str, str], list[tuple[str, dict]]] = {}  # (block, flag) -> sizes
+        # --place both: a size's out-of-place record waits for its in-place one, to share its row.
+        self.paired = meta["config"].get("place") == "both"
+        self.waiting: Optional[dict] = None
         for line in table.header(meta):
             click.echo(line)
         self._progress = None
@@ -54,7 +57,8 @@ class Reporter(FileOutput):
         click.echo(f"# note: {text}")
 
     def block(self, impl: str, description: str) -> None:
-        for line in table.block_header(impl, description, loop=self.meta["config"]["policy"].get("timing") == "loop"):
+        for line in table.block_header(impl, description, loop=self.meta["config"]["policy"].get("timing") == "loop",
+                                       paired=self.paired):
             click.echo(line)
 
     def step(self, label: str) -> None:
@@ -66,7 +70,13 @@ class Reporter(FileOutput):
         record = rec.as_dict()
         with self.writing:
             self.file.add(record)
-            click.echo(table.row(record))
+            if not self.paired:
+                click.echo(table.row(record))
+            elif record["in_place"]:
+                click.echo(table.paired_row(self.waiting, record))
+                self.waiting = None
+            else:
+                self.waiting = record
         for flag in sample_flags(record["samples_us"], self.clock_floor_s, record.get("window", 1)):
             self.flagged.setdefault((block, flag), []).append((size_label, record["time_us"]))
         if self._progress is not None:
@@ -76,6 +86,9 @@ class Reporter(FileOutput):
         self.warnings.append(text)
 
     def stop(self) -> None:
+        if self.waiting is not None:  # a run that ended between a size's two placements
+            click.echo(table.paired_row(self.waiting, None))
+            self.waiting = None
         if self._progress is not None:
             self._progress.stop()
             self._progress = None
