@@ -15,6 +15,7 @@ Conventions set side by side (docs/commands/collectives.md, "Timing: per-iterati
   ranks; `average` the slowest rank's mean over iterations, OSU's statistic over them (a noisy
   machine's outliers raise a mean, not a median); `loop` is --timing loop (nccl-tests' convention:
   back-to-back calls, averaged over the ranks). The p2p rows are the median and (`average`) the mean.
+- Placement: broadcast in place (MPI_Bcast's one buffer), the others out of place, as OSU calls them.
 - Sizes: osu_allgather's and osu_alltoall's are per rank (per peer for all-to-all), commbench's the
   whole receive buffer, so commbench runs at size x np; the others are the same bytes.
 - osu_latency is half a round trip, as commbench's ping-pong; osu_bw's MB/s (1e6 B/s) becomes a time
@@ -36,14 +37,17 @@ ROOT = os.path.dirname(HERE)
 BIN = os.path.dirname(sys.executable)
 OSU = "osu-micro-benchmarks-7.4"
 
-# OSU benchmark -> (commbench command, whether OSU's size is per rank, OSU's extra options)
+# OSU benchmark -> (commbench command, whether OSU's size is per rank, OSU's extra options,
+# commbench's extra options). MPI_Bcast has one buffer: out of place, commbench's broadcast also
+# copies the root's input into its output inside the timed call (as NCCL's out-of-place broadcast
+# does), which OSU's does not; in place it is MPI_Bcast alone.
 COLLECTIVES = {
-    "osu_allreduce": ("allreduce", False, ["-T", "mpi_float"]),
-    "osu_allgather": ("allgather", True, []),
-    "osu_reduce_scatter_block": ("reducescatter", False, ["-T", "mpi_float"]),
-    "osu_bcast": ("broadcast", False, []),
-    "osu_reduce": ("reduce", False, ["-T", "mpi_float"]),
-    "osu_alltoall": ("alltoall", True, []),
+    "osu_allreduce": ("allreduce", False, ["-T", "mpi_float"], []),
+    "osu_allgather": ("allgather", True, [], []),
+    "osu_reduce_scatter_block": ("reducescatter", False, ["-T", "mpi_float"], []),
+    "osu_bcast": ("broadcast", False, [], ["--place", "in"]),
+    "osu_reduce": ("reduce", False, ["-T", "mpi_float"], []),
+    "osu_alltoall": ("alltoall", True, [], []),
 }
 
 
@@ -110,12 +114,12 @@ def commbench_runs(args: list, tmp: str, tag: str) -> dict:
         return json.load(f)
 
 
-def collective_figures(cmd: str, sizes: list, np_: int, tmp: str) -> dict:
+def collective_figures(cmd: str, sizes: list, np_: int, tmp: str, extra: list) -> dict:
     """{(convention, size): us} for commbench's MPI call: slowest, ranks (the mean of the ranks' own
     medians), average (the slowest rank's mean), loop."""
     got = {}
     sweep = ",".join(str(s) for s in sizes)
-    base = [cmd, "--impl", "mpi", "--device", "cpu", "--np", str(np_), "--sizes", sweep, "--dtype", "float32"]
+    base = [cmd, "--impl", "mpi", "--device", "cpu", "--np", str(np_), "--sizes", sweep, "--dtype", "float32", *extra]
     for rec in commbench_runs(base, tmp, f"{cmd}-step")["results"]:
         got[("slowest", rec["size_bytes"])] = rec["time_us"]["median"]
         got[("ranks", rec["size_bytes"])] = statistics.mean(r["median_us"] for r in rec["per_rank"])
@@ -155,10 +159,10 @@ def main() -> None:
                 for s in sizes:
                     for stat in ("median", "average"):
                         ratios.setdefault((name, stat, s), []).append(ours[(op, stat, s)] / osu[name][s])
-            for name, (cmd, per_rank, extra) in COLLECTIVES.items():
-                figures = osu_figures(src, name, sizes, args.np_, extra)
+            for name, (cmd, per_rank, osu_extra, our_extra) in COLLECTIVES.items():
+                figures = osu_figures(src, name, sizes, args.np_, osu_extra)
                 scale = args.np_ if per_rank else 1
-                ours = collective_figures(cmd, [s * scale for s in sizes], args.np_, tmp)
+                ours = collective_figures(cmd, [s * scale for s in sizes], args.np_, tmp, our_extra)
                 for s in sizes:
                     for conv in ("slowest", "ranks", "average", "loop"):
                         ratios.setdefault((name, conv, s), []).append(ours[(conv, s * scale)] / figures[s])

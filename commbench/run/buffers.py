@@ -6,6 +6,7 @@ its start and hundreds of MB of its memory) for its buffers, only where an impl 
 
 from __future__ import annotations
 
+import mmap
 from typing import Callable, Optional
 
 import numpy as np
@@ -34,14 +35,19 @@ def check_device_memory(world, need_per_rank: int, what: str) -> None:
 
 def page_aligned(nbytes: int, device: Optional[int] = None):
     """A byte buffer that starts on a page boundary, as OSU allocates its message buffers: a NumPy
-    array in host memory (device None), else a DeviceArray on that GPU."""
+    array in host memory (device None), else a DeviceArray on that GPU.
+
+    Host memory is an anonymous mapping of its own, the pages a C program's malloc gets for a large
+    buffer (OSU's, nccl-tests'). NumPy's own arrays of 4 MiB and more are advised onto transparent
+    huge pages, where the kernel's single-copy transfer between processes (CMA, which Open MPI's
+    shared-memory transport uses for large messages) pins 512 times fewer pages: on the development
+    VM that made a 4 MiB ping-pong 2.1x and a 16 MiB one 1.7x faster than on the pages OSU gets, a
+    difference of allocation, not of the path being measured (docs/method.md, "Beside OSU 7.4")."""
     if device is None:
-        raw = np.empty(nbytes + _PAGE, dtype=np.uint8)
-        start = -raw.ctypes.data % _PAGE
-    else:
-        from .device_arrays import DeviceArray
-        raw = DeviceArray.empty(nbytes + _PAGE, "uint8", device)
-        start = -raw.data_ptr() % _PAGE
+        return np.frombuffer(mmap.mmap(-1, max(nbytes, 1)), dtype=np.uint8)[:nbytes]
+    from .device_arrays import DeviceArray
+    raw = DeviceArray.empty(nbytes + _PAGE, "uint8", device)
+    start = -raw.data_ptr() % _PAGE
     return raw[start:start + nbytes]
 
 
