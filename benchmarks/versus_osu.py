@@ -1,8 +1,10 @@
 """commbench beside the OSU Micro-Benchmarks 7.4 on the same MPI, launcher and binding: the ratio of
-commbench's figure to OSU's per benchmark and size, the median of several rounds.
+commbench's figure to OSU's per benchmark and size, the median of several rounds; where GPUs are
+visible, beside nccl-tests 2.19 too (beside_nccl_tests.py).
 
     .venv/bin/python benchmarks/versus_osu.py [--rounds 3] [--sizes 1K,64K,1M,16M] [--np 2]
         [--osu-tar ../shared/reference/osu-micro-benchmarks-7.4.tar.gz] [--build-dir DIR]
+        [--nccl-tests-tar ../shared/reference/nccl-tests-2.19.6.tar.gz] [--gpu-sweep 1K,1G,32] [--build-only]
 
 OSU is built from its source tarball with this venv's mpicc, in a folder outside the repository
 (default ~/.cache/commbench-bench). Each round runs every OSU benchmark and then commbench's
@@ -58,8 +60,8 @@ def env() -> dict:
     return e
 
 
-def run(argv: list, cwd=None) -> str:
-    r = subprocess.run(argv, capture_output=True, text=True, env=env(), cwd=cwd)
+def run(argv: list, cwd=None, environ=None) -> str:
+    r = subprocess.run(argv, capture_output=True, text=True, env=environ or env(), cwd=cwd)
     if r.returncode != 0:
         sys.exit(f"versus_osu: {' '.join(argv)} failed ({r.returncode}):\n{r.stderr[-2000:]}")
     return r.stdout
@@ -138,41 +140,67 @@ def p2p_figures(sizes: list, tmp: str) -> dict:
     return got
 
 
+def osu_half(args, sizes: list, tmp: str) -> list[str]:
+    """commbench / OSU: the table's lines."""
+    from commbench.sizes import format_size
+    src = build_osu(args.osu_tar, args.build_dir)
+    ratios: dict = {}
+    for rnd in range(args.rounds):
+        print(f"round {rnd + 1} of {args.rounds}", flush=True)
+        osu = {name: osu_figures(src, name, sizes, args.np_, []) for name in ("osu_latency", "osu_bw")}
+        ours = p2p_figures(sizes, tmp)
+        for name, op in (("osu_latency", "pingpong"), ("osu_bw", "bandwidth")):
+            for s in sizes:
+                for stat in ("median", "average"):
+                    ratios.setdefault((name, stat, s), []).append(ours[(op, stat, s)] / osu[name][s])
+        for name, (cmd, per_rank, osu_extra, our_extra) in COLLECTIVES.items():
+            figures = osu_figures(src, name, sizes, args.np_, osu_extra)
+            scale = args.np_ if per_rank else 1
+            ours = collective_figures(cmd, [s * scale for s in sizes], args.np_, tmp, our_extra)
+            for s in sizes:
+                for conv in ("slowest", "ranks", "average", "loop"):
+                    ratios.setdefault((name, conv, s), []).append(ours[(conv, s * scale)] / figures[s])
+    lines = [f"\ncommbench / OSU 7.4, times, median of {args.rounds} round(s), {args.np_} ranks, same mpirun "
+             f"({os.path.join(BIN, 'mpirun')})",
+             f"{'benchmark':<26} {'commbench':<10} " + " ".join(f"{format_size(s):>7}" for s in sizes)]
+    for (name, conv) in dict.fromkeys((n, c) for n, c, _ in ratios):
+        cells = " ".join(f"{statistics.median(ratios[(name, conv, s)]):7.2f}" for s in sizes)
+        lines.append(f"{name:<26} {conv:<10} {cells}")
+    return lines
+
+
 def main() -> None:
-    from commbench.sizes import format_size, parse_sizes
+    import beside_nccl_tests as gpu_half
+
+    from commbench.sizes import parse_size, parse_sizes
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--sizes", default="1K,64K,1M,16M")
     ap.add_argument("--np", type=int, default=2, dest="np_")
     ap.add_argument("--osu-tar", default=os.path.join(ROOT, "..", "shared", "reference", f"{OSU}.tar.gz"))
+    ap.add_argument("--nccl-tests-tar", default=os.path.join(ROOT, "..", "shared", "reference", "nccl-tests-2.19.6.tar.gz"))
+    ap.add_argument("--gpu-sweep", default="1K,1G,32", help="nccl-tests' -b, -e and -f of the GPU half")
     ap.add_argument("--build-dir", default=os.path.join(os.path.expanduser("~"), ".cache", "commbench-bench"))
+    ap.add_argument("--build-only", action="store_true",
+                    help="build OSU, and nccl-tests where a CUDA compiler is found, then stop (no GPU needed)")
     args = ap.parse_args()
-    sizes = parse_sizes(args.sizes)
-    src = build_osu(args.osu_tar, args.build_dir)
-    ratios: dict = {}
+    if args.build_only:
+        build_osu(args.osu_tar, args.build_dir)
+        print(f"built in {gpu_half.build(args.nccl_tests_tar, args.build_dir, run)}")
+        return
+    lines: list[str] = []
     with tempfile.TemporaryDirectory() as tmp:
-        for rnd in range(args.rounds):
-            print(f"round {rnd + 1} of {args.rounds}", flush=True)
-            osu = {name: osu_figures(src, name, sizes, args.np_, []) for name in ("osu_latency", "osu_bw")}
-            ours = p2p_figures(sizes, tmp)
-            for name, op in (("osu_latency", "pingpong"), ("osu_bw", "bandwidth")):
-                for s in sizes:
-                    for stat in ("median", "average"):
-                        ratios.setdefault((name, stat, s), []).append(ours[(op, stat, s)] / osu[name][s])
-            for name, (cmd, per_rank, osu_extra, our_extra) in COLLECTIVES.items():
-                figures = osu_figures(src, name, sizes, args.np_, osu_extra)
-                scale = args.np_ if per_rank else 1
-                ours = collective_figures(cmd, [s * scale for s in sizes], args.np_, tmp, our_extra)
-                for s in sizes:
-                    for conv in ("slowest", "ranks", "average", "loop"):
-                        ratios.setdefault((name, conv, s), []).append(ours[(conv, s * scale)] / figures[s])
-    print(f"\ncommbench / OSU 7.4, times, median of {args.rounds} round(s), {args.np_} ranks, same mpirun "
-          f"({os.path.join(BIN, 'mpirun')})")
-    print(f"{'benchmark':<26} {'commbench':<10} " + " ".join(f"{format_size(s):>7}" for s in sizes))
-    for (name, conv) in dict.fromkeys((n, c) for n, c, _ in ratios):
-        cells = " ".join(f"{statistics.median(ratios[(name, conv, s)]):7.2f}" for s in sizes)
-        print(f"{name:<26} {conv:<10} {cells}")
-
+        lines += osu_half(args, parse_sizes(args.sizes), tmp)
+        ranks = gpu_half.gpu_count()
+        if ranks:
+            lo, hi, factor = args.gpu_sweep.split(",")
+            bin_dir = gpu_half.build(args.nccl_tests_tar, args.build_dir, run)
+            sweep = (parse_size(lo, "-b"), parse_size(hi, "-e"), int(factor))
+            ratios = gpu_half.compare(bin_dir, sweep, ranks, args.rounds, tmp, env(), run)
+            lines += gpu_half.table(ratios, ranks, args.rounds)
+        else:
+            lines.append("\nno GPU visible: the nccl-tests half (benchmarks/beside_nccl_tests.py) did not run")
+    print("\n".join(lines))
 
 if __name__ == "__main__":
     main()
