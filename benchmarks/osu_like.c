@@ -3,6 +3,10 @@
  *   osu_like allreduce ITERS WARMUP   4-byte MPI_Allreduce, timed per iteration with a barrier after
  *                                     each (as osu_allreduce); prints the median of the per-iteration
  *                                     maximum over ranks, and the mean.
+ *   osu_like allreduce_loop ITERS WARMUP
+ *                                     the same all-reduce timed as nccl-tests times it: after a barrier,
+ *                                     ITERS calls back to back between two timestamps, the time per call
+ *                                     averaged over the ranks; LOOPS such loops, their median and mean.
  *   osu_like pingpong ITERS WARMUP [BYTES]
  *                                     ping-pong of BYTES (default 8) between ranks 0 and 1 as
  *                                     osu_latency does it, from a page-aligned send buffer into a
@@ -51,6 +55,24 @@ int main(int argc, char** argv) {
     for (int i = 0; i < iters; ++i) sum += t[i];
     if (rank == 0)
       printf("allreduce 4 median_us %.4f mean_us %.4f\n", median(t, iters) * 1e6, sum / iters * 1e6);
+  } else if (strcmp(argv[1], "allreduce_loop") == 0) {
+    enum { LOOPS = 5 };
+    float in = 1.0f, out = 0.0f;
+    double per_call[LOOPS], sum = 0.0;
+    int size = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    for (int i = 0; i < warmup; ++i) MPI_Allreduce(&in, &out, 1, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    for (int l = 0; l < LOOPS; ++l) {
+      MPI_Barrier(MPI_COMM_WORLD);
+      const double t0 = MPI_Wtime();
+      for (int i = 0; i < iters; ++i) MPI_Allreduce(&in, &out, 1, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+      double dt = (MPI_Wtime() - t0) / iters;
+      MPI_Allreduce(MPI_IN_PLACE, &dt, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+      per_call[l] = dt / size;
+      sum += per_call[l];
+    }
+    if (rank == 0)
+      printf("allreduce_loop 4 median_us %.4f mean_us %.4f\n", median(per_call, LOOPS) * 1e6, sum / LOOPS * 1e6);
   } else {
     const int bytes = argc == 5 ? atoi(argv[4]) : 8;
     char *sbuf = NULL, *rbuf = NULL;

@@ -5,7 +5,8 @@ bandwidth of our ring and tree beside MPI_Allreduce. Prints measured figures sid
 
 The ratio commbench / C compares medians of per-iteration times at 4 B (all-reduce) and at 8 B,
 256 KiB and 1 MiB (ping-pong, separate page-aligned send and receive buffers on both sides, as
-osu_latency); the target is <= 1.10 for each. Repeats interleave the two programs and keep each one's best
+osu_latency), and of loops of back-to-back 4 B all-reduces (--timing loop; the median of 5 loops,
+each averaged over the ranks); the target is <= 1.10 for each. Repeats interleave the two programs and keep each one's best
 median, so that drift in the machine's load does not favour either.
 """
 
@@ -65,14 +66,18 @@ def main():
     ap.add_argument("--repeats", type=int, default=5)
     opts = ap.parse_args()
     exe = build_reference()
-    tests = [("allreduce 4 B (mpi)", "c_ar", "cb_ar")] + [(f"ping-pong {format_size(n)}B", f"c_pp{n}", f"cb_pp{n}")
-                                                          for n in PINGPONG_BYTES]
+    tests = [("allreduce 4 B (mpi)", "c_ar", "cb_ar"), ("allreduce 4 B, loop", "c_arl", "cb_arl")] + \
+        [(f"ping-pong {format_size(n)}B", f"c_pp{n}", f"cb_pp{n}") for n in PINGPONG_BYTES]
     best = {key: [] for _, c, cb in tests for key in (c, cb)}
     with tempfile.TemporaryDirectory() as tmp:
         for _ in range(opts.repeats):
             best["c_ar"].append(reference(exe, "allreduce", opts.iters))
             best["cb_ar"].append(commbench_json(["allreduce", "--impl", "mpi", "--sizes", "4", "--iters",
                                                  str(opts.iters)], tmp)[0]["time_us"])
+            # Loop timing: 5 loops of --iters calls each on both sides.
+            best["c_arl"].append(reference(exe, "allreduce_loop", opts.iters))
+            best["cb_arl"].append(commbench_json(["allreduce", "--impl", "mpi", "--sizes", "4", "--timing", "loop",
+                                                  "--loops", "5", "--iters", str(opts.iters)], tmp)[0]["time_us"])
             for n in PINGPONG_BYTES:
                 # Large messages take longer: fewer iterations keep each run short.
                 iters = opts.iters if n < 1024 else max(opts.iters // 20, 100)
