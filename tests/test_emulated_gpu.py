@@ -184,6 +184,21 @@ def test_per_iteration_timing_leaves_the_hosts_launches_out(workdir):
     assert medians["per-iteration"] < 10000 <= 20000 <= medians["loop"], medians
 
 
+@pytest.mark.parametrize("command", [["p2p", "--sizes", "8,64K"], ["links", "--latency-size", "8", "--bandwidth-size", "64K",
+                                                                   "--judge", "bandwidth", "--threshold-pct", "1"]])
+def test_nccl_pairs_time_loops_of_back_to_back_messages(command, workdir):
+    """p2p and links over NCCL with --timing loop: each sample is N round trips or windows enqueued
+    back to back (not held behind the gate), its figure per message, every byte checked."""
+    out = os.path.join(workdir, "loop.json")
+    r = commbench([*command, "--impl", "nccl", "--np", "2", "--timing", "loop", "--loops", "2", "--iters", "6",
+                   "-o", out], env=emu_env(2), cwd=workdir)
+    assert r.returncode == 0, r.stdout + r.stderr
+    recs = results.load_document(out)["results"]
+    assert recs and all((rec["timing"], rec["loop_calls"], rec["iterations"], rec["wrong"]) == ("loop", 6, 2, 0)
+                        for rec in recs)
+    assert {rec["op"] for rec in recs} == {"pingpong", "bandwidth"}
+
+
 def test_a_sample_longer_than_the_launch_queue_is_let_go_in_time(workdir):
     """tree over 2,048 pipeline chunks enqueues thousands of steps a call, more than the emulated
     launch queue holds (1,024, as a GPU's): the gate lets the stream go after its first operations

@@ -75,3 +75,44 @@ def test_loop_timing_is_reported_as_nccl_tests_reports_it(workdir):
     with open(os.path.join(workdir, "report", "report.md")) as f:
         text = f.read()
     assert "- **timing**: loop" in text and "not measured: loop timing has no per-iteration samples" in text
+
+
+@pytest.mark.mpi
+def test_p2p_loop_timing_records_each_loops_time_per_message(workdir):
+    out = os.path.join(workdir, "p2p.json")
+    r = commbench(["p2p", "--impl", "mpi", "--sizes", "8,64K", "--timing", "loop", "--loops", "3", "--iters", "40",
+                   "-o", out], cwd=workdir)
+    assert r.returncode == 0, r.stderr
+    assert "# timing: loop (nccl-tests'): N iterations back to back" in r.stdout
+    doc = results.load_document(out)
+    assert doc["config"]["policy"]["timing"] == "loop" and results.timing_of(doc) == "loop"
+    assert sorted({rec["op"] for rec in doc["results"]}) == ["bandwidth", "pingpong"]
+    for rec in doc["results"]:
+        assert (rec["timing"], rec["loop_calls"], rec["iterations"], rec["wrong"]) == ("loop", 40, 3, 0)
+        # The figures come from the loops' recorded times: the median loop, and the bytes over it.
+        assert rec["time_us"]["median"] == pytest.approx(float(np.median(rec["samples_us"])), abs=1e-3)
+        assert rec["algbw_gbps"] == pytest.approx(rec["size_bytes"] / (rec["time_us"]["median"] * 1e3), rel=1e-3)
+
+
+@pytest.mark.mpi
+def test_links_loop_timing_judges_the_loops(workdir):
+    out = os.path.join(workdir, "links.json")
+    r = commbench(["links", "--np", "3", "--timing", "loop", "--loops", "2", "--iters", "10", "--judge", "bandwidth",
+                   "--threshold-pct", "5", "-o", out], cwd=workdir)
+    assert r.returncode == 0, r.stdout + r.stderr
+    doc = results.load_document(out)
+    # 3 pairs, each alone and in its round, each ping-pong and bandwidth: 12 rows, all loops.
+    assert len(doc["results"]) == 12 and {rec["timing"] for rec in doc["results"]} == {"loop"}
+    assert all(rec["loop_calls"] == 10 and len(rec["samples_us"]) == 2 for rec in doc["results"])
+    assert doc["links"]["findings"] == []
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["p2p", "--loops", "3"], "--loops counts the loops of --timing loop; give --timing loop too"),
+    (["links", "--loops", "3"], "--loops counts the loops of --timing loop; give --timing loop too"),
+    (["p2p", "--device", "cuda", "--timing", "loop"], "p2p --device cuda times each copy alone: --timing loop is for "
+                                                      "rank pairs"),
+])
+def test_loop_options_that_do_not_apply_are_refused(args, needle, workdir):
+    r = commbench(args, cwd=workdir)
+    assert r.returncode == 2 and r.stderr == f"commbench: error: {needle}\n" and r.stdout == ""

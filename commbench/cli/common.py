@@ -4,6 +4,7 @@ and the sweep's failure handling."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import math
 import os
@@ -19,7 +20,7 @@ import click
 from ..errors import CommbenchError, one_line
 from ..launch.world import detect_launcher, dies_with, init_world, standalone_command
 from ..node.gpu import CUDA_EVENT_RESOLUTION_S, DEFAULT_TIMEOUT_S
-from ..run.policy import Policy
+from ..run.policy import TIMINGS, Policy
 
 # How long a rank other than 0 waits, after a failure of its own, before it speaks and ends the job:
 # when rank 0 failed as well, rank 0's abort ends this rank first, and the job prints one line.
@@ -64,6 +65,24 @@ def policy_options(f):
         kwargs["policy"] = Policy(warmup=max(warmup, 1), iters=iters, budget_ms=budget_ms,
                                   min_iters=min_iters, max_iters=max_iters)
         return f(*args, **kwargs)
+    return wrapper
+
+
+def timing_options(f):
+    """--timing and --loops, folded into the policy that policy_options made (apply it below that)."""
+    @click.option("--timing", type=click.Choice(TIMINGS), default="per-iteration", show_default=True,
+                  help="per-iteration: each iteration timed alone (a collective's after a barrier, the slowest "
+                       "rank's time; GPUs: device time only); loop: nccl-tests' convention, N iterations back to "
+                       "back between two timestamps, the time per iteration (a collective's averaged over the "
+                       "ranks).")
+    @click.option("--loops", type=click.IntRange(min=1, max=1000), default=None,
+                  help="--timing loop: loops per size, the spread's samples (default 5); N iterations each "
+                       "(-n, or from --budget-ms).")
+    @functools.wraps(f)
+    def wrapper(*args, timing, loops, policy, **kwargs):
+        if loops is not None and timing != "loop":
+            raise CommbenchError("--loops counts the loops of --timing loop; give --timing loop too")
+        return f(*args, policy=dataclasses.replace(policy, timing=timing, loops=loops or policy.loops), **kwargs)
     return wrapper
 
 

@@ -13,7 +13,7 @@ from ..launch.world import detect_launcher
 from ..run import preflight
 from ..sizes import parse_size
 from ..transports import TRANSPORTS, default_p2p_transport, transport_names
-from .common import Finite, make_reporter, policy_options, ranks_option, resolve_device, run_ranks, sweep, timeout_option
+from .common import Finite, make_reporter, policy_options, ranks_option, resolve_device, run_ranks, sweep, timeout_option, timing_options
 from .group import cli
 
 
@@ -35,6 +35,7 @@ from .group import cli
 @click.option("--from", "source", type=click.Path(dir_okay=False), default=None,
               help="Judge an earlier links result file again instead of measuring.")
 @policy_options
+@timing_options
 @ranks_option
 @timeout_option
 def links(impl, latency_size, bandwidth_size, window, threshold_pct, mad_z, judged, source, nranks, timeout_s, output,

@@ -12,11 +12,20 @@ from ..errors import CommbenchError
 from ..launch.world import detect_launcher
 from ..run import preflight
 from ..run.config import PLACES
-from ..run.policy import TIMINGS
 from ..sizes import parse_size, parse_sizes, round_to_itemsize
 from ..transports import TRANSPORTS, default_p2p_transport, transport_names
 from ..transports.nccl import NCCL, chosen_transports, log_connections
-from .common import make_reporter, policy_options, ranks_option, resolve_device, run_ranks, sweep, timeout_option, verdict_options
+from .common import (
+    make_reporter,
+    policy_options,
+    ranks_option,
+    resolve_device,
+    run_ranks,
+    sweep,
+    timeout_option,
+    timing_options,
+    verdict_options,
+)
 from .group import cli
 
 
@@ -64,18 +73,13 @@ def collective_command(coll) -> click.Command:
     where one of our algorithms pipelines)."""
 
     def run(sizes, min_bytes, max_bytes, step_factor, check, impl_text, device, graph, dtype, agg, buffers, delay,
-            timing, loops, nranks, timeout_s, output, policy, no_fit, judge, redop="none", root=0, place="out",
+            nranks, timeout_s, output, policy, no_fit, judge, redop="none", root=0, place="out",
             chunk="1M") -> None:
-        from dataclasses import replace
-
         from ..analysis.stragglers import delay_text, parse_delay
         from ..run.config import RunConfig
         from ..transports import default_impls, gpu_only, parse_impls
-        if timing == "loop" and delay is not None:
+        if policy.timing == "loop" and delay is not None:
             raise CommbenchError("--delay holds a rank back before each timed iteration: it needs --timing per-iteration")
-        if loops is not None and timing != "loop":
-            raise CommbenchError("--loops counts the loops of --timing loop; give --timing loop too")
-        policy = replace(policy, timing=timing, loops=loops or policy.loops)
         dtypes = names_or_all(dtype, DTYPES, itemsize_of)
         redops = names_or_all(redop, REDOPS, redop_code) if coll.reduces else ["none"]
         itemsize = max(itemsize_of(d) for d in dtypes)
@@ -147,13 +151,6 @@ def collective_command(coll) -> click.Command:
         click.option("--delay", default=None, metavar="RANK:US",
                      help="Rank RANK busy-waits US microseconds before each timed iteration (not the check), "
                           "to show what one slow rank costs the others: their time grows by about US."),
-        click.option("--timing", type=click.Choice(TIMINGS), default="per-iteration", show_default=True,
-                     help="per-iteration: each call after a barrier, timed alone (GPUs: device time only), the "
-                          "slowest rank's time; loop: nccl-tests' convention, N calls back to back, the "
-                          "time per call averaged over the ranks."),
-        click.option("--loops", type=click.IntRange(min=1, max=1000), default=None,
-                     help="--timing loop: loops per size, the spread's samples (default 5); N calls each "
-                          "(-n, or from --budget-ms)."),
     ]
     if coll.reduces:
         options.append(click.option("--op", "redop", default="sum", show_default=True,
@@ -170,7 +167,8 @@ def collective_command(coll) -> click.Command:
         options.append(click.option("--chunk", default="1M", show_default=True, help="Tree pipeline chunk size in bytes."))
     no_fit = click.option("--no-fit", is_flag=True, help="Do not print the latency/bandwidth fit after the table.")
     command = run
-    for decorate in (verdict_options, no_fit, timeout_option, ranks_option, policy_options, *reversed(options)):
+    for decorate in (verdict_options, no_fit, timeout_option, ranks_option, timing_options, policy_options,
+                     *reversed(options)):
         command = decorate(command)
     return click.command(coll.name, help=coll.summary)(command)
 
@@ -195,6 +193,7 @@ _register_collectives()
 @click.option("--window", type=click.IntRange(min=1), default=64, show_default=True,
               help="Messages in flight per bandwidth iteration.")
 @policy_options
+@timing_options
 @ranks_option
 @timeout_option
 @click.option("--no-fit", is_flag=True, help="Do not print the latency/bandwidth fit after the table.")
@@ -216,6 +215,8 @@ def p2p(sizes, impl, device, pairs, window, nranks, timeout_s, output, policy, n
     elif device == "cuda":
         if nranks is not None or detect_launcher() is not None:
             raise CommbenchError("p2p --device cuda measures this process's GPUs: run it once, without --np or a launcher")
+        if policy.timing == "loop":
+            raise CommbenchError("p2p --device cuda times each copy alone: --timing loop is for rank pairs")
         return _local_peer_matrix(size_list, output, policy)
     else:
         gpus = 0

@@ -76,7 +76,11 @@ def timing_lines(meta: dict) -> list[str]:
                else "each call alone between barriers, each rank's own mean averaged over the ranks")
         return [f"# timing: imported from {tool}: {how}; one figure per size (min = p99 = time, CV = IQR = 0 "
                 f"where the tool prints no spread); GB/s = 1e9 B/s"]
-    if cfg["op"] in ("p2p", "copy"):  # pair tests and copies: one convention, their commands' pages say it
+    if cfg["op"] in ("p2p", "copy"):  # pair tests and copies: their commands' pages say more
+        if cfg["policy"].get("timing") == "loop":
+            return ["# timing: loop (nccl-tests'): N iterations back to back between two timestamps; time = the time "
+                    "per iteration, the pair's slower side, median over the loops; GB/s = 1e9 B/s",
+                    "# CV = stdev / mean and IQR = (p75 - p25) / median over the loops"]
         return ["# time = median (p50) over iterations of the slowest rank's time; GB/s = 1e9 B/s", spread]
     if cfg["policy"].get("timing") == "loop":
         return ["# timing: loop (nccl-tests'): after a barrier, N calls back to back between two timestamps; "

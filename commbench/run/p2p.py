@@ -13,7 +13,7 @@ from ..sizes import format_size
 from ..transports import transport
 from .buffers import check_device_memory, page_aligned
 from .config import RunConfig
-from .policy import Policy, measure
+from .policy import Policy, measure, measure_loop
 from .preflight import p2p_bytes
 
 
@@ -37,8 +37,8 @@ class PairTimers:
         self.gpu = None if link.device == "cpu" else int(link.device.split(":")[1])
         self.send, self.recv = (page_aligned(max(nbytes, 1), self.gpu) for _ in range(2))
 
-    def __call__(self, test: str, size: int, iters: int) -> np.ndarray:
-        return self.link.times(test, self.send, self.recv, size, iters)
+    def __call__(self, test: str, size: int, iters: int, loop: int = 1) -> np.ndarray:
+        return self.link.times(test, self.send, self.recv, size, iters, loop)
 
     def wrong(self, size: int) -> int:
         """Untimed exact check: the first rank sends a byte pattern in one ping-pong; the second
@@ -61,9 +61,13 @@ class PairTimers:
         # The budget pays for whole iterations (a bandwidth window is `window` messages); the record
         # holds the time per message.
         window = self.window if test == "bandwidth" else 1
-        samples = measure(lambda n: self(test, size, n), policy) / window
-        rec = measured(test, impl, "uint8", "none", ranks, size, size, samples, 0, pair=self.ranks,
-                       window=window) if self.first else None
+        if policy.timing == "loop":
+            samples, calls = measure_loop(lambda loops, n: self(test, size, loops, n), policy)
+            extra = {"timing": "loop", "loop_calls": calls}
+        else:
+            samples, extra = measure(lambda n: self(test, size, n), policy), {}
+        rec = measured(test, impl, "uint8", "none", ranks, size, size, samples / window, 0, pair=self.ranks,
+                       window=window, **extra) if self.first else None
         return rec, wrong
 
     def close(self) -> None:

@@ -24,9 +24,10 @@ class Pair(Protocol):
     first: bool  # this rank sends first
     device: str  # where the pair's buffers live: 'cpu' or 'cuda:N'
 
-    def times(self, test: str, send, recv, size: int, iters: int) -> np.ndarray:
-        """Seconds per iteration of `iters` iterations of `test` (pingpong: one way; bandwidth: the
-        whole window of messages), the same samples on both ranks of the pair."""
+    def times(self, test: str, send, recv, size: int, iters: int, loop: int = 1) -> np.ndarray:
+        """Seconds per iteration of `iters` samples of `test` (pingpong: one way; bandwidth: the
+        whole window of messages), the same samples on both ranks of the pair; a sample is `loop`
+        iterations back to back between two timestamps (the loop timing), its figure per iteration."""
 
     def close(self) -> None:
         """Frees what the pair holds of its own (MPI's two-rank communicator)."""

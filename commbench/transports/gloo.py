@@ -125,24 +125,24 @@ class GlooPair:
         self.window = window
         self.first, self.peer = world.rank == pair[0], pair[1] if world.rank == pair[0] else pair[0]
 
-    def times(self, test: str, send, recv, size: int, iters: int) -> np.ndarray:
+    def times(self, test: str, send, recv, size: int, iters: int, loop: int = 1) -> np.ndarray:
         import torch
         import torch.distributed as dist
         out, into, peer, t = as_tensor(send[:size]), as_tensor(recv[:size]), self.peer, np.empty(iters)
         ack = torch.zeros(1, dtype=torch.uint8)
         for i in range(iters):
             t0 = time.perf_counter_ns()
-            if test == "pingpong":
-                for step, view in (((dist.send, out), (dist.recv, into)) if self.first else
-                                   ((dist.recv, into), (dist.send, out))):
-                    step(view, peer)
-                t[i] = (time.perf_counter_ns() - t0) * 0.5e-9
-            else:
-                moves = [dist.isend(out, peer) if self.first else dist.irecv(into, peer) for _ in range(self.window)]
-                for work in moves:
-                    work.wait()
-                (dist.recv if self.first else dist.send)(ack, peer)
-                t[i] = (time.perf_counter_ns() - t0) * 1e-9
+            for _ in range(loop):
+                if test == "pingpong":
+                    for step, view in (((dist.send, out), (dist.recv, into)) if self.first else
+                                       ((dist.recv, into), (dist.send, out))):
+                        step(view, peer)
+                else:
+                    moves = [dist.isend(out, peer) if self.first else dist.irecv(into, peer) for _ in range(self.window)]
+                    for work in moves:
+                        work.wait()
+                    (dist.recv if self.first else dist.send)(ack, peer)
+            t[i] = (time.perf_counter_ns() - t0) * 1e-9 / (loop * (2 if test == "pingpong" else 1))
         # Both ranks of the pair end with the same samples: the larger of the two per iteration.
         mine, theirs = torch.from_numpy(t), torch.empty(iters, dtype=torch.float64)
         for step, tensor in (((dist.send, mine), (dist.recv, theirs)) if self.first else

@@ -63,11 +63,11 @@ class MpiPair:
     def __init__(self, comm, first: bool, window: int):
         self.comm, self.first, self.window = comm, first, window
 
-    def times(self, test: str, send, recv, size: int, iters: int) -> np.ndarray:
+    def times(self, test: str, send, recv, size: int, iters: int, loop: int = 1) -> np.ndarray:
         from .. import _host
         if test == "pingpong":
-            return np.asarray(_host.pingpong_times(send, recv, size, iters, self.comm.py2f()))
-        return np.asarray(_host.bandwidth_times(send, recv, size, self.window, iters, self.comm.py2f()))
+            return np.asarray(_host.pingpong_times(send, recv, size, iters, self.comm.py2f(), loop))
+        return np.asarray(_host.bandwidth_times(send, recv, size, self.window, iters, self.comm.py2f(), loop))
 
     def close(self) -> None:
         self.comm.Free()

@@ -112,10 +112,10 @@ class NcclPair:
         self.first, self.peer = world.rank == pair[0], pair[1] if world.rank == pair[0] else pair[0]
         self.device = f"cuda:{world.device}"
 
-    def times(self, test: str, send, recv, size: int, iters: int) -> np.ndarray:
+    def times(self, test: str, send, recv, size: int, iters: int, loop: int = 1) -> np.ndarray:
         if test == "pingpong":
-            return np.asarray(self.comm.pingpong_times(send, recv, size, self.peer, iters))
-        return np.asarray(self.comm.bandwidth_times(send, recv, size, self.peer, self.window, iters))
+            return np.asarray(self.comm.pingpong_times(send, recv, size, self.peer, iters, loop))
+        return np.asarray(self.comm.bandwidth_times(send, recv, size, self.peer, self.window, iters, loop))
 
     def close(self) -> None:
         """The communicator is the world's, closed with it."""

@@ -152,19 +152,21 @@ class DeviceComm {
   }
 
   // NCCL ping-pong between this rank and `peer`, from the send buffer into the receive buffer; the
-  // lower rank starts. Half the round trip.
-  std::vector<double> pingpong_times(const Buffer& send, const Buffer& recv, int64_t bytes, int64_t peer, int64_t iters) {
-    return pair_times(send, recv, bytes, peer, iters, 0.5, "NCCL ping-pong", [](auto& leg, bool lead) {
+  // lower rank starts. Half the round trip; a sample of `loop` round trips back to back (the loop
+  // timing) gives it per round trip.
+  std::vector<double> pingpong_times(const Buffer& send, const Buffer& recv, int64_t bytes, int64_t peer, int64_t iters,
+                                     int64_t loop) {
+    return pair_times(send, recv, bytes, peer, iters, loop, 0.5, "NCCL ping-pong", [](auto& leg, bool lead) {
       leg(lead);
       leg(!lead);
     });
   }
 
   // Unidirectional bandwidth: `window` messages from the lower rank to the higher in one NCCL group
-  // per iteration. Time per iteration (the whole window).
+  // per iteration. Time per iteration (the whole window); `loop` windows back to back per sample.
   std::vector<double> bandwidth_times(const Buffer& send, const Buffer& recv, int64_t bytes, int64_t peer,
-                                      int64_t window, int64_t iters) {
-    return pair_times(send, recv, bytes, peer, iters, 1.0, "NCCL bandwidth window", [&](auto& leg, bool lead) {
+                                      int64_t window, int64_t iters, int64_t loop) {
+    return pair_times(send, recv, bytes, peer, iters, loop, 1.0, "NCCL bandwidth window", [&](auto& leg, bool lead) {
       NcclGroup g(comm(), where_);
       for (int64_t w = 0; w < window; ++w) leg(lead);
       g.end();
@@ -216,14 +218,16 @@ class DeviceComm {
     if (peer < 0 || peer >= size_ || peer == where_.rank) throw std::invalid_argument("peer must be another rank");
   }
 
-  // One side of a point-to-point test with `peer`: event times of body(leg, lead) per iteration,
-  // scaled by `scale`, the maximum over the pair. leg(true) posts this rank's send of the message,
-  // leg(false) its receive; `lead` says this rank is the lower of the two. A pair barrier before
-  // each iteration keeps the pair's skew out of the first sample.
+  // One side of a point-to-point test with `peer`: event times of `loop` body(leg, lead) per sample,
+  // scaled by `scale` per body, the maximum over the pair. leg(true) posts this rank's send of the
+  // message, leg(false) its receive; `lead` says this rank is the lower of the two. A pair barrier
+  // before each sample keeps the pair's skew out of it. One body per sample is held behind the gate
+  // (launch-free); a loop is not, as the loop timing lets the host enqueue ahead.
   template <typename Body>
   std::vector<double> pair_times(const Buffer& send, const Buffer& recv, int64_t bytes, int64_t peer, int64_t iters,
-                                 double scale, const char* what, Body&& body) {
+                                 int64_t loop, double scale, const char* what, Body&& body) {
     require_message(send, recv, bytes, peer);
+    if (loop < 1) throw std::invalid_argument("loop must be at least 1");
     cuda_check(cudaSetDevice(where_.device), "cudaSetDevice", where_);
     const int other = static_cast<int>(peer);
     const std::size_t n = static_cast<std::size_t>(bytes);
@@ -241,10 +245,10 @@ class DeviceComm {
       body(leg, lead);
       wait(what);
       return event_times(stream_.s, iters, where_, [&] { pair_barrier(other); }, [&] { body(leg, lead); }, [&] { wait(what); },
-                         1, &gate_);
+                         loop, loop == 1 ? &gate_ : nullptr);
     });
     require_gates_held(expired, what);
-    for (double& x : t) x *= scale;
+    for (double& x : t) x *= scale / static_cast<double>(loop);
     return max_with_peer(std::move(t), other);
   }
 

@@ -213,9 +213,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
            py::arg("graph") = false, py::arg("agg") = 1, py::arg("delay_s") = 0.0, py::arg("loop") = 1,
            py::arg("launch_free") = true, py::call_guard<py::gil_scoped_release>())
       .def("pingpong_times", &DeviceComm::pingpong_times, py::arg("send"), py::arg("recv"), py::arg("bytes"), py::arg("peer"),
-           py::arg("iters"), py::call_guard<py::gil_scoped_release>())
+           py::arg("iters"), py::arg("loop") = 1, py::call_guard<py::gil_scoped_release>())
       .def("bandwidth_times", &DeviceComm::bandwidth_times, py::arg("send"), py::arg("recv"), py::arg("bytes"), py::arg("peer"),
-           py::arg("window"), py::arg("iters"), py::call_guard<py::gil_scoped_release>())
+           py::arg("window"), py::arg("iters"), py::arg("loop") = 1, py::call_guard<py::gil_scoped_release>())
       ;
   m.def("nccl_unique_id", &nccl_unique_id);
   m.def("reduce_tensors", &reduce_tensors, py::arg("dst"), py::arg("src"), py::arg("op"));

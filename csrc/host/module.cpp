@@ -63,6 +63,12 @@ std::vector<double> time_iterations(MPI_Comm comm, int64_t iters, int64_t calls,
   return t;
 }
 
+// Seconds per call of samples of `calls` calls each.
+std::vector<double> per_call(std::vector<double> t, int64_t calls) {
+  for (double& x : t) x /= static_cast<double>(calls);
+  return t;
+}
+
 // Element-wise maximum over the ranks of comm, in place.
 std::vector<double> max_over_ranks(MPI_Comm comm, std::vector<double> t) {
   mpi_check(MPI_Allreduce(MPI_IN_PLACE, t.data(), static_cast<int>(t.size()), MPI_DOUBLE, MPI_MAX, comm), "MPI_Allreduce");
@@ -182,37 +188,45 @@ PairSide pair_side(const Buffer& send, const Buffer& recv, int64_t bytes, int64_
   return p;
 }
 
-// Ping-pong between the two ranks of a two-rank communicator: rank 0 sends, rank 1 echoes. The time
-// of an iteration is half the round trip as seen by rank 0 (rank 1 reports zero, so the maximum
-// over ranks is rank 0's). No barrier between iterations: the exchange itself keeps lock step.
+// Ping-pong between the two ranks of a two-rank communicator: rank 0 sends, rank 1 echoes. A sample
+// is `loop` round trips back to back as seen by rank 0 (1: each round trip its own sample; more: the
+// loop timing, one pair of timestamps around them), and its figure half a round trip; rank 1 reports
+// zero, so the maximum over ranks is rank 0's. No barrier between round trips: the exchange itself
+// keeps lock step.
 std::vector<double> pingpong_times(const Buffer& send, const Buffer& recv, int64_t bytes, int64_t iters,
-                                   int64_t comm_handle) {
+                                   int64_t comm_handle, int64_t loop) {
   const auto [comm, rank, s, r, len] = pair_side(send, recv, bytes, iters, comm_handle);
+  if (loop < 1) throw std::invalid_argument("loop must be at least 1");
   std::vector<double> t(static_cast<std::size_t>(std::max<int64_t>(iters, 0)), 0.0);
   mpi_check(MPI_Barrier(comm), "MPI_Barrier");
   for (int64_t i = 0; i < iters; ++i) {
     if (rank == 0) {
       const auto t0 = Clock::now();
-      mpi_check(MPI_Send(s, len, MPI_BYTE, 1, 1, comm), "MPI_Send");
-      mpi_check(MPI_Recv(r, len, MPI_BYTE, 1, 1, comm, MPI_STATUS_IGNORE), "MPI_Recv");
-      t[i] = std::chrono::duration<double>(Clock::now() - t0).count() / 2;
+      for (int64_t c = 0; c < loop; ++c) {
+        mpi_check(MPI_Send(s, len, MPI_BYTE, 1, 1, comm), "MPI_Send");
+        mpi_check(MPI_Recv(r, len, MPI_BYTE, 1, 1, comm, MPI_STATUS_IGNORE), "MPI_Recv");
+      }
+      t[i] = std::chrono::duration<double>(Clock::now() - t0).count() / (2.0 * static_cast<double>(loop));
     } else {
-      mpi_check(MPI_Recv(r, len, MPI_BYTE, 0, 1, comm, MPI_STATUS_IGNORE), "MPI_Recv");
-      mpi_check(MPI_Send(s, len, MPI_BYTE, 0, 1, comm), "MPI_Send");
+      for (int64_t c = 0; c < loop; ++c) {
+        mpi_check(MPI_Recv(r, len, MPI_BYTE, 0, 1, comm, MPI_STATUS_IGNORE), "MPI_Recv");
+        mpi_check(MPI_Send(s, len, MPI_BYTE, 0, 1, comm), "MPI_Send");
+      }
     }
   }
   return max_over_ranks(comm, std::move(t));
 }
 
 // Windowed unidirectional bandwidth: rank 0 posts `window` sends of `bytes` from its send buffer,
-// rank 1 receives them into its receive buffer and answers with a 4-byte ack. The time of an
-// iteration is the whole window, as seen by rank 0.
+// rank 1 receives them into its receive buffer and answers with a 4-byte ack. A sample is `loop`
+// windows back to back after a barrier, as seen by rank 0; its figure the time per window.
 std::vector<double> bandwidth_times(const Buffer& send, const Buffer& recv, int64_t bytes, int64_t window,
-                                    int64_t iters, int64_t comm_handle) {
+                                    int64_t iters, int64_t comm_handle, int64_t loop) {
   const auto [comm, rank, s, r, len] = pair_side(send, recv, bytes, iters, comm_handle);
+  if (loop < 1) throw std::invalid_argument("loop must be at least 1");
   std::vector<MPI_Request> reqs(static_cast<std::size_t>(window));
   int ack = 0;
-  return max_over_ranks(comm, time_iterations(comm, iters, 1, 0.0, [&] {
+  return max_over_ranks(comm, per_call(time_iterations(comm, iters, loop, 0.0, [&] {
     for (int64_t w = 0; w < window; ++w) {
       if (rank == 0)
         mpi_check(MPI_Isend(s, len, MPI_BYTE, 1, 2, comm, &reqs[w]), "MPI_Isend");
@@ -224,7 +238,7 @@ std::vector<double> bandwidth_times(const Buffer& send, const Buffer& recv, int6
       mpi_check(MPI_Recv(&ack, 1, MPI_INT, 1, 3, comm, MPI_STATUS_IGNORE), "MPI_Recv");
     else
       mpi_check(MPI_Send(&ack, 1, MPI_INT, 0, 3, comm), "MPI_Send");
-  }));
+  }), loop));
 }
 
 // Walks elements [0, n) of a pattern that repeats every `period` indices, starting at index
@@ -311,9 +325,9 @@ PYBIND11_MODULE(_host, m) {
         py::arg("iters"), py::arg("comm"), py::arg("chunk_bytes"), py::arg("agg") = 1, py::arg("delay_s") = 0.0,
         py::arg("loop") = 1, py::call_guard<py::gil_scoped_release>());
   m.def("pingpong_times", &pingpong_times, py::arg("send"), py::arg("recv"), py::arg("bytes"), py::arg("iters"),
-        py::arg("comm"), py::call_guard<py::gil_scoped_release>());
+        py::arg("comm"), py::arg("loop") = 1, py::call_guard<py::gil_scoped_release>());
   m.def("bandwidth_times", &bandwidth_times, py::arg("send"), py::arg("recv"), py::arg("bytes"), py::arg("window"),
-        py::arg("iters"), py::arg("comm"), py::call_guard<py::gil_scoped_release>());
+        py::arg("iters"), py::arg("comm"), py::arg("loop") = 1, py::call_guard<py::gil_scoped_release>());
   m.def("fill_pattern", &fill_pattern, py::arg("buffer"), py::arg("op"), py::arg("rank"), py::arg("nranks"),
         py::arg("first") = 0);
   m.def("count_wrong", &count_wrong, py::arg("buffer"), py::arg("op"), py::arg("nranks"), py::arg("first") = 0,
