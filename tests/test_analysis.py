@@ -100,18 +100,47 @@ def test_catalog_rows_have_sources_and_figures():
     assert rows["nvlink4"]["bandwidth_gbps"] == 450 and rows["pcie4"]["bandwidth_gbps"] == 31.5
 
 
-@pytest.mark.parametrize("measured,status", [(400, "PASS"), (360, "PASS"), (359, "WARN"), (270, "WARN"),
-                                             (269, "FAIL"), (None, "FAIL")])
+@pytest.mark.parametrize("measured,status", [(562.5, "PASS"), (400, "PASS"), (360, "PASS"), (359, "WARN"), (270, "WARN"),
+                                             (269, "FAIL"), (None, "FAIL"), (563, "WARN"), (1350, "WARN")])
 def test_verdict_thresholds(measured, status):
+    """80 % of nvlink4's 450 GB/s passes, below 60 % fails; above 125 % the expectation or the method
+    is off: a warning, not a pass."""
     assert fabrics.verdict(measured, fabrics.expectation("nvlink4"))[0] == status
 
 
-def test_measured_fabrics_measure_this_node():
-    shm = fabrics.expectation("shm")
-    assert shm.bandwidth_gbps > 0.1 and "here" in shm.source
+def test_measured_fabrics_come_from_the_run_never_from_the_reader():
+    assert fabrics.measured_here("shm") and fabrics.measured_here("tcp-loopback") and not fabrics.measured_here("ib-ndr")
+    spot = {"shm": {"bandwidth_gbps": 12.5, "host": "node7"}}
+    shm = fabrics.expectation("shm", on_the_spot=spot)
+    assert shm.bandwidth_gbps == 12.5 and "12.5 GB/s on node7, by the run" in shm.source
+    with pytest.raises(CommbenchError, match="^--fabric tcp-loopback is measured on the spot by the run it judges, on "
+                                             "the run's host, and run.json holds no such measurement"):
+        fabrics.expectation("tcp-loopback", on_the_spot=spot, source="run.json")
     assert fabrics.expectation(None, expect_gbps=7.5, expect_us=3).bandwidth_gbps == 7.5
     with pytest.raises(CommbenchError, match="unknown fabric"):
         fabrics.expectation("token-ring")
+    # What a run stores: this host's figure, measured now.
+    assert fabrics.measure_on_the_spot("tcp-loopback", "h")["bandwidth_gbps"] > 0.01
+
+
+@pytest.mark.mpi
+def test_a_run_keeps_its_on_the_spot_figure_and_the_fit_reads_it_from_the_file(workdir):
+    out = os.path.join(workdir, "p2p.json")
+    r = commbench(["p2p", "--sizes", "1K,1M,4M", "--budget-ms", "20", "--fabric", "shm", "-o", out], cwd=workdir)
+    assert r.returncode in (0, 1), r.stderr
+    doc = results.load_document(out)
+    spot = doc["on_the_spot"]["shm"]
+    assert spot["bandwidth_gbps"] > 0.1 and spot["host"] == doc["machine"]["hosts"][0]
+    # Judged later, elsewhere: the file's figure, whatever the reader's memory copies at.
+    doc["on_the_spot"]["shm"]["bandwidth_gbps"] = 1e-3
+    moved = os.path.join(workdir, "moved.json")
+    with open(moved, "w") as f:
+        json.dump(doc, f)
+    r = commbench(["fit", moved, "--fabric", "shm"], cwd=workdir)
+    assert r.returncode == 0 and "of 0.001 GB/s expected for shm" in r.stdout and "WARN" in r.stdout, r.stderr
+    assert "above 125% of it: the expectation (a fabric the run did not cross) or the method" in r.stdout
+    r = commbench(["fit", moved, "--fabric", "tcp-loopback"], cwd=workdir)
+    assert r.returncode == 2 and r.stderr.startswith("commbench: error: --fabric tcp-loopback is measured on the spot")
 
 
 # ---- compare ----------------------------------------------------------------------------------------

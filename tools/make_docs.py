@@ -143,8 +143,9 @@ EXAMPLES: dict[str, Example] = {
 
     # docs/commands/analysis.md
     "analysis-run": Example([sh("commbench allreduce --sizes 1K-4M:x16 --impl mpi,ring,tree --budget-ms 20 --no-fit "
-                                "-o run.json")]),
-    "fit": Example([sh("commbench fit results/baselines/vm-2core-p2p-shm.json --fabric shm")]),
+                                "--fabric shm -o run.json")]),
+    "fit": Example([sh("commbench p2p --sizes 1-16M:x4 --budget-ms 20 --no-fit --fabric shm -o p2p-shm.json | tail -n 1"),
+                    sh("commbench fit p2p-shm.json --fabric shm")]),
     "fabrics": Example([sh("commbench fabrics")]),
     "compare": Example([
         sh("commbench baseline save run.json --name today --dir baselines"),

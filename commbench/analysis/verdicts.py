@@ -6,7 +6,7 @@ from typing import Optional
 
 from ..results.series import variant
 from ..sizes import format_size
-from .fabrics import Expectation, verdict
+from .fabrics import ABOVE_PCT, Expectation, verdict
 from .fit import fit_records
 
 
@@ -62,8 +62,10 @@ def fit_lines(fits: list[dict]) -> list[str]:
             e = f["expected"]
             alpha = "" if f["alpha_in_range"] is None else (", alpha within range" if f["alpha_in_range"] else
                                                              f", alpha above the expected {e['alpha_us'][1]:g} us")
+            above = (f"; above {ABOVE_PCT:.0f}% of it: the expectation (a fabric the run did not cross) or the method "
+                     f"(messages a cache holds) is off" if (f["percent_of_expected"] or 0) > ABOVE_PCT else "")
             lines.append(f"#   {f['verdict']}: {_bw(f['bandwidth_gbps'])} of {e['bandwidth_gbps']:.3g} GB/s expected "
-                         f"for {e['fabric']} = {pct}{alpha} ({e['source']})")
+                         f"for {e['fabric']} = {pct}{alpha}{above} ({e['source']})")
         if len(f["segments"]) > 1:
             for s in f["segments"]:
                 lines.append(f"#   segment {span([s['size_min'], s['size_max']])}: alpha "

@@ -26,10 +26,10 @@ def fit(run, as_json, judge) -> None:
     doc = load_document(run)
     require_usable(doc, run)
     if as_json:
-        fits = fits_with_verdicts(doc["results"], expectation(judge, doc), judge["pass_pct"], judge["fail_pct"])
+        fits = fits_with_verdicts(doc["results"], expectation(judge, doc, run), judge["pass_pct"], judge["fail_pct"])
         click.echo(json.dumps(fits, indent=1))
         return
-    for line in fit_lines_for(doc, judge):
+    for line in fit_lines_for(doc, judge, run):
         click.echo(line)
 
 
@@ -38,7 +38,7 @@ def fabrics() -> None:
     """List the fabric catalog: expected bandwidth, typical alpha, source."""
     from ..analysis.fabrics import catalog
     for row in catalog().values():
-        bw = "measured here" if row.get("measured") else f"{row['bandwidth_gbps']:g} GB/s"
+        bw = "by the run" if row.get("measured") else f"{row['bandwidth_gbps']:g} GB/s"
         click.echo(f"{row['name']:<13} {bw:>14}  alpha {row['alpha_us'][0]:g}-{row['alpha_us'][1]:g} us  "
                    f"{row['description']}; source: {row['source']}")
 
@@ -112,7 +112,7 @@ def plot(runs, output, baselines, judge) -> None:
     else:
         for (_, doc), path in zip(docs + bases, runs + baselines):
             require_usable(doc, path)
-        render = lambda tmp: draw(docs, tmp, bases, expectation(judge, docs[0][1]))  # noqa: E731
+        render = lambda tmp: draw(docs, tmp, bases, expectation(judge, docs[0][1], runs[0]))  # noqa: E731
     with new_file(output, f"{output} already exists; choose another -o") as tmp:
         render(tmp)
     click.echo(f"wrote {output}")
@@ -133,7 +133,7 @@ def report(run, output, judge) -> None:
     if "numerics" not in doc:  # a numerics result has its own report (formats/numerics.py)
         require_usable(doc, run)
     with new_files_in(output, f"{output} already holds a report; choose another -o") as stage:
-        written = write_report(run, doc, stage, expectation(judge, doc), judge["pass_pct"], judge["fail_pct"])
+        written = write_report(run, doc, stage, expectation(judge, doc, run), judge["pass_pct"], judge["fail_pct"])
     for path in written:
         click.echo(f"wrote {os.path.join(output, os.path.basename(path))}")
 
@@ -164,7 +164,7 @@ def export(run, format_name, output, samples, judge) -> None:
     doc = load_document(run)
     if not doc["results"] and "numerics" not in doc:
         raise CommbenchError(f"{run} holds no records to export")
-    options = formats.Options(source=os.path.basename(run), expected=expectation(judge, doc),
+    options = formats.Options(source=os.path.basename(run), expected=expectation(judge, doc, run),
                               pass_pct=judge["pass_pct"], fail_pct=judge["fail_pct"], samples=samples)
     data = formats.render(format_name, doc, options)
     if output:

@@ -108,16 +108,18 @@ def verdict_options(f):
     return wrapper
 
 
-def expectation(judge: dict, meta: dict):
-    """The fabric to judge against: named, given as figures, or guessed from the run's topology."""
+def expectation(judge: dict, meta: dict, source: str = "the run"):
+    """The fabric to judge the run `meta` against: named, given as figures, or guessed from the run's
+    topology; a fabric measured on the spot, as the run measured it."""
     from ..analysis.fabrics import expectation, guess_fabric
     return expectation(judge["fabric"] or (None if judge["expect_gbps"] else guess_fabric(meta)),
-                       judge["expect_gbps"], judge["expect_us"])
+                       judge["expect_gbps"], judge["expect_us"], meta.get("on_the_spot"), source)
 
 
-def fit_lines_for(doc: dict, judge: dict) -> list[str]:
+def fit_lines_for(doc: dict, judge: dict, source: str = "the run") -> list[str]:
     from ..analysis.verdicts import fit_lines, fits_with_verdicts
-    return fit_lines(fits_with_verdicts(doc["results"], expectation(judge, doc), judge["pass_pct"], judge["fail_pct"]))
+    return fit_lines(fits_with_verdicts(doc["results"], expectation(judge, doc, source), judge["pass_pct"],
+                                        judge["fail_pct"]))
 
 
 # The shortest --timeout: the watchdog looks every TICK_S (0.25 s), and a rank needs its peers' news.
@@ -232,10 +234,12 @@ def resolve_device(device: str, impl_text: Optional[str], wants_gpu: bool = Fals
     return device, gpus
 
 
-def make_reporter(world, cfg, output, steps, judge=None, config: Optional[dict] = None):
+def make_reporter(world, cfg, output, steps, judge=None, config: Optional[dict] = None, fit: bool = True):
     """The Reporter on rank 0, None elsewhere, and every rank's watchdog (--timeout). The result
     file is created (or refused) before any measurement starts; `config`: what the command records
-    of its own beside cfg's."""
+    of its own beside cfg's. `judge` (verdict_options): the fabric the fit after the table (unless
+    not `fit`) is judged against; one measured on the spot is measured here, by rank 0, before the
+    sweep, and kept in the file."""
     from ..launch import watchdog
     from ..node.machine import typed_command
     from ..run.reporter import Reporter, run_metadata
@@ -249,8 +253,12 @@ def make_reporter(world, cfg, output, steps, judge=None, config: Optional[dict] 
     world.root_call(lambda: made.append(Reporter(run_metadata(world, config,
                                                    typed_command(sys.argv)), output,
                                                  steps, timer_floor_s(cfg.device),
-                                                 (lambda doc: fit_lines_for(doc, judge)) if judge else None)))
+                                                 (lambda doc: fit_lines_for(doc, judge)) if judge and fit else None)))
     reporter = made[0] if made else None
+    if reporter and judge and judge["fabric"]:
+        from ..analysis.fabrics import measure_on_the_spot, measured_here
+        if measured_here(judge["fabric"]):
+            reporter.attach("on_the_spot", {judge["fabric"]: measure_on_the_spot(judge["fabric"], world.hosts[0])})
     watchdog.start(world, cfg.timeout_s, reporter)
     if reporter:
         click.echo(f"# policy: {cfg.policy.rule()}")

@@ -106,7 +106,7 @@ def collective_command(coll) -> click.Command:
         def body(world):
             from ..run.collective import run_collective  # torch: on the ranks alone
             steps = len(dtypes) * len(redops) * len(impls) * len(size_list) * len(cfg.placements)
-            reporter = make_reporter(world, cfg, output, steps, None if no_fit else judge)
+            reporter = make_reporter(world, cfg, output, steps, judge, fit=not no_fit)
             if reporter:
                 for n in notes:
                     reporter.note(n)
@@ -226,7 +226,7 @@ def p2p(sizes, impl, device, pairs, window, nranks, timeout_s, output, policy, n
         cfg = RunConfig(op="p2p", impls=(impl,), sizes=tuple(size_list), dtype="uint8", redop="none",
                         device=device, window=window, pairs=resolve_pairs(pairs, world.size), timeout_s=timeout_s,
                         policy=policy)
-        reporter = make_reporter(world, cfg, output, 2 * len(cfg.pairs) * len(size_list), None if no_fit else judge)
+        reporter = make_reporter(world, cfg, output, 2 * len(cfg.pairs) * len(size_list), judge, fit=not no_fit)
         return sweep(reporter, lambda: run_p2p(world, cfg, reporter), world)
 
     run_ranks(nranks, max(gpus, 2), body, preflight.for_p2p(size_list, pairs, device, output, impl, "commbench p2p"),

@@ -15,7 +15,18 @@ from ..launch.world import detect_launcher
 from ..results.atomic import check_new_file
 from ..run import preflight
 from ..sizes import parse_size, parse_sizes, round_to_itemsize
-from .common import Finite, make_reporter, policy_options, ranks_option, resolve_device, run_ranks, sweep, timeout_option, verdict_options
+from .common import (
+    Finite,
+    expectation,
+    make_reporter,
+    policy_options,
+    ranks_option,
+    resolve_device,
+    run_ranks,
+    sweep,
+    timeout_option,
+    verdict_options,
+)
 from .group import cli
 
 
@@ -80,7 +91,6 @@ def scale(op, counts_text, sizes, impl_text, device, dtype, compute_ms, grad_byt
     """Does adding ranks pay? A collective at several rank counts (default 1, 2, 4, 8), its fit per
     count, and a data-parallel step (compute + the collective over the gradients) measured and
     predicted at each count and beyond."""
-    from ..analysis.fabrics import expectation
     from ..collectives import get
     from ..transports import default_impls, parse_impls
     coll = get(op)
@@ -88,7 +98,6 @@ def scale(op, counts_text, sizes, impl_text, device, dtype, compute_ms, grad_byt
     if as_json and source is None:
         raise CommbenchError("--json prints the analysis of --from RUN; a run keeps it in its result file ('scale')")
     itemsize_of(dtype)
-    fabric = expectation(judge["fabric"], judge["expect_gbps"], judge["expect_us"])
     if plot_path is not None:
         check_new_file(plot_path, f"{plot_path} already exists; choose another --plot")
     if source is not None:
@@ -98,8 +107,8 @@ def scale(op, counts_text, sizes, impl_text, device, dtype, compute_ms, grad_byt
             raise CommbenchError(f"{source} measured {doc['config']['op']}, not {coll.name}: give --op {doc['config']['op']}")
         workload = _workload(compute_ms, grad_bytes, params, dtype, overlap, strong, max(doc["config"]["sizes"]))
         per_host = ranks_per_host or max(doc["machine"]["ranks"] // max(len(set(doc["machine"]["hosts"])), 1), 1)
-        _show(_analyses(doc["results"], coll, doc["config"]["impls"], workload, extra, fabric, per_host), plot_path,
-              as_json)
+        _show(_analyses(doc["results"], coll, doc["config"]["impls"], workload, extra,
+                        expectation(judge, doc, source), per_host), plot_path, as_json)
         return
 
     from ..run.config import RunConfig
@@ -123,8 +132,9 @@ def scale(op, counts_text, sizes, impl_text, device, dtype, compute_ms, grad_byt
         def run():
             wrong = run_counts(world, cfg, coll, impls, counts, reporter)
             # Judged on rank 0, which holds the rows; a refusal there reaches every rank.
-            analyses = world.root_call(lambda: _analyses(reporter.records, coll, cfg.impls, workload,
-                                                         extra, fabric, ranks_per_host or world.local_size))
+            analyses = world.root_call(lambda: _analyses(reporter.records, coll, cfg.impls, workload, extra,
+                                                         expectation(judge, reporter.file.doc),
+                                                         ranks_per_host or world.local_size))
             if reporter:
                 reporter.attach("scale", analyses)
             return wrong
