@@ -149,3 +149,21 @@ def test_an_earlier_numerics_file_names_its_algorithms_transport():
     new = upgrade(old)
     assert new["config"]["impls"] == [row["impl"] for row in new["numerics"]["rows"]] == \
         ["mpi", "ring@mpi", "tree@mpi", "gloo"]
+
+
+@pytest.mark.parametrize("bad,message", [
+    (-2.0, "-2.0 is less than the minimum of 0"),
+    ("x", "\"x\" is not of type 'number'"),
+    (True, "true is not of type 'number'"),
+    (None, "null is not of type 'number'"),
+    (float("nan"), "nan is not a finite number"),
+    (float("inf"), "inf is not a finite number"),
+])
+def test_a_bad_sample_is_named_by_its_path(bad, message):
+    """Samples are checked in bulk beside the schema (a fleet's files hold millions): the same
+    refusal, naming the sample."""
+    doc = _doc([rec(), rec(2048)])
+    doc["results"][1]["samples_us"][2] = bad
+    with pytest.raises(CommbenchError) as e:
+        results.validate(doc, "run.json")
+    assert str(e.value) == f"run.json: invalid field 'results/1/samples_us/2': {message}"
