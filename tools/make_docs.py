@@ -132,6 +132,10 @@ EXAMPLES: dict[str, Example] = {
         sh("commbench links --from slow.json --judge bandwidth --threshold-pct 25 | tail -n 1", rc=(0,)),
     ], cluster={"hosts": 4, "rates": [300, 300, 100, 300]}),
 
+    # docs/commands/fleet.md: the links run above, its hosts as a fleet.
+    "fleet-cluster": Example([sh("commbench fleet slow.json --plot fleet.png", rc=(1,), show_rc=True)],
+                             uses="links-cluster"),
+
     # docs/commands/scale.md
     "scale": Example([sh("commbench scale --np 4 --ranks 1,2,4 --impl ring --sizes 64K-4M:x4 --budget-ms 20 "
                          "--compute-ms 20 --grad-bytes 4M --extrapolate 8,16,64,256 -o scale.json --plot scale.png")],
@@ -302,6 +306,7 @@ def environment(tmp: str) -> dict:
             f.write(f'#!/bin/sh\nexec {shlex.join(argv)} "$@"\n')
         os.chmod(path, 0o755)
     sys.path.insert(0, ROOT)
+    sys.path.insert(0, os.path.join(ROOT, "tests"))  # tests/cluster.py, for the examples on the test cluster
     from commbench.launch.world import launcher_free_env
     # Without the variables of a launcher this script may run under: every example starts its own ranks.
     env = launcher_free_env(dict(os.environ))
@@ -416,10 +421,14 @@ class Runner:
         return self._gpu
 
     def skip_reason(self, ex: Example) -> Optional[str]:
+        """Why `ex` cannot run here (or an example whose files it reads cannot), or None."""
+        if ex.uses is not None:
+            reason = self.skip_reason(EXAMPLES[ex.uses])
+            if reason:
+                return reason
         if ex.no_gpu and self.gpu():
             return "it shows a GPU-less host's answer, and a GPU is visible here"
         if ex.cluster:
-            sys.path.insert(0, os.path.join(ROOT, "tests"))
             from cluster import Cluster, ClusterUnavailable
             try:
                 Cluster.check()

@@ -24,13 +24,12 @@ from typing import Optional
 import numpy as np
 
 from ..errors import CommbenchError
+from ..results.stats import MAD_SCALE
 from ..sizes import format_size
 
 # A links row's `schedule`, which keeps its series apart from the other schedule's (series.py).
 SCHEDULES = {"clean": "one pair at a time", "loaded": "under load"}
 METRICS = {"latency_us": "latency", "bandwidth_gbps": "bandwidth"}
-# Iglewicz and Hoaglin's constant: the modified z-score of a normal sample has unit spread.
-_Z = 0.6745
 
 
 def schedule(p: int) -> list[list[tuple[int, int]]]:
@@ -94,7 +93,7 @@ def outliers(grid: list, hosts: list[str], metric: str, threshold: float, mad_z:
         for (a, b), v in zip(pairs, values):
             # Oriented so that "worse" is low for both metrics.
             ratio = (v / median if metric == "bandwidth_gbps" else median / v) if v > 0 and median > 0 else 1.0
-            z = _Z * (v - median) / mad if mad > 0 else 0.0  # no spread: no pair stands out by z
+            z = MAD_SCALE * (v - median) / mad if mad > 0 else 0.0  # no spread: no pair stands out by z
             slow_z = -z if metric == "bandwidth_gbps" else z
             if ratio < threshold or (mad_z is not None and slow_z > mad_z):
                 flagged.append({"pair": [a, b], "class": cls, "value": float(v), "median": median,

@@ -9,6 +9,17 @@ NOISY_SPREAD = 0.10  # interquartile range / median; robust, unlike CV, to a few
 OUTLIER_Z = 14.0  # modified z-score beyond which a sample is an outlier (as hyperfine)
 OUTLIER_SHARE = 0.01
 TIMER_FLOOR_FACTOR = 20.0
+# Iglewicz and Hoaglin's constant: the modified z-score of a normal sample has unit spread.
+MAD_SCALE = 0.6745
+
+
+def modified_z(values, mad_floor: float = 0.0) -> np.ndarray:
+    """Each value's modified z-score, MAD_SCALE * (x - median) / MAD, with the MAD taken as at least
+    `mad_floor`; zeros where the MAD is 0 (no spread: nothing stands out by z)."""
+    x = np.asarray(values, dtype=np.float64)
+    median = float(np.median(x))
+    mad = max(float(np.median(np.abs(x - median))), mad_floor)
+    return MAD_SCALE * (x - median) / mad if mad > 0 else np.zeros_like(x)
 
 
 def iqr(samples) -> float:
@@ -59,8 +70,7 @@ def sample_flags(samples_us, clock_floor_s: float, per_timing: int = 1) -> list[
     flags = []
     if median > 0 and iqr(us) / median > NOISY_SPREAD:
         flags.append("noisy")
-    mad = float(np.median(np.abs(us - median)))
-    if mad > 0 and np.count_nonzero(0.6745 * (us - median) / mad > OUTLIER_Z) > OUTLIER_SHARE * us.size:
+    if np.count_nonzero(modified_z(us) > OUTLIER_Z) > OUTLIER_SHARE * us.size:
         flags.append("outliers")
     if median * per_timing < TIMER_FLOOR_FACTOR * clock_floor_s * 1e6:
         flags.append("timer_floor")

@@ -1,0 +1,109 @@
+"""`commbench fleet`: the node that stands apart from the nodes of its SKU, among a thousand
+synthesized node results, and on the test cluster with one host's link shaped slower."""
+
+import json
+import os
+import time
+
+import numpy as np
+import pytest
+from conftest import COMMBENCH, commbench
+
+from commbench.analysis import fleet as fleet_analysis
+from docs import record
+
+SIZES = (1024, 65536, 4 << 20)
+
+
+def node_doc(host: str, rng, busbw=1.0, latency=1.0, p2p=1.0, cpu="AMD EPYC 9654") -> dict:
+    """One node's results: an all-reduce sweep and a p2p bandwidth sweep, each figure off by a
+    random 2 % at most, times `busbw`, `latency` (the small sizes' time) and `p2p` (bandwidth)."""
+    def t_us(n):  # a ring of 2 ranks at 10 GB/s after 5 us
+        return 5.0 * latency + n / (10e3 * busbw)
+    recs = [record("allreduce", "ring@mpi", "float32", "sum", 2, n, n // 4,
+                   np.full(5, t_us(n) * rng.uniform(0.98, 1.02)) * 1e-6, 0) for n in SIZES]
+    recs += [record("bandwidth", "mpi", "uint8", "none", 2, n, n,
+                    np.full(5, (0.5 + n / (8e3 * p2p)) * rng.uniform(0.98, 1.02)) * 1e-6, 0, pair=[0, 1], window=64)
+             for n in SIZES]
+    return {"schema_version": 1, "tool": {"name": "commbench", "version": "0.1.0", "git_commit": None},
+            "created": "2026-11-21T00:00:00+00:00", "argv": ["commbench"],
+            "config": {"op": "allreduce", "impls": ["ring@mpi"], "sizes": list(SIZES), "dtype": "float32",
+                       "redop": "sum", "place": "out", "policy": {}},
+            "machine": {"hosts": [host], "ranks": 2, "launcher": "mpi", "cpu_model": cpu, "cores": 96,
+                        "memory_bytes": 1, "os": "Linux", "python": "3.11", "torch": "2", "mpi": "Open MPI v5"},
+            "env": {}, "status": "complete", "error": None, "results": recs}
+
+
+PLANTED = {17: ("busbw", "allreduce ring@mpi busbw@4M (GB/s)"), 503: ("latency", "allreduce ring@mpi time@1K (us)"),
+           911: ("p2p", "bandwidth mpi bw@4M (GB/s)")}
+
+
+def test_three_planted_outliers_among_a_thousand_nodes_are_exactly_the_ones_named(tmp_path):
+    rng = np.random.default_rng(7)
+    folder = tmp_path / "fleet"
+    for i in range(1000):
+        planted = PLANTED.get(i)
+        change = {planted[0]: 1.5 if planted[0] == "latency" else 0.6} if planted else {}
+        day = folder / f"day{i % 3}"  # folders of folders, as a fleet's runs pile up
+        day.mkdir(parents=True, exist_ok=True)
+        with open(day / f"node{i:04d}.json", "w") as f:
+            json.dump(node_doc(f"node{i:04d}", rng, **change), f)
+    # A file that is no result among them is passed over with a warning.
+    (folder / "notes.json").write_text("[1, 2]")
+    start = time.perf_counter()
+    r = commbench(["fleet", str(folder), "--json"], cwd=str(tmp_path))
+    elapsed = time.perf_counter() - start
+    assert r.returncode == 1, r.stderr
+    assert r.stderr.startswith("warning: skipped 1 file(s) that are not result files, e.g. ") and "notes.json" in r.stderr
+    found = json.loads(r.stdout)
+    assert len(found["nodes"]) == 1000 and list(found["skus"]) == ["no GPU; AMD EPYC 9654, 96 cores"]
+    assert {(o["node"], o["metric"]) for o in found["outliers"]} == \
+        {(f"node{i:04d}", metric) for i, (_, metric) in PLANTED.items()}
+    assert all(o["worse"] and abs(o["z"]) > 3.5 for o in found["outliers"])
+    print(f"fleet of 1000 node files: {elapsed:.1f} s")  # the figure docs/commands/fleet.md quotes
+
+
+def test_the_table_ranks_outliers_and_says_how_they_were_found(tmp_path):
+    rng = np.random.default_rng(3)
+    docs = [(f"n{i}.json", node_doc(f"n{i}", rng, busbw=0.5 if i == 2 else 1.0)) for i in range(8)]
+    # Another SKU of 2 nodes: too few to say which stands apart, whatever their figures.
+    docs += [(f"g{i}.json", node_doc(f"g{i}", rng, busbw=0.2 * (i + 1), cpu="Grace")) for i in range(2)]
+    found = fleet_analysis.analyse(docs)
+    assert [(o["node"], o["metric"]) for o in found["outliers"]] == [("n2", "allreduce ring@mpi busbw@4M (GB/s)")]
+    text = "\n".join(fleet_analysis.lines(found))
+    assert "# fleet: 10 node(s) from 10 result file(s), 2 SKU(s)" in text
+    assert "> 3.5 among the nodes of its SKU (MAD at least 1 % of the median; 3 nodes or more)" in text
+    assert "# SKU no GPU; Grace, 96 cores: 2 node(s)" in text
+    last = text.splitlines()[-1].split()
+    assert last[:2] == ["1", "n2"] and text.endswith("worse than its fleet")
+    png = tmp_path / "fleet.png"
+    fleet_analysis.plot(found, str(png))
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["fleet", "nowhere"], "nowhere: no such file or folder"),
+    (["fleet", "empty"], "no result files among empty"),
+])
+def test_bad_input_is_one_line(args, needle, tmp_path):
+    (tmp_path / "empty").mkdir()
+    r = commbench(args, cwd=str(tmp_path))
+    assert r.returncode == 2 and r.stderr == f"commbench: error: {needle}\n" and r.stdout == ""
+
+
+@pytest.mark.cluster
+@pytest.mark.mpi
+def test_the_host_shaped_slower_stands_apart_on_the_cluster(make_cluster, workdir):
+    """links over the 4 hosts of the test cluster, one host's link shaped to a third: fleet, over the
+    run's file, names that host by its inter-host bandwidth and no other host by bandwidth."""
+    c = make_cluster(4, rates=[300, 300, 300, 100])
+    out = os.path.join(workdir, "links.json")
+    r = c.mpirun([COMMBENCH, "links", "--judge", "bandwidth", "--bandwidth-size", "1M", "--window", "2",
+                  "--budget-ms", "50", "--min-iters", "3", "--warmup", "1", "-o", out], timeout=180, cwd=workdir)
+    assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-3000:]
+    r = commbench(["fleet", out, "--json"], cwd=workdir)
+    assert r.returncode == 1, r.stderr
+    found = json.loads(r.stdout)
+    assert set(found["nodes"]) == {h.name for h in c.hosts}
+    by_bandwidth = {o["node"] for o in found["outliers"] if "bandwidth" in o["metric"]}
+    assert by_bandwidth == {c.hosts[3].name}
