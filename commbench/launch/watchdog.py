@@ -146,10 +146,6 @@ class Watchdog:
             # peer may fail at once), the first is the one to name.
             others = list(self.peers.values()) if self.up is None else [self.up]
             ready, _, _ = select.select([self._wake, *others], [], [], TICK_S)
-            if self._wake in ready:
-                signum = os.read(self._wake, 16)[-1]
-                self.end("interrupted",
-                         f"{self.label or 'before the first size'}: interrupted ({signal.Signals(signum).name})")
             with self._io:
                 if self.up is not None:
                     self._send(self.up, "beat")
@@ -159,8 +155,13 @@ class Watchdog:
                                  f"{self.label}: rank 0 did not arrive: its process ended")
                 elif self.rank == 0:
                     self._read_peers()
+            # A peer's end comes first: a launcher that saw a rank die sends this one SIGTERM next.
             if self.lost and not self.stopped:
                 self.end("peer-lost", self._absent_text("did not arrive: its process ended"))
+            if self._wake in ready:
+                signum = os.read(self._wake, 16)[-1]
+                self.end("interrupted",
+                         f"{self.label or 'before the first size'}: interrupted ({signal.Signals(signum).name})")
             if self.failures and not self.stopped:
                 rank, (status, text) = next(iter(self.failures.items()))
                 self.end(status, self._peer_failure(rank, status, text))

@@ -254,7 +254,13 @@ class ResultFile:
     def finish(self, error: Optional[str] = None, status: str = "failed") -> None:
         self.doc["status"] = status if error else "complete"
         self.doc["error"] = error
-        self._write(json.dumps(self.doc, indent=1) + "\n")
+        if error:
+            # A run that ends on a failure may have a moment only: a launcher that saw a rank die
+            # sends the others SIGTERM and, a quarter of a second later (Open MPI's), SIGKILL. The
+            # records are encoded already; joining them is all the write costs.
+            self._rewrite()
+        else:
+            self._write(json.dumps(self.doc, indent=1) + "\n")
 
     def discard(self) -> None:
         """Removes the file of a run refused before it measured anything: a file with no rows would
