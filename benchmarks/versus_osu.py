@@ -34,9 +34,10 @@ import sys
 import tarfile
 import tempfile
 
+from beside_nccl_tests import BIN  # where mpirun, mpicc and commbench are (this script's folder is on the path)
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-BIN = os.path.dirname(sys.executable)
 OSU = "osu-micro-benchmarks-7.4"
 
 # OSU benchmark -> (commbench command, whether OSU's size is per rank, OSU's extra options,
