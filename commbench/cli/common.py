@@ -150,11 +150,9 @@ def run_ranks(nranks: Optional[int], default_ranks: int, body, checks, timeout_s
         from ..run.reporter import PROGRESS_MARK
         ranks = nranks or default_ranks
         checks.run(ranks, ranks, socket.gethostname())
-        argv, env, notes = standalone_command(sys.argv[1:], ranks, cores())
+        argv, env = standalone_command(sys.argv[1:], ranks, cores())
         if sys.stderr.isatty():
             env[PROGRESS_MARK] = "1"
-        for n in notes:
-            click.echo(f"commbench: {n}", err=True)
         sys.exit(_spawn(argv, env))
     checks.before_joining(detect_launcher())
     world = init_world(timeout_s)
