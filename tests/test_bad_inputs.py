@@ -110,3 +110,18 @@ def test_the_console_script_answers_the_same(args, expected, tmp_path):
     assert r.returncode == 2
     assert r.stderr == expected.replace("{tmp}", str(tmp_path)) + "\n"
     assert not os.path.exists(os.path.join(str(tmp_path), "commbench-results"))
+
+
+@pytest.mark.parametrize("args", [["allreduce", "-o", "a\nb.json"], ["plot", "{tmp}/run.json", "-o", "p\tq.png"],
+                                  ["baseline", "save", "{tmp}/run.json", "--name", "x\ny", "--dir", "{tmp}/b"]])
+def test_a_control_character_in_a_name_is_refused(args, folder, monkeypatch, capsys):
+    """A newline pasted into a file name would make a file no shell lists cleanly: one line, nothing
+    written."""
+    before = _tree(folder)
+    monkeypatch.setattr(sys, "argv", ["commbench", *(a.replace("{tmp}", folder) for a in args)])
+    with pytest.raises(SystemExit) as ended:
+        main()
+    err = capsys.readouterr().err
+    assert ended.value.code == 2 and err.count("\n") == 1 and err.startswith("commbench: error: ")
+    assert "control character" in err or "bad baseline name" in err, err
+    assert _tree(folder) == before

@@ -72,8 +72,7 @@ def test_standalone_run_as_typed(cpu_env, workdir):
     assert len(rows) == 4 * 4
     assert {r[0] for r in rows} == {"1024", "4096", "16384", "65536"}
     assert all(r[8] == "0" for r in rows)  # #wrong
-    if os.geteuid() == 0:
-        assert "OMPI_ALLOW_RUN_AS_ROOT=1" in r.stderr
+    assert "OMPI_ALLOW_RUN_AS_ROOT" not in r.stderr  # set for its own mpirun as root, nothing to say
     files = glob.glob(os.path.join(workdir, "commbench-results", "*_allreduce.json"))
     assert len(files) == 1
     df = results.load(files[0])

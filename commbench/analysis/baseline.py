@@ -26,6 +26,9 @@ def clean(doc: dict) -> None:
 def save(run_path: str, name: str, directory: str = DEFAULT_DIR, keep_samples: bool = False) -> str:
     if not name or os.sep in name or name.startswith("."):
         raise CommbenchError(f"bad baseline name '{name}': use a plain file name such as h100-node-a")
+    if name.endswith(".json"):
+        raise CommbenchError(f"bad baseline name '{name}': the name without .json (the file is NAME.json): "
+                             f"--name {name[:-len('.json')]}")
     path = os.path.join(directory, f"{name}.json")
     exists = f"baseline {name} already exists in {directory}; choose another --name or delete it first"
     check_new_file(path, exists)

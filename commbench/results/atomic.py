@@ -50,9 +50,8 @@ def _make_folder(folder: str, path: str) -> None:
 @contextlib.contextmanager
 def new_file(path: str, exists_message: str) -> Iterator[str]:
     """Yields a temporary path beside `path` for the caller to write; when the block completes, the
-    file takes the name `path`, which must not exist."""
-    if os.path.lexists(path):
-        raise CommbenchError(exists_message)
+    file takes the name `path`, which must not exist (nor be a name no file can take: check_new_file)."""
+    check_new_file(path, exists_message)
     folder = os.path.dirname(path) or "."
     _make_folder(folder, path)
     tmp = None
