@@ -32,7 +32,13 @@ def save(run_path: str, name: str, directory: str = DEFAULT_DIR, keep_samples: b
     path = os.path.join(directory, f"{name}.json")
     exists = f"baseline {name} already exists in {directory}; choose another --name or delete it first"
     check_new_file(path, exists)
-    doc = load_document(run_path)
+    write(load_document(run_path), run_path, path, name, exists, keep_samples)
+    return path
+
+
+def write(doc: dict, run_path: str, path: str, name: str, exists: str, keep_samples: bool = False, **facts) -> None:
+    """Keeps the run `doc` (read from run_path) at `path` as baseline `name`, with `facts` in its
+    baseline section; never over an existing file."""
     require_usable(doc, run_path)
     clean(doc)
     if not keep_samples:
@@ -40,6 +46,5 @@ def save(run_path: str, name: str, directory: str = DEFAULT_DIR, keep_samples: b
             r["samples_us"] = []  # the summary statistics stay; fits then use the medians
     doc["baseline"] = {"name": name, "saved": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                        "source": os.path.basename(run_path), "command": shlex.join(doc["argv"]),
-                       "samples_kept": keep_samples}
+                       "samples_kept": keep_samples, **facts}
     write_new(path, doc, exists)
-    return path

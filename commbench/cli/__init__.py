@@ -1,6 +1,6 @@
 """Command line: parse, choose, print. No measurement logic lives here. Commands are grouped by
 concern: measure.py (collectives, p2p, copies), scale.py (rank counts), links.py (the bad link,
-rank or host), numerics.py (rounding across rank counts), analyze.py (result files), fleet.py (many
+rank or host), accept.py (plans judged), numerics.py (rounding across rank counts), analyze.py (result files), fleet.py (many
 nodes' result files), node.py (the node)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import click
 
 from ..errors import CommbenchError, RankError, one_line
 from ..launch.world import launch_rank
-from . import analyze, fleet, links, measure, node, numerics, scale  # noqa: F401  (each registers its commands on the group)
+from . import accept, analyze, fleet, links, measure, node, numerics, scale  # noqa: F401  (each registers its commands on the group)
 from .group import cli
 
 __all__ = ["cli", "main"]

@@ -15,7 +15,7 @@ _STYLE = ("body{font-family:sans-serif;max-width:1200px;margin:auto}table{border
           "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}")
 
 
-def _table(rows: list[list[str]]) -> list[str]:
+def table(rows: list[list[str]]) -> list[str]:
     def cells(row, tag):
         return "".join(f"<{tag}>{html.escape(c)}</{tag}>" for c in row)
     return ["<table>", f"<tr>{cells(rows[0], 'th')}</tr>"] + [f"<tr>{cells(r, 'td')}</tr>" for r in rows[1:]] + ["</table>"]
@@ -28,7 +28,7 @@ def render(doc: dict, options) -> str:
     page.append("</ul>")
     if options.image:
         page.append(f"<img src='{html.escape(options.image)}' width='100%'>")
-    page += ["<h2>Fit and verdicts</h2>"] + _table(report.fit_table(doc, options)) + ["<h2>Records</h2>"]
+    page += ["<h2>Fit and verdicts</h2>"] + table(report.fit_table(doc, options)) + ["<h2>Records</h2>"]
     for name, rows in report.record_tables(doc):
-        page += [f"<h3>{html.escape(name)}</h3>"] + _table(rows)
+        page += [f"<h3>{html.escape(name)}</h3>"] + table(rows)
     return "\n".join(page + ["</body></html>"]) + "\n"

@@ -1,0 +1,136 @@
+"""A step's verdict from what it left: each check PASS, WARN or FAIL with its evidence (the figure,
+the reference's figure, the limit), and the step's status the worst of them. A step that did not
+finish, or left no file to judge, is an ERROR (TIMEOUT at its limit): the node was not shown good."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from ..analysis.compare import compare
+from ..analysis.fabrics import expectation
+from ..analysis.verdicts import fits_with_verdicts
+from ..errors import CommbenchError
+from ..results.series import by_series, series_head, variant
+from ..sizes import format_size
+
+PASS, WARN, FAIL, ERROR, TIMEOUT = "PASS", "WARN", "FAIL", "ERROR", "TIMEOUT"
+ORDER = {PASS: 0, WARN: 1, FAIL: 2, ERROR: 3, TIMEOUT: 3}
+
+
+def check(name: str, status: str, evidence: str, **figures) -> dict:
+    return {"check": name, "status": status, "evidence": evidence, **figures}
+
+
+def worst(checks: list[dict]) -> str:
+    return max((c["status"] for c in checks), key=ORDER.__getitem__, default=PASS)
+
+
+def _who(h: dict) -> str:
+    return f"{h['op']} {variant(h)} ({h['ranks']} ranks" + (f", pair {h['pair'][0]}-{h['pair'][1]})" if h.get("pair") else ")")
+
+
+def result_checks(doc: dict, limits: dict, baseline: Optional[tuple[str, dict]]) -> list[dict]:
+    """The checks of a result file: it finished, every element was right, and, where the plan or a
+    baseline gives one, its figures against the baseline, the fabric and the absolute limits."""
+    out = []
+    if doc["status"] != "complete":
+        out.append(check("finished", FAIL, f"the run ended {doc['status']}: {doc.get('error') or 'no reason recorded'}"))
+    wrong = [r for r in doc["results"] if r.get("wrong")]
+    if wrong:
+        first = wrong[0]
+        out.append(check("correct", FAIL, f"{sum(r['wrong'] for r in wrong)} wrong element(s) in {len(wrong)} record(s), "
+                                          f"first {_who(first)} at {format_size(first['size_bytes'])}"))
+    else:
+        out.append(check("correct", PASS, f"every element of {len(doc['results'])} record(s) exact"))
+    if "links" in doc:
+        findings = doc["links"]["findings"]
+        out.append(check("links", FAIL if findings else PASS,
+                         "; ".join(f["text"] for f in findings) or "no slow link, rank or host found"))
+    out += _baseline_checks(doc, limits, baseline)
+    out += _fabric_checks(doc, limits)
+    out += _absolute_checks(doc, limits)
+    return out
+
+
+def _baseline_checks(doc: dict, limits: dict, baseline: Optional[tuple[str, dict]]) -> list[dict]:
+    if baseline is None:
+        return []
+    path, base = baseline
+    tol_bw, tol_lat = limits["tolerance_bw_pct"] / 100, limits["tolerance_lat_pct"] / 100
+    try:
+        found = compare(base, doc, tol_bw, tol_lat)
+    except CommbenchError as e:
+        return [check("baseline", FAIL, f"cannot be compared with {path}: {e}")]
+    out = []
+    for s in found["series"]:
+        for c in s["checks"]:
+            rows = [r for r in s["rows"] if r["region"] == ("latency" if "latency" in c["check"] or "alpha" in c["check"]
+                                                            else "bandwidth")]
+            worst_row = (max(rows, key=lambda r: r["time_change"]) if c["tolerance"] > 0
+                         else min(rows, key=lambda r: r["bw_change"])) if rows else None
+            detail = ""
+            if worst_row and c["check"].endswith("sizes"):
+                detail = (f"; at {format_size(worst_row['size_bytes'])} {worst_row['run_time_us']:.2f} us against "
+                          f"{worst_row['base_time_us']:.2f} us" if c["tolerance"] > 0 else
+                          f"; at {format_size(worst_row['size_bytes'])} {worst_row['run_bw_gbps']:.3g} GB/s against "
+                          f"{worst_row['base_bw_gbps']:.3g} GB/s")
+            # A fit's slope and intercept swing more than the medians they come from: beyond its limit
+            # it is worth a look (WARN), while the measured sizes decide.
+            failed = FAIL if c["check"].endswith("sizes") else WARN
+            out.append(check(f"baseline {c['check']}", failed if c["regression"] else PASS,
+                             f"{_who(s)}: {c['check']} {c['change']:+.1%} against the baseline (limit {c['tolerance']:+.0%}){detail}",
+                             change=c["change"], limit=c["tolerance"], baseline=path))
+    if not out:
+        out.append(check("baseline", WARN, f"{path} shares no size of a judged region with the run"))
+    return out
+
+
+def _fabric_checks(doc: dict, limits: dict) -> list[dict]:
+    if not limits.get("fabric"):
+        return []
+    try:
+        expected = expectation(limits["fabric"], on_the_spot=doc.get("on_the_spot"), source="the step's result file")
+    except CommbenchError as e:
+        return [check("fabric", FAIL, str(e))]
+    out = []
+    for f in fits_with_verdicts(doc["results"], expected, limits["pass_pct"], limits["fail_pct"]):
+        if "verdict" not in f:
+            continue
+        pct = f["percent_of_expected"]
+        out.append(check(f"fabric {expected.name}", f["verdict"],
+                         f"{_who(f)}: fitted {f['bandwidth_gbps'] or 0:.3g} GB/s = "
+                         f"{pct if pct is not None else 0:.0f}% of {expected.bandwidth_gbps:.3g} GB/s expected "
+                         f"(pass at {limits['pass_pct']:g}%, fail under {limits['fail_pct']:g}%, "
+                         f"above 125% the expectation or the method is off)",
+                         figure=f["bandwidth_gbps"], reference=expected.bandwidth_gbps))
+    return out
+
+
+def _absolute_checks(doc: dict, limits: dict) -> list[dict]:
+    out = []
+    for key, recs in by_series(doc["results"]).items():
+        moved = [r for r in recs if r["size_bytes"] > 0]
+        if not moved:
+            continue
+        who = _who(series_head(key))
+        least, largest = moved[0], moved[-1]
+        if "min_busbw_gbps" in limits:
+            bw = largest["busbw_gbps"] if largest.get("busbw_gbps") is not None else largest["algbw_gbps"]
+            out.append(check("busbw", PASS if bw >= limits["min_busbw_gbps"] else FAIL,
+                             f"{who}: {bw:.3g} GB/s at {format_size(largest['size_bytes'])} (limit >= "
+                             f"{limits['min_busbw_gbps']:g} GB/s)", figure=bw, limit=limits["min_busbw_gbps"]))
+        if "max_time_us" in limits:
+            t = least["time_us"]["median"]
+            out.append(check("time", PASS if t <= limits["max_time_us"] else FAIL,
+                             f"{who}: {t:.2f} us at {format_size(least['size_bytes'])} (limit <= {limits['max_time_us']:g} us)",
+                             figure=t, limit=limits["max_time_us"]))
+    return out
+
+
+def doctor_checks(doc: Optional[dict]) -> list[dict]:
+    """doctor's FAIL and WARN checks, each its own; one PASS when it found nothing."""
+    if not doc:
+        return [check("doctor", ERROR, "doctor left no verdict (see its log)")]
+    found = [check(f"doctor {c['name']}", c["status"], c["evidence"] + (f" (remedy: {c['remedy']})" if c.get("remedy") else ""))
+             for c in doc["checks"] if c["status"] != PASS]
+    return found or [check("doctor", PASS, f"{len(doc['checks'])} check(s) passed")]

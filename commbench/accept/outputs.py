@@ -1,0 +1,100 @@
+"""What an accept run leaves beside its steps' files: summary.json (everything, for programs),
+summary.md and summary.html (for people), and JUnit XML (one testcase per step, for CI), each
+written whole or not at all."""
+
+from __future__ import annotations
+
+import html
+import os
+
+from ..formats.html import table
+from ..results.document import write_new
+from .judge import ERROR, FAIL, TIMEOUT
+
+
+def _lines(step: dict) -> list[str]:
+    return [f"{c['status']} {c['check']}: {c['evidence']}" for c in step["checks"]]
+
+
+def headline(summary: dict) -> str:
+    counts = {}
+    for s in summary["steps"]:
+        counts[s["status"]] = counts.get(s["status"], 0) + 1
+    tally = ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
+    return (f"accept {summary['plan']} on {summary['host']}: {summary['status']} ({tally}; "
+            f"{summary['seconds']:.0f} s)")
+
+
+def write_json(summary: dict, path: str) -> None:
+    write_new(path, summary, f"{path} already exists")
+
+
+def markdown(summary: dict) -> str:
+    out = [f"# {headline(summary)}", "", summary["description"], "",
+           f"- SKU: {summary['sku']}", f"- plan: {summary['plan_source']}",
+           f"- baselines: {summary['baselines'] or 'none given'}", "",
+           "| step | verdict | counted | seconds | baseline | evidence |", "|---|---|---|---|---|---|"]
+    for s in summary["steps"]:
+        worst = [c for c in s["checks"] if c["status"] == s["status"]] or s["checks"]
+        evidence = (worst[0]["evidence"] if worst else "").replace("|", "\\|")
+        out.append(f"| {s['step']} | {s['status']} | {'yes' if s['counted'] else 'no'} | {s['seconds']:.1f} | "
+                   f"{os.path.basename(s['baseline']) if s['baseline'] else '-'} | {evidence} |")
+    for s in summary["steps"]:
+        out += ["", f"## {s['step']}: {s['status']}", "", f"`{s['command_line']}`", "", f"- {s['baseline_note']}"]
+        out += [f"- {line}" for line in _lines(s)]
+    return "\n".join(out) + "\n"
+
+
+def html_page(summary: dict) -> str:
+    title = html.escape(headline(summary))
+    page = [f"<!doctype html><html><head><meta charset='utf-8'><title>{title}</title>",
+            "<style>body{font-family:sans-serif;max-width:1200px;margin:auto}table{border-collapse:collapse}"
+            "td,th{border:1px solid #ccc;padding:3px 8px;text-align:left}</style></head><body>",
+            f"<h1>{title}</h1>", f"<p>{html.escape(summary['description'])}</p>",
+            f"<p>SKU: {html.escape(summary['sku'])}</p>"]
+    rows = [["step", "verdict", "counted", "seconds", "baseline"]]
+    rows += [[s["step"], s["status"], "yes" if s["counted"] else "no", f"{s['seconds']:.1f}",
+              os.path.basename(s["baseline"]) if s["baseline"] else "-"] for s in summary["steps"]]
+    page += table(rows)
+    for s in summary["steps"]:
+        page += [f"<h2>{html.escape(s['step'])}: {s['status']}</h2>", f"<pre>{html.escape(s['command_line'])}</pre>",
+                 "<ul>", f"<li>{html.escape(s['baseline_note'])}</li>"]
+        page += [f"<li>{html.escape(line)}</li>" for line in _lines(s)] + ["</ul>"]
+    return "\n".join(page + ["</body></html>"]) + "\n"
+
+
+def junit(summary: dict, path: str) -> None:
+    """One testsuite, one testcase per step: a FAIL is a failure, an ERROR or TIMEOUT an error (the
+    step could not show the node good), each with the evidence as message; a step that is not
+    counted passes, its findings in its output. Every check is in the testcase's system-out."""
+    from junitparser import Error, Failure, JUnitXml, TestCase, TestSuite
+
+    suite = TestSuite(f"commbench accept {summary['plan']} on {summary['host']}")
+    suite.hostname = summary["host"]
+    suite.timestamp = summary["started"]
+    for s in summary["steps"]:
+        case = TestCase(s["step"], f"commbench.accept.{summary['plan']}", s["seconds"])
+        bad = [c for c in s["checks"] if c["status"] == s["status"]]
+        message = bad[0]["evidence"] if bad else s["status"]
+        if s["counted"] and s["status"] == FAIL:
+            case.result = [Failure(message, "FAIL")]
+        elif s["counted"] and s["status"] in (ERROR, TIMEOUT):
+            case.result = [Error(message, s["status"])]
+        case.system_out = "\n".join([s["command_line"], s["baseline_note"], *_lines(s)]) + "\n"
+        suite.add_testcase(case)
+    suite.update_statistics()
+    suite.time = round(summary["seconds"], 1)
+    xml = JUnitXml()
+    xml.add_testsuite(suite)
+    xml.update_statistics()
+    write_new(path, xml.tostring(),
+              f"{path} already exists; choose another --junit")
+
+
+def write_all(summary: dict, folder: str, junit_path) -> None:
+    write_json(summary, os.path.join(folder, "summary.json"))
+    write_new(os.path.join(folder, "summary.md"), markdown(summary), "summary.md already exists")
+    write_new(os.path.join(folder, "summary.html"), html_page(summary), "summary.html already exists")
+    if junit_path:
+        junit(summary, junit_path)
+

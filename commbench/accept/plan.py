@@ -1,0 +1,228 @@
+"""Plans: which commands `accept` runs, with which options and limits, and how each is judged. A plan
+is a TOML file; the built-in ones lie beside this module (plans/NAME.toml). Everything in a plan is
+checked before the first step runs, each mistake in one line that names the plan, the step and the
+key, so a typo in a fleet's plan fails in CI at once rather than after an hour of measuring."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+from ..errors import CommbenchError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+PLANS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "plans")
+
+# Commands that print what is kept (their stdout is the step's file); every other writes a result file (-o).
+PRINTING = {"doctor": ["--json"], "topo": ["--json"], "version": ["-v"]}
+SCOPES = ("node", "cluster")
+DEFAULT_TIMEOUT_S = 600.0
+
+# What a step may be judged by (a step's [limits] table, or the plan's for every step).
+LIMITS = {
+    "tolerance_bw_pct": "the largest drop of bandwidth against the baseline, in percent",
+    "tolerance_lat_pct": "the largest rise of latency against the baseline, in percent",
+    "fabric": "a catalog fabric whose expected bandwidth the fit is judged against",
+    "pass_pct": "the share of the fabric's bandwidth that passes",
+    "fail_pct": "the share of the fabric's bandwidth under which the step fails",
+    "min_busbw_gbps": "the least bus bandwidth (GB/s) at the largest size of each series",
+    "max_time_us": "the longest time (us) at the smallest size of each series",
+}
+DEFAULT_LIMITS = {"tolerance_bw_pct": 10.0, "tolerance_lat_pct": 25.0, "pass_pct": 80.0, "fail_pct": 60.0}
+STEP_KEYS = {"name", "command", "options", "quick", "limits", "timeout_s", "counted", "when", "env"}
+PLAN_KEYS = {"description", "scope", "defaults", "limits", "step"}
+WHEN_KEYS = {"min_gpus", "max_gpus"}
+# An option value that names the node's GPU count: "gpus", or "min(gpus,N)" for at most N of them.
+_GPUS = re.compile(r"^(?:gpus|min\(gpus,\s*(\d+)\))$")
+
+
+@dataclass(frozen=True)
+class Step:
+    name: str
+    command: str
+    options: dict
+    quick: dict
+    limits: dict
+    timeout_s: float
+    counted: bool
+    when: dict
+    env: dict
+
+    @property
+    def slug(self) -> str:
+        return slug(self.name)
+
+    @property
+    def measuring(self) -> bool:
+        return self.command not in PRINTING
+
+    def applies(self, gpus: int) -> bool:
+        return gpus >= self.when.get("min_gpus", 0) and gpus <= self.when.get("max_gpus", gpus)
+
+    def arguments(self, gpus: int, quick: bool = False) -> list[str]:
+        """The step's command line after `commbench`, without the output file."""
+        options = {**self.options, **(self.quick if quick else {})}
+        argv = [self.command, *PRINTING.get(self.command, [])]
+        for key, value in options.items():
+            flag = f"--{key.replace('_', '-')}"
+            if value is True:
+                argv.append(flag)
+            elif value is not False:
+                argv += [flag, str(_resolve(value, gpus))]
+        return argv
+
+
+@dataclass(frozen=True)
+class Plan:
+    name: str
+    source: str
+    description: str
+    scope: str
+    steps: list = field(default_factory=list)
+
+    def steps_for(self, gpus: int) -> list[Step]:
+        return [s for s in self.steps if s.applies(gpus)]
+
+
+def slug(name: str) -> str:
+    """A step's name as a file name: 'allreduce nccl/ring' -> 'allreduce_nccl_ring'."""
+    return re.sub(r"[^A-Za-z0-9]+", "_", name).strip("_")
+
+
+def builtin() -> list[str]:
+    return sorted(f[:-len(".toml")] for f in os.listdir(PLANS_DIR) if f.endswith(".toml"))
+
+
+def _resolve(value, gpus: int):
+    if isinstance(value, str):
+        m = _GPUS.match(value)
+        if m:
+            return min(gpus, int(m.group(1))) if m.group(1) else gpus
+    return value
+
+
+def load(name_or_path: str, check_argv: Optional[Callable[[list], None]] = None) -> Plan:
+    """The plan of that built-in name or TOML file. `check_argv(argv)` raises CommbenchError where a
+    step's command line would not parse (the commands' own options and types decide)."""
+    if os.sep in name_or_path or name_or_path.endswith(".toml"):
+        path, name = name_or_path, os.path.splitext(os.path.basename(name_or_path))[0]
+    else:
+        path, name = os.path.join(PLANS_DIR, f"{name_or_path}.toml"), name_or_path
+        if not os.path.isfile(path):
+            raise CommbenchError(f"no built-in plan '{name_or_path}': choose from {', '.join(builtin())}, "
+                                 f"or give a plan file (NAME.toml)")
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except OSError as e:
+        raise CommbenchError(f"plan {path}: {e.strerror}") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise CommbenchError(f"plan {path}: not TOML: {e}") from None
+    return parse(data, name, path, check_argv)
+
+
+def parse(data: dict, name: str, source: str, check_argv: Optional[Callable[[list], None]] = None) -> Plan:
+    def bad(what: str):
+        return CommbenchError(f"plan {source}: {what}")
+    _keys(data, PLAN_KEYS, "", bad)
+    description = data.get("description")
+    if not isinstance(description, str) or not description.strip():
+        raise bad("needs a description (one line: what the plan accepts)")
+    scope = data.get("scope", "node")
+    if scope not in SCOPES:
+        raise bad(f"scope '{scope}': choose from {', '.join(SCOPES)}")
+    defaults = _table(data, "defaults", bad, "")
+    plan_limits = _limits(_table(data, "limits", bad, ""), bad, "")
+    raw_steps = data.get("step")
+    if not isinstance(raw_steps, list) or not raw_steps:
+        raise bad("has no [[step]]")
+    steps, seen = [], set()
+    for i, raw in enumerate(raw_steps, 1):
+        if not isinstance(raw, dict):
+            raise bad(f"step {i} is not a table")
+        where = f"step {i} ({raw.get('name', 'unnamed')})"
+        _keys(raw, STEP_KEYS, f"{where}: ", bad)
+        step_name, command = raw.get("name"), raw.get("command")
+        if not isinstance(step_name, str) or not slug(step_name):
+            raise bad(f"step {i} needs a name")
+        if slug(step_name).lower() in seen:  # two files that differ in case alone are one on some file systems
+            raise bad(f"two steps are named '{step_name}' (their files would collide)")
+        seen.add(slug(step_name).lower())
+        if not isinstance(command, str) or not command:
+            raise bad(f"{where}: needs a command")
+        options = _table(raw, "options", bad, f"{where}: ")
+        if command not in PRINTING:
+            # The plan's defaults, for the options this command has (check_argv tells).
+            options = {**{k: v for k, v in defaults.items() if _accepts(command, k, v, check_argv)}, **options}
+        timeout = raw.get("timeout_s", DEFAULT_TIMEOUT_S)
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 86400:
+            raise bad(f"{where}: timeout_s must be a number of seconds in (0, 86400]")
+        counted = raw.get("counted", True)
+        if not isinstance(counted, bool):
+            raise bad(f"{where}: counted must be true or false")
+        when = _table(raw, "when", bad, f"{where}: ")
+        _keys(when, WHEN_KEYS, f"{where}: when.", bad)
+        if any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in when.values()):
+            raise bad(f"{where}: when.min_gpus and when.max_gpus are counts of GPUs")
+        env = _table(raw, "env", bad, f"{where}: ")
+        if any(not isinstance(v, str) for v in env.values()):
+            raise bad(f"{where}: env values are strings")
+        step = Step(step_name, command, options, _table(raw, "quick", bad, f"{where}: "),
+                    {**DEFAULT_LIMITS, **plan_limits, **_limits(_table(raw, "limits", bad, f"{where}: "), bad, where)},
+                    float(timeout), counted, when, env)
+        if check_argv is not None:
+            for quick in (False, True):
+                try:
+                    check_argv(step.arguments(8, quick))
+                except CommbenchError as e:
+                    raise bad(f"{where}{' (quick)' if quick else ''}: {e}") from None
+        steps.append(step)
+    return Plan(name, source, description.strip(), scope, steps)
+
+
+def _accepts(command: str, key: str, value, check_argv) -> bool:
+    if check_argv is None:
+        return True
+    try:
+        check_argv([command, f"--{key.replace('_', '-')}", *([] if value is True else [str(_resolve(value, 8))])])
+        return True
+    except CommbenchError:
+        return False
+
+
+def _keys(table: dict, allowed: set, where: str, bad) -> None:
+    unknown = sorted(set(table) - allowed)
+    if unknown:
+        raise bad(f"{where}unknown key '{unknown[0]}' (allowed: {', '.join(sorted(allowed))})")
+
+
+def _table(data: dict, key: str, bad, where: str) -> dict:
+    value = data.get(key, {})
+    if not isinstance(value, dict):
+        raise bad(f"{where}{key} must be a table")
+    for k, v in value.items():
+        if not isinstance(v, (str, int, float, bool)):
+            raise bad(f"{where}{key}.{k}: a string, number or boolean")
+    return value
+
+
+def _limits(table: dict, bad, where: str) -> dict:
+    prefix = f"{where}: " if where else ""
+    _keys(table, set(LIMITS), f"{prefix}limits.", bad)
+    for k, v in table.items():
+        if k == "fabric":
+            if not isinstance(v, str):
+                raise bad(f"{prefix}limits.fabric: a fabric's name")
+            from ..analysis.fabrics import catalog
+            if v not in catalog():
+                raise bad(f"{prefix}limits.fabric: unknown fabric '{v}' (see 'commbench fabrics')")
+        elif isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
+            raise bad(f"{prefix}limits.{k}: a number >= 0 ({LIMITS[k]})")
+    return table

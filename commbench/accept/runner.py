@@ -1,0 +1,79 @@
+"""One step at a time as its own process: in a session of its own, so that at its time limit the
+whole of it (mpirun and its ranks) stops; its output in its log as it comes, so a stopped step keeps
+what it said; in the environment without a launcher's variables, so that from a shell inside a job
+(`srun --pty bash`, a task of `srun -N 100 commbench accept`) each step starts its own ranks instead
+of taking itself for one rank of that launch."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shlex
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from typing import Optional
+
+# After SIGTERM, how long a stopped step (mpirun passing it on to its ranks) may take to exit.
+STOP_GRACE_S = 10
+
+
+@dataclass(frozen=True)
+class Ran:
+    rc: Optional[int]  # None: stopped at its time limit
+    seconds: float
+    log: str
+
+
+def run(argv: list, log: str, timeout_s: float, env: dict, stdout_file: Optional[str] = None,
+        cwd: Optional[str] = None) -> Ran:
+    """Runs argv, stdout and stderr into `log` (stdout into `stdout_file` where given: a document to
+    read back)."""
+    t0 = time.monotonic()
+    with contextlib.ExitStack() as files:
+        log_file = files.enter_context(open(log, "w"))
+        log_file.write(f"$ {shlex.join(argv)}\n")
+        log_file.flush()
+        stdout = files.enter_context(open(stdout_file, "w")) if stdout_file else log_file
+        try:
+            proc = subprocess.Popen(argv, stdout=stdout, stderr=log_file, cwd=cwd, env=env, start_new_session=True)
+        except OSError as e:  # the program is missing: this step fails, the others still run
+            rc: Optional[int] = 127
+            log_file.write(f"cannot start it: {e}\n")
+        else:
+            rc = _wait(proc, timeout_s)
+            if rc is None:
+                log_file.write(f"\nstopped at the time limit of {timeout_s:g} s\n")
+    return Ran(rc, round(time.monotonic() - t0, 1), log)
+
+
+def _wait(proc: subprocess.Popen, timeout_s: float) -> Optional[int]:
+    try:
+        return proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        stop(proc)
+        return None
+    except BaseException:  # Ctrl-C reaches the caller alone (the step has a session of its own)
+        stop(proc)
+        raise
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """SIGTERM to the step's process group (mpirun passes it on to its ranks), then SIGKILL to what
+    is left of it."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=STOP_GRACE_S)
+
+
+def last_line(log: str) -> str:
+    """The last line a step said (its error line, mostly), for the verdict's evidence."""
+    try:
+        with open(log, errors="replace") as f:
+            lines = [line.strip() for line in f if line.strip()]
+    except OSError:
+        return ""
+    return lines[-1] if len(lines) > 1 else ""

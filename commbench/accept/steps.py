@@ -1,0 +1,126 @@
+"""An accept run: the plan's steps one after another into a folder of the node's own, each judged as
+it ends (judge.py) against the baseline picked for it (baselines.py), then the summaries
+(outputs.py). A step that fails, stops or hangs past its limit is judged so, and the next runs."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import shlex
+import socket
+import sys
+import time
+from typing import Callable, Optional
+
+from ..analysis.fleet import sku_of
+from ..errors import CommbenchError
+from ..launch.world import launcher_free_env
+from ..results.document import load_document
+from . import runner
+from .baselines import Baselines
+from .judge import ERROR, FAIL, PASS, TIMEOUT, check, doctor_checks, result_checks, worst
+from .plan import Plan, Step
+
+# The program every step runs: this commbench, whatever is on PATH.
+COMMBENCH = [sys.executable, "-m", "commbench"]
+
+
+def run_folder(base: str, host: str) -> str:
+    """base/<host>, made here: two runs never share a folder, and a folder never takes a second run."""
+    folder = os.path.join(base, host)
+    os.makedirs(base, exist_ok=True)
+    try:
+        os.mkdir(folder)
+    except FileExistsError:
+        raise CommbenchError(f"{folder} already exists: each accept run takes a new folder; choose another -o") from None
+    return folder
+
+
+def _step_files(step: Step, folder: str) -> tuple[Optional[str], Optional[str]]:
+    """(result file given with -o, file of its stdout) of a step."""
+    target = os.path.join(folder, f"{step.slug}.json")
+    if step.measuring:
+        return target, None
+    return None, target if step.command in ("doctor", "topo") else None
+
+
+def _read_json(path: Optional[str]) -> Optional[dict]:
+    try:
+        with open(path) as f:  # type: ignore[arg-type]
+            doc = json.load(f)
+        return doc if isinstance(doc, dict) else None
+    except (OSError, TypeError, ValueError):
+        return None
+
+
+def run_step(step: Step, folder: str, gpus: int, quick: bool, launch: list, baselines: Baselines, env: dict) -> dict:
+    result, stdout = _step_files(step, folder)
+    argv = [*(launch if step.measuring else []), *COMMBENCH, *step.arguments(gpus, quick),
+            *(["-o", result] if result else [])]
+    ran = runner.run(argv, os.path.join(folder, f"{step.slug}.log"), step.timeout_s, {**env, **step.env}, stdout)
+    checks = []
+    if ran.rc is None:
+        checks.append(check("time limit", TIMEOUT, f"stopped after {step.timeout_s:g} s (timeout_s)"))
+    doc, picked, note = None, None, "no baseline: this step writes no result file"
+    if result is not None and os.path.exists(result):
+        try:
+            doc = load_document(result)
+        except CommbenchError as e:
+            checks.append(check("result file", ERROR, str(e)))
+    if doc is not None:
+        picked, note = baselines.pick(doc, quick)
+        checks += result_checks(doc, step.limits, picked)
+    elif step.command == "doctor":
+        checks += doctor_checks(_read_json(stdout))
+    if ran.rc not in (0, None) and not (doc is not None and ran.rc == 1):
+        # Exit 1 with a result file is the command's own verdict (wrong elements, a slow link), judged
+        # above from the file; anything else is a step that could not show the node good.
+        checks.append(check("exit status", ERROR if step.command != "doctor" else FAIL,
+                            f"exit {ran.rc}: {runner.last_line(ran.log) or 'see the log'}"))
+    if not checks:
+        checks.append(check("ran", PASS, "exit 0"))
+    return {"step": step.name, "command": step.command, "command_line": shlex.join(argv), "counted": step.counted,
+            "status": worst(checks), "seconds": ran.seconds, "timeout_s": step.timeout_s,
+            "log": os.path.basename(ran.log), "result": os.path.basename(result) if doc is not None else None,
+            "baseline": picked[0] if picked else None, "baseline_note": note, "checks": checks,
+            "sku": sku_of(doc) if doc is not None else None}
+
+
+def overall(steps: list[dict]) -> str:
+    """PASS, WARN or FAIL of the run: the worst of its counted steps (an ERROR or TIMEOUT fails it)."""
+    status = worst([{"status": s["status"]} for s in steps if s["counted"]])
+    return FAIL if status in (ERROR, TIMEOUT) else status
+
+
+def accept(plan: Plan, folder: str, baselines: Baselines, quick: bool = False, launch: Optional[list] = None,
+           gpus: int = 0, say: Callable[[str], None] = print) -> dict:
+    """Runs the plan's steps (those for `gpus` GPUs) into folder; returns the summary. `launch`: the
+    command that starts a cluster step's ranks across the nodes (srun, mpirun --hostfile ...)."""
+    env = launcher_free_env(dict(os.environ))
+    host = socket.gethostname()
+    started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    t0 = time.monotonic()
+    todo = plan.steps_for(gpus)
+    done: list[dict] = []
+    interrupted = False
+    try:
+        for step in todo:
+            r = run_step(step, folder, gpus, quick, launch or [], baselines, env)
+            done.append(r)
+            why = next((c["evidence"] for c in r["checks"] if c["status"] == r["status"]), "")
+            say(f"{r['status'] if r['counted'] else r['status'].lower() + ' (not counted)':<22} {step.name}  "
+                f"({r['seconds']:.1f} s)  {why}")
+    except KeyboardInterrupt:
+        interrupted = True
+    sku = next((s["sku"] for s in done if s["sku"]), None) or "unknown (no step left a result file)"
+    summary = {"plan": plan.name, "plan_source": plan.source, "description": plan.description, "scope": plan.scope,
+               "host": host, "sku": sku, "gpus": gpus, "quick": quick, "started": started,
+               "seconds": round(time.monotonic() - t0, 1), "folder": folder, "baselines": baselines.directory,
+               "status": FAIL if interrupted else overall(done), "interrupted": interrupted,
+               "not_run": [s.name for s in todo[len(done):]], "steps": done}
+    if baselines.skipped:
+        summary["baselines_skipped"] = baselines.skipped
+    return summary
+
+

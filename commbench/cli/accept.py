@@ -1,0 +1,106 @@
+"""`commbench accept`: a plan's steps run and judged on this node (or, for a cluster plan, across the
+nodes of an allocation); `commbench baseline promote`: an accepted run kept as its SKU's baselines."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import socket
+import sys
+
+import click
+
+from ..errors import CommbenchError
+from .analyze import baseline
+from .group import cli
+
+# Files accept names itself: a plan's options may not.
+OWN_OPTIONS = ("output", "o", "json")
+
+
+def check_argv(argv: list) -> None:
+    """Parses a step's command line as the command would, without running it: a plan's unknown
+    option, wrong type or value out of range is refused before the first step."""
+    ctx = click.Context(cli, info_name="commbench")
+    command = cli.get_command(ctx, argv[0])
+    if command is None or argv[0] in ("accept", "fleet", "baseline", "compare", "fit", "report", "export", "plot", "import"):
+        raise CommbenchError(f"'{argv[0]}' is no command a step can run (a measuring command, doctor, topo or version)")
+    owned = [a for a in argv[1:] if a.lstrip("-") in OWN_OPTIONS and a.startswith("-")]
+    if owned and argv[0] not in ("doctor", "topo"):
+        raise CommbenchError(f"{owned[0]}: accept names each step's files itself")
+    try:
+        command.make_context(argv[0], list(argv[1:]), parent=ctx)
+    except click.ClickException as e:
+        raise CommbenchError(e.format_message()) from None
+
+
+def _launch(scope: str, launch_text) -> list:
+    if scope == "node":
+        if launch_text:
+            raise CommbenchError("--launch is for cluster plans: a node plan starts its own ranks on this node")
+        return []
+    if launch_text:
+        return shlex.split(launch_text)
+    if os.environ.get("SLURM_JOB_ID") and not os.environ.get("SLURM_STEP_ID"):
+        return ["srun"]
+    raise CommbenchError("a cluster plan runs its steps across the nodes of an allocation: run it inside one "
+                         "(salloc, sbatch), or give --launch 'mpirun --hostfile FILE'")
+
+
+@cli.command()
+@click.option("--plan", "plan_name", default=None, metavar="NAME|FILE",
+              help="A built-in plan (cpu-node, gpu-node, gpu-cluster...) or a plan file (.toml); default gpu-node "
+                   "where a GPU is visible, else cpu-node.")
+@click.option("--baselines", "baselines_dir", type=click.Path(file_okay=False), default=None,
+              help="Folder of per-SKU baselines (baseline promote): each step is judged against the one of its kind.")
+@click.option("--junit", "junit_path", type=click.Path(dir_okay=False), default=None, help="Write JUnit XML here too.")
+@click.option("--output", "-o", "base", default="accept", show_default=True, type=click.Path(file_okay=False),
+              help="Folder of the run folders: this run writes into OUTPUT/<host name>, which must not exist.")
+@click.option("--quick", is_flag=True, help="Each step with its plan's quick options (small sizes): proves the steps run.")
+@click.option("--launch", "launch_text", default=None, metavar="COMMAND",
+              help="A cluster plan's launcher for every measuring step, e.g. 'mpirun --hostfile hosts' (inside a "
+                   "Slurm allocation: srun).")
+def accept(plan_name, baselines_dir, junit_path, base, quick, launch_text) -> None:
+    """Run a plan's steps on this node, judge each (PASS, WARN, FAIL with its evidence) against the
+    baseline of the node's SKU, its fabric and its limits, and write summary.json, summary.md,
+    summary.html (and --junit) beside the steps' files. Exit 0 pass, 1 a counted step failed, 2 an
+    unusable plan or input."""
+    from ..accept import outputs
+    from ..accept.baselines import Baselines
+    from ..accept.plan import load
+    from ..accept.steps import accept as run_plan
+    from ..accept.steps import run_folder
+    from ..node.gpu import visible_gpus
+    from ..results.atomic import check_new_file
+
+    gpus = visible_gpus()[0]
+    plan = load(plan_name or ("gpu-node" if gpus else "cpu-node"), check_argv)
+    launch = _launch(plan.scope, launch_text)
+    if junit_path:
+        check_new_file(junit_path, f"{junit_path} already exists; choose another --junit")
+    baselines = Baselines(baselines_dir)
+    folder = run_folder(base, socket.gethostname())
+    click.echo(f"# accept {plan.name}: {plan.description}")
+    click.echo(f"# {len(plan.steps_for(gpus))} step(s) into {folder}" + (f", each launched by {shlex.join(launch)}"
+                                                                          if launch else ""))
+    summary = run_plan(plan, folder, baselines, quick, launch, gpus, say=lambda line: click.echo(line))
+    outputs.write_all(summary, folder, junit_path)
+    click.echo(f"# {outputs.headline(summary)}")
+    click.echo(f"# summary: {os.path.join(folder, 'summary.md')}" + (f", JUnit: {junit_path}" if junit_path else ""))
+    if summary["interrupted"]:
+        click.echo("commbench: error: interrupted; the steps run so far are judged in the summary", err=True)
+        sys.exit(130)
+    sys.exit(1 if summary["status"] == "FAIL" else 0)
+
+
+@baseline.command("promote")
+@click.argument("run_dir", type=click.Path(file_okay=False))
+@click.option("--baselines", "directory", default=None, help="Folder of per-SKU baselines (default results/baselines).")
+@click.option("--force", is_flag=True, help="Promote a run that did not pass acceptance.")
+def baseline_promote(run_dir, directory, force) -> None:
+    """Keep the accept run in RUN_DIR (a known-good node's) as its SKU's baselines: one file per step
+    in BASELINES/<SKU>/, none replaced."""
+    from ..accept.baselines import promote
+    from ..analysis.baseline import DEFAULT_DIR
+    for path in promote(run_dir, directory or DEFAULT_DIR, force):
+        click.echo(f"saved {path}")

@@ -1,0 +1,205 @@
+"""`commbench accept`: plans checked before any step, the built-in cpu-node plan run as a user types
+it, promoted into per-SKU baselines and judged against them (PASS on this machine, FAIL naming the
+step and its evidence with a rank held back), JUnit that validates against the format's schema."""
+
+import json
+import os
+import socket
+import sys
+
+import pytest
+import xmlschema
+from conftest import commbench, mpi_env
+
+from commbench.accept import plan as plans
+from commbench.accept.baselines import Baselines, sku_folder
+from commbench.accept.judge import PASS, WARN
+from commbench.cli.accept import check_argv
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+JUNIT_XSD = xmlschema.XMLSchema(os.path.join(HERE, "data", "junit", "junit.xsd"))
+CPU_NODE = os.path.join(plans.PLANS_DIR, "cpu-node.toml")
+HOST = socket.gethostname()
+
+
+@pytest.mark.parametrize("name", plans.builtin())
+def test_every_built_in_plan_parses_with_its_commands_options(name):
+    plan = plans.load(name, check_argv)
+    assert plan.steps and plan.description
+    for step in plan.steps:
+        for quick in (False, True):
+            check_argv(step.arguments(8, quick))
+
+
+def test_a_plan_s_defaults_reach_only_the_commands_that_have_the_option():
+    plan = plans.load("cpu-node", check_argv)
+    doctor, allreduce = plan.steps[0], plan.steps[2]
+    assert doctor.arguments(0) == ["doctor", "--json"]
+    assert allreduce.arguments(0)[:3] == ["allreduce", "--np", "2"]
+    assert allreduce.arguments(0, quick=True)[-4:] == ["--sizes", "1K-1M:x4", "--budget-ms", "20"]
+
+
+def test_gpu_counts_in_option_values():
+    step = plans.parse({"description": "d", "step": [{"name": "l", "command": "links",
+                                                      "options": {"np": "gpus"}, "quick": {"np": "min(gpus,3)"}}]},
+                       "p", "p.toml").steps[0]
+    assert step.arguments(8)[-2:] == ["--np", "8"] and step.arguments(8, quick=True)[-2:] == ["--np", "3"]
+    assert step.arguments(2, quick=True)[-2:] == ["--np", "2"]
+
+
+GOOD = 'description = "d"\n[[step]]\nname = "a"\ncommand = "allreduce"\n'
+BAD_PLANS = [
+    ("not TOML", "description = \n", "not TOML"),
+    ("no description", '[[step]]\nname = "a"\ncommand = "allreduce"\n', "needs a description"),
+    ("no step", 'description = "d"\n', "has no [[step]]"),
+    ("unknown top key", GOOD + 'colour = "red"\n', "unknown key 'colour'"),
+    ("unknown step key", GOOD + 'retries = 3\n', "step 1 (a): unknown key 'retries'"),
+    ("unknown command", 'description = "d"\n[[step]]\nname = "a"\ncommand = "allreduse"\n', "'allreduse' is no command"),
+    ("an analysis command", 'description = "d"\n[[step]]\nname = "a"\ncommand = "fleet"\n', "'fleet' is no command"),
+    ("unknown option", GOOD + 'options = { sizez = "1K" }\n', "step 1 (a): No such option '--sizez'. Did you mean '--sizes'?"),
+    ("bad value", GOOD + 'options = { np = "two" }\n', "step 1 (a): Invalid value for '--np'"),
+    ("bad quick value", GOOD + 'quick = { budget-ms = -1 }\n', "step 1 (a) (quick): Invalid value for '--budget-ms'"),
+    ("output named", GOOD + 'options = { output = "x.json" }\n', "--output: accept names each step's files itself"),
+    ("two steps one name", GOOD + '[[step]]\nname = "A"\ncommand = "p2p"\n', "two steps are named 'A'"),
+    ("bad timeout", GOOD + 'timeout_s = 0\n', "timeout_s must be a number of seconds"),
+    ("unknown limit", GOOD + '[step.limits]\nbusbw = 3\n', "unknown key 'busbw'"),
+    ("unknown fabric", GOOD + '[step.limits]\nfabric = "nvlink9"\n', "unknown fabric 'nvlink9'"),
+    ("negative limit", GOOD + '[step.limits]\nmin_busbw_gbps = -1\n', "limits.min_busbw_gbps: a number >= 0"),
+    ("bad scope", 'scope = "rack"\n' + GOOD, "scope 'rack'"),
+    ("list option", GOOD + 'options = { sizes = [1, 2] }\n', "options.sizes: a string, number or boolean"),
+]
+
+
+@pytest.mark.parametrize("label,text,expected", BAD_PLANS, ids=[b[0] for b in BAD_PLANS])
+def test_a_bad_plan_is_refused_in_one_line_before_any_step(label, text, expected, tmp_path):
+    path = tmp_path / "mine.toml"
+    path.write_text(text)
+    r = commbench(["accept", "--plan", str(path), "-o", str(tmp_path / "out")], cwd=str(tmp_path))
+    assert r.returncode == 2 and r.stdout == "", r.stdout
+    assert r.stderr.startswith(f"commbench: error: plan {path}: ") and expected in r.stderr, r.stderr
+    assert r.stderr.count("\n") == 1
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("args,expected", [
+    (["--plan", "cpu-nod"], "no built-in plan 'cpu-nod': choose from "),
+    (["--plan", "/nonexistent/p.toml"], "No such file or directory"),
+    (["--launch", "srun"], "--launch is for cluster plans"),
+    (["--baselines", "/nonexistent/bl"], "--baselines /nonexistent/bl: no such folder"),
+])
+def test_bad_accept_arguments(args, expected, tmp_path):
+    r = commbench(["accept", *args, "-o", str(tmp_path / "out")], cwd=str(tmp_path))
+    assert r.returncode == 2 and expected in r.stderr and r.stderr.count("\n") == 1, r.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_cluster_plan_needs_an_allocation_or_a_launcher(tmp_path):
+    env = {k: v for k, v in mpi_env().items() if not k.startswith("SLURM_")}
+    r = commbench(["accept", "--plan", "gpu-cluster", "-o", str(tmp_path / "out")], cwd=str(tmp_path), env=env)
+    assert r.returncode == 2 and "a cluster plan runs its steps across the nodes of an allocation" in r.stderr
+
+
+def accept(tmp_path, out: str, *args):
+    return commbench(["accept", "--quick", "-o", str(tmp_path / out), *args], cwd=str(tmp_path), timeout=600)
+
+
+def summary_of(tmp_path, out: str) -> dict:
+    with open(tmp_path / out / HOST / "summary.json") as f:
+        return json.load(f)
+
+
+@pytest.mark.long
+def test_cpu_node_passes_against_its_own_baselines_and_fails_with_a_rank_held_back(tmp_path):
+    baselines = tmp_path / "baselines"
+    # A first run, no baselines: judged on correctness alone, then promoted.
+    r = accept(tmp_path, "first", "--plan", "cpu-node", "--junit", str(tmp_path / "first.xml"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    first = summary_of(tmp_path, "first")
+    assert first["status"] == PASS and [s["step"] for s in first["steps"]] == \
+        ["doctor", "topo", "allreduce", "allgather", "alltoall", "p2p", "links"]
+    assert all(s["baseline_note"] in ("no --baselines given", "no baseline: this step writes no result file")
+               for s in first["steps"])
+    JUNIT_XSD.validate(str(tmp_path / "first.xml"))
+    folder = tmp_path / "first" / HOST
+    assert {"summary.md", "summary.html", "allreduce.json", "allreduce.log", "doctor.json"} <= set(os.listdir(folder))
+    r = commbench(["baseline", "promote", str(folder), "--baselines", str(baselines)], cwd=str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    saved = r.stdout.split()
+    assert len(saved) == 2 * 5 and all(p.startswith(str(baselines / sku_folder(first["sku"])) + os.sep)
+                                       for p in saved[1::2]), saved
+    # Promoting again would replace them: refused, nothing written.
+    r = commbench(["baseline", "promote", str(folder), "--baselines", str(baselines)], cwd=str(tmp_path))
+    assert r.returncode == 2 and "already exists" in r.stderr
+    # The same node again: every measuring step judged against its own baseline, and passes.
+    r = accept(tmp_path, "again", "--plan", "cpu-node", "--baselines", str(baselines))
+    again = summary_of(tmp_path, "again")
+    assert r.returncode == 0 and again["status"] in (PASS, WARN), r.stdout
+    for step in again["steps"][2:]:
+        assert step["baseline"] == str(baselines / os.path.basename(os.path.dirname(step["baseline"]))
+                                       / f"cpu-node-{step['step']}.json"), step
+        assert any(c["check"] == "baseline bandwidth sizes" for c in step["checks"]), step
+    # A rank held back 2 ms before each iteration: the allreduce step fails, with its evidence.
+    with open(CPU_NODE) as f:
+        held = f.read().replace('impl = "mpi,ring", sizes', 'impl = "mpi,ring", delay = "1:2000", sizes')
+    (tmp_path / "held.toml").write_text(held)
+    r = accept(tmp_path, "held", "--plan", str(tmp_path / "held.toml"), "--baselines", str(baselines),
+               "--junit", str(tmp_path / "held.xml"))
+    assert r.returncode == 1, r.stdout + r.stderr
+    [line] = [x for x in r.stdout.splitlines() if x.startswith("FAIL")]
+    assert line.split()[1] == "allreduce" and "against the baseline" in line, r.stdout
+    JUNIT_XSD.validate(str(tmp_path / "held.xml"))
+    failure = xmlschema.XMLSchema(os.path.join(HERE, "data", "junit", "junit.xsd")).to_dict(str(tmp_path / "held.xml"))
+    [suite] = failure["testsuite"]
+    [case] = [c for c in suite["testcase"] if "failure" in c]
+    assert case["@name"] == "allreduce" and "against the baseline" in case["failure"][0]["@message"]
+    assert suite["@failures"] == 1 and suite["@tests"] == 7
+    with open(tmp_path / "held" / HOST / "summary.md") as f:
+        assert "| allreduce | FAIL | yes |" in f.read()
+    # A failed run is no baseline.
+    r = commbench(["baseline", "promote", str(tmp_path / "held" / HOST), "--baselines", str(tmp_path / "b2")],
+                  cwd=str(tmp_path))
+    assert r.returncode == 2 and "did not pass acceptance (FAIL)" in r.stderr and not (tmp_path / "b2").exists()
+
+
+def test_a_baseline_of_another_sku_or_timing_is_not_picked(tmp_path):
+    import numpy as np
+    from test_fleet import node_doc
+    rng = np.random.default_rng(1)
+    run = node_doc("n1", rng)
+    other_cpu = node_doc("n2", rng, cpu="Intel Xeon 8480")
+    same = node_doc("n3", rng)
+    looped = node_doc("n4", rng)
+    looped["config"]["policy"] = {"timing": "loop"}
+    quick = node_doc("n5", rng)
+    quick["baseline"] = {"quick": True}
+    folder = tmp_path / "bl"
+    folder.mkdir()
+    for name, doc in [("other", other_cpu), ("looped", looped), ("quick", quick)]:
+        (folder / f"{name}.json").write_text(json.dumps(doc))
+    picked, note = Baselines(str(folder)).pick(run, quick=False)
+    assert picked is None and note.startswith("no baseline of SKU 'no GPU; AMD EPYC 9654, 96 cores' with these series "
+                                              "(per-iteration timing, 1 host(s))")
+    assert Baselines(str(folder)).pick(run, quick=True)[0][0].endswith("quick.json")
+    (folder / "same.json").write_text(json.dumps(same))
+    picked, note = Baselines(str(folder)).pick(run, quick=False)
+    assert picked[0].endswith("same.json") and note == f"baseline {picked[0]}"
+
+
+def test_promote_needs_an_accept_run_folder(tmp_path):
+    r = commbench(["baseline", "promote", str(tmp_path)], cwd=str(tmp_path))
+    assert r.returncode == 2 and "is not the folder of an accept run (it has no summary.json)" in r.stderr
+
+
+def test_a_step_past_its_limit_or_failing_is_judged_so_and_the_next_runs(tmp_path):
+    from commbench.accept.steps import run_step
+    plan = plans.parse({"description": "d", "step": [
+        {"name": "slow", "command": "allreduce", "options": {"sizes": "1K", "np": 2}, "timeout_s": 0.5},
+        {"name": "unlaunched", "command": "allreduce", "options": {"sizes": "1K", "np": 2}},
+    ]}, "p", "p.toml", check_argv)
+    slow, unlaunched = plan.steps
+    r = run_step(slow, str(tmp_path), 0, False, [], Baselines(None), mpi_env())
+    assert r["status"] == "TIMEOUT" and r["checks"][0]["evidence"] == "stopped after 0.5 s (timeout_s)"
+    # A launcher that cannot start the step: an ERROR with the step's last line.
+    r = run_step(unlaunched, str(tmp_path), 0, False, [sys.executable, "-c", "import sys; sys.exit('no node')"],
+                 Baselines(None), mpi_env())
+    assert r["status"] == "ERROR" and r["checks"][-1]["evidence"] == "exit 1: no node", r
