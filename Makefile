@@ -93,9 +93,13 @@ overhead: install
 versus-osu: install
 	$(BIN)/python benchmarks/versus_osu.py
 
-# On a GPU machine: GPU tests and a short sweep of every GPU command; summary in gpu-check/.
+# On a GPU machine: the GPU tests, then the gpu-node acceptance plan (a short sweep of every GPU
+# command, each step judged) into gpu-check/<UTC stamp>/<host>/ with JUnit beside it; both always run.
+GPU_CHECK_DIR := gpu-check/$(shell date -u +%Y%m%dT%H%M%SZ)
 gpu-check: install
-	$(BIN)/python tools/gpu_check.py
+	$(BIN)/python -m pytest -q -m gpu -p no:cacheprovider tests; tests=$$?; \
+	$(BIN)/commbench accept --plan gpu-node -o $(GPU_CHECK_DIR) --junit $(GPU_CHECK_DIR)/junit.xml; plan=$$?; \
+	test $$tests -eq 0 && test $$plan -eq 0
 
 clean:
 	rm -rf build commbench/*.so commbench-results gpu-check

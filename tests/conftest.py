@@ -1,6 +1,5 @@
 """Shared helpers: run commbench and Python under the bundled mpirun, as a user would."""
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -78,16 +77,6 @@ def torchrun_style(args: list, ranks: int = 2, cwd=None, timeout: float = 300) -
 def commbench(args: list, timeout: float = 300, cwd=None, env=None) -> subprocess.CompletedProcess:
     return subprocess.run([COMMBENCH, *args], capture_output=True, text=True, timeout=timeout,
                           env=env or mpi_env(), cwd=cwd)
-
-
-def gpu_check_module():
-    """tools/gpu_check.py (what `make gpu-check` runs) as a module; tools/ is no package."""
-    if "gpu_check" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("gpu_check", os.path.join(ROOT, "tools", "gpu_check.py"))
-        # Registered before it runs: its dataclasses look their module up there.
-        sys.modules["gpu_check"] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(sys.modules["gpu_check"])
-    return sys.modules["gpu_check"]
 
 
 @pytest.fixture

@@ -4,16 +4,18 @@ step and its evidence with a rank held back), JUnit that validates against the f
 
 import json
 import os
+import shlex
 import socket
+import subprocess
 import sys
 
 import pytest
 import xmlschema
-from conftest import commbench, mpi_env
+from conftest import COMMBENCH, commbench, mpi_env
 
 from commbench.accept import plan as plans
 from commbench.accept.baselines import Baselines, sku_folder
-from commbench.accept.judge import PASS, WARN
+from commbench.accept.judge import FAIL, PASS, WARN
 from commbench.cli.accept import check_argv
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -203,3 +205,35 @@ def test_a_step_past_its_limit_or_failing_is_judged_so_and_the_next_runs(tmp_pat
     r = run_step(unlaunched, str(tmp_path), 0, False, [sys.executable, "-c", "import sys; sys.exit('no node')"],
                  Baselines(None), mpi_env())
     assert r["status"] == "ERROR" and r["checks"][-1]["evidence"] == "exit 1: no node", r
+
+
+@pytest.mark.cluster
+@pytest.mark.mpi
+def test_a_cluster_plan_fails_on_a_slowed_link_naming_the_host_and_the_evidence(make_cluster, tmp_path):
+    """cpu-cluster across 4 hosts of the test cluster (mpirun with a hostfile as --launch): passes,
+    is promoted, and with host 2's link shaped to a third of its rate fails in the links step (the
+    slow host named) and against the baseline."""
+    c = make_cluster(4, 300)
+    launch = shlex.join(c.mpirun_prefix(1))
+
+    def run(out, *more):
+        return subprocess.run([COMMBENCH, "accept", "--plan", "cpu-cluster", "--quick", "--launch", launch,
+                               "-o", str(tmp_path / out), *more], capture_output=True, text=True, timeout=600,
+                              env=c.env(), cwd=str(tmp_path))
+    r = run("clean")
+    assert r.returncode == 0, r.stdout + r.stderr
+    clean = summary_of(tmp_path, "clean")
+    assert clean["scope"] == "cluster" and [s["step"] for s in clean["steps"]] == ["allreduce", "alltoall", "links"]
+    with open(tmp_path / "clean" / HOST / "links.json") as f:
+        assert len(set(json.load(f)["machine"]["hosts"])) == 4
+    r = commbench(["baseline", "promote", str(tmp_path / "clean" / HOST), "--baselines", str(tmp_path / "bl")])
+    assert r.returncode == 0, r.stderr
+    c.shape(2, 100)
+    r = run("slowed", "--baselines", str(tmp_path / "bl"))
+    assert r.returncode == 1, r.stdout + r.stderr
+    slowed = {s["step"]: s for s in summary_of(tmp_path, "slowed")["steps"]}
+    links = {c_["check"]: c_ for c_ in slowed["links"]["checks"]}
+    assert slowed["links"]["status"] == FAIL and links["links"]["status"] == FAIL
+    assert f"slow host {c.hosts[2].name}" in links["links"]["evidence"]
+    assert slowed["links"]["baseline"] and slowed["allreduce"]["status"] == FAIL
+    assert any(ch["status"] == FAIL and ch["check"] == "baseline bandwidth sizes" for ch in slowed["allreduce"]["checks"])

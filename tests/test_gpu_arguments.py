@@ -1,23 +1,20 @@
-"""Every argument list that the GPU tests and `make gpu-check` will run, parsed here, on a host
+"""Every argument list that the GPU tests and `make gpu-check` (the gpu-node plan) will run, parsed here, on a host
 without a GPU, by commbench's own parsers (click's types and choices, then sizes, dtypes, ops and
 impls) without running a command: a typo there would otherwise surface only on the GPU node."""
 
-import os
-import sys
 
 import pytest
-from conftest import gpu_check_module
 from test_gpu import GPU_TEST_ARGS
 
 from commbench import collectives
+from commbench.accept import plan as plans
 from commbench.cli import cli
 from commbench.cli.measure import sweep_sizes
 from commbench.collectives.dtypes import dtype_of, itemsize_of, redop_code
 from commbench.sizes import parse_size, parse_sizes, round_to_itemsize
 from commbench.transports import parse_impls
 
-GPU_CHECK = gpu_check_module()
-COMMBENCH_BIN = os.path.join(os.path.dirname(sys.executable), "commbench")
+GPU_NODE = plans.load("gpu-node")
 
 
 def parse(argv: list) -> dict:
@@ -50,12 +47,12 @@ def parse(argv: list) -> dict:
     return params
 
 
-def gpu_check_argvs(gpus: int) -> list:
-    steps = GPU_CHECK.steps(gpus, "/nonexistent/gpu-check-run")
-    return [s.argv[1:] for s in steps if s.argv[0] == COMMBENCH_BIN]
+def gpu_check_argvs(gpus: int, quick: bool = False) -> list:
+    return [s.arguments(gpus, quick) for s in GPU_NODE.steps_for(gpus)]
 
 
-ARGVS = [list(a) for a in dict.fromkeys(map(tuple, GPU_TEST_ARGS + gpu_check_argvs(1) + gpu_check_argvs(8)))]
+ARGVS = [list(a) for a in dict.fromkeys(map(tuple, GPU_TEST_ARGS + [a for n in (1, 2, 8) for q in (False, True)
+                                                                     for a in gpu_check_argvs(n, q)]))]
 
 
 @pytest.mark.parametrize("argv", ARGVS, ids=" ".join)
@@ -65,7 +62,7 @@ def test_gpu_argument_lists_parse(argv):
 
 def test_gpu_check_runs_every_command_and_the_multi_gpu_ones_on_several_gpus():
     one, eight = gpu_check_argvs(1), gpu_check_argvs(8)
-    shared = [s.argv[1:] for s in GPU_CHECK.steps(1, "/nonexistent/gpu-check-run") if s.env]
+    shared = [s.arguments(1) for s in GPU_NODE.steps_for(1) if s.env]
     assert {a[0] for a in one} == {"version", "topo", "doctor", "p2p", "copy", "links", *collectives.names()}
     # One GPU: the multi-rank NCCL path on 2 and 3 ranks sharing it (COMMBENCH_SHARED_GPU).
     assert [(a[0], a[a.index("--np") + 1]) for a in shared] == [("allreduce", "2"), ("alltoall", "2"),

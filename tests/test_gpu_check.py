@@ -1,37 +1,21 @@
-"""`make gpu-check` (tools/gpu_check.py) on a host without a GPU: a fresh folder per run, steps free
-of the launcher's variables, time limits, and doctor's verdict reported without failing the run."""
+"""`make gpu-check` (the gpu-node plan of `commbench accept`) on a host without a GPU: steps free of
+the launcher's variables, time limits that stop a step whole, doctor's verdict reported without
+failing the run."""
 
-import dataclasses
 import json
 import os
 import re
 import sys
 
-import pytest
-from conftest import gpu_check_module
+from conftest import commbench, mpi_env
 
+from commbench.accept import plan as plans
+from commbench.accept import runner
+from commbench.accept.baselines import Baselines
+from commbench.accept.steps import overall, run_step
 from commbench.launch.world import detect_launcher
 
-GPU_CHECK = gpu_check_module()
 DEGRADED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "topo", "hgx_h100_degraded.json")
-
-
-def test_each_run_writes_into_a_fresh_folder_of_its_own(tmp_path):
-    base = str(tmp_path / "gpu-check")
-    first, second = GPU_CHECK.run_folder(base), GPU_CHECK.run_folder(base)
-    assert first != second and sorted(os.listdir(base)) == sorted(map(os.path.basename, (first, second)))
-    assert os.listdir(first) == [] and os.listdir(second) == []
-    GPU_CHECK.point_latest(base, first)
-    GPU_CHECK.point_latest(base, second)
-    assert os.path.realpath(os.path.join(base, "latest")) == os.path.realpath(second)
-    # Every file a step writes (results, pytest's temporary files) lies in the run's folder; the
-    # steps that name none only print (into the folder's files, see run_step).
-    for step in GPU_CHECK.steps(8, second):
-        writes = [step.argv[i + 1] for i, a in enumerate(step.argv) if a == "-o"]
-        writes += [a.split("=", 1)[1] for a in step.argv if a.startswith("--basetemp=")]
-        assert writes or step.name in ("version", "topo", "doctor"), step
-        assert all(w.startswith(second + os.sep) for w in writes), step
-
 
 LAUNCH = {"SLURM_STEP_ID": "0", "SLURM_PROCID": "0", "SLURM_LOCALID": "0", "SLURM_STEP_NUM_TASKS": "1",
           "SLURM_NTASKS": "1", "SLURM_STEP_NODELIST": "n1", "OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_RANK": "0",
@@ -42,75 +26,62 @@ KEPT = {"SLURM_JOB_ID": "7", "SLURM_TASKS_PER_NODE": "1", "OMPI_MCA_btl": "self,
 
 
 def test_steps_run_without_the_launchers_variables(tmp_path):
-    """As from `srun --pty bash` (or a shell under mpirun or torchrun): the steps must not take
-    themselves for one rank of that launch."""
-    env = {**os.environ, **LAUNCH, **KEPT}
+    """As from `srun --pty bash` or one task of `srun -N 100 commbench accept` (or a shell under
+    mpirun or torchrun): a step must not take itself for one rank of that launch, and starts its own
+    two ranks."""
+    env = {**mpi_env(), **LAUNCH, **KEPT}
     assert detect_launcher(env) == "mpi"
-    dump = GPU_CHECK.Step("env", [sys.executable, "-c", "import json, os; print(json.dumps(dict(os.environ)))"], 60,
-                          stdout_file="env.json")
-    [r] = GPU_CHECK.run_steps([dump], str(tmp_path), env)
-    assert r["status"] == "PASS", open(r["log"]).read()
-    with open(tmp_path / "env.json") as f:
-        seen = json.load(f)
-    assert sorted(set(LAUNCH) & set(seen)) == [] and detect_launcher(seen) is None
-    assert {k: seen.get(k) for k in KEPT} == KEPT and seen["PATH"] == os.environ["PATH"]
+    (tmp_path / "two.toml").write_text('description = "two ranks"\n[[step]]\nname = "allreduce"\n'
+                                       'command = "allreduce"\noptions = { np = 2, sizes = "1K", impl = "mpi" }\n')
+    r = commbench(["accept", "--plan", str(tmp_path / "two.toml"), "-o", str(tmp_path / "out")], cwd=str(tmp_path),
+                  env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    [folder] = os.listdir(tmp_path / "out")
+    with open(tmp_path / "out" / folder / "allreduce.json") as f:
+        doc = json.load(f)
+    assert doc["machine"]["ranks"] == 2 and doc["machine"]["launcher"] == "standalone"
 
 
-def test_a_step_past_its_limit_is_stopped_whole_and_the_run_goes_on(tmp_path):
+def test_a_step_past_its_limit_is_stopped_whole(tmp_path):
     # The step starts a child of its own, as mpirun starts ranks; both must be gone after the limit.
     sleeper = ("import subprocess, sys, time; "
                "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)']); "
                "print('started', child.pid, flush=True); time.sleep(5)")
-    todo = [GPU_CHECK.Step("sleeper", [sys.executable, "-c", sleeper], 1),
-            GPU_CHECK.Step("next", [sys.executable, "-c", "print('ran')"], 60)]
-    late, after = GPU_CHECK.run_steps(todo, str(tmp_path), dict(os.environ))
-    assert (late["status"], late["rc"], late["timeout_s"]) == ("TIMEOUT", None, 1) and late["seconds"] < 4
-    assert GPU_CHECK.result_text(late) == "TIMEOUT (1 s)" and not GPU_CHECK.passed([late])
-    log = open(late["log"]).read()
-    assert late["log"] == str(tmp_path / "sleeper.log") and log.startswith(f"$ {sys.executable} -c ")
+    ran = runner.run([sys.executable, "-c", sleeper], str(tmp_path / "sleeper.log"), 1, dict(os.environ))
+    assert ran.rc is None and ran.seconds < 4
+    log = open(ran.log).read()
+    assert log.startswith(f"$ {sys.executable} -c ")
     started = re.search(r"^started (\d+)$", log, re.MULTILINE)
-    assert started and started.end() < log.index("\ngpu-check: stopped at the time limit of 1 s\n")
+    assert started and started.end() < log.index("\nstopped at the time limit of 1 s\n")
     child = int(started.group(1))
     try:
         with open(f"/proc/{child}/stat") as f:
             assert f.read().rsplit(")", 1)[1].split()[0] == "Z"  # dead, not yet reaped by its new parent
     except FileNotFoundError:
         pass
-    assert after["status"] == "PASS" and open(after["log"]).read().endswith("ran\n")
+    ran = runner.run([sys.executable, "-c", "print('ran')"], str(tmp_path / "next.log"), 60, dict(os.environ))
+    assert ran.rc == 0 and open(ran.log).read().endswith("ran\n")
 
 
 def test_doctor_verdict_is_reported_and_not_counted(tmp_path):
-    folder = str(tmp_path)
-    [doctor_step] = [s for s in GPU_CHECK.steps(1, folder) if s.name == "doctor"]
-    # The very step, judging a recorded degraded node instead of this one.
-    step = dataclasses.replace(doctor_step, argv=[*doctor_step.argv, "--from", DEGRADED])
-    results = GPU_CHECK.run_steps([step, GPU_CHECK.Step("ok", [sys.executable, "-c", "pass"], 60)], folder)
-    assert [(r["status"], r["rc"], r["counted"]) for r in results] == [("FAIL", 1, False), ("PASS", 0, True)]
-    assert GPU_CHECK.passed(results)
-    node = GPU_CHECK.doctor_summary(GPU_CHECK.read_doctor(os.path.join(folder, GPU_CHECK.DOCTOR_JSON)))
-    assert node["status"] == "FAIL" and node["line"] == "doctor: 4 FAIL, 2 WARN, 22 PASS"
-    assert [(c["status"], c["name"]) for c in node["findings"]] == [
-        ("FAIL", "pcie_width"), ("FAIL", "throttle"), ("FAIL", "nvlink"), ("FAIL", "peer_access"),
-        ("WARN", "infiniband"), ("WARN", "mtu")]
-    GPU_CHECK.write_summary(folder, 1, results, node)
-    summary = json.load(open(os.path.join(folder, "summary.json")))
-    assert summary["passed"] is True and summary["doctor"] == node
-    assert [s["timeout_s"] for s in summary["steps"]] == [GPU_CHECK.QUICK_S, 60]
-    md = open(os.path.join(folder, "summary.md")).read()
-    assert md.startswith("# gpu-check: 1 GPU(s), PASS\n")
-    assert f"| doctor | FAIL (rc 1), not counted | {results[0]['seconds']} | {GPU_CHECK.QUICK_S} |" in md
-    assert "doctor: 4 FAIL, 2 WARN, 22 PASS\n" in md
-    assert "- FAIL nvlink: GPU 6 (0000:ba:00.0): 16 of 18 NVLinks up (remedy: inspect" in md
-    assert "- WARN infiniband: mlx5_5 port 1: state DOWN: unused or down (remedy:" in md
+    """gpu-node's doctor step, judging a recorded degraded node instead of this one: every FAIL and
+    WARN with its evidence, the step FAIL, the run still PASS (the step is not counted)."""
+    [doctor] = [s for s in plans.load("gpu-node").steps if s.name == "doctor"]
+    step = plans.Step(**{**doctor.__dict__, "options": {"from": DEGRADED}})
+    assert not step.counted
+    r = run_step(step, str(tmp_path), 1, False, [], Baselines(None), mpi_env())
+    assert r["status"] == "FAIL" and not r["counted"]
+    assert [(c["status"], c["check"]) for c in r["checks"]] == [
+        ("FAIL", "doctor pcie_width"), ("FAIL", "doctor throttle"), ("FAIL", "doctor nvlink"),
+        ("FAIL", "doctor peer_access"), ("WARN", "doctor infiniband"), ("WARN", "doctor mtu")]
+    assert r["checks"][2]["evidence"].startswith("GPU 6 (0000:ba:00.0): 16 of 18 NVLinks up (remedy: inspect")
+    assert overall([r]) == "PASS"
+    assert overall([r, {**r, "counted": True}]) == "FAIL"
 
 
-def test_a_doctor_without_verdict_is_said_so():
-    assert GPU_CHECK.doctor_summary(None) == {"status": None, "line": "doctor: no verdict (see doctor.log)",
-                                              "findings": []}
-
-
-@pytest.mark.parametrize("rc,status", [(0, "PASS"), (1, "FAIL")])
-def test_a_counted_step_decides_the_run(rc, status, tmp_path):
-    [r] = GPU_CHECK.run_steps([GPU_CHECK.Step("exit", [sys.executable, "-c", f"raise SystemExit({rc})"], 60)],
-                              str(tmp_path))
-    assert r["status"] == status and GPU_CHECK.passed([r]) == (rc == 0)
+def test_a_doctor_without_verdict_is_said_so(tmp_path):
+    step = plans.parse({"description": "d", "step": [{"name": "doctor", "command": "doctor",
+                                                      "options": {"from": str(tmp_path / "missing.json")}}]},
+                       "p", "p.toml").steps[0]
+    r = run_step(step, str(tmp_path), 0, False, [], Baselines(None), mpi_env())
+    assert r["status"] == "ERROR" and r["checks"][0]["evidence"] == "doctor left no verdict (see its log)"

@@ -68,16 +68,18 @@ def run_step(step: Step, folder: str, gpus: int, quick: bool, launch: list, base
             doc = load_document(result)
         except CommbenchError as e:
             checks.append(check("result file", ERROR, str(e)))
+    judged = doc is not None
     if doc is not None:
         picked, note = baselines.pick(doc, quick)
         checks += result_checks(doc, step.limits, picked)
     elif step.command == "doctor":
-        checks += doctor_checks(_read_json(stdout))
-    if ran.rc not in (0, None) and not (doc is not None and ran.rc == 1):
-        # Exit 1 with a result file is the command's own verdict (wrong elements, a slow link), judged
-        # above from the file; anything else is a step that could not show the node good.
-        checks.append(check("exit status", ERROR if step.command != "doctor" else FAIL,
-                            f"exit {ran.rc}: {runner.last_line(ran.log) or 'see the log'}"))
+        verdict = _read_json(stdout)
+        judged = verdict is not None
+        checks += doctor_checks(verdict)
+    if ran.rc not in (0, None) and not (judged and ran.rc == 1):
+        # Exit 1 with a file to judge is the command's own verdict (wrong elements, a slow link, a node
+        # doctor fails), judged above; anything else is a step that could not show the node good.
+        checks.append(check("exit status", ERROR, f"exit {ran.rc}: {runner.last_line(ran.log) or 'see the log'}"))
     if not checks:
         checks.append(check("ran", PASS, "exit 0"))
     return {"step": step.name, "command": step.command, "command_line": shlex.join(argv), "counted": step.counted,

@@ -60,7 +60,8 @@ def _launch(scope: str, launch_text) -> list:
 @click.option("--launch", "launch_text", default=None, metavar="COMMAND",
               help="A cluster plan's launcher for every measuring step, e.g. 'mpirun --hostfile hosts' (inside a "
                    "Slurm allocation: srun).")
-def accept(plan_name, baselines_dir, junit_path, base, quick, launch_text) -> None:
+@click.option("--print-plan", is_flag=True, help="Print the plan's TOML (to start a plan file of your own from) and exit.")
+def accept(plan_name, baselines_dir, junit_path, base, quick, launch_text, print_plan) -> None:
     """Run a plan's steps on this node, judge each (PASS, WARN, FAIL with its evidence) against the
     baseline of the node's SKU, its fabric and its limits, and write summary.json, summary.md,
     summary.html (and --junit) beside the steps' files. Exit 0 pass, 1 a counted step failed, 2 an
@@ -75,6 +76,10 @@ def accept(plan_name, baselines_dir, junit_path, base, quick, launch_text) -> No
 
     gpus = visible_gpus()[0]
     plan = load(plan_name or ("gpu-node" if gpus else "cpu-node"), check_argv)
+    if print_plan:
+        with open(plan.source) as f:
+            click.echo(f.read(), nl=False)
+        return
     launch = _launch(plan.scope, launch_text)
     if junit_path:
         check_new_file(junit_path, f"{junit_path} already exists; choose another --junit")
