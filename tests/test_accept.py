@@ -17,6 +17,7 @@ from commbench.accept import plan as plans
 from commbench.accept.baselines import Baselines, sku_folder
 from commbench.accept.judge import FAIL, PASS, WARN
 from commbench.cli.accept import check_argv
+from commbench.node.gpu import visible_gpus
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 JUNIT_XSD = xmlschema.XMLSchema(os.path.join(HERE, "data", "junit", "junit.xsd"))
@@ -68,6 +69,7 @@ BAD_PLANS = [
     ("unknown fabric", GOOD + '[step.limits]\nfabric = "nvlink9"\n', "unknown fabric 'nvlink9'"),
     ("negative limit", GOOD + '[step.limits]\nmin_busbw_gbps = -1\n', "limits.min_busbw_gbps: a number >= 0"),
     ("bad scope", 'scope = "rack"\n' + GOOD, "scope 'rack'"),
+    ("bad requires_gpu", 'requires_gpu = "yes"\n' + GOOD, "requires_gpu must be true or false"),
     ("list option", GOOD + 'options = { sizes = [1, 2] }\n', "options.sizes: a string, number or boolean"),
 ]
 
@@ -87,6 +89,8 @@ def test_a_bad_plan_is_refused_in_one_line_before_any_step(label, text, expected
     (["--plan", "cpu-nod"], "no built-in plan 'cpu-nod': choose from "),
     (["--plan", "/nonexistent/p.toml"], "No such file or directory"),
     (["--launch", "srun"], "--launch is for cluster plans"),
+    pytest.param(["--plan", "gpu-node"], "plan gpu-node measures GPUs and none is visible: ",
+                 marks=pytest.mark.skipif(visible_gpus()[0] > 0, reason="a GPU is visible")),
     (["--baselines", "/nonexistent/bl"], "--baselines /nonexistent/bl: no such folder"),
 ])
 def test_bad_accept_arguments(args, expected, tmp_path):

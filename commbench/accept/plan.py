@@ -37,7 +37,7 @@ LIMITS = {
 }
 DEFAULT_LIMITS = {"tolerance_bw_pct": 10.0, "tolerance_lat_pct": 25.0, "pass_pct": 80.0, "fail_pct": 60.0}
 STEP_KEYS = {"name", "command", "options", "quick", "limits", "timeout_s", "counted", "when", "env"}
-PLAN_KEYS = {"description", "scope", "defaults", "limits", "step"}
+PLAN_KEYS = {"description", "scope", "requires_gpu", "defaults", "limits", "step"}
 WHEN_KEYS = {"min_gpus", "max_gpus"}
 # An option value that names the node's GPU count: "gpus", or "min(gpus,N)" for at most N of them.
 _GPUS = re.compile(r"^(?:gpus|min\(gpus,\s*(\d+)\))$")
@@ -85,6 +85,7 @@ class Plan:
     source: str
     description: str
     scope: str
+    requires_gpu: bool
     steps: list = field(default_factory=list)
 
     def steps_for(self, gpus: int) -> list[Step]:
@@ -138,6 +139,9 @@ def parse(data: dict, name: str, source: str, check_argv: Optional[Callable[[lis
     scope = data.get("scope", "node")
     if scope not in SCOPES:
         raise bad(f"scope '{scope}': choose from {', '.join(SCOPES)}")
+    requires_gpu = data.get("requires_gpu", False)
+    if not isinstance(requires_gpu, bool):
+        raise bad("requires_gpu must be true or false")
     defaults = _table(data, "defaults", bad, "")
     plan_limits = _limits(_table(data, "limits", bad, ""), bad, "")
     raw_steps = data.get("step")
@@ -184,7 +188,7 @@ def parse(data: dict, name: str, source: str, check_argv: Optional[Callable[[lis
                 except CommbenchError as e:
                     raise bad(f"{where}{' (quick)' if quick else ''}: {e}") from None
         steps.append(step)
-    return Plan(name, source, description.strip(), scope, steps)
+    return Plan(name, source, description.strip(), scope, requires_gpu, steps)
 
 
 def _accepts(command: str, key: str, value, check_argv) -> bool:

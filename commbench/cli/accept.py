@@ -74,12 +74,14 @@ def accept(plan_name, baselines_dir, junit_path, base, quick, launch_text, print
     from ..node.gpu import visible_gpus
     from ..results.atomic import check_new_file
 
-    gpus = visible_gpus()[0]
+    gpus, why = visible_gpus()
     plan = load(plan_name or ("gpu-node" if gpus else "cpu-node"), check_argv)
     if print_plan:
         with open(plan.source) as f:
             click.echo(f.read(), nl=False)
         return
+    if plan.requires_gpu and plan.scope == "node" and not gpus:
+        raise CommbenchError(f"plan {plan.name} measures GPUs and none is visible: {why}")
     launch = _launch(plan.scope, launch_text)
     if junit_path:
         check_new_file(junit_path, f"{junit_path} already exists; choose another --junit")
