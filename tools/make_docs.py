@@ -136,6 +136,25 @@ EXAMPLES: dict[str, Example] = {
     "fleet-cluster": Example([sh("commbench fleet slow.json --plot fleet.png", rc=(1,), show_rc=True)],
                              uses="links-cluster"),
 
+    # docs/commands/accept.md: cpu-node on this host, promoted, judged against its own baselines,
+    # then with a rank held back; cpu-cluster across 4 hosts of the test cluster, one shaped slower.
+    "accept-cpu-node": Example([
+        sh("commbench accept --plan cpu-node --quick -o first"),
+        sh("commbench baseline promote first/$(hostname) --baselines baselines"),
+        sh("commbench accept --plan cpu-node --quick --baselines baselines -o again --junit again.xml",
+           show_rc=True),
+    ]),
+    "accept-held": Example([
+        sh("commbench accept --plan cpu-node --print-plan | sed 's/impl = \"mpi,ring\", sizes/"
+           "impl = \"mpi,ring\", delay = \"1:2000\", sizes/' > held.toml"),
+        sh("commbench accept --plan held.toml --quick --baselines baselines -o held --junit held.xml", rc=(1,),
+           show_rc=True),
+        sh("grep -o '<failure[^>]*>' held.xml"),
+    ], uses="accept-cpu-node"),
+    "accept-cluster": Example([
+        sh("commbench accept --plan cpu-cluster --quick --launch 'mpirun ...' -o cluster", rc=(1,), show_rc=True),
+    ], cluster={"hosts": 4, "rates": [300, 300, 100, 300]}),
+
     # docs/commands/scale.md
     "scale": Example([sh("commbench scale --np 4 --ranks 1,2,4 --impl ring --sizes 64K-4M:x4 --budget-ms 20 "
                          "--compute-ms 20 --grad-bytes 4M --extrapolate 8,16,64,256 -o scale.json --plot scale.png")],
@@ -370,6 +389,9 @@ def run_step(step: Step, cwd: str, env: dict, mpirun_prefix: Optional[list]) -> 
     line = step.line
     if line.startswith(CLUSTER_MPIRUN):
         line = shlex.join(mpirun_prefix) + " " + line[len(CLUSTER_MPIRUN):]
+    launch = f"--launch '{CLUSTER_MPIRUN.strip()}'"  # accept's launcher of a cluster plan's steps
+    if launch in line:
+        line = line.replace(launch, f"--launch {shlex.quote(shlex.join(mpirun_prefix))}")
     p = subprocess.Popen(["bash", "-c", line], cwd=cwd, env=env, stdout=subprocess.PIPE,
                          stderr=subprocess.STDOUT if step.stderr else subprocess.DEVNULL, text=True,
                          start_new_session=True)
@@ -398,6 +420,8 @@ def run_step(step: Step, cwd: str, env: dict, mpirun_prefix: Optional[list]) -> 
         raise ExampleFailed(f"{step.line}: exit status {p.returncode}, expected {step.rc}:\n{out[-3000:]}")
     # Paths of the temporary folder would differ in every run and mean nothing to a reader.
     out = out.replace(cwd + os.sep, "").replace(cwd, ".")
+    if mpirun_prefix:
+        out = out.replace(shlex.join(mpirun_prefix), CLUSTER_MPIRUN.strip())
     return out, p.returncode
 
 

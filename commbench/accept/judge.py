@@ -63,22 +63,20 @@ def _baseline_checks(doc: dict, limits: dict, baseline: Optional[tuple[str, dict
         return [check("baseline", FAIL, f"cannot be compared with {path}: {e}")]
     out = []
     for s in found["series"]:
-        for c in s["checks"]:
-            rows = [r for r in s["rows"] if r["region"] == ("latency" if "latency" in c["check"] or "alpha" in c["check"]
-                                                            else "bandwidth")]
-            worst_row = (max(rows, key=lambda r: r["time_change"]) if c["tolerance"] > 0
-                         else min(rows, key=lambda r: r["bw_change"])) if rows else None
-            detail = ""
-            if worst_row and c["check"].endswith("sizes"):
-                detail = (f"; at {format_size(worst_row['size_bytes'])} {worst_row['run_time_us']:.2f} us against "
-                          f"{worst_row['base_time_us']:.2f} us" if c["tolerance"] > 0 else
-                          f"; at {format_size(worst_row['size_bytes'])} {worst_row['run_bw_gbps']:.3g} GB/s against "
-                          f"{worst_row['base_bw_gbps']:.3g} GB/s")
-            # A fit's slope and intercept swing more than the medians they come from: beyond its limit
-            # it is worth a look (WARN), while the measured sizes decide.
-            failed = FAIL if c["check"].endswith("sizes") else WARN
-            out.append(check(f"baseline {c['check']}", failed if c["regression"] else PASS,
-                             f"{_who(s)}: {c['check']} {c['change']:+.1%} against the baseline (limit {c['tolerance']:+.0%}){detail}",
+        # The measured sizes decide. The fitted alpha and bandwidth (compare shows them) swing more
+        # than the medians they come from: on the development VM they passed their limits in one
+        # healthy rerun in three, which would make a WARN the normal state of a good node.
+        for c in (c for c in s["checks"] if c["check"].endswith("sizes")):
+            rows = [r for r in s["rows"] if r["region"] == c["check"].split()[0]]  # never empty
+            if c["check"].startswith("latency"):  # the size whose time rose most
+                r = max(rows, key=lambda r: r["time_change"])
+                detail = f"{r['run_time_us']:.2f} us against {r['base_time_us']:.2f} us"
+            else:  # the size whose bandwidth fell most
+                r = min(rows, key=lambda r: r["bw_change"])
+                detail = f"{r['run_bw_gbps']:.3g} GB/s against {r['base_bw_gbps']:.3g} GB/s"
+            out.append(check(f"baseline {c['check']}", FAIL if c["regression"] else PASS,
+                             f"{_who(s)}: {c['check']} {c['change']:+.1%} against the baseline (limit {c['tolerance']:+.0%}); at "
+                             f"{format_size(r['size_bytes'])} {detail}",
                              change=c["change"], limit=c["tolerance"], baseline=path))
     if not out:
         out.append(check("baseline", WARN, f"{path} shares no size of a judged region with the run"))
