@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.commbench-installed
 NATIVE := $(shell find csrc -type f) setup.py pyproject.toml
 
-.PHONY: install install-offline cuda-compiler emu bench test docs overhead versus-osu gpu-check clean
+.PHONY: install install-offline cuda-compiler emu bench test test-system docs overhead versus-osu gpu-check clean
 
 install: $(STAMP)
 
@@ -71,7 +71,18 @@ bench: install
 # waiting (for ranks to start, a shaped link, a --timeout), so two share 2 cores well. Tests go out one
 # by one, the longest first (tests/conftest.py): measured faster than whole files per worker, though a
 # module's batch may then run on both workers.
-test: install emu
+# The real-Slurm tests (tests/slurm.py) need Debian's slurm-wlm and munge. Installed here where they
+# are missing, as root, with apt-get, and no systemd running (a container or CI machine: on a host with
+# systemd the packages would enable daemons of their own); elsewhere those tests skip with one line.
+test-system:
+	@if ! command -v slurmctld >/dev/null && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
+	    && [ ! -d /run/systemd/system ]; then \
+	  echo "installing slurm-wlm and munge for the real-Slurm tests"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm munge >/dev/null) \
+	    || echo "could not install slurm-wlm and munge: the real-Slurm tests will skip"; \
+	fi
+
+test: install emu test-system
 	@status=0; \
 	for pass in "not gpu" "gpu"; do \
 	  if [ "$$pass" = gpu ]; then export COMMBENCH_GPU_EMULATION=2 PYTHONPATH=$(CURDIR)/tests/stubs/emu_nvml$${PYTHONPATH:+:$$PYTHONPATH}; \

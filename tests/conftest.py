@@ -107,6 +107,29 @@ def make_cluster():
             c.teardown()
 
 
+@pytest.fixture
+def make_slurm(make_cluster):
+    """A real Slurm (tests/slurm.py) on a test cluster of `hosts` hosts, stopped after the test; skips
+    with one line where the cluster or Slurm's daemons are not to be had."""
+    from slurm import Slurm, SlurmUnavailable
+    started = []
+
+    def make(hosts: int = 4, mbit: float = 1000):
+        try:
+            Slurm.check()
+        except SlurmUnavailable as e:
+            pytest.skip(str(e))
+        s = Slurm(make_cluster(hosts, mbit))
+        started.append(s)
+        return s.__enter__()
+
+    try:
+        yield make
+    finally:
+        for s in started:
+            s.stop()
+
+
 class Ran:
     """What one command of a batch printed and returned, as subprocess.CompletedProcess has it, and
     whether rank 0 had loaded torch by its end."""

@@ -42,7 +42,10 @@ def _launch(scope: str, launch_text) -> list:
     if launch_text:
         return shlex.split(launch_text)
     if os.environ.get("SLURM_JOB_ID") and not os.environ.get("SLURM_STEP_ID"):
-        return ["srun"]
+        # This environment's mpirun takes the allocation's nodes and tasks from Slurm (and starts its
+        # daemons with srun); srun alone starts ranks only for an MPI built for Slurm's PMI.
+        from ..launch.world import bundled_mpirun
+        return [bundled_mpirun()]
     raise CommbenchError("a cluster plan runs its steps across the nodes of an allocation: run it inside one "
                          "(salloc, sbatch), or give --launch 'mpirun --hostfile FILE'")
 
@@ -58,8 +61,9 @@ def _launch(scope: str, launch_text) -> list:
               help="Folder of the run folders: this run writes into OUTPUT/<host name>, which must not exist.")
 @click.option("--quick", is_flag=True, help="Each step with its plan's quick options (small sizes): proves the steps run.")
 @click.option("--launch", "launch_text", default=None, metavar="COMMAND",
-              help="A cluster plan's launcher for every measuring step, e.g. 'mpirun --hostfile hosts' (inside a "
-                   "Slurm allocation: srun).")
+              help="A cluster plan's launcher for every measuring step, e.g. 'mpirun --hostfile hosts' (default "
+                   "inside a Slurm allocation: this environment's mpirun, which takes the allocation's tasks; "
+                   "'srun --mpi=pmix' for an MPI built for Slurm).")
 @click.option("--print-plan", is_flag=True, help="Print the plan's TOML (to start a plan file of your own from) and exit.")
 def accept(plan_name, baselines_dir, junit_path, base, quick, launch_text, print_plan) -> None:
     """Run a plan's steps on this node, judge each (PASS, WARN, FAIL with its evidence) against the

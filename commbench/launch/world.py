@@ -302,6 +302,15 @@ def torchrun_ranks(env: dict) -> tuple[int, int]:
     return rank, size
 
 
+def _launched_size(env: Optional[dict] = None) -> Optional[int]:
+    """How many tasks the launcher says it started, where it says so."""
+    env = os.environ if env is None else env
+    for var in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_STEP_NUM_TASKS"):
+        if env.get(var, "").isdigit():
+            return int(env[var])
+    return None
+
+
 def init_world(timeout_s: float = DEFAULT_TIMEOUT_S) -> World:
     """Joins the ranks this process was launched with, within `timeout_s` under torchrun (MPI's
     launchers bound their own start). Call only when detect_launcher() is not None."""
@@ -313,6 +322,14 @@ def init_world(timeout_s: float = DEFAULT_TIMEOUT_S) -> World:
         mpi4py.rc.thread_level = "funneled"
         from mpi4py import MPI
         comm = MPI.COMM_WORLD
+        launched = _launched_size()
+        if launched is not None and launched > comm.size:
+            # srun's tasks each MPI_Init alone where the library takes no ranks from Slurm's PMI: N
+            # singleton runs racing for one result file, each "complete".
+            raise CommbenchError(f"the launcher started {launched} tasks but MPI sees {comm.size}: the MPI library "
+                                 f"this Python loads ({MPI.Get_library_version().splitlines()[0].strip()}) does not "
+                                 f"take its ranks from this launcher (srun without PMI/PMIx for it); inside a Slurm "
+                                 f"allocation start them with mpirun, or use an MPI built for Slurm (srun --mpi=pmix)")
         hosts = comm.allgather(MPI.Get_processor_name())
         mode = "standalone" if os.environ.get(STANDALONE_MARK) else "mpi"
         return World(rank=comm.rank, size=comm.size, hosts=hosts, launcher=mode, comm=comm)
