@@ -107,3 +107,15 @@ def test_the_host_shaped_slower_stands_apart_on_the_cluster(make_cluster, workdi
     assert set(found["nodes"]) == {h.name for h in c.hosts}
     by_bandwidth = {o["node"] for o in found["outliers"] if "bandwidth" in o["metric"]}
     assert by_bandwidth == {c.hosts[3].name}
+
+
+def test_a_degraded_node_is_of_its_healthy_siblings_sku():
+    """The SKU is the node's kind: a NVLink down or an InfiniBand port down (the degraded fixture)
+    is its health, to be judged against its kind's baseline, not a kind of its own."""
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "topo")
+    skus = set()
+    for name in ("hgx_h100_healthy", "hgx_h100_degraded"):
+        with open(os.path.join(here, f"{name}.json")) as f:
+            skus.add(fleet_analysis.sku_of({"topology": json.load(f)}))
+    assert skus == {"8x NVIDIA H100 80GB HBM3; NVLink 4; 8 IB port(s) up to 400 Gb/s; "
+                    "Intel(R) Xeon(R) Platinum 8480+, 112 cores"}

@@ -69,9 +69,19 @@ def promote(run_dir: str, directory: str, force: bool = False) -> list[str]:
     for doc, path, target, exists, sku, step_name in todo:
         os.makedirs(os.path.dirname(target), exist_ok=True)
         write(doc, path, target, f"{summary['plan']}-{step_name}", exists, sku=sku, plan=summary["plan"], step=step_name,
-              host=summary.get("host"), quick=bool(summary.get("quick")))
+              host=summary.get("host"), quick=bool(summary.get("quick")), facts=facts_of(doc))
         written.append(target)
     return written
+
+
+def facts_of(doc: dict) -> dict:
+    """What a baseline records of its node beside the SKU, for the reader: versions and the topology
+    fingerprint (a later run's differences are named, not keys)."""
+    topo = doc.get("topology") or {}
+    machine = doc.get("machine") or {}
+    return {"gpu_driver": (topo.get("gpus") or {}).get("driver"), "nccl": (topo.get("libraries") or {}).get("nccl"),
+            "mpi": machine.get("mpi"), "torch": machine.get("torch"),
+            "topology_fingerprint": doc.get("topology_fingerprint")}
 
 
 class Baselines:

@@ -80,6 +80,15 @@ def _baseline_checks(doc: dict, limits: dict, baseline: Optional[tuple[str, dict
                              change=c["change"], limit=c["tolerance"], baseline=path))
     if not out:
         out.append(check("baseline", WARN, f"{path} shares no size of a judged region with the run"))
+    # Versions are facts, not keys: said, not judged. A topology that differs within one SKU (a
+    # link, a port or a NUMA layout) is worth a look.
+    topology = [w for w in found["warnings"] if w.startswith("topology fingerprint")]
+    facts = [w for w in found["warnings"] if w not in topology]
+    if topology:
+        out.append(check("baseline topology", WARN, f"{topology[0]}: the node's topology is not its baseline's "
+                                                    f"(see topo --json of both)"))
+    if facts:
+        out.append(check("baseline facts", PASS, "; ".join(facts)))
     return out
 
 

@@ -24,7 +24,7 @@ MAD_FLOOR_SHARE = 0.01
 
 def sku_of(doc: dict) -> str:
     """What kind of node wrote `doc`, from its topology snapshot (rank 0's host): GPU model and count,
-    NVLink generation, InfiniBand ports and rate, CPU model and cores. Versions (driver, NCCL) are
+    NVLink generation, InfiniBand port count and fastest rate, CPU model and cores. Versions (driver, NCCL) are
     facts of a node, not of its kind, and stay out."""
     topo = doc.get("topology") or {}
     host = topo.get("host") or {}
@@ -42,8 +42,10 @@ def sku_of(doc: dict) -> str:
         parts.append("no GPU")
     ib = host.get("infiniband") or []
     if ib:
-        rates = sorted({str(port.get("rate", "?")) for port in ib})
-        parts.append(f"{len(ib)} IB port(s) {'/'.join(rates)}")
+        # The fastest port's rate: a port that trained down (or is down) is the node's health, not
+        # its kind, and must be judged against its kind's baseline rather than match none.
+        rates = [port["rate_gbps"] for port in ib if port.get("rate_gbps")]
+        parts.append(f"{len(ib)} IB port(s)" + (f" up to {max(rates):g} Gb/s" if rates else ""))
     parts.append(f"{host.get('cpu_model') or machine.get('cpu_model', '?')}, "
                  f"{host.get('cores') or machine.get('cores', '?')} cores")
     return "; ".join(parts)

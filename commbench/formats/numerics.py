@@ -143,7 +143,8 @@ def _markdown(doc, options) -> str:
 def _html(doc, options) -> str:
     import html
 
-    from .html import _STYLE, _table
+    from .html import _STYLE
+    from .html import table as html_table
     page = [f"<!doctype html><html><head><meta charset='utf-8'><title>{TITLE}</title>",
             f"<style>{_STYLE}</style></head><body>", f"<h1>{TITLE}</h1>", "<ul>"]
     page += [f"<li><b>{html.escape(k)}</b>: {html.escape(v)}</li>" for k, v in facts(doc, options.source)]
@@ -151,7 +152,7 @@ def _html(doc, options) -> str:
     if options.image:
         page.append(f"<img src='{html.escape(options.image)}' width='100%'>")
     page += [f"<h2>{html.escape(SECTION)}</h2>"] + [f"<p>{html.escape(line)}.</p>" for line in LEGEND]
-    page += _table(table(doc))
+    page += html_table(table(doc))
     return "\n".join(page + ["</body></html>"]) + "\n"
 
 
