@@ -17,6 +17,7 @@ from commbench.accept import plan as plans
 from commbench.accept.baselines import Baselines, sku_folder
 from commbench.accept.judge import FAIL, PASS, WARN
 from commbench.cli.accept import check_argv
+from commbench.errors import CommbenchError
 from commbench.node.gpu import visible_gpus
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -75,14 +76,21 @@ BAD_PLANS = [
 
 
 @pytest.mark.parametrize("label,text,expected", BAD_PLANS, ids=[b[0] for b in BAD_PLANS])
-def test_a_bad_plan_is_refused_in_one_line_before_any_step(label, text, expected, tmp_path):
+def test_a_bad_plan_is_refused_in_one_line(label, text, expected, tmp_path):
     path = tmp_path / "mine.toml"
     path.write_text(text)
+    with pytest.raises(CommbenchError) as e:
+        plans.load(str(path), check_argv)
+    assert str(e.value).startswith(f"plan {path}: ") and expected in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_bad_plan_is_refused_before_any_step(tmp_path):
+    path = tmp_path / "mine.toml"
+    path.write_text(GOOD + 'options = { np = "two" }\n')
     r = commbench(["accept", "--plan", str(path), "-o", str(tmp_path / "out")], cwd=str(tmp_path))
     assert r.returncode == 2 and r.stdout == "", r.stdout
-    assert r.stderr.startswith(f"commbench: error: plan {path}: ") and expected in r.stderr, r.stderr
-    assert r.stderr.count("\n") == 1
-    assert not (tmp_path / "out").exists()
+    assert r.stderr.startswith(f"commbench: error: plan {path}: step 1 (a): Invalid value for '--np'")
+    assert r.stderr.count("\n") == 1 and not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize("args,expected", [
