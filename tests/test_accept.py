@@ -262,3 +262,19 @@ def test_a_cluster_plan_fails_on_a_slowed_link_naming_the_host_and_the_evidence(
     assert f"slow host {c.hosts[2].name}" in links["links"]["evidence"]
     assert slowed["links"]["baseline"] and slowed["allreduce"]["status"] == FAIL
     assert any(ch["status"] == FAIL and ch["check"] == "baseline bandwidth sizes" for ch in slowed["allreduce"]["checks"])
+
+
+@pytest.mark.cluster
+@pytest.mark.mpi
+def test_a_node_plan_under_mpirun_with_a_hostfile_runs_on_every_node(make_cluster, tmp_path):
+    """mpirun --hostfile, one task per node, each running cpu-node on its own node into its own
+    folder: the tasks' launch variables are not the steps' (each starts its own ranks)."""
+    c = make_cluster(3, 1000)
+    r = c.mpirun([COMMBENCH, "accept", "--plan", "cpu-node", "--quick", "-o", str(tmp_path / "runs")], timeout=600,
+                 cwd=str(tmp_path))
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert sorted(os.listdir(tmp_path / "runs")) == sorted(h.ns for h in c.hosts)
+    for h in c.hosts:
+        with open(tmp_path / "runs" / h.ns / "p2p.json") as f:
+            doc = json.load(f)
+        assert (doc["machine"]["hosts"], doc["machine"]["launcher"]) == ([h.ns], "standalone")
