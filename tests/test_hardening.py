@@ -264,7 +264,7 @@ def test_under_a_launcher_rank_0_refuses_before_any_measurement(workdir):
     r = mpirun(2, [COMMBENCH, "allreduce", "--device", "cpu", "--sizes", "16T", "-o", out], cwd=workdir)
     assert r.returncode != 0
     [line] = _error_lines(r.stderr)
-    assert "all-reduce of 16T needs about" in line and "(2 rank(s))" in line
+    assert "all-reduce of 16T on 2 rank(s) (each about 520 MiB before its buffers) needs about" in line  # gloo among the impls
     assert "Traceback" not in r.stderr and os.listdir(workdir) == []
 
 
@@ -415,3 +415,25 @@ def test_no_warm_up_beyond_the_check_where_the_floor_of_iterations_exceeds_the_b
     calls, _ = _calls_of(0.03, p)  # 5 x 30 ms leave 50 ms: one more warm-up
     assert calls == [1, 1, 6]
     assert "one where those alone exceed the budget" in p.rule()
+
+
+def _too_many(rank_bytes: int) -> int:
+    """A rank count whose processes alone would take 1.2 times this host's available memory."""
+    from commbench.node.machine import meminfo_bytes
+    return int(1.2 * meminfo_bytes("MemAvailable") / rank_bytes) + 1
+
+
+@pytest.mark.parametrize("command,torch", [
+    (["allreduce", "--impl", "mpi", "--sizes", "1K"], False), (["p2p", "--sizes", "1K"], False),
+    (["links"], False), (["scale", "--impl", "mpi", "--sizes", "1K,2K,4K"], False),
+    (["allreduce", "--impl", "gloo", "--sizes", "1K"], True)])
+def test_more_ranks_than_the_host_can_hold_are_refused_before_any_starts(command, torch, workdir):
+    """Each rank is an interpreter of its own (60 MiB with MPI and NumPy, 520 MiB with torch): a
+    thousand of them took the machine down. The processes count in the memory check."""
+    from commbench.run.preflight import HOST_RANK_BYTES, TORCH_RANK_BYTES
+    n = _too_many(TORCH_RANK_BYTES if torch else HOST_RANK_BYTES)
+    r = commbench([*command, "--np", str(n), "-o", os.path.join(workdir, "x.json")], cwd=workdir, timeout=60)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.startswith("commbench: error: ") and r.stderr.count("\n") == 1, r.stderr
+    assert f"{n} rank(s) (each about {520 if torch else 60} MiB before its buffers) needs about" in r.stderr
+    assert os.listdir(workdir) == []

@@ -113,5 +113,6 @@ def numerics(ranks_text, impl_text, dtype, data, count_text, seed, repeats, devi
         return sweep(out, run, world)
 
     checks = preflight.Checks(output, f"numerics on {count} elements", _bytes_per_rank(count, asked), device,
-                              ranks_used=asked[-1] if asked else None, needs_mpi=over_mpi(cfg.impls), lower="--count")
+                              ranks_used=asked[-1] if asked else None, needs_mpi=over_mpi(cfg.impls), lower="--count",
+                              loads_torch=True)
     run_ranks(nranks, asked[-1] if asked else gpus if device == "cuda" else DEFAULT_SPAWN, body, checks, timeout_s)

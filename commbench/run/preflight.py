@@ -14,10 +14,15 @@ from ..errors import CommbenchError
 from ..launch.world import mpi_launch_needed
 from ..results.atomic import check_folder, check_new_file
 from ..sizes import format_size
-from ..transports import over_mpi
+from ..transports import GLOO, over_mpi
 
 # Our tensors are not all the memory a rank uses: the MPI and gloo libraries keep buffers of their own.
 LIBRARY_SLACK_BYTES = 4 << 20
+# What a rank costs before any buffer (resident memory of a rank at work, measured on the development
+# VM): an interpreter with MPI and NumPy, and one that has loaded torch (gloo, GPUs, numerics). A
+# thousand ranks of the first need 59 GiB.
+HOST_RANK_BYTES = 60 << 20
+TORCH_RANK_BYTES = 520 << 20
 # Share of the available memory a sweep may plan to use: the rest is for everything else on the host.
 USABLE_SHARE = 0.9
 # The native p2p loops count bytes in MPI's int.
@@ -29,7 +34,7 @@ def memory_problem(what: str, need: int, available: int, where: str, lower: str 
     memory, or None (also when the available memory is unknown); `lower`: what the user can lower."""
     if available and need > USABLE_SHARE * available:
         return (f"{what} needs about {need / 2**30:.1f} GiB on {where} but {available / 2**30:.1f} GiB is "
-                f"available; lower {lower} or use fewer ranks per host")
+                f"available; lower {lower}, or use fewer ranks per host")
     return None
 
 
@@ -62,6 +67,7 @@ class Checks:
     ranks_used: Optional[int] = None  # the most ranks one measurement takes (scale --ranks)
     needs_mpi: Optional[str] = None  # what of the run goes over MPI, in a refusal's words (transports.over_mpi)
     lower: str = "the largest --sizes"  # what sets the memory a rank needs, for the refusal
+    loads_torch: bool = False  # the ranks load torch (gloo, GPUs, numerics): each costs TORCH_RANK_BYTES
 
     def before_joining(self, launcher: str) -> None:
         """Checked by every rank of a launch before it meets the others: what the launch itself must
@@ -87,14 +93,17 @@ class Checks:
             raise CommbenchError(f"--delay: no rank {self.delay_rank} among the {ranks} started (numbered from 0)")
         if self.pairs is not None:
             resolve_pairs(self.pairs, ranks)
-        # A GPU's memory is checked by each rank on its own device: the parent cannot see it
-        # without creating a CUDA context that the ranks would then share the GPU with.
-        if self.device == "cpu":
-            problem = memory_problem(self.what, self.bytes_per_rank(ranks) * local_ranks,
-                                     machine.meminfo_bytes("MemAvailable"), f"host {host} ({local_ranks} rank(s))",
-                                     self.lower)
-            if problem:
-                raise CommbenchError(problem)
+        # Every rank's process, and on the host the buffers too. A GPU's memory is checked by each rank
+        # on its own device: the parent cannot see it without creating a CUDA context that the ranks
+        # would then share the GPU with.
+        footprint = TORCH_RANK_BYTES if self.loads_torch else HOST_RANK_BYTES
+        buffers = self.bytes_per_rank(ranks) if self.device == "cpu" else 0
+        ranks_text = f"{local_ranks} rank(s) (each about {footprint >> 20} MiB before its buffers)"
+        problem = memory_problem(f"{self.what} on {ranks_text}" if buffers else ranks_text, (footprint + buffers) * local_ranks,
+                                 machine.meminfo_bytes("MemAvailable"), f"host {host}",
+                                 f"{self.lower} or --np" if buffers else "--np")
+        if problem:
+            raise CommbenchError(problem)
 
 
 def for_collective(coll, cfg, output: Optional[str]) -> Checks:
@@ -103,7 +112,7 @@ def for_collective(coll, cfg, output: Optional[str]) -> Checks:
     return Checks(output, f"{coll.title} of {format_size(largest)}",
                   lambda ranks: collective_bytes(coll, largest, itemsize, ranks, cfg.placements), cfg.device,
                   root=cfg.root if coll.rooted else None, delay_rank=cfg.delay[0] if cfg.delay else None,
-                  needs_mpi=over_mpi(cfg.impls))
+                  needs_mpi=over_mpi(cfg.impls), loads_torch=cfg.device == "cuda" or GLOO.name in cfg.impls)
 
 
 def for_p2p(sizes: list[int], pairs: str, device: str, output: Optional[str], transport: str, command: str) -> Checks:
@@ -112,7 +121,7 @@ def for_p2p(sizes: list[int], pairs: str, device: str, output: Optional[str], tr
     if largest > P2P_MAX_BYTES:
         raise CommbenchError(f"p2p sizes must stay below 2 GiB (got {format_size(largest)})")
     return Checks(output, f"a p2p message of {format_size(largest)}", lambda ranks: p2p_bytes(largest), device, pairs,
-                  needs_mpi=over_mpi([transport], command))
+                  needs_mpi=over_mpi([transport], command), loads_torch=device == "cuda" or transport == GLOO.name)
 
 
 def resolve_pairs(spec: str, ranks: int) -> tuple[tuple[int, int], ...]:
