@@ -577,3 +577,22 @@ def test_bad_import_inputs_say_what_is_wrong():
         importers.import_osu(io.StringIO("# OSU MPI Bi-Directional Bandwidth Test v7.4\n1 2.0\n"), "b")
     with pytest.raises(CommbenchError, match="cannot read 'x1.5'"):
         importers.import_osu(io.StringIO("# OSU MPI Latency Test v7.4\n# Size Avg Latency(us)\n8 x1.5\n"), "l")
+
+
+@pytest.mark.parametrize("title", ["# OSU MPI All-to-All Personalized Exchange Latency Test v7.4",
+                                   "# OSU MPI Broadcast Latency Test v7.4", "# OSU MPI-CUDA Latency Test v7.4 extra",
+                                   "# OSU MPI Multiple Bandwidth / Message Rate Test v7.4"])
+def test_an_osu_test_that_is_not_imported_is_refused_by_its_title(title):
+    """osu_alltoall's header is osu_latency's (Size, Avg Latency): its rows were stored as ping-pong."""
+    log = f"{title}\n# Datatype: MPI_CHAR.\n# Size       Avg Latency(us)\n1  1.20\n2  1.25\n"
+    with pytest.raises(CommbenchError, match="is not an OSU test commbench imports"):
+        importers.import_osu(io.StringIO(log), "a")
+    with pytest.raises(CommbenchError, match="is not an OSU test commbench imports"):
+        importers.import_osu(io.StringIO(log), "a", test="latency")
+
+
+def test_a_test_named_against_the_logs_title_is_refused():
+    log = "# OSU MPI Allreduce Latency Test v7.4\n# Size  Avg Latency(us)\n4  0.62\n"
+    with pytest.raises(CommbenchError, match="--test latency given but the log's title says allreduce"):
+        importers.import_osu(io.StringIO(log), "a", test="latency")
+    assert importers.import_osu(io.StringIO(log), "a", test="allreduce").doc["results"][0]["op"] == "allreduce"

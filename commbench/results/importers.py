@@ -344,18 +344,25 @@ OSU_TESTS = {"latency": "pingpong", "bw": "bandwidth", "allreduce": "allreduce"}
 _OSU_LINE = re.compile(r"# OSU MPI|# Size\s|\d+\s+(-?[\d.]+|-?nan|-?inf|N/A)(\s|$)")
 
 
-def _osu_test(lines: list[str]) -> Optional[str]:
-    """From the title line ('# OSU MPI Allreduce Latency Test v7.4') when there is one, else from
-    the column header (osu_latency prints its title on stderr)."""
+# The tests imported, by the name in their title ('# OSU MPI <name> Test v7.4').
+_OSU_TITLES = {"Latency": "pingpong", "Bandwidth": "bandwidth", "Allreduce Latency": "allreduce"}
+_OSU_TITLE = re.compile(r"# OSU MPI\S* (?P<name>.+?) Test(?: v[\d.]+)?\s*$")
+
+
+def _osu_test(lines: list[str], source: str) -> Optional[str]:
+    """From the title line ('# OSU MPI Allreduce Latency Test v7.4') when there is one: a test not
+    imported is refused by it (osu_alltoall's latency is no ping-pong). Without one (osu_latency
+    prints its title on stderr), from the column header."""
     title = next((line for line in lines if line.startswith("# OSU MPI")), "")
-    if "Bi-Directional" in title:
-        raise CommbenchError("osu_bibw reports both directions together; import osu_bw (one direction) instead")
-    if "Allreduce" in title:
-        return "allreduce"
-    if "Bandwidth Test" in title:
-        return "bandwidth"
-    if title.endswith(("Latency Test", "Latency Test v7.4")) or "MPI Latency Test" in title:
-        return "pingpong"
+    if title:
+        m = _OSU_TITLE.match(title)
+        name = m.group("name") if m else title
+        if name == "Bi-Directional Bandwidth":
+            raise CommbenchError("osu_bibw reports both directions together; import osu_bw (one direction) instead")
+        if name not in _OSU_TITLES:
+            raise CommbenchError(f"{source}: '{title.lstrip('# ')}' is not an OSU test commbench imports "
+                                 f"(osu_latency, osu_bw, osu_allreduce)")
+        return _OSU_TITLES[name]
     header = next((line for line in lines if line.startswith("# Size")), "")
     if "Bandwidth" in header:
         return "bandwidth"
@@ -368,7 +375,11 @@ def import_osu(stream: TextIO, source: str, test: Optional[str] = None, ranks: O
     """osu_latency (one-way latency), osu_bw (MB/s, 1e6 B/s, per message of a window) and
     osu_allreduce (average latency per size). `test` (latency, bw, allreduce) overrides detection."""
     lines = _tool_lines(_lines(stream), _OSU_LINE.match, "OSU", source)
-    test = OSU_TESTS[test] if test else _osu_test(lines)
+    detected = _osu_test(lines, source)
+    if test and detected and OSU_TESTS[test] != detected:
+        raise CommbenchError(f"{source}: --test {test} given but the log's title says "
+                             f"{next(k for k, v in OSU_TESTS.items() if v == detected)}")
+    test = OSU_TESTS[test] if test else detected
     if test is None:
         raise CommbenchError(f"{source}: cannot tell which OSU test this is; give --test latency, bw or allreduce")
     nranks = ranks or 2
