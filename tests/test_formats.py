@@ -184,6 +184,16 @@ def test_csv_has_one_row_per_record_and_no_samples(run_file):
     assert not any("samples" in k for k in rows[0])
 
 
+def test_csv_cells_that_hold_lists_are_json(workdir):
+    per_rank = [{"rank": r, "host": "node1", "median_us": 3.0 - r, "skew_median_us": 0.5 * r, "skew_p90_us": r}
+                for r in range(2)]
+    doc = _doc([_record(1024, per_rank=per_rank), _record(1 << 20)])
+    doc["results"][0]["pair"] = [0, 1]
+    rows = list(csv.DictReader(io.StringIO(formats.get("csv").render(doc, formats.Options()))))
+    assert json.loads(rows[0]["per_rank"]) == per_rank and json.loads(rows[0]["pair"]) == [0, 1]
+    assert rows[1]["per_rank"] == "" and rows[1]["pair"] == ""
+
+
 def test_markdown_and_html_are_the_report(run_file):
     doc = results.load_document(run_file)
     options = formats.Options(source="run.json")

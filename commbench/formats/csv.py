@@ -3,6 +3,8 @@ raw samples."""
 
 from __future__ import annotations
 
+import json
+
 from .options import records
 
 SUMMARY = "one row per (impl, size), time statistics as time_us_* columns, no raw samples"
@@ -12,4 +14,10 @@ SAMPLES = False
 
 def render(doc: dict, options) -> str:
     import pandas as pd  # here: pandas takes a while to import and only this format needs it
-    return pd.json_normalize(records(doc, False), sep="_").to_csv(index=False)
+    table = pd.json_normalize(records(doc, False), sep="_")
+    # What stays a list after flattening (a pair, a spread, per_rank's rows) is a cell of JSON, which
+    # any reader parses, not Python's repr of it.
+    for column in table.columns:
+        if table[column].map(lambda v: isinstance(v, (list, dict))).any():
+            table[column] = table[column].map(lambda v: json.dumps(v) if isinstance(v, (list, dict)) else v)
+    return table.to_csv(index=False)
