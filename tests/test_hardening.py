@@ -302,6 +302,26 @@ def test_the_environment_is_an_allow_list_without_secrets(name, kept):
     assert (name in machine.recorded_env({name: "x"})) == kept
 
 
+# Credential-shaped values under names that are kept (fake keys of the real shapes); each redacted,
+# what tuning needs beside it kept.
+SHAPED = [
+    ("NCCL_COMM_ID", "10.0.0.1:5000?token=s3cr3t&x=1", "10.0.0.1:5000?token=<redacted>&x=1"),
+    ("NCCL_NET_PLUGIN", "https://me:pa55@plugins.example.com/aws-ofi", "https://<redacted>@plugins.example.com/aws-ofi"),
+    ("NCCL_DEBUG_SUBSYS", "ghp_" + "a1B2" * 9, "<redacted>"),
+    ("UCX_TLS", "rc,AKIAIOSFODNN7EXAMPLE", "rc,<redacted>"),
+    ("FI_PROVIDER", "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0In0.c2lnbmF0dXJlX2hlcmU", "<redacted>"),
+    ("GLOO_SOCKET_IFNAME", "eth0?api_key=abc&sig=def", "eth0?api_key=<redacted>&sig=<redacted>"),
+    ("NCCL_IB_HCA", "mlx5_0:1,mlx5_1:1", "mlx5_0:1,mlx5_1:1"),
+    ("NCCL_SOCKET_IFNAME", "^lo,docker0", "^lo,docker0"),
+    ("NCCL_ALGO", "Ring,Tree", "Ring,Tree"),
+]
+
+
+@pytest.mark.parametrize("name,value,recorded", SHAPED, ids=[s[0] for s in SHAPED])
+def test_credential_shaped_values_are_redacted_whatever_the_name(name, value, recorded):
+    assert machine.recorded_env({name: value}) == {name: recorded}
+
+
 def test_paths_of_the_machine_are_not_recorded():
     assert machine.recorded_env({**PATHS, **SETTINGS, "NCCL_SOCKET_IFNAME": "eth0"}) == \
         {**SETTINGS, "NCCL_SOCKET_IFNAME": "eth0"}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import subprocess
 from functools import lru_cache
 from typing import Optional
@@ -30,6 +31,28 @@ SECRET_WORDS = ("PASSWORD", "SECRET", "TOKEN", "KEY", "CREDENTIAL", "AUTH")
 PATH_SUFFIXES = ("_ROOT", "_PATH", "_DIR", "_HOME", "_FILE", "_PREFIX")
 
 
+# Values shaped like credentials, whatever the variable's name: a URL's user:password, a query
+# parameter named like a secret, and the shapes of well-known keys (GitHub and Slack tokens, AWS
+# access key ids, JSON web tokens, PEM private keys). Each is replaced by REDACTED; the rest of the
+# value (a host, a port, a tuning setting beside it) stays.
+REDACTED = "<redacted>"
+_SECRET_SHAPES = [
+    (re.compile(r"(?P<keep>[A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]+@"), r"\g<keep>" + REDACTED + "@"),
+    (re.compile(r"(?P<keep>[?&;](?:[A-Za-z0-9_.-]*(?:token|key|secret|password|passwd|pwd|auth|sig|signature|"
+                r"credential)[A-Za-z0-9_.-]*)=)[^&;#\s]*", re.IGNORECASE), r"\g<keep>" + REDACTED),
+    (re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,}|xox[abprs]-[A-Za-z0-9-]{10,}|"
+                r"(?:AKIA|ASIA)[0-9A-Z]{16}|eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,})\b"), REDACTED),
+    (re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?(?:-----END [A-Z ]*PRIVATE KEY-----|$)", re.DOTALL), REDACTED),
+]
+
+
+def scrub(value: str) -> str:
+    """value with every credential-shaped part replaced by REDACTED."""
+    for pattern, replacement in _SECRET_SHAPES:
+        value = pattern.sub(replacement, value)
+    return value
+
+
 def _setting(name: str) -> bool:
     return (name in RECORDED_NAMES or name.startswith(RECORDED_PREFIXES)) and name not in LAUNCHER_SET
 
@@ -46,7 +69,7 @@ def recorded_env(env: Optional[dict] = None) -> dict[str, str]:
     """The performance settings of env (default: this process's environment) that a result file
     keeps; also what cleans the environment of a result file written before this list existed."""
     env = os.environ if env is None else env
-    return {k: v for k, v in sorted(env.items()) if _setting(k) and not _secret(k) and not _path(k, v)}
+    return {k: scrub(v) for k, v in sorted(env.items()) if _setting(k) and not _secret(k) and not _path(k, v)}
 
 
 def typed_command(argv: list[str]) -> list[str]:
