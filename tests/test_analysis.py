@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from conftest import commbench, in_process
 
+from commbench.analysis import baseline, fabrics, fit
 from commbench.analysis import compare as cmp
-from commbench.analysis import fabrics, fit
 from commbench.errors import CommbenchError
 from commbench.results import document as results
 from commbench.results import importers
@@ -596,3 +596,31 @@ def test_a_test_named_against_the_logs_title_is_refused():
     with pytest.raises(CommbenchError, match="--test latency given but the log's title says allreduce"):
         importers.import_osu(io.StringIO(log), "a", test="latency")
     assert importers.import_osu(io.StringIO(log), "a", test="allreduce").doc["results"][0]["op"] == "allreduce"
+
+
+def test_a_record_repeated_in_a_result_file_is_refused(tmp_path):
+    recs = synthetic("allreduce", "ring@mpi", 4, ring(4, 3e-6, 10e9), sizes=SIZES[:4])
+    doc = doc_of([*recs, copy.deepcopy(recs[2])])
+    path = tmp_path / "dup.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(CommbenchError, match=r"dup.json: record 4 repeats record 2 \(the same series and size\)"):
+        results.load_document(str(path))
+    # Another placement of the same size is another series.
+    other = copy.deepcopy(recs[2])
+    other["in_place"] = True
+    path.write_text(json.dumps(doc_of([*recs, other])))
+    assert len(results.load_document(str(path))["results"]) == 5
+
+
+def test_wrong_results_make_no_baseline_and_pass_no_comparison(tmp_path):
+    recs = synthetic("allreduce", "ring@mpi", 4, ring(4, 3e-6, 10e9))
+    bad = copy.deepcopy(recs)
+    bad[3]["wrong"] = 7
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(doc_of(bad)))
+    with pytest.raises(CommbenchError, match="1 of its 17 records have wrong elements: a baseline is a correct run"):
+        baseline.save(str(path), "b", str(tmp_path / "bl"))
+    found = cmp.compare(doc_of(recs), doc_of(bad), 0.1, 0.25)
+    assert found["status"] == "regression" and found["wrong"] == 7
+    assert "# REGRESSION: the run has 7 wrong element(s)" in "\n".join(cmp.compare_lines(found))
+    assert cmp.compare(doc_of(recs), doc_of(copy.deepcopy(recs)), 0.1, 0.25)["status"] == "pass"

@@ -40,6 +40,10 @@ def write(doc: dict, run_path: str, path: str, name: str, exists: str, keep_samp
     """Keeps the run `doc` (read from run_path) at `path` as baseline `name`, with `facts` in its
     baseline section; never over an existing file."""
     require_usable(doc, run_path)
+    wrong = [r for r in doc["results"] if r.get("wrong")]
+    if wrong:
+        raise CommbenchError(f"{run_path}: {len(wrong)} of its {len(doc['results'])} records have wrong elements: a "
+                             f"baseline is a correct run")
     clean(doc)
     if not keep_samples:
         for r in doc["results"]:

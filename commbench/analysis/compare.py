@@ -100,8 +100,10 @@ def compare(base: dict, run: dict, tol_bw: float, tol_lat: float, force: bool = 
         if bf and rf and "skipped" not in bf and "skipped" not in rf:
             checks += _fit_checks(bf, rf, tol_bw, tol_lat)
         series.append({**series_head(key), "rows": rows, "checks": checks})
-    regression = any(c["regression"] for s in series for c in s["checks"])
-    return {"status": "regression" if regression else "pass", "tolerance_bw": tol_bw, "tolerance_lat": tol_lat,
+    # A run with wrong results passes no comparison, however fast it was.
+    wrong = sum(r.get("wrong") or 0 for r in run["results"])
+    regression = wrong > 0 or any(c["regression"] for s in series for c in s["checks"])
+    return {"status": "regression" if regression else "pass", "wrong": wrong, "tolerance_bw": tol_bw, "tolerance_lat": tol_lat,
             "warnings": metadata_warnings(base, run) + ([f"timing differs: baseline {timings[0]}, run {timings[1]}"]
                                                          if timings[0] != timings[1] else []), "series": series}
 
@@ -140,6 +142,9 @@ def compare_lines(result: dict) -> list[str]:
         for c in s["checks"]:
             limit = f"{c['tolerance']:+.0%}"
             lines.append(f"#   {'REGRESSION' if c['regression'] else 'ok':<10} {c['check']}: {c['change']:+.1%} (limit {limit})")
+    if result["wrong"]:
+        lines.append(f"# REGRESSION: the run has {result['wrong']} wrong element(s): a run with wrong results passes "
+                     f"no comparison")
     for w in result["warnings"]:
         lines.append(f"# warning: {w}")
     lines.append(f"# compare: {result['status'].upper()}")

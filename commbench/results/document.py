@@ -21,6 +21,7 @@ import numpy as np
 
 from ..errors import CommbenchError
 from .legacy import upgrade
+from .series import series_key
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -94,6 +95,24 @@ def validate(doc: dict, source: str = "result") -> None:
         err = errors[0]
         where = "/".join(str(p) for p in err.absolute_path) or "(top level)"
         raise CommbenchError(f"{source}: invalid field '{where}': {err.message}")
+    repeated = _repeated_record(doc["results"])
+    if repeated is not None:
+        raise CommbenchError(f"{source}: record {repeated[1]} repeats record {repeated[0]} (the same series and size): "
+                             f"a result file measures each size of a series once")
+
+
+def _repeated_record(records: list[dict]) -> Optional[tuple[int, int]]:
+    """(first, second) indices of two records of one series at one size, or None. Empty messages may
+    repeat: nccl-tests prints a 0-byte row for each size its per-rank rounding takes to nothing."""
+    seen: dict = {}
+    for i, r in enumerate(records):
+        if r["size_bytes"] == 0:
+            continue
+        key = (series_key(r), r["size_bytes"])
+        if key in seen:
+            return seen[key], i
+        seen[key] = i
+    return None
 
 
 def _refuse_constant(name: str):
