@@ -298,11 +298,49 @@ def test_doctor_bad_input(args, needle, workdir):
 
 
 @pytest.mark.parametrize("expect,needle", [({"gpus": 8, "gpu_count": 8}, "unknown key 'gpu_count'"),
-                                           ({"nvlinks_per_gpu": "18"}, "'nvlinks_per_gpu' must be a number"),
-                                           ([8], "must hold a JSON object")])
+                                           ({"nvlinks_per_gpu": "18"}, "invalid field 'nvlinks_per_gpu': '18' is not of type"),
+                                           ([8], "[8] is not of type 'object'"), ([], "[] is not of type 'object'"),
+                                           ({}, "{} should be non-empty"),
+                                           ({"gpus": -1}, "invalid field 'gpus': -1 is less than the minimum of 0"),
+                                           ({"pcie_width": 12}, "invalid field 'pcie_width': 12 is not one of"),
+                                           ({"gpus": True}, "invalid field 'gpus': True is not of type 'integer'")])
 def test_doctor_rejects_bad_expectations(expect, needle, workdir):
     path = os.path.join(workdir, "x.json")
     with open(path, "w") as f:
         json.dump(expect, f)
     r = commbench(["doctor", "--from", os.path.join(FIXTURES, "cpu_only.json"), "--expect", path], cwd=workdir)
     assert r.returncode == 2 and needle in r.stderr and "Traceback" not in r.stderr
+
+
+def _snapshot_with(change):
+    with open(os.path.join(FIXTURES, "hgx_h100_healthy.json")) as f:
+        snap = json.load(f)
+    change(snap)
+    return snap
+
+
+@pytest.mark.parametrize("change,needle", [
+    (lambda s: s["gpus"].update(devices=None), "invalid field 'gpus/devices': None is not of type 'array'"),
+    (lambda s: s["host"].update(cores="112"), "invalid field 'host/cores': '112' is not of type 'integer'"),
+    (lambda s: s["gpus"]["devices"][3]["nvlink"].pop("links_up"),
+     "invalid field 'gpus/devices/3/nvlink': 'links_up' is a required property"),
+    (lambda s: s["host"]["infiniband"][0].update(rate_gbps=-5), "invalid field 'host/infiniband/0/rate_gbps': -5 is less than"),
+    (lambda s: s.update(schema="other-1"), "invalid field 'schema': 'commbench-topo-1' was expected"),
+    (lambda s: s.pop("host"), "'host' is a required property"),
+])
+def test_doctor_refuses_a_snapshot_it_cannot_judge_in_one_line(change, needle, workdir):
+    """A hand-edited or truncated snapshot is bad input (exit 2), never a traceback nor a node that fails."""
+    path = os.path.join(workdir, "snap.json")
+    with open(path, "w") as f:
+        json.dump(_snapshot_with(change), f)
+    r = commbench(["doctor", "--from", path], cwd=workdir)
+    assert r.returncode == 2 and r.stdout == "" and r.stderr.count("\n") == 1, r.stderr
+    assert r.stderr.startswith(f"commbench: error: --from {path}: not a usable snapshot") and needle in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("name", ["hgx_h100_healthy", "hgx_h100_degraded", "cpu_only", "pcie_workstation_2gpu"])
+def test_every_recorded_snapshot_and_this_nodes_fit_the_schema(name):
+    with open(os.path.join(FIXTURES, f"{name}.json")) as f:
+        doctor.check_snapshot(json.load(f), name)
+    from commbench.node.topo import snapshot
+    doctor.check_snapshot(json.loads(json.dumps(snapshot())), "this node")

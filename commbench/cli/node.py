@@ -8,7 +8,6 @@ import sys
 import click
 
 from .. import __version__
-from ..errors import CommbenchError
 from .group import cli
 
 
@@ -72,12 +71,18 @@ def doctor(as_json, source, expect) -> None:
     import json
 
     from ..node.doctor import as_json as checks_json
-    from ..node.doctor import exit_status, run_checks, verdict_line
+    from ..node.doctor import check_expect, check_snapshot, exit_status, run_checks, verdict_line
     from ..node.topo import snapshot
-    snap = _load_json(source, "--from") if source else snapshot()
-    if not isinstance(snap, dict) or snap.get("schema") != "commbench-topo-1":
-        raise CommbenchError(f"--from {source}: not a snapshot from 'commbench topo --json'")
-    checks = run_checks(snap, _load_json(expect, "--expect") if expect else None)
+    wanted = None
+    if expect is not None:
+        wanted = _load_json(expect, "--expect")
+        check_expect(wanted, expect)
+    if source:
+        snap = _load_json(source, "--from")
+        check_snapshot(snap, source)
+    else:
+        snap = snapshot()
+    checks = run_checks(snap, wanted)
     if as_json:
         click.echo(json.dumps({"fingerprint": snap.get("fingerprint"), "checks": checks_json(checks),
                                "status": "FAIL" if exit_status(checks) else "PASS"}, indent=1))
