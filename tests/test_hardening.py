@@ -7,8 +7,10 @@ import glob
 import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -457,3 +459,22 @@ def test_more_ranks_than_the_host_can_hold_are_refused_before_any_starts(command
     assert r.stderr.startswith("commbench: error: ") and r.stderr.count("\n") == 1, r.stderr
     assert f"{n} rank(s) (each about {520 if torch else 60} MiB before its buffers) needs about" in r.stderr
     assert os.listdir(workdir) == []
+
+
+def test_sigterm_during_a_report_leaves_no_temporary_file(tmp_path):
+    """SIGINT cleaned up, SIGTERM ended the process where it was: the report's hidden staging folder
+    stayed. Now SIGTERM unwinds like SIGINT: one line, exit 143, nothing left."""
+    from test_analysis import doc_of, ring, synthetic
+    recs = []
+    for impl in ("ring@mpi", "tree@mpi", "mpi", "ring@mpix", "tree@mpix", "mpix"):
+        recs += synthetic("allreduce", impl, 4, ring(4, 3e-6, 10e9), iters=400)
+    (tmp_path / "run.json").write_text(json.dumps(doc_of(recs)))
+    p = subprocess.Popen([COMMBENCH, "report", "run.json", "-o", "rep"], cwd=str(tmp_path), env=mpi_env(),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not any(".partial" in n for n in os.listdir(tmp_path)) and p.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    p.send_signal(signal.SIGTERM)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 143 and err == "commbench: terminated\n", err
+    assert sorted(os.listdir(tmp_path)) == ["run.json"]

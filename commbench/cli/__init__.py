@@ -5,6 +5,7 @@ nodes' result files), node.py (the node)."""
 
 from __future__ import annotations
 
+import signal
 import sys
 
 import click
@@ -23,12 +24,28 @@ def _error(text: str, own: bool = False) -> None:
         click.echo(one_line(f"commbench: error: {text}"), err=True)
 
 
+class Terminated(BaseException):
+    """SIGTERM, raised where the process is, so that every `finally` runs (a half-written plot or
+    report's temporary files go) before the process ends. A BaseException: no `except Exception` on
+    the way may take it for a failure of its own."""
+
+
+def _terminate(signum, frame) -> None:
+    raise Terminated()
+
+
 def main() -> None:
     """Every failure the user can cause or meet ends in one line on stderr, never a traceback:
     exit 2 for bad input (click's usage errors included) and for files that cannot be read or
-    written."""
+    written. The measuring commands replace the SIGTERM handler with their own (the standalone
+    parent passes it on to its ranks; a rank's watchdog reports it)."""
+    signal.signal(signal.SIGTERM, _terminate)
     try:
         cli.main(standalone_mode=False)
+    except Terminated:
+        if launch_rank() in (None, 0):
+            click.echo("commbench: terminated", err=True)
+        sys.exit(128 + signal.SIGTERM)
     except click.exceptions.Abort:
         click.echo("commbench: aborted", err=True)
         sys.exit(130)

@@ -121,9 +121,8 @@ class Watchdog:
         self._wake, wake = os.pipe()
         os.set_blocking(wake, False)
         signal.set_wakeup_fd(wake)
-        for s in (signal.SIGINT, signal.SIGTERM):
-            # The thread acts on them; a handler (not the default) keeps the process alive until it has.
-            signal.signal(s, lambda *_: None)
+        # The thread acts on them; a handler (not the default) keeps the process alive until it has.
+        self._handlers = {s: signal.signal(s, lambda *_: None) for s in (signal.SIGINT, signal.SIGTERM)}
         threading.Thread(target=self._watch, name="commbench-watchdog", daemon=True).start()
 
     def arm(self, label: str) -> None:
@@ -135,8 +134,8 @@ class Watchdog:
         for conn in [self.up] if self.up is not None else list(self.peers.values()):
             self._send(conn, "bye")
         signal.set_wakeup_fd(-1)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        for s, handler in self._handlers.items():  # what the process had before
+            signal.signal(s, handler)
 
     # ---- the thread --------------------------------------------------------------------------
 
