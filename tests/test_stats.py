@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from commbench.collectives import bandwidths
-from commbench.results.stats import sample_flags, summarize
+from commbench.results.stats import flag_lines, sample_flags, summarize
 from commbench.run.policy import Policy, measure
 
 
@@ -93,3 +93,17 @@ def test_policy_fixed_iterations():
     t = FakeTimer(1.0)
     out = measure(t, Policy(warmup=3, iters=7))
     assert len(out) == 7 and t.calls == [1, 2, 7]
+
+
+def test_warnings_are_one_line_per_kind_with_every_impl_and_size_and_the_remedy_once():
+    def t(median, mx):
+        return {"min": median / 2, "median": median, "p99": mx / 2, "max": mx}
+    flagged = {("mpi", "noisy"): [("1K", t(3.0, 9.0)), ("4K", t(4.0, 40.0))],
+               ("ring@mpi", "noisy"): [("64K", t(20.0, 30.0))],
+               ("mpi", "timer_floor"): [("1K", t(3.0, 9.0))]}
+    noisy, floor = flag_lines(flagged)
+    assert noisy == ("interquartile range above 10% of the median: mpi at 1K, 4K; ring@mpi at 64K (e.g. mpi 4K: "
+                     "min 2.00 / median 4.00 / p99 20.00 / max 40.00 us); remedy: stop other load on the node, raise "
+                     "--budget-ms or --iters, or pin ranks to cores")
+    assert floor.startswith("median within 20x of the clock step: mpi at 1K (e.g. mpi 1K: ")
+    assert flag_lines({}) == []

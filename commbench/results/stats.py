@@ -75,3 +75,20 @@ def sample_flags(samples_us, clock_floor_s: float, per_timing: int = 1) -> list[
     if median * per_timing < TIMER_FLOOR_FACTOR * clock_floor_s * 1e6:
         flags.append("timer_floor")
     return flags
+
+
+def flag_lines(flagged: dict) -> list[str]:
+    """One warning line per kind of flag raised in a run: where (each impl with its sizes), the worst
+    case's figures, and the remedy once. `flagged`: {(impl label, flag): [(size label, time_us), ...]}."""
+    kinds: dict[str, list] = {}
+    for (block, flag), hits in flagged.items():
+        kinds.setdefault(flag, []).append((block, hits))
+    lines = []
+    for flag, blocks in kinds.items():
+        what, remedy = FLAG_TEXT[flag]
+        block, (size, t) = max(((b, h) for b, hits in blocks for h in hits),
+                               key=lambda bh: bh[1][1]["max"] / max(bh[1][1]["median"], 1e-9))
+        where = "; ".join(f"{b} at {', '.join(s for s, _ in hits)}" for b, hits in blocks)
+        lines.append(f"{what}: {where} (e.g. {block} {size}: min {t['min']:.2f} / median {t['median']:.2f} / "
+                     f"p99 {t['p99']:.2f} / max {t['max']:.2f} us); remedy: {remedy}")
+    return lines

@@ -13,7 +13,7 @@ from ..formats import console as table
 from ..node import machine
 from ..results.document import default_path, header
 from ..results.record import Record
-from ..results.stats import FLAG_TEXT, sample_flags
+from ..results.stats import flag_lines, sample_flags
 from .output import FileOutput
 
 # Set by the standalone parent when its own stderr is a terminal: the ranks' stderr is a pipe.
@@ -109,12 +109,8 @@ class Reporter(FileOutput):
             click.echo("# NCCL's transports (connections): " +
                        ", ".join(f"{name} {n}" for name, n in self.file.doc["nccl_transports"].items()))
         click.echo(f"# results: {self.file.path}")
-        for (block, flag), hits in self.flagged.items():
-            what, remedy = FLAG_TEXT[flag]
-            worst_size, t = max(hits, key=lambda h: h[1]["max"] / max(h[1]["median"], 1e-9))
-            click.echo(f"warning: {block}: {what} at {', '.join(s for s, _ in hits)} (e.g. {worst_size}: "
-                       f"min {t['min']:.2f} / median {t['median']:.2f} / p99 {t['p99']:.2f} / max "
-                       f"{t['max']:.2f} us); remedy: {remedy}", err=True)
+        for line in flag_lines(self.flagged):
+            click.echo(f"warning: {line}", err=True)
         for w in self.warnings:
             click.echo(f"warning: {w}", err=True)
 
