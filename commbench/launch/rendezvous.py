@@ -15,6 +15,10 @@ from ..node.gpu import DEFAULT_TIMEOUT_S
 
 # gloo's own bound on a wait; the watchdog (--timeout) ends a stalled run first.
 _TIMEOUT = datetime.timedelta(seconds=DEFAULT_TIMEOUT_S)
+# The least a torchrun-style rank waits for its peers, whatever --timeout says: they are still
+# loading torch (3.6 s of CPU each), and on a busy node, ranks started together reached the
+# rendezvous more than 2 s apart.
+RENDEZVOUS_FLOOR_S = 15.0
 
 
 class _ProcessGroup:
@@ -47,7 +51,7 @@ def _open(world, timeout_s: float) -> _ProcessGroup:
     if world.launcher == "torchrun":
         # Nothing else ends a rank whose peers never come (torchrun's store waits in C++), so a
         # timer does, with the rank's one line.
-        timer = threading.Timer(timeout_s, _not_met, (world, timeout_s))
+        timer = threading.Timer(max(timeout_s, RENDEZVOUS_FLOOR_S), _not_met, (world, timeout_s))
         timer.daemon = True
         timer.start()
         try:
@@ -70,7 +74,8 @@ def _open(world, timeout_s: float) -> _ProcessGroup:
 def _not_met(world, timeout_s: float) -> None:
     sys.stderr.write(one_line(
         f"commbench: error: rank {world.rank}: the torchrun-style rendezvous at {os.environ.get('MASTER_ADDR')}:"
-        f"{os.environ.get('MASTER_PORT')} did not complete within --timeout {timeout_s:g} s: start all "
+        f"{os.environ.get('MASTER_PORT')} did not complete within {max(timeout_s, RENDEZVOUS_FLOOR_S):g} s "
+        f"(--timeout {timeout_s:g} s, at least {RENDEZVOUS_FLOOR_S:g} s for the ranks to start): start all "
         f"{world.size} ranks (WORLD_SIZE) with the same MASTER_ADDR and MASTER_PORT") + "\n")
     sys.stderr.flush()
     os._exit(CommbenchError.exit_code)
