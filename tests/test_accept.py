@@ -267,14 +267,16 @@ def test_a_cluster_plan_fails_on_a_slowed_link_naming_the_host_and_the_evidence(
 @pytest.mark.cluster
 @pytest.mark.mpi
 def test_a_node_plan_under_mpirun_with_a_hostfile_runs_on_every_node(make_cluster, tmp_path):
-    """mpirun --hostfile, one task per node, each running cpu-node on its own node into its own
-    folder: the tasks' launch variables are not the steps' (each starts its own ranks)."""
-    c = make_cluster(3, 1000)
-    r = c.mpirun([COMMBENCH, "accept", "--plan", "cpu-node", "--quick", "-o", str(tmp_path / "runs")], timeout=600,
-                 cwd=str(tmp_path))
+    """mpirun --hostfile, one task per node, each running a node plan on its own node into its own
+    folder: the tasks' launch variables are not the steps' (each starts its own 2 ranks)."""
+    c = make_cluster(2, 1000)
+    (tmp_path / "one.toml").write_text('description = "one step"\n[[step]]\nname = "p2p"\ncommand = "p2p"\n'
+                                       'options = { np = 2, sizes = "1K", budget-ms = 5 }\n')
+    r = c.mpirun([COMMBENCH, "accept", "--plan", str(tmp_path / "one.toml"), "-o", str(tmp_path / "runs")],
+                 timeout=600, cwd=str(tmp_path))
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert sorted(os.listdir(tmp_path / "runs")) == sorted(h.ns for h in c.hosts)
     for h in c.hosts:
         with open(tmp_path / "runs" / h.ns / "p2p.json") as f:
             doc = json.load(f)
-        assert (doc["machine"]["hosts"], doc["machine"]["launcher"]) == ([h.ns], "standalone")
+        assert (doc["machine"]["hosts"], doc["machine"]["ranks"], doc["machine"]["launcher"]) == ([h.ns], 2, "standalone")

@@ -18,7 +18,7 @@ _TIMEOUT = datetime.timedelta(seconds=DEFAULT_TIMEOUT_S)
 # The least a torchrun-style rank waits for its peers, whatever --timeout says: they are still
 # loading torch (3.6 s of CPU each), and on a busy node, ranks started together reached the
 # rendezvous more than 2 s apart.
-RENDEZVOUS_FLOOR_S = 15.0
+RENDEZVOUS_FLOOR_S = 10.0
 
 
 class _ProcessGroup:
