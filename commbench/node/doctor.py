@@ -50,9 +50,19 @@ def _first_problem(doc, name: str) -> Optional[str]:
 def check_snapshot(snap, source: str) -> None:
     """Refuses, in one line naming the first bad field, a snapshot doctor cannot judge (schema/
     topo.schema.json): a hand-edited or truncated file must not read as a node's failure."""
-    problem = _first_problem(snap, "topo")
+    problem = _first_problem(snap, "topo") or _shape_problem(snap)
     if problem:
         raise CommbenchError(f"--from {source}: not a usable snapshot from 'commbench topo --json': {problem}")
+
+
+def _shape_problem(snap: dict) -> Optional[str]:
+    """What a schema cannot say: the link and peer matrices are one row and column per GPU."""
+    n = len(snap["gpus"].get("devices") or [])
+    for name in ("topology", "p2p"):
+        matrix = snap.get(name) or []
+        if matrix and (len(matrix) != n or any(len(row) != n for row in matrix)):
+            return f"invalid field '{name}': not {n} x {n}, one row and column per GPU"
+    return None
 
 
 def check_expect(expect, source: str) -> None:
