@@ -36,35 +36,60 @@ def weighted_line(n: np.ndarray, t: np.ndarray) -> tuple[float, float, float]:
     return a, b, sse
 
 
+# Where a series may be split: between any two sizes of an ordinary sweep; a longer series (a long
+# imported log) at this many evenly spread places, so that the split costs O(places^2), not O(sizes^3).
+MAX_BOUNDARIES = 128
+
+
+def _split_costs(n: np.ndarray, t: np.ndarray, bounds: np.ndarray) -> np.ndarray:
+    """cost[p, q]: the weighted SSE of weighted_line over points [bounds[p], bounds[q]), from prefix
+    sums of the weighted moments (every segment in O(1)); inf where the part has too few points."""
+    w = 1.0 / np.maximum(t, 1e-15) ** 2
+
+    def prefix(x):
+        return np.concatenate([[0.0], np.cumsum(x)])[bounds]
+    sums = [prefix(x) for x in (w, w * n, w * t, w * n * n, w * n * t, w * t * t)]
+    sw, swn, swt, swnn, swnt, swtt = (s[None, :] - s[:, None] for s in sums)
+    count = bounds[None, :] - bounds[:, None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        det = sw * swnn - swn * swn
+        flat = (np.abs(det) < 1e-300 * np.maximum(sw * swnn, 1e-300)) | (count < 2)
+        b = np.where(flat, 0.0, (sw * swnt - swn * swt) / np.where(flat, 1.0, det))
+        a = np.where(sw > 0, (swt - b * swn) / np.where(sw > 0, sw, 1.0), 0.0)
+        sse = swtt - 2 * a * swt - 2 * b * swnt + a * a * sw + 2 * a * b * swn + b * b * swnn
+    return np.where(count >= MIN_POINTS, np.maximum(sse, 0.0), np.inf)
+
+
 def segment(n: np.ndarray, t: np.ndarray, max_segments: int = MAX_SEGMENTS) -> list[tuple[int, int]]:
     """Breakpoints by dynamic programming: the contiguous split (each part >= MIN_POINTS sizes) that
     minimises the relative squared error. The fewest parts are kept whose relative RMS error is within
     GOOD_FIT_RMS, or within twice the best split's (measurement noise alone must not split a line)."""
     m = len(n)
-    cost = {}
-    for i in range(m):
-        for j in range(i + MIN_POINTS, m + 1):
-            cost[(i, j)] = weighted_line(n[i:j], t[i:j])[2]
-    best_by_k = {}
-    # dp[k][j]: best (sse, cuts) covering points [0, j) with k segments
-    dp = [{0: (0.0, [])}]
+    bounds = (np.arange(m + 1) if m <= MAX_BOUNDARIES
+              else np.unique(np.linspace(0, m, MAX_BOUNDARIES + 1).round().astype(int)))
+    cost = _split_costs(np.asarray(n, dtype=np.float64), np.asarray(t, dtype=np.float64), bounds)
+    last = len(bounds) - 1
+    best = np.full(len(bounds), np.inf)
+    best[0] = 0.0
+    came: list[np.ndarray] = []  # per part count: for each end, where its last part starts
+    best_by_k: dict[int, float] = {}
     for k in range(1, max_segments + 1):
-        layer = {}
-        for j in range(k * MIN_POINTS, m + 1):
-            options = [(prev[0] + cost[(i, j)], prev[1] + [(i, j)]) for i, prev in dp[k - 1].items()
-                       if (i, j) in cost]
-            if options:
-                layer[j] = min(options, key=lambda o: o[0])
-        dp.append(layer)
-        if m in layer:
-            best_by_k[k] = layer[m]
+        total = best[:, None] + cost  # [start, end]
+        came.append(np.argmin(total, axis=0))
+        best = total[came[-1], np.arange(len(bounds))]
+        if np.isfinite(best[last]):
+            best_by_k[k] = float(best[last])
     if not best_by_k:
         return [(0, m)]
-
-    rms = {k: math.sqrt(v[0] / m) for k, v in best_by_k.items()}
+    rms = {k: math.sqrt(v / m) for k, v in best_by_k.items()}
     good_enough = max(GOOD_FIT_RMS, 2 * min(rms.values()))
     k = min(k for k in rms if rms[k] <= good_enough)
-    return best_by_k[k][1]
+    cuts, end = [], last
+    for part in range(k, 0, -1):
+        start = int(came[part - 1][end])
+        cuts.append((int(bounds[start]), int(bounds[end])))
+        end = start
+    return cuts[::-1]
 
 
 def _translate(a: float, b: float, model: CostModel) -> tuple[float, Optional[float]]:
