@@ -205,7 +205,7 @@ def _session_members(sid: int) -> list[int]:
     """The processes of session `sid` but its leader: the ranks of a single-host mpirun."""
     members = []
     for name in os.listdir("/proc"):
-        if name.isdigit() and int(name) != sid:
+        if name.isdecimal() and int(name) != sid:
             with contextlib.suppress(OSError):
                 if os.getsid(int(name)) == sid:
                     members.append(int(name))

@@ -34,7 +34,7 @@ def parse_counts(text: str, flag: str = "--ranks") -> list[int]:
     """The rank counts of a comma list given as `flag`."""
     counts = []
     for part in text.split(","):
-        if not part.strip().isdigit() or int(part) < 1:
+        if not part.strip().isdecimal() or int(part) < 1:
             raise CommbenchError(f"bad count '{part.strip()}' in {flag}: give positive integers, e.g. 1,2,4,8")
         counts.append(int(part))
     return sorted(set(counts))

@@ -49,7 +49,7 @@ def launch_rank(env: Optional[dict] = None) -> Optional[int]:
     """This process's rank as its launcher set it, or None without a launcher."""
     env = os.environ if env is None else env
     for var in _RANK_VARS:
-        if env.get(var, "").isdigit():
+        if env.get(var, "").isdecimal():
             return int(env[var])
     return None
 
@@ -287,7 +287,7 @@ def torchrun_ranks(env: dict) -> tuple[int, int]:
         text = env.get(var)
         if text is None:
             raise RankError(f"torchrun-style launch without {var}: set RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT")
-        if not text.isdigit() or int(text) < low or (high is not None and int(text) > high):
+        if not text.isdecimal() or int(text) < low or (high is not None and int(text) > high):
             span = f"{low} to {high}" if high is not None else f"{low} or more"
             raise RankError(f"torchrun-style launch: {var}={text!r}: give a whole number, {span}")
         return int(text)
@@ -306,7 +306,7 @@ def _launched_size(env: Optional[dict] = None) -> Optional[int]:
     """How many tasks the launcher says it started, where it says so."""
     env = os.environ if env is None else env
     for var in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_STEP_NUM_TASKS"):
-        if env.get(var, "").isdigit():
+        if env.get(var, "").isdecimal():
             return int(env[var])
     return None
 

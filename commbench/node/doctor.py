@@ -198,7 +198,7 @@ def _memory_checks(tag: str, ecc: dict, remap: Optional[dict]) -> list[Check]:
 
 def _peer_checks(snap: dict) -> list[Check]:
     out = []
-    topo, p2p = snap["topology"], snap["p2p"]
+    topo, p2p = snap["topology"], snap.get("p2p") or []  # absent: no peer matrix was taken
     for i, row in enumerate(p2p):
         for j, cell in enumerate(row):
             if cell is None or j <= i:

@@ -99,7 +99,7 @@ def host_part(sys_root: str = "/") -> dict:
     for port in sorted(glob.glob(at("sys", "class", "infiniband", "*", "ports", "*"))):
         rate = _read(os.path.join(port, "rate")) or ""
         hcas.append({"hca": port.split(os.sep)[-3], "port": int(os.path.basename(port)),
-                     "rate_gbps": float(rate.split()[0]) if rate[:1].isdigit() else None,
+                     "rate_gbps": float(rate.split()[0]) if rate[:1].isdecimal() else None,
                      "state": _port_state(_read(os.path.join(port, "state"))),
                      "phys_state": _port_state(_read(os.path.join(port, "phys_state"))),
                      "link_layer": _read(os.path.join(port, "link_layer"))})

@@ -389,7 +389,7 @@ def import_osu(stream: TextIO, source: str, test: Optional[str] = None, ranks: O
     recs = []
     for line in lines:
         cells = line.split()
-        if line.startswith("#") or len(cells) < 2 or not cells[0].isdigit():
+        if line.startswith("#") or len(cells) < 2 or not cells[0].isdecimal():
             continue
         size, value = int(cells[0]), _figure(cells[1], source, line)
         if value is None:
