@@ -315,8 +315,11 @@ def test_a_stopped_rank_ends_numerics_too(workdir):
     """numerics runs under the same watchdog: a rank stopped amid its calls ends the run within
     --timeout, one line, a valid result file saying so, no process left."""
     out = os.path.join(workdir, "numerics.json")
+    # One deadline spans all 5000 calls (tens of seconds): the stop must fall after the set-up (which
+    # took past a second beside another test) and a second before the deadline.
+    timeout_s = 6
     p = subprocess.Popen([COMMBENCH, "numerics", "--device", "cpu", "--ranks", "2", "--impl", "ring", "--dtype", "float32",
-                          "--count", "1M", "--repeats", "5000", "--timeout", str(TIMEOUT_S), "-o", out],
+                          "--count", "1M", "--repeats", "5000", "--timeout", str(timeout_s), "-o", out],
                          env=mpi_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          start_new_session=True)
 
@@ -324,15 +327,37 @@ def test_a_stopped_rank_ends_numerics_too(workdir):
         until = time.monotonic() + 60
         while not os.path.exists(out) and time.monotonic() < until:
             time.sleep(0.1)
-        time.sleep(1)  # rank 0 made the file once every rank was up; now both are amid the calls
+        time.sleep(3)  # rank 0 made the file once every rank was up; now both are amid the calls
         assert p.poll() is None, p.communicate()
     err, elapsed = _stop_rank_1(p, out, amid_the_calls)
-    assert p.returncode == 1 and elapsed < TIMEOUT_S + 5, (elapsed, err)
+    assert p.returncode == 1 and elapsed < timeout_s + 5, (elapsed, err)
     doc = results.load_document(out)
     assert doc["status"] == "timeout" and doc["numerics"]["rows"] == []
-    assert doc["error"] == f"numerics ring@mpi float32 on 2 ranks: rank 1 did not arrive within --timeout {TIMEOUT_S} s"
+    assert doc["error"] == f"numerics ring@mpi float32 on 2 ranks: rank 1 did not arrive within --timeout {timeout_s} s"
     assert [line for line in err.splitlines() if line.startswith("commbench: error")] == [
         f"commbench: error: {doc['error']} (measured rows kept in {out})"], err
+    time.sleep(0.5)
+    assert _left(out) == []
+
+
+def test_a_rank_stopped_before_the_first_size_ends_the_run(workdir):
+    """Nothing is armed before the first size, yet the set-up's collectives wait for every rank:
+    a rank silent for --timeout there ends the run too (tests/stubs/stop_at_start stops rank 1 as
+    its watchdog starts and holds rank 0 in a barrier)."""
+    out = os.path.join(workdir, "set-up.json")
+    env = mpi_env()
+    env.update(PYTHONPATH=os.pathsep.join(filter(None, [os.path.join(os.path.dirname(__file__), "stubs", "stop_at_start"),
+                                                         env.get("PYTHONPATH")])),
+               COMMBENCH_STUB_STOP_RANK="1")
+    start = time.monotonic()
+    r = subprocess.run([COMMBENCH, *SWEEP, "--np", "2", "-o", out], env=env, capture_output=True, text=True,
+                       timeout=120, cwd=workdir)
+    assert r.returncode == 1 and time.monotonic() - start < 60, r.stderr
+    doc = results.load_document(out)
+    assert doc["status"] == "timeout" and doc["results"] == []
+    assert doc["error"] == f"before the first size: rank 1 did not arrive within --timeout {TIMEOUT_S} s"
+    assert [line for line in r.stderr.splitlines() if line.startswith("commbench: error")] == [
+        f"commbench: error: {doc['error']} (measured rows kept in {out})"], r.stderr
     time.sleep(0.5)
     assert _left(out) == []
 

@@ -166,6 +166,13 @@ class Watchdog:
                 self.end(status, self._peer_failure(rank, status, text))
             if self.deadline is not None and time.monotonic() > self.deadline:
                 self.end("timeout", self._absent_text(f"did not arrive within --timeout {self.timeout_s:g} s"))
+            # Before the first size nothing is armed, yet a collective of the set-up (a subgroup, a
+            # communicator) waits for every rank: one silent for --timeout would hang it for good.
+            if self.deadline is None and not self.stopped and self.rank == 0:
+                silent = self._silent(max(self.timeout_s, STALE_S))
+                if silent:
+                    self.end("timeout", f"{self.label or 'before the first size'}: {_ranks(silent)} did not "
+                                        f"arrive within --timeout {self.timeout_s:g} s")
 
     def _read_peers(self) -> None:
         """Rank 0: takes every rank's beats, goodbyes and failures."""
@@ -227,10 +234,12 @@ class Watchdog:
 
     # ---- what rank 0 says ------------------------------------------------------------------------
 
-    def _absent(self) -> list[int]:
+    def _silent(self, for_s: float) -> list[int]:
         now = time.monotonic()
-        silent = [r for r in list(self.peers) if now - self.heard[r] > STALE_S and r not in self.failures]
-        return sorted(set(self.lost) | set(silent))
+        return [r for r in list(self.peers) if now - self.heard[r] > for_s and r not in self.failures]
+
+    def _absent(self) -> list[int]:
+        return sorted(set(self.lost) | set(self._silent(STALE_S)))
 
     def _absent_text(self, what: str) -> str:
         if self.rank != 0:  # said only where rank 0 did not report: it is what is missing
