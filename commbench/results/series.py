@@ -9,7 +9,7 @@ SERIES_FIELDS = ("op", "impl", "ranks", "dtype", "redop", "pair", "bidirectional
 
 def series_key(r: dict) -> tuple:
     """What makes records one series, for fits, comparisons and plots alike."""
-    return tuple(tuple(r[f]) if isinstance(r.get(f), list) else r.get(f) for f in SERIES_FIELDS)
+    return tuple([tuple(v) if isinstance(v := r.get(f), list) else v for f in SERIES_FIELDS])
 
 
 def series_head(key: tuple) -> dict:
