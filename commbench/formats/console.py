@@ -143,7 +143,7 @@ def _spread(rec: dict) -> str:
     """IQR / median in percent. Files written before the IQR was recorded still hold the samples it
     comes from; a baseline saved without samples has neither."""
     t = rec["time_us"]
-    q = t.get("iqr", iqr(rec["samples_us"]) if rec["samples_us"] else None)
+    q = t["iqr"] if "iqr" in t else iqr(rec["samples_us"]) if rec["samples_us"] else None
     return "n/a" if q is None or t["median"] <= 0 else f"{100 * q / t['median']:.1f}"
 
 
