@@ -468,6 +468,23 @@ def test_json_larger_than_nccl_tests_writes_is_refused_unread(monkeypatch):
     assert huge.tell() <= 1002  # the first line, and one character more than allowed
 
 
+def test_a_log_of_more_rows_than_a_sweep_may_have_is_refused(monkeypatch):
+    """Imports get the sweeps' limit of sizes (MAX_SIZES): a log of more rows is refused, in every
+    format, once the row past the limit is read."""
+    monkeypatch.setattr(importers, "MAX_SIZES", 2)
+    table = _read("nccl-tests-all_reduce_perf-8gpu.txt")
+    line = "^log: more than 2 result rows, the most sizes a sweep may have; split the log$"
+    with pytest.raises(CommbenchError, match=line):
+        _nccl(table)
+    with pytest.raises(CommbenchError, match=line):
+        _nccl(_read("nccl-tests-all_reduce_perf-8gpu.json"))
+    with pytest.raises(CommbenchError, match=line.replace("^log", "^lat")):
+        importers.import_osu(io.StringIO(_read("osu_latency-7.4-2ranks-shm.txt")), "lat")
+    monkeypatch.setattr(importers, "MAX_SIZES", 3)
+    assert len(importers.import_osu(io.StringIO("# OSU MPI Latency Test v7.4\n# Size  Avg Latency(us)\n"
+                                                "1 0.4\n2 0.4\n4 0.5\n"), "lat").doc["results"]) == 3
+
+
 def test_nccl_tests_binaries_are_the_registry_names_and_aliases():
     from commbench import collectives
     binaries = {"all_reduce": "allreduce", "all_gather": "allgather", "reduce_scatter": "reducescatter",

@@ -26,7 +26,7 @@ from typing import Iterable, Iterator, Optional, TextIO
 
 from .. import __version__, collectives
 from ..errors import CommbenchError
-from ..sizes import format_size
+from ..sizes import MAX_SIZES, format_size
 from .document import header, new_document
 from .record import single
 from .series import variant
@@ -93,6 +93,13 @@ def _figure(value, source: str, context: str) -> Optional[float]:
     except (TypeError, ValueError):
         raise CommbenchError(f"{source}: cannot read {value!r} as a number in: {context}") from None
     return x if math.isfinite(x) else None
+
+
+def _room_for_a_row(rows: list, source: str) -> None:
+    """A log holds at most the MAX_SIZES rows a sweep may measure: reading stops at the next one."""
+    if len(rows) >= MAX_SIZES:
+        raise CommbenchError(f"{source}: more than {MAX_SIZES} result rows, the most sizes a sweep may have; "
+                             f"split the log")
 
 
 class _LeftOut:
@@ -222,6 +229,7 @@ def _nccl_tests_table(lines: list[str], source: str) -> _Run:
                 run.binary = m.group(1)  # a command line echoed before the output
             continue
         cells = line.split()
+        _room_for_a_row(run.rows, source)
         run.rows.append(_Row(int(cells[0]), int(cells[1]), cells[2], cells[3], int(cells[4]),
                              [(in_place, cells[t], cells[w]) if w < len(cells) else None for in_place, t, w in halves],
                              line.strip()))
@@ -246,6 +254,7 @@ def _nccl_tests_json(doc, source: str) -> _Run:
         for r in doc["results"]:
             halves = [(in_place, h.get("time", h.get("cpu_time")), h.get("nwrong")) if h else None
                       for in_place, h in zip(NCCL_PLACEMENTS, (r.get("out_of_place"), r.get("in_place")))]
+            _room_for_a_row(run.rows, source)
             run.rows.append(_Row(int(r["size"]), int(r["count"]), r["type"], r["redop"], int(str(r["root"]).strip()),
                                  halves, json.dumps(r)[:200]))
         run.complete = "average_bus_bandwidth" in doc
@@ -391,6 +400,7 @@ def import_osu(stream: TextIO, source: str, test: Optional[str] = None, ranks: O
         cells = line.split()
         if line.startswith("#") or len(cells) < 2 or not cells[0].isdecimal():
             continue
+        _room_for_a_row(recs, source)
         size, value = int(cells[0]), _figure(cells[1], source, line)
         if value is None:
             left_out.add(f"the figure is {cells[1]}", size)
