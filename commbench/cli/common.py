@@ -175,11 +175,16 @@ STOP_WITHIN_S = 10.0
 
 
 def _spawn(argv: list[str], env: dict) -> int:
-    """Runs the ranks under mpirun and returns the exit status. SIGINT/SIGTERM go on to the ranks
+    """Runs the ranks under mpirun and returns the exit status; their stderr and mpirun's pass through
+    launch/relay.py. SIGINT/SIGTERM go on to the ranks
     themselves (rank 0 then closes the result file and speaks, and mpirun ends the rest): a signalled
     mpirun would stop relaying the ranks' output. mpirun gets a session of its own so that whatever
     is left after STOP_WITHIN_S goes with it, and it ends with this process, even a SIGKILLed one."""
-    proc = subprocess.Popen(argv, env=env, start_new_session=True, preexec_fn=dies_with(os.getpid()))
+    from ..launch import relay
+    read_end, write_end = os.pipe()
+    proc = subprocess.Popen(argv, env=env, stderr=write_end, start_new_session=True, preexec_fn=dies_with(os.getpid()))
+    os.close(write_end)
+    relayed = relay.start(read_end, sys.stderr.buffer)
     interrupted = []
 
     def forward(signum, _frame):
@@ -197,6 +202,7 @@ def _spawn(argv: list[str], env: dict) -> int:
         except subprocess.TimeoutExpired:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
+    relayed.join(STOP_WITHIN_S)  # what mpirun wrote last, on the user's stderr before the exit
     # A rank killed by a signal makes mpirun's own status a signal number; the command's is 1.
     return rc if rc in (0, 1, 2) and not (interrupted and rc == 0) else 1
 

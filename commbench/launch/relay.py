@@ -1,0 +1,51 @@
+"""The standalone launch's stderr: what the ranks and the bundled mpirun write, passed on as it
+comes, until commbench's own line that ends a run. What follows it is mpirun's account of the same
+ending (a banner naming the rank that exited, MPI_ABORT's boilerplate), which would bury the one
+line a user reads; a launch that fails before any rank speaks passes on everything mpirun says."""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from typing import BinaryIO
+
+# Terminal control sequences (the progress bar redraws its line with them).
+_CONTROL = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]")
+_ENDING = (b"commbench: error", b"commbench: terminated")
+# The most of a line kept to tell whether it is the ending one (an error line is one line, and short).
+_LONGEST = 1 << 16
+
+
+def _ends_the_run(line: bytes) -> bool:
+    """Whether the line, as it shows on a terminal (its last carriage-return segment, without
+    control sequences), is commbench's line that ends a run."""
+    shown = _CONTROL.sub(b"", line.rstrip(b"\r\n").rsplit(b"\r", 1)[-1])
+    return shown.startswith(_ENDING)
+
+
+def start(source: int, sink: BinaryIO) -> threading.Thread:
+    """Relays the pipe `source` to `sink` on a thread of its own (joined once the pipe ends). Bytes
+    go on as they arrive, not a line at a time: the progress bar never ends its line."""
+    def run() -> None:
+        line, ended = b"", False
+        while chunk := os.read(source, 65536):
+            if ended:
+                continue  # read to the end all the same, so that no writer blocks on a full pipe
+            shown = chunk
+            while b"\n" in chunk:
+                head, _, chunk = chunk.partition(b"\n")
+                if _ends_the_run(line + head):
+                    shown = shown[:len(shown) - len(chunk)]  # up to this line's end, nothing after
+                    ended = True
+                    break
+                line = b""
+            if not ended:  # the line so far, as a terminal shows it: after its last carriage return
+                line = (line + chunk).rsplit(b"\r", 1)[-1][-_LONGEST:]
+            sink.write(shown)
+            sink.flush()
+        os.close(source)
+
+    thread = threading.Thread(target=run, name="commbench-stderr", daemon=True)
+    thread.start()
+    return thread
