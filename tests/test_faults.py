@@ -343,6 +343,34 @@ def test_a_stopped_rank_ends_numerics_too(workdir):
     assert _left(out) == []
 
 
+def test_ctrl_c_while_the_ranks_start_is_the_one_line(workdir):
+    """A Ctrl-C while the ranks still import (tests/stubs/slow_start holds them there): no traceback
+    from any rank, no launcher banner, the line of an interrupted run, no file, nothing left."""
+    out = os.path.join(workdir, "start.json")
+    env = mpi_env()
+    env.update(PYTHONPATH=os.pathsep.join(filter(None, [os.path.join(os.path.dirname(__file__), "stubs", "slow_start"),
+                                                         env.get("PYTHONPATH")])),
+               COMMBENCH_STUB_SLOW_START_S="30")
+    p = subprocess.Popen([COMMBENCH, *SWEEP, "--np", "2", "-o", out], env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        until = time.monotonic() + 60
+        while len(_rank_pids(out)) < 2:
+            assert time.monotonic() < until and p.poll() is None, p.communicate()
+            time.sleep(0.1)
+        time.sleep(0.5)
+        os.kill(p.pid, signal.SIGINT)
+        _, err = p.communicate(timeout=20)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    assert p.returncode == 1, err
+    assert err == "commbench: error: before the first size: interrupted (SIGINT)\n"
+    assert not os.path.exists(out)
+    time.sleep(0.5)
+    assert _left(out) == []
+
+
 def test_a_rank_stopped_before_the_first_size_ends_the_run(workdir):
     """Nothing is armed before the first size, yet the set-up's collectives wait for every rank:
     a rank silent for --timeout there ends the run too (tests/stubs/stop_at_start stops rank 1 as

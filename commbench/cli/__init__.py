@@ -11,6 +11,7 @@ import sys
 import click
 
 from ..errors import CommbenchError, RankError, one_line
+from ..launch import watchdog
 from ..launch.world import launch_rank
 from . import accept, analyze, fleet, links, measure, node, numerics, scale  # noqa: F401  (each registers its commands on the group)
 from .group import cli
@@ -40,6 +41,7 @@ def main() -> None:
     written. The measuring commands replace the SIGTERM handler with their own (the standalone
     parent passes it on to its ranks; a rank's watchdog reports it)."""
     signal.signal(signal.SIGTERM, _terminate)
+    watchdog.guard_start_up()
     try:
         cli.main(standalone_mode=False)
     except Terminated:

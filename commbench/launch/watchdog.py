@@ -38,12 +38,35 @@ GRACE_S = 3.0
 CONNECT_TIMEOUT_S = 10.0
 
 _current: Optional["Watchdog"] = None
+_started = False  # a watchdog ran in this process
+
+
+def guard_start_up() -> None:
+    """On a launched rank, until its watchdog takes SIGINT over: a Ctrl-C ends the rank at once, rank
+    0 saying so in the line of an interrupted run (Python's KeyboardInterrupt printed a traceback
+    from whichever import it hit, on every rank). Once a watchdog has run, SIGINT is Python's again."""
+    from .world import launch_rank
+    rank = launch_rank()
+    if rank is None:
+        return
+
+    def interrupted(signum, frame):
+        if _started:
+            signal.default_int_handler(signum, frame)
+        if rank == 0:
+            os.write(2, f"commbench: error: {_interrupted_text('', signum)}\n".encode())
+        os._exit(1)
+    signal.signal(signal.SIGINT, interrupted)
+
+
+def _interrupted_text(label: str, signum: int) -> str:
+    return f"{label or 'before the first size'}: interrupted ({signal.Signals(signum).name})"
 
 
 def start(world, timeout_s: float, reporter) -> None:
     """Starts this rank's watchdog (collective: every rank calls it once per run)."""
-    global _current
-    _current = Watchdog(world, timeout_s, reporter)
+    global _current, _started
+    _current, _started = Watchdog(world, timeout_s, reporter), True
 
 
 def current() -> Optional["Watchdog"]:
@@ -159,8 +182,7 @@ class Watchdog:
                 self.end("peer-lost", self._absent_text("did not arrive: its process ended"))
             if self._wake in ready:
                 signum = os.read(self._wake, 16)[-1]
-                self.end("interrupted",
-                         f"{self.label or 'before the first size'}: interrupted ({signal.Signals(signum).name})")
+                self.end("interrupted", _interrupted_text(self.label, signum))
             if self.failures and not self.stopped:
                 rank, (status, text) = next(iter(self.failures.items()))
                 self.end(status, self._peer_failure(rank, status, text))
