@@ -16,7 +16,8 @@ Conventions set side by side (docs/commands/collectives.md, "Timing: per-iterati
   `ranks` is the mean of the ranks' own medians (the records' per_rank), OSU's aggregation over the
   ranks; `average` the slowest rank's mean over iterations, OSU's statistic over them (a noisy
   machine's outliers raise a mean, not a median); `loop` is --timing loop (nccl-tests' convention:
-  back-to-back calls, averaged over the ranks). The p2p rows are the median and (`average`) the mean.
+  back-to-back calls, averaged over the ranks). The p2p rows are the median and (`average`) the mean
+  of per-iteration samples, and `loop` (--timing loop: back-to-back messages, as OSU times them).
 - Placement: broadcast in place (MPI_Bcast's one buffer), the others out of place, as OSU calls them.
 - Sizes: osu_allgather's and osu_alltoall's are per rank (per peer for all-to-all), commbench's the
   whole receive buffer, so commbench runs at size x np; the others are the same bytes.
@@ -138,6 +139,11 @@ def p2p_figures(sizes: list, tmp: str) -> dict:
     for rec in doc["results"]:
         got[(rec["op"], "median", rec["size_bytes"])] = rec["time_us"]["median"]
         got[(rec["op"], "average", rec["size_bytes"])] = rec["time_us"]["mean"]
+    # OSU's p2p tests time one loop of back-to-back messages (windows, for osu_bw): --timing loop.
+    doc = commbench_runs(["p2p", "--impl", "mpi", "--timing", "loop", "--sizes", ",".join(str(s) for s in sizes)],
+                         tmp, "p2p-loop")
+    for rec in doc["results"]:
+        got[(rec["op"], "loop", rec["size_bytes"])] = rec["time_us"]["median"]
     return got
 
 
@@ -152,7 +158,7 @@ def osu_half(args, sizes: list, tmp: str) -> list[str]:
         ours = p2p_figures(sizes, tmp)
         for name, op in (("osu_latency", "pingpong"), ("osu_bw", "bandwidth")):
             for s in sizes:
-                for stat in ("median", "average"):
+                for stat in ("median", "average", "loop"):
                     ratios.setdefault((name, stat, s), []).append(ours[(op, stat, s)] / osu[name][s])
         for name, (cmd, per_rank, osu_extra, our_extra) in COLLECTIVES.items():
             figures = osu_figures(src, name, sizes, args.np_, osu_extra)

@@ -126,13 +126,14 @@ def busy_machine_plan(tmp_path, change=lambda text: text) -> str:
     """cpu-node with the limits of a machine that runs other tests beside it: the suite runs two at a
     time on 2 cores, where another test's ranks moved a bandwidth-bound size's median by up to 35 % and
     a latency-bound one (1 KiB in 3 us) by 4x: scheduler ticks (cpu-node's limits are a quiet node's).
-    A rank held back 2 ms moves the first by 99 %, the second by 600x."""
+    links' 8-byte ping-pong, latency-bound but among its bandwidth sizes, lost 73 % so. A rank held
+    back 2 ms moves a bandwidth-bound size by 99 %, a latency-bound one by 600x."""
     with open(CPU_NODE) as f:
         text = f.read()
     assert "tolerance_bw_pct = 35\ntolerance_lat_pct = 60\n" in text
     path = tmp_path / f"cpu-node-busy-{len(os.listdir(tmp_path))}.toml"
     path.write_text(change(text.replace("tolerance_bw_pct = 35\ntolerance_lat_pct = 60\n",
-                                        "tolerance_bw_pct = 60\ntolerance_lat_pct = 1000\n")))
+                                        "tolerance_bw_pct = 85\ntolerance_lat_pct = 1000\n")))
     return str(path)
 
 

@@ -171,7 +171,7 @@ def test_the_ranks_end_with_a_killed_command(workdir):
         for pid in _left(out):
             os.kill(int(pid), signal.SIGKILL)
     doc = results.load_document(out)
-    assert doc["results"] and doc["status"] == "interrupted", doc["status"]
+    assert doc["results"] and doc["status"] == "interrupted", (doc["status"], doc.get("error"))
 
 
 @pytest.mark.parametrize("fault", ["kill", "stop", "interrupt"])

@@ -182,7 +182,11 @@ def _spawn(argv: list[str], env: dict) -> int:
     is left after STOP_WITHIN_S goes with it, and it ends with this process, even a SIGKILLed one."""
     from ..launch import relay
     read_end, write_end = os.pipe()
-    proc = subprocess.Popen(argv, env=env, stderr=write_end, start_new_session=True, preexec_fn=dies_with(os.getpid()))
+    # SIGPIPE stays ignored in mpirun (restore_signals=False): once this process is SIGKILLed, its
+    # pipe is broken, and mpirun, killed by the first line it wrote there, would leave its ranks
+    # without the SIGTERM that ends them in order (dies_with).
+    proc = subprocess.Popen(argv, env=env, stderr=write_end, start_new_session=True, restore_signals=False,
+                            preexec_fn=dies_with(os.getpid()))
     os.close(write_end)
     relayed = relay.start(read_end, sys.stderr.buffer)
     interrupted = []

@@ -17,6 +17,7 @@ then ends the rest, stopped ones included).
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import select
 import signal
@@ -287,6 +288,11 @@ class Watchdog:
         """A failure in this rank's main thread. Ends the process where it involves other ranks;
         returns on rank 0 when its own failure is all there is to say (the caller says it and ends the
         job; the other ranks follow when rank 0's side channel closes)."""
+        if isinstance(error, OSError) and error.errno in (errno.EIO, errno.EPIPE):
+            # The launch closed this rank's output: it is ending the job (the command that started it
+            # was killed), and its SIGTERM may come after this rank's next line.
+            self.end("interrupted", f"{self.label or 'before the first size'}: interrupted "
+                                    f"(the launch closed this rank's output: {error.strerror})")
         # A failure caused by a peer that died arrives a moment after its connection closed.
         time.sleep(2 * TICK_S)
         text = f"{type(error).__name__}: {error}"
