@@ -107,3 +107,10 @@ def test_warnings_are_one_line_per_kind_with_every_impl_and_size_and_the_remedy_
                      "--budget-ms or --iters, or pin ranks to cores")
     assert floor.startswith("median within 20x of the clock step: mpi at 1K (e.g. mpi 1K: ")
     assert flag_lines({}) == []
+    # A fine sweep flags hundreds of sizes: the first three and the last, and how many.
+    many = [(str(1024 + 8 * i), t(3.0, 9.0)) for i in range(385)]
+    [line] = flag_lines({("ring@mpi", "noisy"): many})
+    assert line.startswith("interquartile range above 10% of the median: ring@mpi at 1024, 1032, 1040, ... 4096 "
+                           "(385 sizes) (e.g. ring@mpi 1024: ")
+    [line] = flag_lines({("ring@mpi", "noisy"): many[:8]})
+    assert "ring@mpi at 1024, 1032, 1040, 1048, 1056, 1064, 1072, 1080 (e.g." in line

@@ -77,6 +77,16 @@ def sample_flags(samples_us, clock_floor_s: float, per_timing: int = 1) -> list[
     return flags
 
 
+# Sizes a warning names one by one; of more (a fine sweep flags hundreds), the first and the last.
+NAMED_SIZES = 8
+
+
+def _sizes(labels: list[str]) -> str:
+    if len(labels) <= NAMED_SIZES:
+        return ", ".join(labels)
+    return f"{', '.join(labels[:3])}, ... {labels[-1]} ({len(labels)} sizes)"
+
+
 def flag_lines(flagged: dict) -> list[str]:
     """One warning line per kind of flag raised in a run: where (each impl with its sizes), the worst
     case's figures, and the remedy once. `flagged`: {(impl label, flag): [(size label, time_us), ...]}."""
@@ -88,7 +98,7 @@ def flag_lines(flagged: dict) -> list[str]:
         what, remedy = FLAG_TEXT[flag]
         block, (size, t) = max(((b, h) for b, hits in blocks for h in hits),
                                key=lambda bh: bh[1][1]["max"] / max(bh[1][1]["median"], 1e-9))
-        where = "; ".join(f"{b} at {', '.join(s for s, _ in hits)}" for b, hits in blocks)
+        where = "; ".join(f"{b} at {_sizes([s for s, _ in hits])}" for b, hits in blocks)
         lines.append(f"{what}: {where} (e.g. {block} {size}: min {t['min']:.2f} / median {t['median']:.2f} / "
                      f"p99 {t['p99']:.2f} / max {t['max']:.2f} us); remedy: {remedy}")
     return lines
