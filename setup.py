@@ -83,11 +83,13 @@ def mpi_wrapper() -> str:
     probe = ("from mpi4py import MPI\n"
              "print(next(l.split()[-1] for l in open('/proc/self/maps') if '/libmpi' in l))")
     lib = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.strip()
-    prefix = os.path.dirname(os.path.dirname(os.path.realpath(lib)))
-    wrapper = os.path.join(prefix, "bin", "mpicc")
-    if not os.access(wrapper, os.X_OK):
-        sys.exit(f"commbench setup: mpi4py loads {lib} but {wrapper} does not exist; set MPICC")
-    return wrapper
+    # PREFIX/lib/libmpi.so (the wheel) or PREFIX/lib/<multiarch triplet>/libmpi.so (Debian's package)
+    libdir = os.path.dirname(os.path.realpath(lib))
+    wrappers = [os.path.join(os.path.dirname(d), "bin", "mpicc") for d in (libdir, os.path.dirname(libdir))]
+    found = [w for w in wrappers if os.access(w, os.X_OK)]
+    if not found:
+        sys.exit(f"commbench setup: mpi4py loads {lib} but neither {' nor '.join(wrappers)} exists; set MPICC")
+    return found[0]
 
 
 def mpi_flags(wrapper: str) -> tuple[list[str], list[str], list[str], list[str]]:
@@ -124,7 +126,9 @@ def host_extension() -> Extension:
         library_dirs=lib_dirs,
         libraries=libs,
         extra_compile_args={"cxx": cxx},
-        define_macros=[("COMMBENCH_WITH_MPI", "1")],  # library_calls.h: MPI's calls
+        # library_calls.h: MPI's calls. Open MPI 4 and MPICH declare C++ bindings in mpi.h when it is
+        # compiled as C++, whose symbols live in a library the wrapper's link line does not name.
+        define_macros=[("COMMBENCH_WITH_MPI", "1"), ("OMPI_SKIP_MPICXX", "1"), ("MPICH_SKIP_MPICXX", "1")],
         extra_link_args=link,
     )
 

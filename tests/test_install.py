@@ -2,11 +2,9 @@
 PyPI torch's CUDA needs another build), checked on the Makefile itself with `make -n`; and `make
 install-offline` where no package index answers."""
 
-import glob
 import os
 import subprocess
 import sys
-import sysconfig
 
 import pytest
 from conftest import ROOT
@@ -36,21 +34,18 @@ def test_without_torch_cuda_torch_comes_from_pypi(tmp_path):
 @pytest.mark.long
 def test_offline_install_uses_the_machines_torch_and_no_index(tmp_path):
     """`make install-offline` where no package index answers: a venv on a Python whose torch (and the
-    rest) is preinstalled, here the test venv's packages seen through a .pth file; only the host
-    extension, unoptimised, to keep it short (the CUDA one compiles with the same flags)."""
+    rest) is preinstalled, here the test venv's Python: itself a venv, as in images that keep torch in
+    one (/opt/torch/.venv); only the host extension, unoptimised, to keep it short (the CUDA one
+    compiles with the same flags)."""
     from test_wheel import _sources
     src, venv = tmp_path / "src", tmp_path / "venv"
     _sources(str(src))
-    subprocess.run([sys._base_executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True)
-    [site] = glob.glob(str(venv / "lib" / "python*" / "site-packages"))
-    with open(os.path.join(site, "preinstalled.pth"), "w") as f:
-        f.write(sysconfig.get_paths()["purelib"] + "\n")
     # The Open MPI that the test venv's mpi4py loads lives in that venv's lib/, where a Python whose
     # packages were installed into it would have it too.
     env = {**os.environ, "PIP_INDEX_URL": "http://127.0.0.1:9/simple", "PIP_RETRIES": "0", "PIP_TIMEOUT": "2",
            "COMMBENCH_SKIP_CUDA": "1", "COMMBENCH_QUICK_BUILD": "1",
            "LD_LIBRARY_PATH": os.path.join(sys.prefix, "lib")}
-    r = subprocess.run(["make", "install-offline", f"VENV={venv}", f"WHEELS={tmp_path / 'wheels'}"], cwd=src,
+    r = subprocess.run(["make", "install-offline", f"PYTHON={sys.executable}", f"VENV={venv}", f"WHEELS={tmp_path / 'wheels'}"], cwd=src,
                        capture_output=True, text=True, timeout=600, env=env)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert "127.0.0.1:9" not in r.stdout + r.stderr  # no index was asked
