@@ -44,36 +44,49 @@ inline py::bytes nccl_unique_id() {
 
 // The NCCL communicator handle: destroyed normally, or aborted once a peer failed (an aborted
 // communicator must not be destroyed again).
+//
+// Blocking or not is fixed when a communicator is made. A non-blocking one bounds the calls that wait
+// for peers on the host (its making, connections), but NCCL runs every group of its calls on a
+// thread of its own, made per group: some 25 us of host time per call on an H100 host, which a loop
+// of back-to-back calls (--timing loop) would time. So the communicator the calls run on is blocking,
+// split from a non-blocking one that is made first and then destroyed: a peer that never joins still
+// meets a deadline, and the calls are enqueued as nccl-tests' are.
 class NcclComm {
  public:
-  // A new communicator, made by `start(&comm, &config)` (ncclCommInitRankConfig or ncclCommSplit)
-  // non-blocking and polled against `timeout_s` (the caller releases the GIL): a peer that never
-  // joins would otherwise hold this rank in NCCL for ever. A non-blocking communicator's later calls
-  // may answer ncclInProgress while they enqueue (nccl_enqueued). `poll` is the communicator whose
-  // state tells when a start without a new communicator (a split this rank is not in) is done.
+  // A new communicator, made by `start(&comm, &config)` (ncclCommInitRankConfig or ncclCommSplit),
+  // blocking or not as `blocking` says. Its making is polled against `timeout_s` (the caller releases
+  // the GIL) whenever NCCL answers ncclInProgress: always for a non-blocking one, and for a split of a
+  // non-blocking `parent`. `parent` is the communicator split (null for ncclCommInitRankConfig); its
+  // state tells when a split this rank is not in is done, and it is aborted with the new one when the
+  // making fails: a split still running on it must never meet a destroyed parent.
   template <typename Start>
-  NcclComm(const char* call, Start&& start, ncclComm_t poll, double timeout_s, const Where& w) {
+  NcclComm(const char* call, Start&& start, NcclComm* parent, bool blocking, double timeout_s, const Where& w) {
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-    config.blocking = 0;
+    config.blocking = blocking ? 1 : 0;
     ncclResult_t rc = start(&comm_, &config);
     const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s);
+    auto fail = [&] {
+      abort();
+      if (parent) parent->abort();
+    };
     while (rc == ncclInProgress) {
       if (Clock::now() > deadline) {
-        abort();
+        fail();
         char limit[32];
         std::snprintf(limit, sizeof(limit), "%g", timeout_s);
         throw DeadlineExceeded(std::string(call) + " did not finish within --timeout " + limit + " s" + w.text() +
                                ": a peer rank is dead, stalled or never started");
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      nccl_check(ncclCommGetAsyncError(comm_ ? comm_ : poll, &rc), "ncclCommGetAsyncError", w);
+      nccl_check(ncclCommGetAsyncError(comm_ ? comm_ : parent->get(), &rc), "ncclCommGetAsyncError", w);
     }
     if (rc != ncclSuccess) {
       const std::string text = nccl_error_text(rc);
-      abort();
+      fail();
       throw std::runtime_error(std::string(call) + " failed: " + text + w.text());
     }
   }
+  explicit NcclComm(ncclComm_t adopted) : comm_(adopted) {}
   ~NcclComm() {
     if (comm_) ncclCommDestroy(comm_);
   }
@@ -83,6 +96,7 @@ class NcclComm {
     if (comm_) ncclCommAbort(comm_);
     comm_ = nullptr;
   }
+  ncclComm_t release() { return std::exchange(comm_, nullptr); }
   NcclComm(const NcclComm&) = delete;
   NcclComm& operator=(const NcclComm&) = delete;
 
@@ -97,6 +111,19 @@ inline ncclUniqueId unique_id_from(const std::string& uid) {
   return id;
 }
 
+// The communicator of all ranks: made non-blocking against the deadline, the blocking one split from
+// it, and the first destroyed once the split is done (the split holds none of its resources).
+inline ncclComm_t blocking_comm(const std::string& uid, int rank, int size, double timeout_s, const Where& w) {
+  NcclComm init("ncclCommInitRankConfig",
+                [&](ncclComm_t* c, ncclConfig_t* config) {
+                  return ncclCommInitRankConfig(c, size, unique_id_from(uid), rank, config);
+                },
+                nullptr, false, timeout_s, w);
+  NcclComm comm("ncclCommSplit", [&](ncclComm_t* c, ncclConfig_t* config) { return ncclCommSplit(init.get(), 0, rank, c, config); },
+                &init, true, timeout_s, w);
+  return comm.release();
+}
+
 // Scratch layout: the barrier's int, the pair barrier's two ints.
 constexpr std::size_t kScratch = 64;
 constexpr std::size_t kPairSendOffset = 4, kPairRecvOffset = 8;
@@ -108,12 +135,7 @@ class DeviceComm {
   DeviceComm(const std::string& uid, int rank, int size, int device, double timeout_s)
       : where_{rank, device}, size_(size), timeout_s_(timeout_s), stream_(device, where_),
         scratch_(kScratch, device, where_), gate_(where_),
-        comm_("ncclCommInitRankConfig",
-              [&](ncclComm_t* c, ncclConfig_t* config) {
-                const ncclResult_t rc = ncclCommInitRankConfig(c, size, unique_id_from(uid), rank, config);
-                return rc;
-              },
-              nullptr, timeout_s, where_) {}
+        comm_(blocking_comm(uid, rank, size, timeout_s, where_)) {}
 
   // The first `size` ranks of this communicator as one of their own (ncclCommSplit, which shares the
   // parent's resources, instead of a whole new communicator per rank count); every rank of this one
@@ -179,10 +201,9 @@ class DeviceComm {
         scratch_(kScratch, where_.device, where_), gate_(where_),
         comm_("ncclCommSplit",
               [&](ncclComm_t* c, ncclConfig_t* config) {
-                const ncclResult_t rc = ncclCommSplit(parent.comm(), member ? 0 : NCCL_SPLIT_NOCOLOR, where_.rank, c, config);
-                return rc;
+                return ncclCommSplit(parent.comm(), member ? 0 : NCCL_SPLIT_NOCOLOR, where_.rank, c, config);
               },
-              parent.comm(), timeout_s_, where_) {}
+              &parent.comm_, true, timeout_s_, where_) {}
 
   ncclComm_t comm() const {
     if (!comm_.alive()) throw std::runtime_error("the NCCL communicator was aborted after an earlier failure" + where_.text());

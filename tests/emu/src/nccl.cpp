@@ -92,7 +92,7 @@ struct Comm {
   int rank = 0, nranks = 0, device = 0;
   bool blocking = true;
   Shared* shared = nullptr;
-  std::atomic<bool> aborted{false}, ready{false}, enqueue_reported{true};
+  std::atomic<bool> aborted{false}, ready{false}, enqueue_reported{true}, connected{false};
   std::atomic<int> graph_holds{0};
   std::atomic<int> async{ncclSuccess};
   uint64_t split_round = 0;
@@ -354,6 +354,38 @@ ncclResult_t flush() {
   return ncclSuccess;
 }
 
+// COMMBENCH_EMU_NCCL_LOG: a line per communicator made ("init" or "split") and per communicator's
+// first call ("call"): how, pid, rank, ranks and whether the communicator is blocking.
+void log_comm(const char* how, int rank, int nranks, bool blocking) {
+  const char* path = std::getenv("COMMBENCH_EMU_NCCL_LOG");
+  if (!path) return;
+  const int fd = open(path, O_WRONLY | O_CREAT | O_APPEND, 0644);
+  if (fd < 0) return;
+  char line[96];
+  const int n = std::snprintf(line, sizeof(line), "%s %d %d %d %s\n", how, static_cast<int>(getpid()), rank, nranks,
+                              blocking ? "blocking" : "nonblocking");
+  [[maybe_unused]] const ssize_t written = write(fd, line, static_cast<std::size_t>(n));
+  close(fd);
+}
+
+// With NCCL_DEBUG=INFO, the line NCCL logs for each connection it makes ("Channel 00/0 : 0[0] -> 1[1]
+// via P2P/CUMEM/read"), here one per peer, to NCCL_DEBUG_FILE (NCCL's %h and %p in it are not expanded),
+// on the communicator's first call: NCCL connects at run time (its default since 2.22), so a
+// communicator that makes no call logs none.
+void log_connections(const Comm& c) {
+  const char* level = std::getenv("NCCL_DEBUG");
+  const char* path = std::getenv("NCCL_DEBUG_FILE");
+  if (!level || strcasecmp(level, "INFO") != 0) return;
+  FILE* f = path ? std::fopen(path, "a") : stdout;
+  if (!f) return;
+  for (int peer = 0; peer < c.nranks; ++peer)
+    if (peer != c.rank)
+      std::fprintf(f, "%s:%d:%d [%d] NCCL INFO Channel 00/0 : %d[%d] -> %d[%d] via SHM/emulated\n",
+                   emu::host_name().c_str(), static_cast<int>(getpid()), static_cast<int>(gettid()), c.device, c.rank,
+                   c.shared->slots[c.rank].physical, peer, c.shared->slots[peer].physical);
+  if (path) std::fclose(f);
+}
+
 ncclResult_t post(ncclComm_t comm, cudaStream_t stream, Call call) {
   if (!comm || !comm->impl) return error(ncclInvalidArgument, "invalid communicator");
   Comm& c = *comm->impl;
@@ -362,6 +394,10 @@ ncclResult_t post(ncclComm_t comm, cudaStream_t stream, Call call) {
   for (const Message& m : call.messages)
     if (m.device && m.bytes && !emu::device_range(m.device, m.bytes))
       return error(ncclInvalidArgument, "buffer is not device memory of " + std::to_string(m.bytes) + " bytes");
+  if (!c.connected.exchange(true)) {
+    log_connections(c);
+    log_comm("call", c.rank, c.nranks, c.blocking);
+  }
   call.comm = comm->impl;
   pending.push_back({stream, std::move(call)});
   if (group_depth > 0) return ncclSuccess;
@@ -378,22 +414,6 @@ ncclResult_t check_buffer(const void* p, std::size_t bytes, const char* what) {
   if (bytes && !emu::device_range(p, bytes))
     return error(ncclInvalidArgument, std::string(what) + " is not device memory of " + std::to_string(bytes) + " bytes");
   return ncclSuccess;
-}
-
-// With NCCL_DEBUG=INFO, the line NCCL logs for each connection it makes ("Channel 00/0 : 0[0] -> 1[1]
-// via P2P/CUMEM/read"), here one per peer, to NCCL_DEBUG_FILE (NCCL's %h and %p in it are not expanded).
-void log_connections(const Comm& c) {
-  const char* level = std::getenv("NCCL_DEBUG");
-  const char* path = std::getenv("NCCL_DEBUG_FILE");
-  if (!level || strcasecmp(level, "INFO") != 0) return;
-  FILE* f = path ? std::fopen(path, "a") : stdout;
-  if (!f) return;
-  for (int peer = 0; peer < c.nranks; ++peer)
-    if (peer != c.rank)
-      std::fprintf(f, "%s:%d:%d [%d] NCCL INFO Channel 00/0 : %d[%d] -> %d[%d] via SHM/emulated\n",
-                   emu::host_name().c_str(), static_cast<int>(getpid()), static_cast<int>(gettid()), c.device, c.rank,
-                   c.shared->slots[c.rank].physical, peer, c.shared->slots[peer].physical);
-  if (path) std::fclose(f);
 }
 
 ncclResult_t init(Comm& c, const std::string& name, int nranks, int rank) {
@@ -426,7 +446,6 @@ ncclResult_t init(Comm& c, const std::string& name, int nranks, int rank) {
     emu::idle(rounds);
   }
   if (c.shared->mapped.fetch_add(1) + 1 == nranks) shm_unlink(name.c_str());
-  log_connections(c);
   for (int r = 0; r < nranks; ++r)
     if (r != rank && std::strcmp(c.shared->slots[r].host, me.host) == 0 && c.shared->slots[r].physical == me.physical) {
       char text[160];
@@ -437,20 +456,10 @@ ncclResult_t init(Comm& c, const std::string& name, int nranks, int rank) {
   return ncclSuccess;
 }
 
-void log_start(const char* how, int rank, int nranks) {
-  const char* path = std::getenv("COMMBENCH_EMU_NCCL_LOG");
-  if (!path) return;
-  const int fd = open(path, O_WRONLY | O_CREAT | O_APPEND, 0644);
-  if (fd < 0) return;
-  char line[96];
-  const int n = std::snprintf(line, sizeof(line), "%s %d %d %d\n", how, static_cast<int>(getpid()), rank, nranks);
-  [[maybe_unused]] const ssize_t written = write(fd, line, static_cast<std::size_t>(n));
-  close(fd);
-}
 
 ncclResult_t start(ncclComm_t* out, const std::string& name, int nranks, int rank, bool blocking, const char* how) {
   *out = nullptr;
-  log_start(how, rank, nranks);
+  log_comm(how, rank, nranks, blocking);
   if (nranks < 1 || nranks > kMaxRanks || rank < 0 || rank >= nranks)
     return error(ncclInvalidArgument, "rank " + std::to_string(rank) + " of " + std::to_string(nranks));
   auto impl = std::make_shared<Comm>();
