@@ -54,11 +54,12 @@ inline py::bytes nccl_unique_id() {
 class NcclComm {
  public:
   // A new communicator, made by `start(&comm, &config)` (ncclCommInitRankConfig or ncclCommSplit),
-  // blocking or not as `blocking` says. Its making is polled against `timeout_s` (the caller releases
-  // the GIL) whenever NCCL answers ncclInProgress: always for a non-blocking one, and for a split of a
-  // non-blocking `parent`. `parent` is the communicator split (null for ncclCommInitRankConfig); its
-  // state tells when a split this rank is not in is done, and it is aborted with the new one when the
-  // making fails: a split still running on it must never meet a destroyed parent.
+  // blocking or not as `blocking` says, polled against `timeout_s` (the caller releases the GIL)
+  // until NCCL has made it: a non-blocking one answers ncclInProgress while it is made, and a split
+  // of a non-blocking `parent` answers ncclSuccess at once and writes the new handle only when done,
+  // the parent's state saying ncclInProgress until then. `parent` is the communicator split (null
+  // for ncclCommInitRankConfig); it is aborted with the new one when the making fails: a split still
+  // running on it must never meet a destroyed parent.
   template <typename Start>
   NcclComm(const char* call, Start&& start, NcclComm* parent, bool blocking, double timeout_s, const Where& w) {
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
@@ -69,6 +70,14 @@ class NcclComm {
       abort();
       if (parent) parent->abort();
     };
+    // ncclInProgress while the parent's split or the new communicator's making runs
+    auto state = [&] {
+      ncclResult_t s = ncclSuccess;
+      if (parent) nccl_check(ncclCommGetAsyncError(parent->get(), &s), "ncclCommGetAsyncError", w);
+      if (s == ncclSuccess && comm_) nccl_check(ncclCommGetAsyncError(comm_, &s), "ncclCommGetAsyncError", w);
+      return s;
+    };
+    if (rc == ncclSuccess || rc == ncclInProgress) rc = state();
     while (rc == ncclInProgress) {
       if (Clock::now() > deadline) {
         fail();
@@ -78,7 +87,7 @@ class NcclComm {
                                ": a peer rank is dead, stalled or never started");
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      nccl_check(ncclCommGetAsyncError(comm_ ? comm_ : parent->get(), &rc), "ncclCommGetAsyncError", w);
+      rc = state();
     }
     if (rc != ncclSuccess) {
       const std::string text = nccl_error_text(rc);

@@ -97,13 +97,18 @@ struct Comm {
   std::atomic<int> async{ncclSuccess};
   uint64_t split_round = 0;
   uint64_t groups_run = 0;  // by the stream's worker
-  std::thread init_thread;
+  std::thread init_thread, split_thread;
+  // A split's new communicator, while it is made: its parent's abort ends its initialisation too.
+  const std::atomic<bool>* parent_aborted = nullptr;
+
+  bool aborting() const { return aborted || (parent_aborted && *parent_aborted); }
 
   Ring& ring(int from, int to) {
     return reinterpret_cast<Ring*>(reinterpret_cast<char*>(shared) + rings_offset())[from * nranks + to];
   }
   ~Comm() {
     if (init_thread.joinable()) init_thread.join();
+    if (split_thread.joinable()) split_thread.join();
     if (shared) munmap(shared, segment_bytes(nranks));
   }
 };
@@ -434,7 +439,7 @@ ncclResult_t init(Comm& c, const std::string& name, int nranks, int rank) {
   c.nranks = nranks;
   unsigned rounds = 0;
   if (injected.kind == "init-stall" && injected.rank == rank && nranks > 1)
-    while (!c.aborted) emu::idle(rounds);
+    while (!c.aborting()) emu::idle(rounds);
   Slot& me = c.shared->slots[rank];
   // NCCL tells hosts apart by NCCL_HOSTID where it is set, else by the host name.
   const char* host_id = std::getenv("NCCL_HOSTID");
@@ -442,7 +447,7 @@ ncclResult_t init(Comm& c, const std::string& name, int nranks, int rank) {
   me.physical = emu::physical_index(c.device);
   c.shared->arrived.fetch_add(1);
   while (c.shared->arrived.load() < nranks) {
-    if (c.aborted) return error(ncclInvalidUsage, "communicator aborted during its initialisation");
+    if (c.aborting()) return error(ncclInvalidUsage, "communicator aborted during its initialisation");
     emu::idle(rounds);
   }
   if (c.shared->mapped.fetch_add(1) + 1 == nranks) shm_unlink(name.c_str());
@@ -457,16 +462,25 @@ ncclResult_t init(Comm& c, const std::string& name, int nranks, int rank) {
 }
 
 
-ncclResult_t start(ncclComm_t* out, const std::string& name, int nranks, int rank, bool blocking, const char* how) {
+// A new communicator on the calling thread's current device, or for a split on its parent's (NCCL's
+// split may run on a thread of its own).
+ncclResult_t start(ncclComm_t* out, const std::string& name, int nranks, int rank, bool blocking, const char* how,
+                   const Comm* parent = nullptr) {
   *out = nullptr;
   log_comm(how, rank, nranks, blocking);
   if (nranks < 1 || nranks > kMaxRanks || rank < 0 || rank >= nranks)
     return error(ncclInvalidArgument, "rank " + std::to_string(rank) + " of " + std::to_string(nranks));
   auto impl = std::make_shared<Comm>();
   impl->blocking = blocking;
-  if (cudaGetDevice(&impl->device) != cudaSuccess) return error(ncclUnhandledCudaError, "no current device");
+  if (parent) {
+    impl->parent_aborted = &parent->aborted;
+    impl->device = parent->device;
+  } else if (cudaGetDevice(&impl->device) != cudaSuccess) {
+    return error(ncclUnhandledCudaError, "no current device");
+  }
   if (blocking) {
     const ncclResult_t rc = init(*impl, name, nranks, rank);
+    impl->parent_aborted = nullptr;  // the parent may go once its child is made
     if (rc != ncclSuccess) return rc;
     impl->ready = true;
   } else {
@@ -474,6 +488,7 @@ ncclResult_t start(ncclComm_t* out, const std::string& name, int nranks, int ran
     c->async = ncclInProgress;
     c->init_thread = std::thread([c, name, nranks, rank] {
       const ncclResult_t rc = init(*c, name, nranks, rank);
+      c->parent_aborted = nullptr;
       c->ready = rc == ncclSuccess;
       c->async = rc;
     });
@@ -540,10 +555,11 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId i
   return start(comm, name_of(id), nranks, rank, blocking, "init");
 }
 
-ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t* config) {
-  *newcomm = nullptr;
-  if (!comm || !comm->impl || !comm->impl->ready) return error(ncclInvalidArgument, "invalid communicator");
-  Comm& c = *comm->impl;
+namespace {
+
+// The split itself: every rank of `c` votes its color and key, and this rank's members make the new
+// communicator, blocking or not.
+ncclResult_t split(Comm& c, int color, int key, ncclComm_t* newcomm, bool blocking) {
   const uint64_t round = ++c.split_round;
   const int v = static_cast<int>(round % kVotes);
   Slot& me = c.shared->slots[c.rank];
@@ -564,10 +580,33 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newc
   std::sort(members.begin(), members.end());
   int rank = 0;
   while (members[rank].second != c.rank) ++rank;
+  return start(newcomm, c.name + "-" + std::to_string(round) + "-" + std::to_string(color),
+               static_cast<int>(members.size()), rank, blocking, "split", &c);
+}
+
+}  // namespace
+
+// As NCCL's: the split of a non-blocking communicator runs on a thread and answers ncclSuccess at
+// once; the new handle is written only when the split is done, and until then the parent's state
+// (ncclCommGetAsyncError) is ncclInProgress.
+ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t* config) {
+  *newcomm = nullptr;
+  if (!comm || !comm->impl || !comm->impl->ready) return error(ncclInvalidArgument, "invalid communicator");
+  Comm& c = *comm->impl;
   const bool blocking = !config || config->blocking == NCCL_CONFIG_UNDEF_INT || config->blocking != 0;
-  const ncclResult_t rc = start(newcomm, c.name + "-" + std::to_string(round) + "-" + std::to_string(color),
-                                static_cast<int>(members.size()), rank, blocking, "split");
-  return rc;
+  if (c.blocking) return split(c, color, key, newcomm, blocking);
+  if (c.split_thread.joinable()) c.split_thread.join();
+  c.async = ncclInProgress;
+  c.split_thread = std::thread([&c, color, key, newcomm, blocking] {
+    ncclComm_t made = nullptr;
+    ncclResult_t rc = split(c, color, key, &made, blocking);
+    unsigned rounds = 0;
+    while (rc == ncclSuccess && made && !made->impl->ready && made->impl->async == ncclInProgress) emu::idle(rounds);
+    if (rc == ncclSuccess && made) rc = static_cast<ncclResult_t>(made->impl->async.load());
+    *newcomm = made;
+    c.async = rc;
+  });
+  return ncclSuccess;
 }
 
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* state) {
