@@ -174,7 +174,11 @@ def table(ratios: dict, ranks: int, rounds: int) -> list[str]:
     lines = [f"\ncommbench --timing loop / nccl-tests 2.19, times, median of {rounds} round(s), {ranks} GPU rank(s)",
              f"{'collective':<14} {'placement':<13} " + " ".join(f"{format_size(s):>7}" for s in sizes)]
     for op, in_place in dict.fromkeys((op, in_place) for op, in_place, _ in ratios):
+        if in_place and ranks == 1:
+            continue  # on one rank NCCL returns at once when the buffers are one: both tools time no work
         cells = " ".join(f"{statistics.median(ratios[(op, in_place, s)]):7.2f}" if (op, in_place, s) in ratios
                          else f"{'-':>7}" for s in sizes)
         lines.append(f"{op:<14} {'in-place' if in_place else 'out-of-place':<13} {cells}")
+    if ranks == 1:
+        lines.append("(in place on one rank, NCCL does no work: those rows are left out)")
     return lines
