@@ -53,6 +53,22 @@ def test_ring_fit_recovers_alpha_and_link_bandwidth():
     assert top["r2"] > 0.99 and not f["effective"] and len(f["segments"]) == 1
 
 
+@pytest.mark.parametrize("k", [1, 2, 3, 4, 5, 6])
+def test_the_bootstraps_medians_come_from_their_exact_distribution(k):
+    """A resample's median is drawn from the exact distribution of its middle sorted positions: here
+    against every one of the k**k resamples of k positions, counted."""
+    import itertools
+    counts: dict = {}
+    for draw in itertools.product(range(k), repeat=k):
+        middle = sorted(draw)[(k - 1) // 2], sorted(draw)[k // 2]
+        counts[middle] = counts.get(middle, 0) + 1
+    lower, upper, cdf = fit._middle_of_resamples(k)
+    exact = dict(zip(zip(lower.tolist(), upper.tolist()), np.diff(cdf, prepend=0.0)))
+    assert exact.keys() == counts.keys()
+    for pair, n in counts.items():
+        assert exact[pair] == pytest.approx(n / k ** k, rel=1e-9, abs=1e-15)
+
+
 def test_library_fit_is_marked_effective():
     [f] = fit.fit_records(synthetic("allreduce", "mpi", 4, ring(4, 3e-6, 10e9)))
     assert f["effective"] and f["bandwidth_gbps"] == pytest.approx(10.0, rel=0.02)

@@ -6,6 +6,7 @@ Hockney for point-to-point)."""
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 import numpy as np
 
@@ -98,6 +99,41 @@ def _translate(a, b, model: CostModel) -> tuple:
         return a / model.alpha_messages * 1e6, np.where(b > 0, model.bytes_factor / b / 1e9, np.nan)
 
 
+# Up to this many iterations a size's resampled medians come straight from the exact distribution
+# of a resample's middle order statistics (one draw each); above it, from the positions drawn.
+_EXACT_K = 64
+
+
+@lru_cache(maxsize=None)
+def _middle_of_resamples(k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(lower, upper, cumulative probability): every pair of sorted positions that the middle of a
+    resample of k values (k drawn with replacement from k) can sit at, and its exact probability.
+    N_j, the draws at or below position j, is binomial(k, (j + 1) / k); for odd k the middle is the
+    m-th smallest (m = (k + 1) / 2), below or at j when N_j >= m; for even k it is the pair of the m-th
+    and (m + 1)-th (m = k / 2), at or below a and b (a <= b) when N_a >= m and N_b > m: P(N_a >= m)
+    less P(N_a = N_b = m)."""
+    p = (np.arange(k) + 1) / k
+
+    def pmf(i: int, q: np.ndarray) -> np.ndarray:
+        return math.comb(k, i) * q ** i * (1 - q) ** (k - i)
+    if k % 2:
+        m = (k + 1) // 2
+        cdf = sum(pmf(i, p) for i in range(m, k + 1))
+        prob = np.diff(cdf, prepend=0.0)
+        lower = upper = np.arange(k)
+    else:
+        m = k // 2
+        at_least = sum(pmf(i, p) for i in range(m, k + 1))  # P(N_j >= m), by j
+        a, b = np.meshgrid(np.arange(k), np.arange(k), indexing="ij")
+        low = np.minimum(a, b)  # F(a, b) = F(b, b) past the diagonal
+        joint = at_least[low] - math.comb(k, m) * p[low] ** m * (1 - p[b]) ** (k - m)
+        padded = np.pad(joint, ((1, 0), (1, 0)))
+        prob = (padded[1:, 1:] - padded[:-1, 1:] - padded[1:, :-1] + padded[:-1, :-1]).ravel()
+        lower, upper = a.ravel(), b.ravel()
+    keep = prob > 0
+    return lower[keep], upper[keep], np.cumsum(prob[keep])
+
+
 def _medians(samples: list[np.ndarray], rng) -> tuple[np.ndarray, np.ndarray]:
     """Each size's median, and (BOOTSTRAP, sizes) medians of its iterations resampled with
     replacement. Sizes with as many iterations are taken together, a bounded block at a time (one
@@ -108,17 +144,25 @@ def _medians(samples: list[np.ndarray], rng) -> tuple[np.ndarray, np.ndarray]:
         by_count.setdefault(len(s), []).append(i)
     for k, sizes in by_count.items():
         lo, hi = (k - 1) // 2, k // 2  # the middle position(s) of k sorted values
-        step = max(1, _BLOCK_VALUES // (BOOTSTRAP * k))
+        exact = k <= _EXACT_K
+        step = max(1, _BLOCK_VALUES // (BOOTSTRAP * (1 if exact else k)))
         for at in range(0, len(sizes), step):
             block = sizes[at:at + step]
             values = np.sort(np.stack([samples[i] for i in block]), axis=1)  # (sizes, k)
             t[block] = (values[:, lo] + values[:, hi]) / 2
-            # The values are sorted, so a resample's median is found among the positions it drew
-            # (small integers, 8 times cheaper to order than the values they stand for).
-            draws = np.partition(rng.integers(0, k, (len(block), BOOTSTRAP, k), dtype=np.min_scalar_type(k - 1)),
-                                 [lo, hi], axis=-1)
-            low = np.take_along_axis(values, draws[..., lo].astype(np.intp), axis=1)
-            high = np.take_along_axis(values, draws[..., hi].astype(np.intp), axis=1)
+            if exact:
+                lower, upper, cdf = _middle_of_resamples(k)
+                pick = np.minimum(np.searchsorted(cdf, rng.random((len(block), BOOTSTRAP)) * cdf[-1], side="right"),
+                                  len(cdf) - 1)
+                low = np.take_along_axis(values, lower[pick], axis=1)
+                high = low if k % 2 else np.take_along_axis(values, upper[pick], axis=1)
+            else:
+                # The values are sorted, so a resample's median is found among the positions it drew
+                # (small integers, 8 times cheaper to order than the values they stand for).
+                draws = np.partition(rng.integers(0, k, (len(block), BOOTSTRAP, k), dtype=np.min_scalar_type(k - 1)),
+                                     [lo, hi], axis=-1)
+                low = np.take_along_axis(values, draws[..., lo].astype(np.intp), axis=1)
+                high = np.take_along_axis(values, draws[..., hi].astype(np.intp), axis=1)
             boot[:, block] = ((low + high) / 2).T
     return t, boot
 
@@ -130,21 +174,22 @@ def fit_series(n: np.ndarray, t: np.ndarray, boot: np.ndarray, model: CostModel)
     cuts = segment(n, t)
     segments = []
     fitted = np.empty_like(t)
+    both = np.vstack([t, boot])  # the medians' line and the bootstrap's, in one call a segment
     for i, j in cuts:
-        a, b, sse = (float(x) for x in weighted_line(n[i:j], t[i:j]))
-        fitted[i:j] = a + b * n[i:j]
+        a, b, sse = weighted_line(n[i:j], both[:, i:j])
+        fitted[i:j] = a[0] + b[0] * n[i:j]
         w = 1.0 / np.maximum(t[i:j], 1e-15) ** 2
         mean = (w * t[i:j]).sum() / w.sum()
         sst = float((w * (t[i:j] - mean) ** 2).sum())
-        alpha, bw = (float(x) for x in _translate(a, b, model))
-        alphas, bws = _translate(*weighted_line(n[i:j], boot[:, i:j])[:2], model)
+        alphas, bws = _translate(a, b, model)
+        bw = float(bws[0])
+        ci = np.percentile(np.stack([alphas[1:], bws[1:]]), [2.5, 97.5], axis=1).T.tolist()
         segments.append({
             "size_min": int(n[i]), "size_max": int(n[j - 1]), "points": j - i,
-            "alpha_us": alpha, "bandwidth_gbps": None if np.isnan(bw) else bw,
-            "alpha_us_ci": [float(x) for x in np.percentile(alphas, [2.5, 97.5])],
-            "bandwidth_gbps_ci": ([float(x) for x in np.percentile(bws, [2.5, 97.5])]
-                                  if not np.isnan(bws).any() else None),
-            "r2": 1 - sse / sst if sst > 0 else 1.0,
+            "alpha_us": float(alphas[0]), "bandwidth_gbps": None if np.isnan(bw) else bw,
+            "alpha_us_ci": ci[0],
+            "bandwidth_gbps_ci": ci[1] if not np.isnan(bws[1:]).any() else None,
+            "r2": 1 - float(sse[0]) / sst if sst > 0 else 1.0,
         })
     rel = (t - fitted) / fitted
     mad = float(np.median(np.abs(rel - np.median(rel)))) * 1.4826
