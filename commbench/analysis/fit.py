@@ -5,6 +5,7 @@ Hockney for point-to-point)."""
 
 from __future__ import annotations
 
+import itertools
 import math
 from functools import lru_cache
 
@@ -24,13 +25,13 @@ _BLOCK_VALUES = 16_000_000
 
 
 def weighted_line(n: np.ndarray, t: np.ndarray) -> tuple:
-    """(a, b, weighted SSE) of t = a + b n with weights 1/t^2, i.e. least relative error; for t of
-    shape (..., len(n)), one line per row (the bootstrap's draws at once), as arrays of shape (...)."""
+    """(a, b, weighted SSE) of t = a + b n with weights 1/t^2, i.e. least relative error, along the
+    last axis: one line per row of t (series, the bootstrap's draws), n broadcast against t."""
     w = 1.0 / np.maximum(t, 1e-15) ** 2
     sw, swn, swt = w.sum(-1), (w * n).sum(-1), (w * t).sum(-1)
     swnn, swnt = (w * n * n).sum(-1), (w * n * t).sum(-1)
     det = sw * swnn - swn * swn
-    flat = (np.abs(det) < 1e-300 * np.maximum(sw * swnn, 1e-300)) | (len(n) < 2)
+    flat = (np.abs(det) < 1e-300 * np.maximum(sw * swnn, 1e-300)) | (n.shape[-1] < 2)
     b = np.where(flat, 0.0, (sw * swnt - swn * swt) / np.where(flat, 1.0, det))
     a = (swt - b * swn) / sw
     sse = (w * (t - (a[..., None] + b[..., None] * n)) ** 2).sum(-1)
@@ -43,14 +44,15 @@ MAX_BOUNDARIES = 128
 
 
 def _split_costs(n: np.ndarray, t: np.ndarray, bounds: np.ndarray) -> np.ndarray:
-    """cost[p, q]: the weighted SSE of weighted_line over points [bounds[p], bounds[q]), from prefix
-    sums of the weighted moments (every segment in O(1)); inf where the part has too few points."""
+    """cost[..., p, q]: the weighted SSE of weighted_line over points [bounds[p], bounds[q]) of each
+    series (rows of n and t), from prefix sums of the weighted moments (every segment in O(1)); inf
+    where the part has too few points."""
     w = 1.0 / np.maximum(t, 1e-15) ** 2
 
     def prefix(x):
-        return np.concatenate([[0.0], np.cumsum(x)])[bounds]
+        return np.concatenate([np.zeros(x.shape[:-1] + (1,)), np.cumsum(x, axis=-1)], axis=-1)[..., bounds]
     sums = [prefix(x) for x in (w, w * n, w * t, w * n * n, w * n * t, w * t * t)]
-    sw, swn, swt, swnn, swnt, swtt = (s[None, :] - s[:, None] for s in sums)
+    sw, swn, swt, swnn, swnt, swtt = (s[..., None, :] - s[..., :, None] for s in sums)
     count = bounds[None, :] - bounds[:, None]
     with np.errstate(divide="ignore", invalid="ignore"):
         det = sw * swnn - swn * swn
@@ -61,42 +63,47 @@ def _split_costs(n: np.ndarray, t: np.ndarray, bounds: np.ndarray) -> np.ndarray
     return np.where(count >= MIN_POINTS, np.maximum(sse, 0.0), np.inf)
 
 
-def segment(n: np.ndarray, t: np.ndarray, max_segments: int = MAX_SEGMENTS) -> list[tuple[int, int]]:
-    """Breakpoints by dynamic programming: the contiguous split (each part >= MIN_POINTS sizes) that
-    minimises the relative squared error. The fewest parts are kept whose relative RMS error is within
-    GOOD_FIT_RMS, or within twice the best split's (measurement noise alone must not split a line)."""
-    m = len(n)
+def segment(n: np.ndarray, t: np.ndarray, max_segments: int = MAX_SEGMENTS) -> list[list[tuple[int, int]]]:
+    """Breakpoints of each series (rows of n and t, sizes ascending) by dynamic programming: the
+    contiguous split (each part >= MIN_POINTS sizes) that minimises the relative squared error. The
+    fewest parts are kept whose relative RMS error is within GOOD_FIT_RMS, or within twice the best
+    split's (measurement noise alone must not split a line)."""
+    count, m = t.shape
     bounds = (np.arange(m + 1) if m <= MAX_BOUNDARIES
               else np.unique(np.linspace(0, m, MAX_BOUNDARIES + 1).round().astype(int)))
     cost = _split_costs(np.asarray(n, dtype=np.float64), np.asarray(t, dtype=np.float64), bounds)
     last = len(bounds) - 1
-    best = np.full(len(bounds), np.inf)
-    best[0] = 0.0
-    came: list[np.ndarray] = []  # per part count: for each end, where its last part starts
-    best_by_k: dict[int, float] = {}
-    for k in range(1, max_segments + 1):
-        total = best[:, None] + cost  # [start, end]
-        came.append(np.argmin(total, axis=0))
-        best = total[came[-1], np.arange(len(bounds))]
-        if np.isfinite(best[last]):
-            best_by_k[k] = float(best[last])
-    if not best_by_k:
-        return [(0, m)]
-    rms = {k: math.sqrt(v / m) for k, v in best_by_k.items()}
-    good_enough = max(GOOD_FIT_RMS, 2 * min(rms.values()))
-    k = min(k for k in rms if rms[k] <= good_enough)
-    cuts, end = [], last
-    for part in range(k, 0, -1):
-        start = int(came[part - 1][end])
-        cuts.append((int(bounds[start]), int(bounds[end])))
-        end = start
-    return cuts[::-1]
+    best = np.full((count, len(bounds)), np.inf)
+    best[:, 0] = 0.0
+    came: list[np.ndarray] = []  # per part count: for each series and end, where its last part starts
+    finals = []  # per part count: each series' least error
+    for _ in range(max_segments):
+        total = best[:, :, None] + cost  # [series, start, end]
+        came.append(np.argmin(total, axis=1))
+        best = np.take_along_axis(total, came[-1][:, None, :], axis=1)[:, 0, :]
+        finals.append(best[:, last])
+    rms = np.sqrt(np.stack(finals, axis=1) / m)  # [series, parts - 1]; inf where no split exists
+    good_enough = np.maximum(GOOD_FIT_RMS, 2 * rms.min(axis=1))
+    parts = np.argmax(rms <= good_enough[:, None], axis=1) + 1
+    out = []
+    for row in range(count):
+        if not np.isfinite(rms[row]).any():
+            out.append([(0, m)])
+            continue
+        cuts, end = [], last
+        for part in range(int(parts[row]), 0, -1):
+            start = int(came[part - 1][row, end])
+            cuts.append((int(bounds[start]), int(bounds[end])))
+            end = start
+        out.append(cuts[::-1])
+    return out
 
 
-def _translate(a, b, model: CostModel) -> tuple:
-    """(alpha in us, link GB/s; NaN where the slope is not positive) of lines t = a + b n."""
+def _translate(a, b, messages, bytes_factor) -> tuple:
+    """(alpha in us, link GB/s; NaN where the slope is not positive) of lines t = a + b n, through a
+    cost model's messages per call and bytes factor (CostModel; arrays broadcast against a and b)."""
     with np.errstate(divide="ignore", invalid="ignore"):
-        return a / model.alpha_messages * 1e6, np.where(b > 0, model.bytes_factor / b / 1e9, np.nan)
+        return a / messages * 1e6, np.where(b > 0, bytes_factor / b / 1e9, np.nan)
 
 
 # Up to this many iterations a size's resampled medians come straight from the exact distribution
@@ -167,44 +174,79 @@ def _medians(samples: list[np.ndarray], rng) -> tuple[np.ndarray, np.ndarray]:
     return t, boot
 
 
-def fit_series(n: np.ndarray, t: np.ndarray, boot: np.ndarray, model: CostModel) -> dict:
-    """Fit of one (op, impl, ranks) series: its sizes in bytes, ascending, their median times in
-    seconds and the bootstrap's medians (_medians). Returns the fit record (without the identifying
-    keys)."""
+# Values (rows times sizes) of the segments' lines fitted at once, bounding the temporaries.
+_LINE_BLOCK = 4_000_000
+
+
+def _segment_lines(n: np.ndarray, t: np.ndarray, boot: np.ndarray, segs: np.ndarray) -> tuple:
+    """(a, b, weighted SSE), each (segments, 1 + BOOTSTRAP), of each segment's line through the medians
+    (column 0) and through each bootstrap draw's; segs holds (series, first size, end) rows of the
+    series in n, t (series, sizes) and boot (series, BOOTSTRAP, sizes). Segments of one length are
+    fitted together, a block at a time (one NumPy call per segment cost seconds for a fleet's file)."""
+    out = [np.empty((len(segs), 1 + boot.shape[1])) for _ in range(3)]
+    lengths = segs[:, 2] - segs[:, 1]
+    draws = np.arange(boot.shape[1])[None, :, None]
+    for length in np.unique(lengths):
+        same = np.flatnonzero(lengths == length)
+        step = max(1, _LINE_BLOCK // (boot.shape[1] * length))
+        for at in range(0, len(same), step):
+            rows = same[at:at + step]
+            series, first = segs[rows, 0], segs[rows, 1]
+            cols = first[:, None] + np.arange(length)
+            sizes = n[series[:, None], cols]
+            # one long segment (a long imported log) is read in place, not copied
+            drawn = (boot[series[0], None, :, first[0]:first[0] + length] if len(rows) == 1
+                     else boot[series[:, None, None], draws, cols[:, None, :]])
+            for column, line in ((slice(0, 1), weighted_line(sizes, t[series[:, None], cols])),
+                                 (slice(1, None), weighted_line(sizes[:, None, :], drawn))):
+                for whole, part in zip(out, line):
+                    whole[rows, column] = part.reshape(len(rows), -1)
+    return tuple(out)
+
+
+def _fit_group(n: np.ndarray, t: np.ndarray, boot: np.ndarray, models: list[CostModel]) -> list[dict]:
+    """Fits of series of as many sizes (rows of n, their sizes in bytes ascending), from their median
+    times in seconds t and the bootstrap's medians boot (series, BOOTSTRAP, sizes; _medians), through
+    each one's cost model. Returns the fit records (without the identifying keys)."""
     cuts = segment(n, t)
-    segments = []
+    segs = np.array([(row, i, j) for row, parts in enumerate(cuts) for i, j in parts], dtype=np.intp).reshape(-1, 3)
+    a, b, sse = _segment_lines(n, t, boot, segs)
+    messages = np.array([[models[row].alpha_messages] for row in segs[:, 0]])
+    factors = np.array([[models[row].bytes_factor] for row in segs[:, 0]])
+    alphas, bws = _translate(a, b, messages, factors)
+    ci = np.percentile(np.stack([alphas[:, 1:], bws[:, 1:]]), [2.5, 97.5], axis=-1)  # [bound, alpha|bw, segment]
+    no_bw_ci = np.isnan(bws[:, 1:]).any(axis=1)
     fitted = np.empty_like(t)
-    both = np.vstack([t, boot])  # the medians' line and the bootstrap's, in one call a segment
-    for i, j in cuts:
-        a, b, sse = weighted_line(n[i:j], both[:, i:j])
-        fitted[i:j] = a[0] + b[0] * n[i:j]
-        w = 1.0 / np.maximum(t[i:j], 1e-15) ** 2
-        mean = (w * t[i:j]).sum() / w.sum()
-        sst = float((w * (t[i:j] - mean) ** 2).sum())
-        alphas, bws = _translate(a, b, model)
-        bw = float(bws[0])
-        ci = np.percentile(np.stack([alphas[1:], bws[1:]]), [2.5, 97.5], axis=1).T.tolist()
-        segments.append({
-            "size_min": int(n[i]), "size_max": int(n[j - 1]), "points": j - i,
-            "alpha_us": float(alphas[0]), "bandwidth_gbps": None if np.isnan(bw) else bw,
-            "alpha_us_ci": ci[0],
-            "bandwidth_gbps_ci": ci[1] if not np.isnan(bws[1:]).any() else None,
-            "r2": 1 - float(sse[0]) / sst if sst > 0 else 1.0,
+    segments: list[list[dict]] = [[] for _ in cuts]
+    for k, (row, i, j) in enumerate(segs.tolist()):
+        fitted[row, i:j] = a[k, 0] + b[k, 0] * n[row, i:j]
+        w = 1.0 / np.maximum(t[row, i:j], 1e-15) ** 2
+        mean = (w * t[row, i:j]).sum() / w.sum()
+        sst = float((w * (t[row, i:j] - mean) ** 2).sum())
+        bw = float(bws[k, 0])
+        segments[row].append({
+            "size_min": int(n[row, i]), "size_max": int(n[row, j - 1]), "points": j - i,
+            "alpha_us": float(alphas[k, 0]), "bandwidth_gbps": None if np.isnan(bw) else bw,
+            "alpha_us_ci": [float(ci[0, 0, k]), float(ci[1, 0, k])],
+            "bandwidth_gbps_ci": None if no_bw_ci[k] else [float(ci[0, 1, k]), float(ci[1, 1, k])],
+            "r2": 1 - float(sse[k, 0]) / sst if sst > 0 else 1.0,
         })
     rel = (t - fitted) / fitted
-    mad = float(np.median(np.abs(rel - np.median(rel)))) * 1.4826
-    limit = max(0.10, 3 * mad)
-    outliers = [int(n[k]) for k in range(len(n)) if abs(rel[k]) > limit]
-    # Latency is what the smallest messages pay, bandwidth what the largest reach: the segment of the
-    # largest sizes is bandwidth-bound and its intercept says nothing about latency (it can be
-    # negative, or thousands of microseconds on shared memory).
-    low, top = segments[0], segments[-1]
-    return {"model": model.name, "effective": model.effective,
-            "alpha_us": low["alpha_us"], "alpha_us_ci": low["alpha_us_ci"],
-            "alpha_segment": [low["size_min"], low["size_max"]],
-            "bandwidth_gbps": top["bandwidth_gbps"], "bandwidth_gbps_ci": top["bandwidth_gbps_ci"],
-            "bandwidth_segment": [top["size_min"], top["size_max"]],
-            "segments": segments, "outlier_sizes": outliers}
+    mad = np.median(np.abs(rel - np.median(rel, axis=1, keepdims=True)), axis=1) * 1.4826
+    limit = np.maximum(0.10, 3 * mad)
+    out = []
+    for row, parts in enumerate(segments):
+        # Latency is what the smallest messages pay, bandwidth what the largest reach: the segment of
+        # the largest sizes is bandwidth-bound and its intercept says nothing about latency (it can
+        # be negative, or thousands of microseconds on shared memory).
+        low, top, model = parts[0], parts[-1], models[row]
+        out.append({"model": model.name, "effective": model.effective,
+                    "alpha_us": low["alpha_us"], "alpha_us_ci": low["alpha_us_ci"],
+                    "alpha_segment": [low["size_min"], low["size_max"]],
+                    "bandwidth_gbps": top["bandwidth_gbps"], "bandwidth_gbps_ci": top["bandwidth_gbps_ci"],
+                    "bandwidth_segment": [top["size_min"], top["size_max"]],
+                    "segments": parts, "outlier_sizes": [int(x) for x in n[row][np.abs(rel[row]) > limit[row]]]})
+    return out
 
 
 def usable(r: dict) -> bool:
@@ -253,14 +295,22 @@ def _fit_records(records: list[dict]) -> list[dict]:
         else:
             out.append(head)
             fits.append((head, model, sorted(rows, key=lambda r: r["size_bytes"])))
-    # Every series' medians at once (a fleet's file holds thousands of series); the bootstrap's draws
-    # come from one seeded generator, so a file fits the same every time.
-    # Without raw samples (a baseline saved without them, an import), the median stands alone.
+    # Every series' medians at once (a fleet's file holds thousands of series), those of as many sizes
+    # side by side, to be fitted together; the bootstrap's draws come from one seeded generator, so a
+    # file fits the same every time. Without raw samples (a baseline saved without them, an import),
+    # the median stands alone.
+    fits.sort(key=lambda fit: len(fit[2]))
     t, boot = _medians([np.asarray(r["samples_us"] or [r["time_us"]["median"]], dtype=float) * 1e-6
                         for _, _, rows in fits for r in rows], np.random.default_rng(0))
     at = 0
-    for head, model, rows in fits:
-        part = slice(at, at + len(rows))
-        head.update(fit_series(np.array([r["size_bytes"] for r in rows], dtype=float), t[part], boot[:, part], model))
-        at += len(rows)
+    for length, group in itertools.groupby(fits, key=lambda fit: len(fit[2])):
+        group = list(group)
+        part = slice(at, at + length * len(group))
+        n = np.array([[r["size_bytes"] for r in rows] for _, _, rows in group], dtype=float)
+        fitted = _fit_group(n, t[part].reshape(len(group), length),
+                            boot[:, part].reshape(BOOTSTRAP, len(group), length).transpose(1, 0, 2),
+                            [model for _, model, _ in group])
+        for (head, _, _), f in zip(group, fitted):
+            head.update(f)
+        at = part.stop
     return out
