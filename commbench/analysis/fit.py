@@ -14,6 +14,7 @@ import numpy as np
 from ..collectives import cost_model
 from ..collectives.cost import CostModel
 from ..errors import CommbenchError
+from ..results.memo import for_the_last_records
 from ..results.series import series_head, series_key
 
 MAX_SEGMENTS = 3
@@ -265,20 +266,14 @@ def require_usable(doc: dict, source: str) -> None:
         raise CommbenchError(f"{source} holds no usable series: every row has an empty message or a zero time")
 
 
-# The records last fitted and their fits: a report draws, tabulates and lays out one run three times.
-_last: tuple = (None, 0, [])
-
-
 def fit_records(records: list[dict]) -> list[dict]:
     """One fit per series in a run's records (see series_key); series with fewer than MIN_POINTS
     usable sizes, or on one rank, are reported with the reason instead. Each call returns dicts of
     its own (callers add verdicts to them)."""
-    global _last
-    if _last[0] is not records or _last[1] != len(records):
-        _last = (records, len(records), _fit_records(records))
-    return [dict(f) for f in _last[2]]
+    return [dict(f) for f in _fit_records(records)]
 
 
+@for_the_last_records
 def _fit_records(records: list[dict]) -> list[dict]:
     series: dict = {}
     for r in filter(usable, records):

@@ -31,6 +31,7 @@ def plot(runs: list[tuple[str, dict]], path: Union[str, BinaryIO], baselines: Op
 
     fig, (ax_bw, ax_t) = plt.subplots(1, 2, figsize=(14, 5.5))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    palette = matplotlib.colors.to_rgba_array(colors)
     # Every line of an axis goes into one collection, every marker into one scatter: thousands of
     # separate artists took minutes to draw.
     lines = {ax: {"-": [], "--": [], ":": []} for ax in (ax_bw, ax_t)}
@@ -50,6 +51,7 @@ def plot(runs: list[tuple[str, dict]], path: Union[str, BinaryIO], baselines: Op
                               dtype=float)  # None (nothing to show) as NaN: a gap in the line
                 t = np.array([r["time_us"]["median"] for r in rows], dtype=float)
                 c = colors[drawn % len(colors)]
+                which = drawn % len(colors)
                 drawn += 1
                 if len(handles) < MAX_LEGEND:
                     handles.append(Line2D([], [], ls=style, marker="o" if style == "-" else None, ms=3, color=c,
@@ -57,10 +59,10 @@ def plot(runs: list[tuple[str, dict]], path: Union[str, BinaryIO], baselines: Op
                 for ax, y in ((ax_bw, bw), (ax_t, t)):
                     lines[ax][style].append(np.column_stack([n, y]))
                     line_colors[ax][style].append(c)
-                    if style == "-":
-                        dots[ax][0].extend(n)
-                        dots[ax][1].extend(y)
-                        dots[ax][2].extend([c] * len(n))
+                    if style == "-":  # arrays, joined once: a list of 100,000 floats took seconds to convert
+                        dots[ax][0].append(n)
+                        dots[ax][1].append(y)
+                        dots[ax][2].append(np.full(len(n), which))
                 f = fits.get(key)
                 h = series_head(key)
                 model = cost_model(h["op"], h["impl"], h["ranks"])
@@ -86,7 +88,8 @@ def plot(runs: list[tuple[str, dict]], path: Union[str, BinaryIO], baselines: Op
                 ax.add_collection(LineCollection(segments, colors=line_colors[ax][style], linestyles=style,
                                                  linewidths=1 if style == ":" else 1.5))
         if dots[ax][0]:
-            ax.scatter(dots[ax][0], dots[ax][1], s=9, c=dots[ax][2], zorder=3)
+            ax.scatter(np.concatenate(dots[ax][0]), np.concatenate(dots[ax][1]), s=9,
+                       c=palette[np.concatenate(dots[ax][2])], zorder=3)
         ax.autoscale_view()
     ax_bw.set_xlabel("message size (bytes)")
     ax_bw.set_ylabel("bus bandwidth (GB/s, 1e9 B/s)")

@@ -9,6 +9,7 @@ from ..analysis import stragglers
 from ..analysis.verdicts import fits_with_verdicts, span
 from ..node.machine import typed_command
 from ..results.document import timing_of
+from ..results.memo import for_the_last_records
 from ..results.series import by_series, label, variant
 from . import console
 from .options import Options
@@ -63,6 +64,10 @@ def fit_table(doc: dict, options: Options) -> list[list[str]]:
 
 def record_tables(doc: dict) -> list[tuple[str, list[list[str]]]]:
     """Per series, its name and the console table's rows (header row first: name and unit)."""
+    return _tables(doc["results"])
+
+
+@for_the_last_records  # a report's HTML and Markdown show the same tables
+def _tables(records: list[dict]) -> list[tuple[str, list[list[str]]]]:
     head = [f"{c} {u}".strip() for c, u in zip(console.COLUMNS, console.UNITS)]
-    return [(label(key), [head] + [list(console.cells(r)) for r in recs])
-            for key, recs in by_series(doc["results"]).items()]
+    return [(label(key), [head] + [list(console.cells(r)) for r in recs]) for key, recs in by_series(records).items()]
