@@ -125,10 +125,15 @@ inline ncclUniqueId unique_id_from(const std::string& uid) {
 inline ncclComm_t blocking_comm(const std::string& uid, int rank, int size, double timeout_s, const Where& w) {
   NcclComm init("ncclCommInitRankConfig",
                 [&](ncclComm_t* c, ncclConfig_t* config) {
-                  return ncclCommInitRankConfig(c, size, unique_id_from(uid), rank, config);
+                  const ncclResult_t rc = ncclCommInitRankConfig(c, size, unique_id_from(uid), rank, config);
+                  return rc;  // checked by NcclComm
                 },
                 nullptr, false, timeout_s, w);
-  NcclComm comm("ncclCommSplit", [&](ncclComm_t* c, ncclConfig_t* config) { return ncclCommSplit(init.get(), 0, rank, c, config); },
+  NcclComm comm("ncclCommSplit",
+                [&](ncclComm_t* c, ncclConfig_t* config) {
+                  const ncclResult_t rc = ncclCommSplit(init.get(), 0, rank, c, config);
+                  return rc;
+                },
                 &init, true, timeout_s, w);
   return comm.release();
 }
@@ -210,7 +215,8 @@ class DeviceComm {
         scratch_(kScratch, where_.device, where_), gate_(where_),
         comm_("ncclCommSplit",
               [&](ncclComm_t* c, ncclConfig_t* config) {
-                return ncclCommSplit(parent.comm(), member ? 0 : NCCL_SPLIT_NOCOLOR, where_.rank, c, config);
+                const ncclResult_t rc = ncclCommSplit(parent.comm(), member ? 0 : NCCL_SPLIT_NOCOLOR, where_.rank, c, config);
+                return rc;
               },
               &parent.comm_, true, timeout_s_, where_) {}
 
