@@ -32,7 +32,9 @@ def _name(impl: str, coll, device: str) -> str:
     return resolve(impl, coll, device) if coll is not None else impl
 
 
-def _record(r: dict, device: str, nccl_tests: bool, links: bool) -> dict:
+def _record(r: dict, device: str, nccl_tests: bool, links: bool, names: dict) -> dict:
+    """r in today's form: r itself where nothing changes (a fleet's file holds 100,000 records);
+    `names` keeps today's name of each (impl, op) met so far."""
     impl, op = r["impl"], r["op"]
     if op in COPIES and impl != COPY_IMPL:
         return {**r, "impl": COPY_IMPL, "mode": impl}
@@ -43,7 +45,9 @@ def _record(r: dict, device: str, nccl_tests: bool, links: bool) -> dict:
     if links and op in LINKS_OPS and "schedule" not in r:
         loaded = impl.endswith(LOADED)
         return {**r, "impl": impl[:-len(LOADED)] if loaded else impl, "schedule": "loaded" if loaded else "clean"}
-    return {**r, "impl": _name(impl, _collective(op), device)}
+    if (impl, op) not in names:
+        names[impl, op] = _name(impl, _collective(op), device)
+    return r if names[impl, op] == impl else {**r, "impl": names[impl, op]}
 
 
 def _collective(op: str):
@@ -58,8 +62,9 @@ def upgrade(doc: dict) -> dict:
     nccl_tests = (doc.get("imported") or {}).get("tool") == "nccl-tests"
     config = {k: v for k, v in cfg.items() if k != "in_place"}
     config["place"] = cfg.get("place", "in" if cfg.get("in_place") else "out")
+    names: dict = {}
     out = {**doc, "config": {**config, "impls": list(dict.fromkeys(_name(i, coll, device) for i in cfg["impls"]))},
-           "results": [_record(r, device, nccl_tests, "links" in doc) for r in doc["results"]]}
+           "results": [_record(r, device, nccl_tests, "links" in doc, names) for r in doc["results"]]}
     if "numerics" in doc:
         rows = [{**row, "impl": _name(row["impl"], coll, device)} for row in doc["numerics"]["rows"]]
         out["numerics"] = {**doc["numerics"], "rows": rows}

@@ -8,8 +8,10 @@ SERIES_FIELDS = ("op", "impl", "ranks", "dtype", "redop", "pair", "bidirectional
 
 
 def series_key(r: dict) -> tuple:
-    """What makes records one series, for fits, comparisons and plots alike."""
-    return tuple([tuple(v) if isinstance(v := r.get(f), list) else v for f in SERIES_FIELDS])
+    """What makes records one series, for fits, comparisons and plots alike (lists, a pair's ranks,
+    as tuples). Asked several times of every record of a file: the common case, no list, is the quick one."""
+    key = tuple(map(r.get, SERIES_FIELDS))
+    return tuple(tuple(v) if type(v) is list else v for v in key) if list in map(type, key) else key
 
 
 def series_head(key: tuple) -> dict:
