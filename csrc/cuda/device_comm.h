@@ -8,6 +8,7 @@
 #include <nccl.h>
 
 #include <chrono>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -45,12 +46,13 @@ inline py::bytes nccl_unique_id() {
 // The NCCL communicator handle: destroyed normally, or aborted once a peer failed (an aborted
 // communicator must not be destroyed again).
 //
-// Blocking or not is fixed when a communicator is made. A non-blocking one bounds the calls that wait
-// for peers on the host (its making, connections), but NCCL runs every group of its calls on a
-// thread of its own, made per group: some 25 us of host time per call on an H100 host, which a loop
-// of back-to-back calls (--timing loop) would time. So the communicator the calls run on is blocking,
-// split from a non-blocking one that is made first and then destroyed: a peer that never joins still
-// meets a deadline, and the calls are enqueued as nccl-tests' are.
+// Blocking or not is fixed when a communicator is made. A non-blocking one bounds the host's waits for
+// peers, but NCCL runs every group of its calls on a thread of its own, made per group: some 25 us of
+// host time per call on an H100 host, which a loop of back-to-back calls (--timing loop) would time.
+// So the communicator the calls run on is blocking, split from a non-blocking one (DeviceComm's
+// init_): its making, and every later split, still meets the deadline, and the calls are enqueued as
+// nccl-tests' are. A blocking communicator connects to a peer on the host in its first call to it
+// (NCCL connects at run time): a peer dead by then holds that call, and the watchdog ends the run.
 class NcclComm {
  public:
   // A new communicator, made by `start(&comm, &config)` (ncclCommInitRankConfig or ncclCommSplit),
@@ -66,9 +68,9 @@ class NcclComm {
     config.blocking = blocking ? 1 : 0;
     ncclResult_t rc = start(&comm_, &config);
     const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s);
-    auto fail = [&] {
-      abort();
+    auto fail = [&] {  // the parent first: aborting it waits for its split, which writes comm_
       if (parent) parent->abort();
+      abort();
     };
     // ncclInProgress while the parent's split or the new communicator's making runs
     auto state = [&] {
@@ -77,7 +79,15 @@ class NcclComm {
       if (s == ncclSuccess && comm_) nccl_check(ncclCommGetAsyncError(comm_, &s), "ncclCommGetAsyncError", w);
       return s;
     };
-    if (rc == ncclSuccess || rc == ncclInProgress) rc = state();
+    auto poll = [&] {
+      try {
+        rc = state();
+      } catch (...) {
+        fail();
+        throw;
+      }
+    };
+    if (rc == ncclSuccess || rc == ncclInProgress) poll();
     while (rc == ncclInProgress) {
       if (Clock::now() > deadline) {
         fail();
@@ -87,7 +97,7 @@ class NcclComm {
                                ": a peer rank is dead, stalled or never started");
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      rc = state();
+      poll();
     }
     if (rc != ncclSuccess) {
       const std::string text = nccl_error_text(rc);
@@ -95,7 +105,7 @@ class NcclComm {
       throw std::runtime_error(std::string(call) + " failed: " + text + w.text());
     }
   }
-  explicit NcclComm(ncclComm_t adopted) : comm_(adopted) {}
+  explicit NcclComm(std::nullptr_t) {}  // none
   ~NcclComm() {
     if (comm_) ncclCommDestroy(comm_);
   }
@@ -105,7 +115,6 @@ class NcclComm {
     if (comm_) ncclCommAbort(comm_);
     comm_ = nullptr;
   }
-  ncclComm_t release() { return std::exchange(comm_, nullptr); }
   NcclComm(const NcclComm&) = delete;
   NcclComm& operator=(const NcclComm&) = delete;
 
@@ -120,24 +129,6 @@ inline ncclUniqueId unique_id_from(const std::string& uid) {
   return id;
 }
 
-// The communicator of all ranks: made non-blocking against the deadline, the blocking one split from
-// it, and the first destroyed once the split is done (the split holds none of its resources).
-inline ncclComm_t blocking_comm(const std::string& uid, int rank, int size, double timeout_s, const Where& w) {
-  NcclComm init("ncclCommInitRankConfig",
-                [&](ncclComm_t* c, ncclConfig_t* config) {
-                  const ncclResult_t rc = ncclCommInitRankConfig(c, size, unique_id_from(uid), rank, config);
-                  return rc;  // checked by NcclComm
-                },
-                nullptr, false, timeout_s, w);
-  NcclComm comm("ncclCommSplit",
-                [&](ncclComm_t* c, ncclConfig_t* config) {
-                  const ncclResult_t rc = ncclCommSplit(init.get(), 0, rank, c, config);
-                  return rc;
-                },
-                &init, true, timeout_s, w);
-  return comm.release();
-}
-
 // Scratch layout: the barrier's int, the pair barrier's two ints.
 constexpr std::size_t kScratch = 64;
 constexpr std::size_t kPairSendOffset = 4, kPairRecvOffset = 8;
@@ -149,7 +140,18 @@ class DeviceComm {
   DeviceComm(const std::string& uid, int rank, int size, int device, double timeout_s)
       : where_{rank, device}, size_(size), timeout_s_(timeout_s), stream_(device, where_),
         scratch_(kScratch, device, where_), gate_(where_),
-        comm_(blocking_comm(uid, rank, size, timeout_s, where_)) {}
+        init_("ncclCommInitRankConfig",
+              [&](ncclComm_t* c, ncclConfig_t* config) {
+                const ncclResult_t rc = ncclCommInitRankConfig(c, size, unique_id_from(uid), rank, config);
+                return rc;  // checked by NcclComm
+              },
+              nullptr, false, timeout_s, where_),
+        comm_("ncclCommSplit",
+              [&](ncclComm_t* c, ncclConfig_t* config) {
+                const ncclResult_t rc = ncclCommSplit(init_.get(), 0, rank, c, config);
+                return rc;
+              },
+              &init_, true, timeout_s, where_) {}
 
   // The first `size` ranks of this communicator as one of their own (ncclCommSplit, which shares the
   // parent's resources, instead of a whole new communicator per rank count); every rank of this one
@@ -212,13 +214,14 @@ class DeviceComm {
  private:
   DeviceComm(DeviceComm& parent, bool member, int size)
       : where_(parent.where_), size_(size), timeout_s_(parent.timeout_s_), stream_(where_.device, where_),
-        scratch_(kScratch, where_.device, where_), gate_(where_),
+        scratch_(kScratch, where_.device, where_), gate_(where_), init_(nullptr),
         comm_("ncclCommSplit",
               [&](ncclComm_t* c, ncclConfig_t* config) {
-                const ncclResult_t rc = ncclCommSplit(parent.comm(), member ? 0 : NCCL_SPLIT_NOCOLOR, where_.rank, c, config);
+                const int color = member ? 0 : NCCL_SPLIT_NOCOLOR;
+                const ncclResult_t rc = ncclCommSplit(parent.init_.get(), color, where_.rank, c, config);
                 return rc;
               },
-              &parent.comm_, true, timeout_s_, where_) {}
+              &parent.init_, true, timeout_s_, where_) {}
 
   ncclComm_t comm() const {
     if (!comm_.alive()) throw std::runtime_error("the NCCL communicator was aborted after an earlier failure" + where_.text());
@@ -491,7 +494,10 @@ class DeviceComm {
   Stream stream_;
   DeviceBuffer scratch_;
   Gate gate_;
-  NcclComm comm_;
+  // Non-blocking, made against the deadline: the communicators the calls run on are split from it
+  // (a rank count's too), each split polled against the deadline; none in a split's DeviceComm.
+  NcclComm init_;
+  NcclComm comm_;  // blocking (NcclComm)
 };
 
 }  // namespace commbench

@@ -595,6 +595,7 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newc
   Comm& c = *comm->impl;
   const bool blocking = !config || config->blocking == NCCL_CONFIG_UNDEF_INT || config->blocking != 0;
   if (c.blocking) return split(c, color, key, newcomm, blocking);
+  if (c.async == ncclInProgress) return error(ncclInvalidArgument, "a split of this communicator is in progress");
   if (c.split_thread.joinable()) c.split_thread.join();
   c.async = ncclInProgress;
   c.split_thread = std::thread([&c, color, key, newcomm, blocking] {
