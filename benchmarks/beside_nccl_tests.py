@@ -6,6 +6,13 @@ Both sides time loops of back-to-back calls between CUDA events and average the 
 the ranks (nccl-tests' default -a 1): the ratio is the tools' difference, not a convention's. nccl-tests
 runs one loop of -n calls, commbench --loops loops of as many, and its figure is their median.
 
+With more ranks than GPUs (--gpu-ranks above the count, e.g. 2 or 3 ranks on the one GPU of a lent
+machine), both tools run their ranks on the GPUs shared: every rank poses as a host of its own to NCCL
+(NCCL_HOSTID) and NCCL talks over its socket transport on loopback (commbench's COMMBENCH_SHARED_GPU
+sets this; nccl-tests gets the same variables from a per-rank wrapper and NCCL_TESTS_DEVICE). The times
+are the sockets', not the GPU's fabric, but both tools run over the same transport and the same NCCL,
+so the ratio still compares the tools, on more than one rank.
+
 nccl-tests is built with the CUDA compiler the environment has (CUDA_HOME, nvcc on PATH, or this venv's
 nvidia-cuda-nvcc wheel) and NCCL's headers and library from the nvidia-nccl wheel (or NCCL_HOME), in a
 folder outside the repository. It builds on a host without a GPU (--build-only): build there, then run
@@ -128,6 +135,19 @@ def gpu_count() -> int:
     return sum(1 for line in out.splitlines() if line.startswith("GPU "))
 
 
+def shared_launch(ranks: int, gpus: int) -> tuple[dict, list[str]]:
+    """(environment, command prefix) under which nccl-tests' `ranks` MPI ranks share `gpus` GPUs as
+    commbench's ranks do under COMMBENCH_SHARED_GPU=1: the same NCCL variables (socket transport on
+    loopback, P2P and SHM off), and per rank a host id of its own and the GPU of local rank mod `gpus`
+    (nccl-tests would take GPU local rank, absent with fewer GPUs than ranks). Empty with a GPU each."""
+    if ranks <= gpus:
+        return {}, []
+    from commbench.node.gpu import SHARED_NCCL_ENV
+    per_rank = ("export NCCL_HOSTID=nccl-tests-shared-rank$OMPI_COMM_WORLD_RANK "
+                f"NCCL_TESTS_DEVICE=$((OMPI_COMM_WORLD_LOCAL_RANK % {gpus})); exec \"$@\"")
+    return dict(SHARED_NCCL_ENV), ["sh", "-c", per_rank, "sh"]
+
+
 def _records(path: str) -> dict:
     """{(op, in_place, size): median us} of a result file."""
     with open(path) as f:
@@ -136,22 +156,24 @@ def _records(path: str) -> dict:
             for r in doc["results"]}
 
 
-def compare(bin_dir: str, sweep: tuple, ranks: int, rounds: int, tmp: str, env: dict, run) -> dict:
+def compare(bin_dir: str, sweep: tuple, ranks: int, gpus: int, rounds: int, tmp: str, env: dict, run) -> dict:
     """{(op, placement, size): [commbench / nccl-tests per round]}; `sweep` is (smallest, largest,
-    factor) as nccl-tests' -b/-e/-f take it."""
+    factor) as nccl-tests' -b/-e/-f take it; `ranks` above `gpus` share the GPUs (shared_launch)."""
     lo, hi, factor = (str(x) for x in sweep)
-    nccl_env = {**env, "LD_LIBRARY_PATH": os.pathsep.join(
+    shared_env, prefix = shared_launch(ranks, gpus)
+    nccl_env = {**env, **shared_env, "LD_LIBRARY_PATH": os.pathsep.join(
         [os.path.join(_wheel_dir("nvidia.nccl"), "lib"), os.path.join(os.path.dirname(BIN), "lib"),
          env.get("LD_LIBRARY_PATH", "")])}
+    ours_env = {**env, "COMMBENCH_SHARED_GPU": "1"} if prefix else env
     ratios: dict = {}
     for rnd in range(rounds):
         print(f"nccl-tests round {rnd + 1} of {rounds}", flush=True)
         for binary, cmd in BINARIES.items():
             log = os.path.join(tmp, f"{binary}.log")
             with open(log, "w") as f:
-                f.write(run([os.path.join(BIN, "mpirun"), "--np", str(ranks), os.path.join(bin_dir, f"{binary}_mpi"),
-                             "-b", lo, "-e", hi, "-f", factor, "-g", "1", "-n", str(ITERS), "-w", str(WARMUP)],
-                            environ=nccl_env))
+                f.write(run([os.path.join(BIN, "mpirun"), "--np", str(ranks), *prefix,
+                             os.path.join(bin_dir, f"{binary}_mpi"), "-b", lo, "-e", hi, "-f", factor, "-g", "1",
+                             "-n", str(ITERS), "-w", str(WARMUP)], environ=nccl_env))
             theirs_file, ours_file = (os.path.join(tmp, f"{cmd}-{who}.json") for who in ("nccl-tests", "commbench"))
             for stale in (theirs_file, ours_file):
                 if os.path.exists(stale):
@@ -160,7 +182,7 @@ def compare(bin_dir: str, sweep: tuple, ranks: int, rounds: int, tmp: str, env: 
             place = ["--place", "both"] if cmd not in ("alltoall", "sendrecv") else []
             run([os.path.join(BIN, "commbench"), cmd, "--impl", "nccl", "--device", "cuda", "--np", str(ranks),
                  "-b", lo, "-e", hi, "-f", factor, "--timing", "loop", "-n", str(ITERS), "-w", str(WARMUP),
-                 *place, "--no-fit", "-o", ours_file], environ=env)
+                 *place, "--no-fit", "-o", ours_file], environ=ours_env)
             theirs, ours = _records(theirs_file), _records(ours_file)
             for key in sorted(set(theirs) & set(ours)):
                 if theirs[key] > 0:
@@ -168,10 +190,12 @@ def compare(bin_dir: str, sweep: tuple, ranks: int, rounds: int, tmp: str, env: 
     return ratios
 
 
-def table(ratios: dict, ranks: int, rounds: int) -> list[str]:
+def table(ratios: dict, ranks: int, gpus: int, rounds: int) -> list[str]:
     from commbench.sizes import format_size
     sizes = sorted({size for _, _, size in ratios})
-    lines = [f"\ncommbench --timing loop / nccl-tests 2.19, times, median of {rounds} round(s), {ranks} GPU rank(s)",
+    where = f"{ranks} ranks sharing {gpus} GPU(s), NCCL over sockets on loopback" if ranks > gpus else \
+        f"{ranks} GPU rank(s)"
+    lines = [f"\ncommbench --timing loop / nccl-tests 2.19, times, median of {rounds} round(s), {where}",
              f"{'collective':<14} {'placement':<13} " + " ".join(f"{format_size(s):>7}" for s in sizes)]
     for op, in_place in dict.fromkeys((op, in_place) for op, in_place, _ in ratios):
         if in_place and ranks == 1:

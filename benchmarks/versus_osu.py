@@ -4,7 +4,8 @@ visible, beside nccl-tests 2.19 too (beside_nccl_tests.py).
 
     .venv/bin/python benchmarks/versus_osu.py [--rounds 3] [--sizes 1K,64K,1M,16M] [--np 2]
         [--osu-tar ../shared/reference/osu-micro-benchmarks-7.4.tar.gz] [--build-dir DIR]
-        [--nccl-tests-tar ../shared/reference/nccl-tests-2.19.6.tar.gz] [--gpu-sweep 1K,1G,32] [--build-only]
+        [--nccl-tests-tar ../shared/reference/nccl-tests-2.19.6.tar.gz] [--gpu-sweep 1K,1G,32]
+        [--gpu-ranks N] [--build-only]
 
 OSU is built from its source tarball with this venv's mpicc, in a folder outside the repository
 (default ~/.cache/commbench-bench). Each round runs every OSU benchmark and then commbench's
@@ -187,6 +188,9 @@ def main() -> None:
     ap.add_argument("--osu-tar", default=os.path.join(ROOT, "..", "shared", "reference", f"{OSU}.tar.gz"))
     ap.add_argument("--nccl-tests-tar", default=os.path.join(ROOT, "..", "shared", "reference", "nccl-tests-2.19.6.tar.gz"))
     ap.add_argument("--gpu-sweep", default="1K,1G,32", help="nccl-tests' -b, -e and -f of the GPU half")
+    ap.add_argument("--gpu-ranks", type=int, default=0,
+                    help="ranks of the GPU half (default one per visible GPU; more than the GPUs share them, "
+                         "NCCL over sockets on loopback: a comparison of the tools on one GPU)")
     ap.add_argument("--build-dir", default=os.path.join(os.path.expanduser("~"), ".cache", "commbench-bench"))
     ap.add_argument("--build-only", action="store_true",
                     help="build OSU, and nccl-tests where a CUDA compiler is found, then stop (no GPU needed)")
@@ -198,13 +202,14 @@ def main() -> None:
     lines: list[str] = []
     with tempfile.TemporaryDirectory() as tmp:
         lines += osu_half(args, parse_sizes(args.sizes), tmp)
-        ranks = gpu_half.gpu_count()
-        if ranks:
+        gpus = gpu_half.gpu_count()
+        ranks = args.gpu_ranks or gpus
+        if gpus:
             lo, hi, factor = args.gpu_sweep.split(",")
             bin_dir = gpu_half.build(args.nccl_tests_tar, args.build_dir, run)
             sweep = (parse_size(lo, "-b"), parse_size(hi, "-e"), int(factor))
-            ratios = gpu_half.compare(bin_dir, sweep, ranks, args.rounds, tmp, env(), run)
-            lines += gpu_half.table(ratios, ranks, args.rounds)
+            ratios = gpu_half.compare(bin_dir, sweep, ranks, gpus, args.rounds, tmp, env(), run)
+            lines += gpu_half.table(ratios, ranks, gpus, args.rounds)
         else:
             lines.append("\nno GPU visible: the nccl-tests half (benchmarks/beside_nccl_tests.py) did not run")
     print("\n".join(lines))

@@ -1,0 +1,30 @@
+"""The side-by-side benchmarks' own plumbing (benchmarks/): what they launch, checked where it runs
+without a GPU or OSU."""
+
+import os
+import sys
+
+from conftest import ROOT, mpi_env, mpirun
+
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+import beside_nccl_tests  # noqa: E402
+
+SHOW = ["sh", "-c", 'echo "$OMPI_COMM_WORLD_RANK $NCCL_HOSTID $NCCL_TESTS_DEVICE $NCCL_NET $NCCL_SOCKET_IFNAME '
+        '$NCCL_P2P_DISABLE $NCCL_SHM_DISABLE"']
+
+
+def test_nccl_tests_ranks_share_the_gpus_as_commbench_ranks_do():
+    """3 ranks on 2 GPUs: each nccl-tests rank poses as a host of its own and takes the GPU of its local
+    rank mod 2 (nccl-tests alone would take GPU 2 for rank 2), over the socket transport on loopback
+    that COMMBENCH_SHARED_GPU gives commbench's ranks."""
+    extra, prefix = beside_nccl_tests.shared_launch(3, 2)
+    r = mpirun(3, [*prefix, *SHOW], env={**mpi_env(), **extra}, timeout=120)
+    assert r.returncode == 0, r.stderr
+    rows = sorted(line.split() for line in r.stdout.splitlines())
+    assert rows == [[str(rank), f"nccl-tests-shared-rank{rank}", str(rank % 2), "Socket", "lo", "1", "1"]
+                    for rank in range(3)]
+
+
+def test_ranks_with_a_gpu_each_are_launched_as_nccl_tests_expects():
+    assert beside_nccl_tests.shared_launch(2, 2) == ({}, [])
+    assert beside_nccl_tests.shared_launch(1, 8) == ({}, [])
