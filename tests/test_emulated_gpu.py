@@ -187,7 +187,10 @@ def test_a_check_kernel_that_never_ran_reads_as_wrong(skipped, expected):
 def test_per_iteration_timing_leaves_the_hosts_launches_out(workdir):
     """Each kernel launch costs the host 20 ms here: the per-iteration samples, held behind the gate
     while the call is enqueued, are the device's time alone; a loop's enqueue is in its time per call
-    (as in nccl-tests), and each of ring's calls launches a reduction kernel."""
+    (as in nccl-tests), and each of ring's calls launches a reduction kernel. A rank's own sample also
+    holds the time it waited for its peer to let its stream go, which a host descheduled under load
+    makes long (29 ms seen with 4 test workers on a 16-core machine); the last of the two to arrive
+    waits for no one, so of 5 samples one rank's own median is the device's time alone."""
     medians = {}
     for timing in ("per-iteration", "loop"):
         out = os.path.join(workdir, f"{timing}.json")
@@ -196,7 +199,8 @@ def test_per_iteration_timing_leaves_the_hosts_launches_out(workdir):
         assert r.returncode == 0, r.stderr
         [rec] = results.load_document(out)["results"]
         assert rec["wrong"] == 0
-        medians[timing] = rec["time_us"]["median"]
+        medians[timing] = min(p["median_us"] for p in rec["per_rank"]) if timing == "per-iteration" else \
+            rec["time_us"]["median"]
     assert medians["per-iteration"] < 10000 <= 20000 <= medians["loop"], medians
 
 
