@@ -361,23 +361,29 @@ def test_an_asynchronous_nccl_error_ends_the_run_in_one_line(workdir):
     assert doc["results"] and doc["status"] != "running"
 
 
-@pytest.mark.parametrize("users_log", [False, True])
-def test_the_transports_nccl_chose_are_recorded(users_log, workdir):
-    """Defect 7: which transport NCCL took for each connection (its INFO log's "via ..."), summed over
-    the ranks into the result file and the summary; a user's own NCCL_DEBUG is left alone and then
-    nothing is recorded. No log file is left behind."""
+@pytest.mark.parametrize("case", ["one host", "shared GPU", "user's log"])
+def test_the_transports_nccl_chose_are_recorded(case, workdir):
+    """Defect 7: which transport NCCL took for each connection (its INFO log's "via ..." in NCCL's own
+    line formats), summed over the ranks into the result file and the summary: shared memory between
+    the GPUs of one host (a line without a connection index), the network between ranks that are hosts
+    of their own (a [send] and a [receive] line per connection, counted once); a user's own NCCL_DEBUG
+    is left alone and then nothing is recorded. No log file is left behind."""
     out = os.path.join(workdir, "t.json")
     tmp = os.path.join(workdir, "tmp")  # the ranks' temporary folder: no other test's logs in it
     os.mkdir(tmp)
+    env = {"one host": emu_env(3, TMPDIR=tmp), "shared GPU": emu_env(1, TMPDIR=tmp, COMMBENCH_SHARED_GPU="1"),
+           "user's log": emu_env(3, TMPDIR=tmp, NCCL_DEBUG="WARN")}[case]
     r = commbench(["allreduce", "--device", "cuda", "--np", "3", "--impl", "nccl,ring", "--sizes", "1K", "--budget-ms", "10",
-                   "-o", out], env=emu_env(3, TMPDIR=tmp, **({"NCCL_DEBUG": "WARN"} if users_log else {})), cwd=workdir)
+                   "-o", out], env=env, cwd=workdir)
     assert r.returncode == 0, r.stderr
     recorded = results.load_document(out).get("nccl_transports")
-    if users_log:
+    if case == "user's log":
         assert recorded is None and "NCCL's transports" not in r.stdout
     else:
-        assert recorded == {"SHM/emulated": 6}  # 3 ranks, each connected to both others
-        assert "# NCCL's transports (connections): SHM/emulated 6" in r.stdout
+        # 3 ranks, each connected to both others
+        transport = "SHM/direct/direct" if case == "one host" else "NET/Socket/0"
+        assert recorded == {transport: 6}
+        assert f"# NCCL's transports (connections): {transport} 6" in r.stdout
     assert glob.glob(os.path.join(tmp, "commbench-nccl-*.log")) == []
 
 

@@ -14,10 +14,14 @@ import numpy as np
 
 from ..collectives.impls import ALGORITHM_TRANSPORT
 
-# NCCL says which transport each connection took ("Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read", "via
-# SHM/direct/direct", "via NET/IB/0") only in its INFO log. Where the user has not asked for NCCL's log,
-# each rank asks for its INIT part in a file of its own, and reads the connections back after the sweep.
-_CONNECTION = re.compile(r"Channel \d+/\d+ : \d+\[\d+\] -> \d+\[\d+\] via (\S+)")
+# NCCL says which transport each connection took only in its INFO log, in a line per connection:
+# "Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read", "Channel 00 : 0[0] -> 1[1] via SHM/direct/direct"
+# (no connection index), and across the network one line at each end, "Channel 00/0 : 0[0] -> 8[0]
+# [send] via NET/IB/0/GDRDMA" and its "[receive]" twin (NCCL 2.28, src/transport/*.cc). The receive
+# lines are left out, so that each connection counts once. Where the user has not asked for NCCL's
+# log, each rank asks for its INIT part in a file of its own, and reads the connections back after the
+# sweep.
+_CONNECTION = re.compile(r"Channel \d+(?:/\d+)? : \d+\[\w+\] -> \d+\[\w+\](?: \[send\])? via (\S+)")
 
 
 def _log_path() -> str:

@@ -373,21 +373,34 @@ void log_comm(const char* how, int rank, int nranks, bool blocking) {
   close(fd);
 }
 
-// With NCCL_DEBUG=INFO, the line NCCL logs for each connection it makes ("Channel 00/0 : 0[0] -> 1[1]
-// via P2P/CUMEM/read"), here one per peer, to NCCL_DEBUG_FILE (NCCL's %h and %p in it are not expanded),
-// on the communicator's first call: NCCL connects at run time (its default since 2.22), so a
-// communicator that makes no call logs none.
+// With NCCL_DEBUG=INFO, the lines NCCL logs for each connection it makes, here one per peer, to
+// NCCL_DEBUG_FILE (NCCL's %h and %p in it are not expanded), on the communicator's first call: NCCL
+// connects at run time (its default since 2.22), so a communicator that makes no call logs none. In
+// NCCL's own formats (2.28, src/transport/shm.cc and net.cc): a peer on the same host by shared memory,
+// "Channel 00 : 0[0] -> 1[1] via SHM/direct/direct" (no connection index), a peer on another host
+// (or every peer where NCCL_SHM_DISABLE=1) by the network, logged by both ends: "Channel 00/0 : 0[0] ->
+// 1[1] [send] via NET/Socket/0" on the sender and the same connection's "[receive]" line on the receiver.
 void log_connections(const Comm& c) {
   const char* level = std::getenv("NCCL_DEBUG");
   const char* path = std::getenv("NCCL_DEBUG_FILE");
   if (!level || strcasecmp(level, "INFO") != 0) return;
   FILE* f = path ? std::fopen(path, "a") : stdout;
   if (!f) return;
-  for (int peer = 0; peer < c.nranks; ++peer)
-    if (peer != c.rank)
-      std::fprintf(f, "%s:%d:%d [%d] NCCL INFO Channel 00/0 : %d[%d] -> %d[%d] via SHM/emulated\n",
-                   emu::host_name().c_str(), static_cast<int>(getpid()), static_cast<int>(gettid()), c.device, c.rank,
-                   c.shared->slots[c.rank].physical, peer, c.shared->slots[peer].physical);
+  const char* shm_off = std::getenv("NCCL_SHM_DISABLE");
+  const bool shm = !(shm_off && std::strcmp(shm_off, "1") == 0);
+  const std::string prefix = emu::host_name() + ":" + std::to_string(getpid()) + ":" + std::to_string(gettid()) +
+                             " [" + std::to_string(c.device) + "] NCCL INFO Channel 00";
+  const int me = c.shared->slots[c.rank].physical;
+  for (int peer = 0; peer < c.nranks; ++peer) {
+    if (peer == c.rank) continue;
+    const int other = c.shared->slots[peer].physical;
+    if (shm && std::strcmp(c.shared->slots[c.rank].host, c.shared->slots[peer].host) == 0) {
+      std::fprintf(f, "%s : %d[%d] -> %d[%d] via SHM/direct/direct\n", prefix.c_str(), c.rank, me, peer, other);
+    } else {
+      std::fprintf(f, "%s/0 : %d[%d] -> %d[%d] [send] via NET/Socket/0\n", prefix.c_str(), c.rank, me, peer, other);
+      std::fprintf(f, "%s/0 : %d[%d] -> %d[%d] [receive] via NET/Socket/0\n", prefix.c_str(), peer, other, c.rank, me);
+    }
+  }
   if (path) std::fclose(f);
 }
 
