@@ -113,6 +113,27 @@ def test_graph_mode_in_place_is_exact(op, workdir):
     assert len(df) == 4 and (df["wrong"] == 0).all()
 
 
+@pytest.mark.parametrize("place", ["out", "in"])
+def test_what_the_graph_computes_is_checked(place, workdir):
+    """The check ran without the graph, so a replay that computed nothing read 0 wrong; now one launch
+    of the graph is checked as well, on buffers filled again (nccl-tests' -G)."""
+    out = os.path.join(workdir, "g.json")
+    r = commbench(["allreduce", "--device", "cuda", "--np", "2", "--impl", "nccl,ring", "--graph", "--place", place,
+                   "--sizes", "4K", "--budget-ms", "10", "-o", out],
+                  env=emu_env(2, COMMBENCH_EMU_SKIP_LAUNCH="graph launch"), cwd=workdir)
+    assert r.returncode == 1, r.stderr
+    df = results.load(out)
+    assert len(df) == 2 and (df["wrong"] > 0).all()
+
+
+def test_graph_mode_refuses_what_it_cannot_capture(workdir):
+    r = commbench(["allreduce", "--device", "cuda", "--np", "2", "--impl", "nccl,mpi", "--graph", "--sizes", "4K"],
+                  env=emu_env(2), cwd=workdir)
+    assert r.returncode == 2 and r.stderr.splitlines() == [
+        "commbench: error: --graph captures NCCL's calls and commbench's algorithms over NCCL; --impl mpi cannot be "
+        "captured in a CUDA graph"], r.stderr
+
+
 @pytest.mark.parametrize("command", [
     ["scale", "--device", "cuda", "--impl", "nccl", "--ranks", "1,2,3", "--sizes", "1K,64K", "--budget-ms", "10"],
     ["numerics", "--device", "cuda", "--impl", "nccl", "--ranks", "1,3", "--count", "64"]])

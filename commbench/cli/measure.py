@@ -92,6 +92,10 @@ def collective_command(coll) -> click.Command:
         if graph and device != "cuda":
             raise CommbenchError("--graph replays CUDA graphs: it needs --device cuda")
         impls = parse_impls(",".join(default_impls(coll, device, detect_launcher())) if impl_text is None else impl_text, coll, device)
+        uncaptured = [i.name for i in impls if graph and not i.transport.captures_graphs]
+        if uncaptured:
+            raise CommbenchError(f"--graph captures NCCL's calls and commbench's algorithms over NCCL; --impl "
+                                 f"{uncaptured[0]} cannot be captured in a CUDA graph")
         if buffers == "cupy":
             from ..run import cupy_buffers
             cupy_buffers.check_request([i.name for i in impls], device, dtypes)

@@ -112,6 +112,13 @@ def _measure(world, cfg: RunConfig, coll, impl, reporter, data, pool: Buffers, d
                                         cfg=replace(cfg, graph=False), gated=False))(1)
     expected = coll.expected(world.rank, world.size, cfg.root, shape)
     wrong = world.sum(_count_wrong(data, recv, expected, code))
+    if cfg.graph:
+        # What the graph computes, checked as well (nccl-tests' -G checks a launch of its graph): on
+        # buffers filled again, the call captured and launched once (no iterations: nothing timed).
+        send, recv = pool.views(shape, world.rank, in_place)  # the receive buffer stale again
+        _fill(data, send, coll.inputs(world.rank, world.size, cfg.root, shape), code)
+        impl.rank_times(world, coll, send, recv, code, 0, cfg=cfg, gated=False)
+        wrong += world.sum(_count_wrong(data, recv, expected, code))
     rank_times = functools.partial(impl.rank_times, world, coll, send, recv, code, cfg=cfg, agg=cfg.agg, delayed=True)
     if cfg.policy.timing == "loop":
         timings = LoopTimings(rank_times)

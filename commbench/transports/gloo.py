@@ -82,6 +82,7 @@ class GlooTransport:
     name = "gloo"
     p2p_device = "cpu"
     p2p_summary = "host buffers, timed from Python; the default under torchrun"
+    captures_graphs = False  # --graph: no stream of its own to capture
 
     def impls(self, coll, device: str) -> dict[Optional[str], str]:
         """torch.distributed's call (None: gloo runs none of our algorithms) -> what it is."""

@@ -16,6 +16,7 @@ class MpiTransport:
     name = "mpi"
     p2p_device = "cpu"
     p2p_summary = "the default; host buffers, native loops"
+    captures_graphs = False  # --graph: no stream of its own to capture
 
     def impls(self, coll, device: str) -> dict[Optional[str], str]:
         """Our algorithm (None: the library's call) -> what it is."""

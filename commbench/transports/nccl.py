@@ -80,6 +80,7 @@ class NcclTransport:
     name = "nccl"
     p2p_device = "cuda"
     p2p_summary = "GPU buffers, native loops"
+    captures_graphs = True  # --graph: its calls are enqueued on the rank's stream, which a CUDA graph can capture
 
     def impls(self, coll, device: str) -> dict[Optional[str], str]:
         """Our algorithm (None: NCCL's call) -> what it is."""

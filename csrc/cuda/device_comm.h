@@ -406,9 +406,14 @@ class DeviceComm {
     auto done = [&] { wait(what); };
     std::vector<double> t = or_abort([&] {
       if (!graph) return event_times(stream_.s, iters, where_, start, body, done, calls, gate);
-      sync();
-      body();
-      done();
+      // No iterations: the graph's own check (nccl-tests' -G checks one launch), on buffers just
+      // filled: captured and launched once, without the uncaptured run, which would change an
+      // in-place result; the untimed check just before it ran the same call and connected its peers.
+      if (iters > 0) {
+        sync();
+        body();
+        done();
+      }
       Graph g(stream_.s, where_, body);
       sync();
       g.launch();
