@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from commbench.collectives import bandwidths
-from commbench.results.stats import flag_lines, sample_flags, summarize
+from commbench.results.stats import flag_lines, record_flags, sample_flags, summarize
 from commbench.run.policy import Policy, measure
 
 
@@ -50,6 +50,17 @@ def test_flags():
     wide = 1000 + rng.uniform(-300, 300, size=200)
     assert sample_flags(wide, 20e-9) == ["noisy"]
     assert "timer_floor" in sample_flags(np.full(10, 0.1), 20e-9)
+
+
+def test_a_sample_over_many_operations_is_judged_by_its_whole_interval():
+    """A loop's sample is one interval over its calls (and --agg's, and a window's messages): 6 us a
+    call of a 20-call loop spans 120 us, far above the CUDA events' 10 us floor (20 x 0.5 us); the
+    same 6 us as one call's own interval lies under it."""
+    floor = 0.5e-6
+    one_call = {"samples_us": [6.0, 6.1, 5.9]}
+    assert "timer_floor" in record_flags(one_call, floor)
+    for many in ({"loop_calls": 20}, {"agg": 4}, {"window": 64}):
+        assert "timer_floor" not in record_flags({**one_call, **many}, floor), many
 
 
 class FakeTimer:

@@ -63,8 +63,8 @@ FLAG_TEXT = {
 
 def sample_flags(samples_us, clock_floor_s: float, per_timing: int = 1) -> list[str]:
     """Flags (keys of FLAG_TEXT) raised by the per-iteration samples of one (impl, size). A sample
-    that is one timed interval divided by `per_timing` messages (windowed bandwidth) is judged
-    against the clock by its whole interval."""
+    that is one timed interval divided by `per_timing` operations (a window of messages, a loop of
+    calls, aggregated calls) is judged against the clock by its whole interval."""
     us = np.asarray(samples_us, dtype=np.float64)
     median = float(np.median(us))
     flags = []
@@ -75,6 +75,13 @@ def sample_flags(samples_us, clock_floor_s: float, per_timing: int = 1) -> list[
     if median * per_timing < TIMER_FLOOR_FACTOR * clock_floor_s * 1e6:
         flags.append("timer_floor")
     return flags
+
+
+def record_flags(record: dict, clock_floor_s: float) -> list[str]:
+    """sample_flags of a record's samples, each judged by its whole timed interval: a window of
+    messages, a loop of calls, --agg calls fused into one."""
+    per_timing = record.get("window", 1) * record.get("loop_calls", 1) * record.get("agg", 1)
+    return sample_flags(record["samples_us"], clock_floor_s, per_timing)
 
 
 # Sizes a warning names one by one; of more (a fine sweep flags hundreds), the first and the last.

@@ -13,7 +13,7 @@ from ..formats import console as table
 from ..node import machine
 from ..results.document import default_path, header
 from ..results.record import Record
-from ..results.stats import flag_lines, sample_flags
+from ..results.stats import flag_lines, record_flags
 from .output import FileOutput
 
 # Set by the standalone parent when its own stderr is a terminal: the ranks' stderr is a pipe.
@@ -80,7 +80,7 @@ class Reporter(FileOutput):
                 self.waiting = None
             else:
                 self.waiting = record
-        for flag in sample_flags(record["samples_us"], self.clock_floor_s, record.get("window", 1)):
+        for flag in record_flags(record, self.clock_floor_s):
             self.flagged.setdefault((block, flag), []).append((size_label, record["time_us"]))
         if self._progress is not None:
             self._progress.advance(self._task)
