@@ -113,6 +113,17 @@ def test_graph_mode_in_place_is_exact(op, workdir):
     assert len(df) == 4 and (df["wrong"] == 0).all()
 
 
+def test_one_dtypes_buffers_at_a_time(workdir):
+    """Two dtypes of 300M on 1 GiB GPUs: the memory check counts one dtype's buffers, and the first
+    dtype's were still held while the second's were allocated (out of memory after the first)."""
+    r = commbench(["allreduce", "--device", "cuda", "--np", "2", "--impl", "nccl", "--dtype", "float32,int32",
+                   "--sizes", "300M", "--iters", "1", "--warmup", "0", "-o", "m.json"],
+                  env=emu_env(2, COMMBENCH_EMU_MEMORY_GIB="1", NCCL_BUFFSIZE="65536", NCCL_MAX_NCHANNELS="1"),
+                  cwd=workdir, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert list(results.load(os.path.join(workdir, "m.json"))["dtype"]) == ["float32", "int32"]
+
+
 @pytest.mark.parametrize("place", ["out", "in"])
 def test_what_the_graph_computes_is_checked(place, workdir):
     """The check ran without the graph, so a replay that computed nothing read 0 wrong; now one launch

@@ -79,6 +79,8 @@ def run_collective(world, cfg: RunConfig, coll, impls: list, reporter, where: st
     total_wrong = 0
     for dname in dtypes:
         itemsize = itemsize_of(dname)
+        # One dtype's buffers at a time, as the memory check counts them: the last ones go first.
+        pool = None
         pool = Buffers(coll, coll.shape(max(cfg.sizes), itemsize, world.size), dname, cfg.placements, allocate)
         for redop in redops:
             code = redop_code(redop) if coll.reduces else _MOVE_ONLY
