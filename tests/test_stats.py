@@ -94,6 +94,17 @@ def test_policy_few_iterations_for_large_messages():
     assert len(out) == 5 and t.calls == [1, 5]
 
 
+def test_policy_a_first_iteration_that_was_set_up_is_not_the_estimate():
+    """The check's call took 45 ms (NCCL connected its peers in it), the call itself takes 10 us: the 5
+    iterations that estimate allowed are warm-ups, and the budget's worth is timed."""
+    t = FakeTimer(10e-6)
+    out = measure(t, Policy(warmup=5, budget_ms=200, min_iters=5, max_iters=2000), first=np.array([0.045]))
+    assert len(out) == 2000 and t.calls == [5, 2000]
+    # Where the first iteration was the call's time, its count stands.
+    t = FakeTimer(0.045)
+    assert len(measure(t, Policy(warmup=5, budget_ms=200), first=np.array([0.045]))) == 5 and t.calls == [5]
+
+
 def test_policy_budget_in_between():
     t = FakeTimer(1e-3)
     out = measure(t, Policy(warmup=3, budget_ms=100))
