@@ -3,7 +3,7 @@ import pytest
 
 from commbench.collectives import bandwidths
 from commbench.results.stats import flag_lines, record_flags, sample_flags, summarize
-from commbench.run.policy import Policy, measure
+from commbench.run.policy import Policy, measure, measure_loop
 
 
 def test_summary_matches_numpy():
@@ -103,6 +103,19 @@ def test_policy_a_first_iteration_that_was_set_up_is_not_the_estimate():
     # Where the first iteration was the call's time, its count stands.
     t = FakeTimer(0.045)
     assert len(measure(t, Policy(warmup=5, budget_ms=200), first=np.array([0.045]))) == 5 and t.calls == [5]
+
+
+def test_policy_budget_counts_every_aggregated_call():
+    """--agg 4: the timer gives seconds per call, an iteration is 4 calls, the budget holds 100 ms of them."""
+    t = FakeTimer(1e-3)
+    assert len(measure(t, Policy(warmup=3, budget_ms=100), ops=4)) == 25 and t.calls == [1, 2, 25]
+    calls = []
+
+    def loops(n, per_loop):
+        calls.append((n, per_loop))
+        return np.full(n, 1e-3)
+    samples, n = measure_loop(loops, Policy(warmup=5, budget_ms=100, loops=5), ops=4)
+    assert n == 5 and len(samples) == 5 and calls == [(1, 5), (5, 5)]
 
 
 def test_policy_budget_in_between():

@@ -124,11 +124,12 @@ def _measure(world, cfg: RunConfig, coll, impl, reporter, data, pool: Buffers, d
     rank_times = functools.partial(impl.rank_times, world, coll, send, recv, code, cfg=cfg, agg=cfg.agg, delayed=True)
     if cfg.policy.timing == "loop":
         timings = LoopTimings(rank_times)
-        samples, calls = measure_loop(timings, cfg.policy)
+        samples, calls = measure_loop(timings, cfg.policy, cfg.agg)
     else:
         timings = Timings(rank_times)
         # The check is undelayed and without the graph: then the iteration count comes from a timed call.
-        samples = measure(timings, cfg.policy, first=checked if cfg.agg == 1 and not cfg.delay and not cfg.graph else None)
+        samples = measure(timings, cfg.policy, first=checked if cfg.agg == 1 and not cfg.delay and not cfg.graph else None,
+                          ops=cfg.agg)
     if reporter:
         extra = {"root": cfg.root} if coll.rooted else {}
         if cfg.agg > 1:

@@ -47,18 +47,19 @@ class Policy:
 
 
 def measure(timer: Callable[[int], np.ndarray], policy: Policy,
-            first: Optional[np.ndarray] = None) -> np.ndarray:
+            first: Optional[np.ndarray] = None, ops: int = 1) -> np.ndarray:
     """Runs warm-up and timed iterations through timer(n), which returns n per-iteration seconds
     already reduced over ranks; because every rank sees the same samples, every rank chooses the
     same iteration count. `first` is an iteration already run (the untimed correctness check),
-    which then counts as the first warm-up iteration."""
+    which then counts as the first warm-up iteration. An iteration is `ops` operations (--agg) and
+    timer's seconds are per operation: the budget counts them all."""
     first = timer(1) if first is None else first
     if policy.iters:
         if policy.warmup > 1:
             timer(policy.warmup - 1)
         return timer(policy.iters)
     budget_s = policy.budget_ms * 1e-3
-    estimate = float(first[0])
+    estimate = float(first[0]) * ops
     extra = policy.warmup - 1
     if estimate > 0:
         # Warm-ups are paid for from the budget, never beyond it: where min_iters timed iterations
@@ -67,14 +68,14 @@ def measure(timer: Callable[[int], np.ndarray], policy: Policy,
         extra = min(extra, int(spare / estimate)) if spare > 0 else 0
     if extra > 0:
         # The first iteration pays for first touch and connection set-up; the rest estimate better.
-        estimate = float(np.median(timer(extra)))
+        estimate = float(np.median(timer(extra))) * ops
     count = _count(policy, budget_s, estimate)
     samples = timer(count)
     if extra == 0:
         # The estimate was the first iteration's alone, which may have been set-up (NCCL connecting its
         # peers: tens of ms across nodes) more than the call: where the timed iterations say that at
         # least twice as many fit in the budget, they were warm-ups, and that many are timed.
-        again = _count(policy, budget_s, float(np.median(samples)))
+        again = _count(policy, budget_s, float(np.median(samples)) * ops)
         if again >= 2 * count:
             samples = timer(again)
     return samples
@@ -86,11 +87,12 @@ def _count(policy: Policy, budget_s: float, estimate: float) -> int:
     return max(policy.min_iters, min(policy.max_iters, wanted))
 
 
-def measure_loop(timer: Callable[[int, int], np.ndarray], policy: Policy) -> tuple[np.ndarray, int]:
+def measure_loop(timer: Callable[[int, int], np.ndarray], policy: Policy, ops: int = 1) -> tuple[np.ndarray, int]:
     """Loop timing: timer(loops, calls) runs `loops` loops of `calls` back-to-back calls and returns each
     loop's seconds per call. A warm-up loop of policy.warmup calls, whose time per call sets N where
-    --iters does not; returns (policy.loops samples, N)."""
-    estimate = float(timer(1, policy.warmup)[0])
+    --iters does not; returns (policy.loops samples, N). A call is `ops` operations (--agg) and timer's
+    seconds are per operation: the budget counts them all."""
+    estimate = float(timer(1, policy.warmup)[0]) * ops
     if policy.iters:
         calls = policy.iters
     else:
