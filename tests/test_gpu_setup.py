@@ -201,6 +201,15 @@ def test_per_rank_binding_is_accepted(monkeypatch):
     assert gpu.rank_device(FakeWorld(4, 0, others)) == 0
 
 
+def test_one_gpu_per_rank_is_a_binding_to_warn_of_only_where_ranks_share_a_host():
+    """Ranks that each see one GPU of an 8-GPU host: two of them on one host may lose NCCL's direct
+    path between their GPUs; one rank per host (srun -N 2 --ntasks-per-node 1) has no such peer."""
+    assert "every rank sees one GPU of a host with 8" in gpu.binding_warning([1, 1], [8, 8], ["a", "a"])
+    assert gpu.binding_warning([1, 1, 1], [8, 8, 8], ["a", "b", "c"]) is None
+    assert gpu.binding_warning([8, 8], [8, 8], ["a", "a"]) is None
+    assert gpu.binding_warning([1, 1], [1, 1], ["a", "a"]) is None
+
+
 def test_two_ranks_on_one_physical_gpu_are_refused_by_name(monkeypatch):
     """CUDA_VISIBLE_DEVICES=0 for every rank: each sees one GPU, and it is the same one."""
     _use(monkeypatch, FakeCuda(["GPU-aaaa"]))

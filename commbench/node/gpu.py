@@ -220,12 +220,13 @@ def host_gpu_count() -> int:
     return len(gpus_on_host())
 
 
-def binding_warning(seen: list[int], on_host: list[int]) -> Optional[str]:
-    """seen[rank]: the GPUs a rank sees; on_host[rank]: its host's GPUs. When every rank of several
-    sees one GPU of a multi-GPU host (--gpus-per-task=1, a per-rank CUDA_VISIBLE_DEVICES), NCCL cannot
-    reach the other ranks' GPUs directly and may fall back from NVLink or PCIe P2P to shared memory
-    or the network: what it then measures is not the node's fabric."""
-    if len(seen) < 2 or any(n != 1 for n in seen) or max(on_host) < 2:
+def binding_warning(seen: list[int], on_host: list[int], hosts: list[str]) -> Optional[str]:
+    """seen[rank]: the GPUs a rank sees; on_host[rank]: its host's GPUs; hosts[rank]: its host. When
+    every rank sees one GPU of a multi-GPU host (--gpus-per-task=1, a per-rank CUDA_VISIBLE_DEVICES)
+    and a host has several of the ranks, NCCL cannot reach those ranks' GPUs directly and may fall
+    back from NVLink or PCIe P2P to shared memory or the network: what it then measures is not the
+    node's fabric. One rank per host has no peer on its host to reach."""
+    if len(set(hosts)) == len(hosts) or any(n != 1 for n in seen) or max(on_host) < 2:
         return None
     return (f"every rank sees one GPU of a host with {max(on_host)}: NCCL may not reach the other ranks' GPUs "
             f"over NVLink or PCIe P2P and fall back to shared memory or the network; remedy: let every rank see "
@@ -245,7 +246,8 @@ def gpu_layout(world) -> dict:
                             "seen": visible_gpus()[0], "on_host": host_gpu_count()})
     if world.rank != 0:
         return {}
-    warning = binding_warning([e.pop("seen") for e in entries], [e.pop("on_host") for e in entries])
+    warning = binding_warning([e.pop("seen") for e in entries], [e.pop("on_host") for e in entries],
+                              [e["host"] for e in entries])
     return {"gpus": entries, "cuda_versions": mod.versions(), "shared_gpu": shared_gpu(),
             **({"binding_warning": warning} if warning else {})}
 
