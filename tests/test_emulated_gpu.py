@@ -46,7 +46,8 @@ def test_the_emulation_is_strict_where_hardware_is(case):
     """Streams asynchronous and ordered, events, legacy-stream rules, device memory that host code
     cannot touch, graphs and what a capture forbids, injectable launch failures, and NCCL's groups,
     duplicate-GPU refusal, abort and split (tests/emu/selftest.cpp)."""
-    extra = {"COMMBENCH_EMU_FAIL_LAUNCH": "selftest"} if case == "launch_failure" else {}
+    extra = {"launch_failure": {"COMMBENCH_EMU_FAIL_LAUNCH": "selftest"},
+             "nccl_destroy_in_error": {"COMMBENCH_EMU_NCCL_FAULT": "error:0:1"}}.get(case, {})
     r = subprocess.run([SELFTEST, case], capture_output=True, text=True, timeout=60, env=emu_env(2, **extra))
     assert r.returncode == 0, r.stderr
 
@@ -111,6 +112,20 @@ def test_graph_mode_in_place_is_exact(op, workdir):
     assert r.returncode == 0, r.stderr
     df = results.load(out)
     assert len(df) == 4 and (df["wrong"] == 0).all()
+
+
+@pytest.mark.parametrize("variable,command", [("NCCL_COMM_BLOCKING", ["allreduce", "--impl", "nccl", "--sizes", "1K"]),
+                                              ("NCCL_COMM_SPLIT_SHARE_RESOURCES", ["p2p", "--impl", "nccl", "--sizes", "8"])])
+def test_nccl_variables_that_override_the_communicators_mode_are_refused(variable, command, workdir):
+    """NCCL lets these variables override every communicator's configuration: blocking ones cannot be
+    made within --timeout, non-blocking ones put a thread's start in every timed call, shared ones
+    share one abort. Refused in one line, no result file."""
+    r = commbench([*command, "--device", "cuda", "--np", "2", "-o", "x.json"], env=emu_env(2, **{variable: "1"}),
+                  cwd=workdir)
+    assert r.returncode == 2 and r.stderr.splitlines() == [
+        f"commbench: error: {variable}=1 is set: commbench chooses each NCCL communicator's mode itself (non-blocking "
+        f"to make it within --timeout, blocking to time its calls, resources of its own); unset {variable}"], r.stderr
+    assert not os.path.exists(os.path.join(workdir, "x.json"))
 
 
 def test_one_dtypes_buffers_at_a_time(workdir):

@@ -276,8 +276,24 @@ def nccl_reserve_bytes(env: Optional[dict] = None) -> int:
     return buffsize * channels * 2 * 2 * 2
 
 
+# NCCL variables that override what commbench chooses for each communicator (NCCL's envConfigOverride):
+# a blocking one cannot be made against --timeout, a non-blocking one runs each call's group on a
+# thread of its own (its time in a loop's), and shared resources share one abort between them all.
+MODE_OVERRIDES = ("NCCL_COMM_BLOCKING", "NCCL_COMM_SPLIT_SHARE_RESOURCES")
+
+
+def refuse_mode_overrides(env: Optional[dict] = None) -> None:
+    env = os.environ if env is None else env
+    for name in MODE_OVERRIDES:
+        if env.get(name, "") != "":
+            raise CommbenchError(f"{name}={env[name]} is set: commbench chooses each NCCL communicator's mode itself "
+                                 f"(non-blocking to make it within --timeout, blocking to time its calls, "
+                                 f"resources of its own); unset {name}")
+
+
 def device_comm(world, device: int, timeout_s: float):
     """A NCCL communicator over all ranks: rank 0 makes the unique id and broadcasts it."""
+    refuse_mode_overrides()
     mod = cuda_module()
     uid = world.root_call(mod.nccl_unique_id)
     return mod.DeviceComm(uid, world.rank, world.size, device, timeout_s)

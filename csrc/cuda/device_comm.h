@@ -106,8 +106,16 @@ class NcclComm {
     }
   }
   explicit NcclComm(std::nullptr_t) {}  // none
+  // A communicator in error (a peer's failure seen by NCCL after the last call) is aborted: NCCL's
+  // destroy of one returns at once, leaving a group open on this thread that would defer every later
+  // NCCL call of it (init.cc, ncclCommDestroy).
   ~NcclComm() {
-    if (comm_) ncclCommDestroy(comm_);
+    if (!comm_) return;
+    ncclResult_t state = ncclSuccess;
+    if (ncclCommGetAsyncError(comm_, &state) != ncclSuccess || state != ncclSuccess)
+      ncclCommAbort(comm_);
+    else
+      ncclCommDestroy(comm_);
   }
   ncclComm_t get() const { return comm_; }
   bool alive() const { return comm_ != nullptr; }

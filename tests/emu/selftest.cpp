@@ -274,6 +274,27 @@ void nccl_abort() {
   });
 }
 
+// ncclCommDestroy of a communicator in error (rank 0's first group fails: COMMBENCH_EMU_NCCL_FAULT=
+// error:0:1, set by the test for this case) returns the error and leaves a group open on the thread,
+// as NCCL's does; ncclCommAbort frees it.
+void nccl_destroy_in_error() {
+  two_ranks(kTwoGpus, [](int rank, ncclComm_t comm, cudaStream_t s) {
+    int* buf = device_int();
+    ncclAllReduce(buf, buf, 1, ncclInt32, ncclSum, comm, s);
+    if (rank == 1) {
+      sleep_ms(300);
+      ncclCommAbort(comm);  // its peer never joins the call
+      return;
+    }
+    cudaStreamSynchronize(s);
+    ncclResult_t state = ncclSuccess;
+    EXPECT(ncclCommGetAsyncError(comm, &state) == ncclSuccess && state == ncclSystemError);
+    EXPECT(ncclCommDestroy(comm) == ncclSystemError);
+    EXPECT(ncclGroupEnd() == ncclSuccess);  // the group the destroy left open
+    EXPECT(ncclCommAbort(comm) == ncclSuccess);
+  });
+}
+
 // ncclCommSplit: the members in key order, an allreduce among them alone.
 void nccl_split() {
   two_ranks(kTwoGpus, [](int rank, ncclComm_t comm, cudaStream_t s) {
@@ -306,6 +327,7 @@ int main(int argc, char** argv) {
       {"events_time_the_stream", events_time_the_stream},     {"graphs", graphs},
       {"launch_failure", launch_failure},                     {"nccl_groups_wait_for_peers", nccl_groups_wait_for_peers},
       {"nccl_duplicate_gpu", nccl_duplicate_gpu},             {"nccl_abort", nccl_abort},
+      {"nccl_destroy_in_error", nccl_destroy_in_error},
       {"nccl_split", nccl_split}};
   if (argc != 2 || !cases.count(argv[1])) {
     for (const auto& c : cases) std::printf("%s\n", c.first.c_str());

@@ -643,8 +643,17 @@ ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* rank) {
   return ncclSuccess;
 }
 
+// As NCCL 2.28's (init.cc): a group is opened first, and a communicator whose state is an error (or
+// still in progress) makes it return that error at once, the group left open on this thread (every
+// later call of the thread deferred) and the communicator not freed. A communicator in error is for
+// ncclCommAbort.
 ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   if (!comm) return error(ncclInvalidArgument, "invalid communicator");
+  ++group_depth;
+  if (const int state = comm->impl->async.load(); state != ncclSuccess)
+    return error(state == ncclInProgress ? ncclInvalidArgument : static_cast<ncclResult_t>(state),
+                 "ncclCommDestroy of a communicator in error or in progress");
+  --group_depth;
   // The segment stays mapped while queued work or a graph still refers to the communicator.
   delete comm;
   return ncclSuccess;
