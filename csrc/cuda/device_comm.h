@@ -112,7 +112,8 @@ class NcclComm {
   ~NcclComm() {
     if (!comm_) return;
     ncclResult_t state = ncclSuccess;
-    if (ncclCommGetAsyncError(comm_, &state) != ncclSuccess || state != ncclSuccess)
+    const ncclResult_t rc = ncclCommGetAsyncError(comm_, &state);
+    if (rc != ncclSuccess || state != ncclSuccess)
       ncclCommAbort(comm_);
     else
       ncclCommDestroy(comm_);
