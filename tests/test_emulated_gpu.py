@@ -222,6 +222,29 @@ _CHECK = textwrap.dedent("""
 """)
 
 
+_COPY = textwrap.dedent("""
+    import numpy as np
+    from commbench.node.gpu import cuda_module
+    from commbench.run.device_arrays import DeviceArray
+    m = cuda_module()
+    a = DeviceArray.empty(1000, "float32", 0)
+    m.fill(a, 7.0)
+    whole, every_other = np.zeros(1000, np.float32), np.zeros(2000, np.float32)[::2]
+    m.copy_to_host(a, whole)
+    try:
+        m.copy_to_host(a, every_other)
+    except ValueError as e:
+        print(e)
+    print(whole.min(), whole.max(), every_other.max())
+""")
+
+
+def test_a_copy_into_a_strided_host_view_is_refused():
+    r = subprocess.run([sys.executable, "-c", _COPY], capture_output=True, text=True, timeout=60, env=emu_env(1))
+    assert r.returncode == 0 and r.stdout.splitlines() == ["copy: the host buffer is not contiguous", "7.0 7.0 0.0"], \
+        r.stdout + r.stderr
+
+
 @pytest.mark.parametrize("skipped,expected", [("", "0"), ("check kernel", "391")])
 def test_a_check_kernel_that_never_ran_reads_as_wrong(skipped, expected):
     """The sentinel: a check kernel that never ran leaves the count at its number of blocks (here

@@ -162,10 +162,14 @@ class DeviceComm {
               },
               &init_, true, timeout_s, where_) {}
 
-  // The first `size` ranks of this communicator as one of their own (ncclCommSplit, which shares the
-  // parent's resources, instead of a whole new communicator per rank count); every rank of this one
-  // calls it, and those not in it get none.
+  // The first `size` ranks of this communicator as one of their own (ncclCommSplit from the
+  // non-blocking init_, within the deadline, instead of a whole new communicator per rank count; it
+  // has buffers of its own once it connects, as NCCL shares a parent's only where the parent's
+  // config says splitShare); every rank of this one calls it, and those not in it get none.
   std::unique_ptr<DeviceComm> split(int64_t size) {
+    if (!init_.alive())
+      throw std::logic_error("split: only a communicator over all ranks splits (this one is a split, or was aborted)" +
+                             where_.text());
     cuda_check(cudaSetDevice(where_.device), "cudaSetDevice", where_);
     const bool member = where_.rank < size;
     auto child = std::unique_ptr<DeviceComm>(new DeviceComm(*this, member, static_cast<int>(size)));
@@ -213,6 +217,7 @@ class DeviceComm {
   // per iteration. Time per iteration (the whole window); `loop` windows back to back per sample.
   std::vector<double> bandwidth_times(const Buffer& send, const Buffer& recv, int64_t bytes, int64_t peer,
                                       int64_t window, int64_t iters, int64_t loop) {
+    if (window < 1) throw std::invalid_argument("window must be at least 1");
     return pair_times(send, recv, bytes, peer, iters, loop, 1.0, "NCCL bandwidth window", [&](auto& leg, bool lead) {
       NcclGroup g(comm(), where_);
       for (int64_t w = 0; w < window; ++w) leg(lead);
@@ -276,6 +281,7 @@ class DeviceComm {
                                  int64_t loop, double scale, const char* what, Body&& body) {
     require_message(send, recv, bytes, peer);
     if (loop < 1) throw std::invalid_argument("loop must be at least 1");
+    if (iters < 0) throw std::invalid_argument("iters must not be negative");
     cuda_check(cudaSetDevice(where_.device), "cudaSetDevice", where_);
     const int other = static_cast<int>(peer);
     const std::size_t n = static_cast<std::size_t>(bytes);

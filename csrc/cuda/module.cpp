@@ -103,6 +103,13 @@ std::pair<std::size_t, std::size_t> mem_get_info(int64_t device) {
 void copy_bytes(const Buffer& dev, py::buffer host, bool to_host) {
   if (dev.on_host()) throw std::invalid_argument("copy: the first buffer must be on a GPU");
   const py::buffer_info info = host.request(to_host);
+  // One block of memory: a strided view's elements are not where a copy of its size would go.
+  py::ssize_t stride = info.itemsize;
+  for (py::ssize_t d = info.ndim - 1; d >= 0; --d) {
+    if (info.shape[d] > 1 && info.strides[d] != stride)
+      throw std::invalid_argument("copy: the host buffer is not contiguous");
+    stride *= info.shape[d];
+  }
   const std::size_t bytes = static_cast<std::size_t>(info.size * info.itemsize);
   if (bytes != nbytes(dev)) throw std::invalid_argument("copy: the host buffer's size differs from the device buffer's");
   const Where w{0, dev.device};
