@@ -29,12 +29,13 @@ inline void cuda_check(cudaError_t rc, const char* call, const Where& w) {
     throw std::runtime_error(std::string(call) + " failed: " + cudaGetErrorString(rc) + w.text());
 }
 
-// NCCL's status names only a class of error ("unhandled system error"); its last-error text says
-// which call and why, so it goes into every message.
+// NCCL's status names only a class of error ("unhandled system error"); its last-error text usually
+// says which call and why, so it goes into every message. That text is NCCL's latest warning in the
+// process, from any thread and never cleared, so it is given as such, not as this call's own words.
 inline std::string nccl_error_text(ncclResult_t rc) {
   std::string text = ncclGetErrorString(rc);
   const char* last = ncclGetLastError(nullptr);
-  if (last != nullptr && last[0] != '\0') text += std::string(": ") + last;
+  if (last != nullptr && last[0] != '\0') text += std::string(" (NCCL's last warning: ") + last + ")";
   return text;
 }
 
@@ -42,9 +43,9 @@ inline void nccl_check(ncclResult_t rc, const char* call, const Where& w) {
   if (rc != ncclSuccess) throw std::runtime_error(std::string(call) + " failed: " + nccl_error_text(rc) + w.text());
 }
 
-// A non-blocking communicator (NcclComm's) may answer ncclInProgress while a call is still being
-// enqueued; the call is complete once ncclCommGetAsyncError stops saying so. Enqueuing never waits for
-// a peer, so this loop needs no deadline.
+// A non-blocking communicator may answer ncclInProgress while a call is still being enqueued; the
+// call is complete once ncclCommGetAsyncError stops saying so. The calls run on blocking communicators
+// (NcclComm: NCCL_COMM_BLOCKING, which would make them non-blocking, is refused), which never answer so.
 inline void nccl_enqueued(ncclResult_t rc, ncclComm_t comm, const char* call, const Where& w) {
   while (rc == ncclInProgress) {
     nccl_check(ncclCommGetAsyncError(comm, &rc), "ncclCommGetAsyncError", w);
