@@ -13,7 +13,7 @@ from commbench import _host, collectives
 from commbench.collectives.base import PIPELINED
 from commbench.collectives.dtypes import DTYPES, REDOPS, itemsize_of, numpy_dtype
 from commbench.launch.world import init_world
-from commbench.run.buffers import Buffers, allocator
+from commbench.run.buffers import _STALE, Buffers, allocator
 from commbench.run.collective import _MOVE_ONLY, _count_wrong, _fill
 from commbench.run.config import RunConfig
 from commbench.run.testdata import HostData
@@ -55,8 +55,9 @@ def rank_input(coll, j, root, shape, dtype, code):
     return t.astype(np.float64)
 
 
-def reference(coll, inputs, op, root, shape):
-    """What this rank's receive buffer must hold (None: undefined), from every rank's input."""
+def reference(coll, inputs, op, root, shape, in_place):
+    """What this rank's receive buffer must hold, from every rank's input: a reduce leaves the other
+    ranks' receive buffers as they were (the rank's input in place, the stale value out of place)."""
     x = np.stack(inputs) if inputs[0].size else np.zeros((size, 0))
     c = shape.count
     reduced = REF[op](x, axis=0) if op else None
@@ -64,7 +65,7 @@ def reference(coll, inputs, op, root, shape):
             "allgather": lambda: x.reshape(-1),
             "reducescatter": lambda: reduced[rank * c:(rank + 1) * c],
             "broadcast": lambda: x[root],
-            "reduce": lambda: reduced if rank == root else None,
+            "reduce": lambda: reduced if rank == root else x[rank] if in_place else np.full(c, float(_STALE)),
             "alltoall": lambda: x[:, rank * c:(rank + 1) * c].reshape(-1),
             "sendrecv": lambda: x[(rank - 1) % size]}[coll.name]()
 
@@ -94,10 +95,9 @@ for coll in collectives.all_collectives():
                                             place="in" if in_place else "out", chunk_bytes=chunk)
                             # One call through the transport, as a sweep's check makes it; no times gathered.
                             impl.transport.times(world, coll, impl.algorithm, send, recv, code, 1, cfg, 1, 0.0)
-                            want = reference(coll, inputs, op, root, shape)
-                            got = recv.astype(np.float64)
-                            bad = 0 if want is None else int(np.count_nonzero(got != want))
-                            claimed = _count_wrong(data, recv, coll.expected(rank, size, root, shape), code)
+                            want = reference(coll, inputs, op, root, shape, in_place)
+                            bad = int(np.count_nonzero(recv.astype(np.float64) != want))
+                            claimed = _count_wrong(data, recv, coll.expected(rank, size, root, shape), code, in_place)
                             if bad or claimed:
                                 failures.append(f"{coll.name} {impl.name} {dname} {op} count={count} root={root} "
                                                 f"in_place={in_place} chunk={chunk}: {bad} differ from the reference, "
@@ -112,7 +112,7 @@ for coll in collectives.all_collectives():
     expected = coll.expected(rank, size, 0, shape)
     if expected:
         recv[expected[-1].offset] += 1
-        if _count_wrong(data, recv, expected, code) != 1:
+        if _count_wrong(data, recv, expected, code, False) != 1:
             failures.append(f"{coll.name}: the checker missed a corrupted element")
 all_failures = comm.gather(failures)
 if rank == 0:

@@ -13,6 +13,10 @@ from .cost import CostModel
 
 # count_wrong's source for "the exact reduction over all ranks" (pattern.h).
 REDUCED = -1
+# A Segment's source for "as the call found it": a receive buffer the call must leave alone. Out of
+# place it holds the stale value (count_wrong's kUntouched); in place, where send and receive are one
+# buffer, the rank's own input (run/collective.py resolves it).
+UNTOUCHED = -2
 # Our algorithms that send a message in chunks, one pipeline stage per chunk (the chunk is an option).
 PIPELINED = ("tree", "chain")
 # nccl-tests (since 2.13.12) rounds a per-rank block down to whole 16-byte units, so that every
@@ -32,7 +36,8 @@ class Shape:
 @dataclass(frozen=True)
 class Segment:
     """Elements [offset, offset + count) of a buffer hold pattern indices first, first + 1, ... of
-    rank `source`'s values, or of the exact reduction when source is REDUCED."""
+    rank `source`'s values, or of the exact reduction when source is REDUCED; or, when it is
+    UNTOUCHED, what they held before the call."""
     offset: int
     count: int
     first: int

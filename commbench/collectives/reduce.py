@@ -1,6 +1,6 @@
 """Reduce: the root ends with the reduction of all ranks' buffers."""
 
-from .base import REDUCED, Collective, Segment, rooted_pipeline_model
+from .base import REDUCED, UNTOUCHED, Collective, Segment, rooted_pipeline_model
 
 
 class Reduce(Collective):
@@ -17,8 +17,9 @@ class Reduce(Collective):
         return 1.0
 
     def expected(self, rank, p, root, shape):
-        # Only the root's receive buffer is defined afterwards.
-        return [Segment(0, shape.recv, 0, REDUCED)] if rank == root else []
+        # The other ranks' receive buffers stay as they were, as MPI's and NCCL's reduce leave them
+        # (nccl-tests checks them too).
+        return [Segment(0, shape.recv, 0, REDUCED if rank == root else UNTOUCHED)]
 
     def cost_model(self, algorithm, p):
         return rooted_pipeline_model(algorithm, p)

@@ -15,7 +15,8 @@ from ..collectives.dtypes import itemsize_of, numpy_dtype
 from ..errors import CommbenchError
 from .preflight import memory_problem
 
-# Value the output buffer holds before an out-of-place check, so a missing copy shows as wrong.
+# Value the output buffer holds before an out-of-place check, so a missing copy shows as wrong (the
+# native checks' kStaleValue, pattern.h, for a buffer that must stay untouched).
 _STALE = 77
 _PAGE = 4096
 

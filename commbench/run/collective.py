@@ -10,6 +10,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from ..analysis import stragglers
+from ..collectives.base import UNTOUCHED
 from ..collectives.dtypes import itemsize_of, redop_code
 from ..launch import watchdog
 from ..node.gpu import take_gpu
@@ -53,8 +54,11 @@ def _fill(data, tensor, segments, code: int) -> None:
         data.fill(tensor[seg.offset:seg.offset + seg.count], code, seg.first)
 
 
-def _count_wrong(data, tensor, segments, code: int) -> int:
-    return sum(data.count_wrong(tensor[seg.offset:seg.offset + seg.count], code, seg.first, seg.source)
+def _count_wrong(data, tensor, segments, code: int, in_place: bool) -> int:
+    """Wrong elements of `tensor` by the segments; an UNTOUCHED one in place holds this rank's input."""
+    own = data.world.rank if in_place else UNTOUCHED
+    return sum(data.count_wrong(tensor[seg.offset:seg.offset + seg.count], code, seg.first,
+                                own if seg.source == UNTOUCHED else seg.source)
                for seg in segments)
 
 
@@ -113,14 +117,14 @@ def _measure(world, cfg: RunConfig, coll, impl, reporter, data, pool: Buffers, d
     checked = Timings(functools.partial(impl.rank_times, world, coll, send, recv, code,
                                         cfg=replace(cfg, graph=False), gated=False))(1)
     expected = coll.expected(world.rank, world.size, cfg.root, shape)
-    wrong = world.sum(_count_wrong(data, recv, expected, code))
+    wrong = world.sum(_count_wrong(data, recv, expected, code, in_place))
     if cfg.graph:
         # What the graph computes, checked as well (nccl-tests' -G checks a launch of its graph): on
         # buffers filled again, the call captured and launched once (no iterations: nothing timed).
         send, recv = pool.views(shape, world.rank, in_place)  # the receive buffer stale again
         _fill(data, send, coll.inputs(world.rank, world.size, cfg.root, shape), code)
         impl.rank_times(world, coll, send, recv, code, 0, cfg=cfg, gated=False)
-        wrong += world.sum(_count_wrong(data, recv, expected, code))
+        wrong += world.sum(_count_wrong(data, recv, expected, code, in_place))
     rank_times = functools.partial(impl.rank_times, world, coll, send, recv, code, cfg=cfg, agg=cfg.agg, delayed=True)
     if cfg.policy.timing == "loop":
         timings = LoopTimings(rank_times)

@@ -51,8 +51,27 @@ def _broadcast(send, recv, op, root, world, in_place):
     dist.broadcast(recv, src=root, group=world.group)
 
 
+# torch's reduce works in place on every rank's tensor and leaves partial results in the other ranks'
+# ones; MPI's and NCCL's leave the other ranks' buffers as they were (nccl-tests checks that they do),
+# so there gloo reduces a copy of the input, in working memory kept per dtype at the largest size.
+_WORK: dict = {}
+
+
+def _work_copy(src):
+    import torch
+    work = _WORK.get(src.dtype)
+    if work is None or work.numel() < src.numel():
+        work = _WORK[src.dtype] = torch.empty(src.numel(), dtype=src.dtype)
+    view = work[:src.numel()]
+    view.copy_(src)
+    return view
+
+
 def _reduce(send, recv, op, root, world, in_place):
     import torch.distributed as dist
+    if world.rank != root:
+        dist.reduce(_work_copy(send), dst=root, op=_op(op), group=world.group)
+        return
     if not in_place:
         recv.copy_(send)
     dist.reduce(recv, dst=root, op=_op(op), group=world.group)

@@ -133,16 +133,14 @@ __global__ void fill_kernel(T* data, std::size_t n, std::size_t first, RedOp op,
     data[i] = static_cast<T>(pattern_value(op, first + i, rank, nranks));
 }
 
-// source < 0: the exact reduction over nranks; otherwise rank source's own values.
+// What each element must hold from `source`: pattern.h's expected_at.
 template <typename T>
 __global__ void count_wrong_kernel(const T* data, std::size_t n, std::size_t first, RedOp op, int nranks, int source,
                                    unsigned long long* wrong) {
   unsigned long long local = 0;
   for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
-    const double expected = source < 0 ? pattern_expected(op, first + i, nranks)
-                                       : static_cast<double>(pattern_value(op, first + i, source, nranks));
-    local += static_cast<double>(data[i]) != expected ? 1 : 0;
+    local += static_cast<double>(data[i]) != expected_at(op, first + i, source, nranks) ? 1 : 0;
   }
   add_block_count(wrong, local);
 }

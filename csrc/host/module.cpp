@@ -272,7 +272,7 @@ void fill_pattern(const Buffer& t, int64_t op_code, int64_t rank, int64_t nranks
 }
 
 // Number of elements of t that differ from what they must hold at pattern indices first, first + 1,
-// ...: the exact reduction over nranks ranks (source < 0), or rank `source`'s own values.
+// ... from `source` (pattern.h: the exact reduction, a rank's own values, or the stale value).
 int64_t count_wrong(const Buffer& t, int64_t op_code, int64_t nranks, int64_t first, int64_t source) {
   require_host(t, "buffer");
   const RedOp op = redop_from(op_code);
@@ -283,7 +283,7 @@ int64_t count_wrong(const Buffer& t, int64_t op_code, int64_t nranks, int64_t fi
     const std::size_t period = pattern_period(op, p);
     std::vector<double> expected(period);
     for (std::size_t j = 0; j < period; ++j)
-      expected[j] = source < 0 ? pattern_expected(op, j, p) : pattern_value(op, j, static_cast<int>(source), p);
+      expected[j] = expected_at(op, j, static_cast<int>(source), p);
     int64_t wrong = 0;
     over_periods(t.count, static_cast<std::size_t>(first), period,
                  [&](std::size_t k, std::size_t phase, std::size_t m) {

@@ -47,10 +47,24 @@ inline Own own_algo(Collective coll, Algorithm algo) {
 // The tree and the chain send in pipeline chunks (--chunk).
 inline bool pipelined(Own own) { return own.algo == Algorithm::Tree || own.algo == Algorithm::Chain; }
 
+// The tree (fanout 2) or chain (fanout 1) of a pipelined algorithm's call. `chunk` in elements.
+template <typename T>
+TreeSchedule tree_of(Own own, const CallBuffers<T>& b, std::size_t chunk) {
+  return TreeSchedule{b.rank, b.size, chunk, b.root, own.algo == Algorithm::Chain ? 1 : 2};
+}
+
+// A reduce writes the root's output alone (MPI's and NCCL's leave the other ranks' receive buffers as
+// they were, and a rank's input is const): a rank that is neither the root nor a leaf sums its
+// children's chunks into a copy of its input in scratch. A leaf sends its input as it is.
+template <typename T>
+bool reduces_in_scratch(Own own, const CallBuffers<T>& b, std::size_t chunk) {
+  return own.coll == Collective::Reduce && b.rank != b.root && tree_of(own, b, chunk).num_children() > 0;
+}
+
 // Scratch elements own_call needs. `chunk` is the tree's pipeline chunk in elements.
 template <typename T>
 std::size_t own_scratch_elems(Own own, const CallBuffers<T>& b, std::size_t chunk) {
-  if (pipelined(own)) return tree_scratch_elems<T>(chunk);
+  if (pipelined(own)) return (reduces_in_scratch(own, b, chunk) ? b.recv_count : 0) + tree_scratch_elems<T>(chunk);
   if (own.algo != Algorithm::Ring) return 0;
   if (own.coll == Collective::ReduceScatter)  // out of place, the whole input is reduced in a copy
     return (b.in_place ? 0 : b.send_count) + ring_scratch_elems<T>(b.send_count, b.size);
@@ -64,7 +78,7 @@ std::function<void()> own_call(Own own, Transport& tr, Reducer& reduce, Copy& co
                                std::size_t chunk) {
   const Algorithm algo = own.algo;
   const RingSchedule ring{b.rank, b.size};
-  const TreeSchedule tree{b.rank, b.size, chunk, b.root, algo == Algorithm::Chain ? 1 : 2};
+  const TreeSchedule tree = tree_of(own, b, chunk);
   T* out = b.recv;
   const T* in = b.send;
   switch (own.coll) {
@@ -96,11 +110,16 @@ std::function<void()> own_call(Own own, Transport& tr, Reducer& reduce, Copy& co
         if (!b.in_place && b.rank == b.root) copy(out, in, b.recv_count);
         tree_broadcast(tr, tree, out, b.recv_count);
       };
-    case Collective::Reduce:
+    case Collective::Reduce: {
+      const bool root = b.rank == b.root, in_scratch = reduces_in_scratch(own, b, chunk);
+      // The root reduces into its output; the others never write their output or their input.
+      T* work = root ? out : in_scratch ? scratch : const_cast<T*>(in);
+      T* tmp = in_scratch ? scratch + b.recv_count : scratch;
       return [=, &tr, &reduce, &copy] {
-        if (!b.in_place) copy(out, in, b.recv_count);
-        tree_reduce(tr, reduce, tree, out, scratch, b.recv_count);
+        if (work != in) copy(work, in, b.recv_count);
+        tree_reduce(tr, reduce, tree, work, tmp, b.recv_count);
       };
+    }
     case Collective::AllToAll:
       return [=, &tr] { pairwise_alltoall(tr, b.rank, b.size, in, out, b.send_count / static_cast<std::size_t>(b.size)); };
     case Collective::SendRecv: break;

@@ -65,6 +65,20 @@ COMMBENCH_HD double pattern_expected(RedOp op, std::size_t i, int p) {
   return acc;
 }
 
+// count_wrong's sources: a rank's own values (its number), the exact reduction over all ranks (-1,
+// collectives/base.py's REDUCED), or the stale value a receive buffer is given before a call
+// (kUntouched, base.py's UNTOUCHED: a buffer the call must leave alone, as a reduce leaves the other
+// ranks' receive buffers; run/buffers.py's _STALE).
+constexpr int kUntouched = -2;
+constexpr double kStaleValue = 77;
+
+// What element index i of a buffer must hold, from `source` (above).
+COMMBENCH_HD double expected_at(RedOp op, std::size_t i, int source, int p) {
+  if (source == kUntouched) return kStaleValue;
+  if (source < 0) return pattern_expected(op, i, p);
+  return pattern_value(op, i, source, p);
+}
+
 // The byte a copy check writes at offset i. `seed` tells a copy's source from the stale content
 // its destination is given first, so a copy that moved nothing shows as wrong; 251 is prime, so
 // the pattern does not repeat with any power-of-two stride.
