@@ -239,6 +239,26 @@ _COPY = textwrap.dedent("""
 """)
 
 
+_GATED_COPIES = textwrap.dedent("""
+    from commbench.node.gpu import cuda_module
+    m = cuda_module()
+    for bidi in (False, True):
+        rig = m.PeerCopy(1, 0, 1 << 16, "sm", bidi)
+        print(max(rig.times(3)) * 1e3, rig.wrong())
+""")
+
+
+def test_peer_copies_leave_the_hosts_launches_out():
+    """Each kernel launch costs the host 20 ms here: a peer copy's samples, held behind the gate while
+    its copy kernels (one per direction) are launched, are the device's time alone (they read 20 and
+    40 ms before), and every byte arrives."""
+    r = subprocess.run([sys.executable, "-c", _GATED_COPIES], capture_output=True, text=True, timeout=120,
+                       env=emu_env(2, COMMBENCH_EMU_LAUNCH_DELAY_US="20000"))
+    assert r.returncode == 0, r.stderr
+    rows = [line.split() for line in r.stdout.splitlines()]
+    assert len(rows) == 2 and all(float(ms) < 10 and wrong == "0" for ms, wrong in rows), rows
+
+
 def test_a_copy_into_a_strided_host_view_is_refused():
     r = subprocess.run([sys.executable, "-c", _COPY], capture_output=True, text=True, timeout=60, env=emu_env(1))
     assert r.returncode == 0 and r.stdout.splitlines() == ["copy: the host buffer is not contiguous", "7.0 7.0 0.0"], \

@@ -75,7 +75,8 @@ def print_matrices(matrices: dict, gpus: int, echo) -> None:
             echo(f"#{s:>8}" + "".join(row))
 
     for (mode, bidi), cell in matrices.items():
-        table(f"{'bidirectional' if bidi else 'unidirectional'} {mode} bandwidth (GB/s), largest size", cell,
+        table(f"{'bidirectional' if bidi else 'unidirectional'} {mode} bandwidth (GB/s"
+              f"{', both directions summed' if bidi else ''}), largest size", cell,
               lambda recs: f"{recs[-1]['algbw_gbps']:.1f}")
     table("unidirectional ce latency (us), smallest size", matrices[("ce", False)],
           lambda recs: f"{recs[0]['time_us']['median']:.2f}")

@@ -49,8 +49,8 @@ def collective_bytes(coll, size_bytes: int, itemsize: int, ranks: int, placement
 
 
 def p2p_bytes(size_bytes: int) -> int:
-    """Memory one rank of a pair needs: its message buffer and the libraries' own buffers."""
-    return size_bytes + LIBRARY_SLACK_BYTES
+    """Memory one rank of a pair needs: its send and receive buffers and the libraries' own buffers."""
+    return 2 * size_bytes + LIBRARY_SLACK_BYTES
 
 
 @dataclass(frozen=True)

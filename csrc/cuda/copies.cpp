@@ -10,6 +10,7 @@
 
 #include "commbench/pattern.h"
 #include "errors.h"
+#include "gate.h"
 #include "kernels.cuh"
 #include "resources.h"
 
@@ -79,21 +80,32 @@ std::string peer_status(int64_t src, int64_t dst) {
   return why.empty() && a != b ? enable_peer(b, a) : why;
 }
 
+// What a copy's timing refusal suggests: nothing times copies otherwise.
+constexpr const char* kCopyRemedy = "unset CUDA_LAUNCH_BLOCKING";
+
 // Device-to-device copy of `bytes`: "ce" (copy engine, cudaMemcpyPeerAsync) or "sm" (a kernel on the
 // source device). Bidirectional runs both directions at once on two streams; an iteration ends when
-// both are done.
+// both are done. Each sample is enqueued behind the gate (gate.h), so that the host's call and the
+// launch latency stay out of it and both directions start together (the reverse stream waits on an
+// event recorded behind the gate), as nvbandwidth holds its streams; except a copy-engine copy
+// without peer access, which the driver stages through the host, as the host may wait for it.
 class PeerCopy {
  public:
   PeerCopy(int64_t dst_dev, int64_t src_dev, int64_t bytes, const std::string& mode, bool bidirectional)
       : a_(static_cast<int>(src_dev)), b_(static_cast<int>(dst_dev)), n_(static_cast<std::size_t>(bytes)),
-        sm_(check_mode(mode, a_, b_)), bidi_(bidirectional), w_{0, a_},
+        sm_(check_mode(mode, a_, b_)), bidi_(bidirectional), direct_(sm_ || peer_status(a_, b_).empty()), w_{0, a_},
         src_(n_, a_, w_), dst_(n_, b_, w_), back_src_(bidi_ ? n_ : 0, b_, w_), back_dst_(bidi_ ? n_ : 0, a_, w_),
-        count_a_(a_, w_), count_b_(b_, w_), s0_(a_, w_), s1_(b_, w_), fork_(event_on(a_, w_)), join_(event_on(b_, w_)) {}
+        count_a_(a_, w_), count_b_(b_, w_), s0_(a_, w_), s1_(b_, w_), fork_(event_on(a_, w_)), join_(event_on(b_, w_)),
+        gate_(w_) {}
 
   std::vector<double> times(int64_t iters) {
     pybind11::gil_scoped_release no_gil;
     on(a_, w_);
-    return event_times(s0_.s, iters, w_, [&] { idle(); }, [&] { enqueue(); }, [&] { idle(); });
+    const unsigned expired = gate_.expired();
+    std::vector<double> t = event_times(s0_.s, iters, w_, [&] { idle(); }, [&] { enqueue(); }, [&] { idle(); }, 1,
+                                        direct_ ? &gate_ : nullptr);
+    require_held(gate_, expired, "peer copy", kCopyRemedy, w_);
+    return t;
   }
 
   int64_t wrong() {
@@ -160,20 +172,23 @@ class PeerCopy {
 
   int a_, b_;
   std::size_t n_;
-  bool sm_, bidi_;
+  bool sm_, bidi_, direct_;
   Where w_;
   DeviceBuffer src_, dst_, back_src_, back_dst_;
   Counter count_a_, count_b_;
   Stream s0_, s1_;
   Event fork_, join_;
+  Gate gate_;
 };
 
-// Host <-> device copies: direction "h2d" or "d2h", from pinned or pageable host memory.
+// Host <-> device copies: direction "h2d" or "d2h", from pinned or pageable host memory. A pinned copy
+// is enqueued behind the gate, as a peer copy is; a pageable one is not, as its call waits on the
+// host for the stream (CUDA stages pageable memory through a buffer of its own).
 class HostCopy {
  public:
   HostCopy(int64_t device, int64_t bytes, const std::string& direction, bool pinned)
       : dev_(static_cast<int>(device)), n_(static_cast<std::size_t>(bytes)), h2d_(check_direction(direction)),
-        w_{0, dev_}, d_(n_, dev_, w_), count_(dev_, w_), s_(dev_, w_) {
+        w_{0, dev_}, d_(n_, dev_, w_), count_(dev_, w_), s_(dev_, w_), gate_(w_) {
     if (pinned) {
       pinned_ = std::make_unique<PinnedBuffer>(n_, w_);
       host_ = pinned_->ptr;
@@ -186,7 +201,11 @@ class HostCopy {
   std::vector<double> times(int64_t iters) {
     pybind11::gil_scoped_release no_gil;
     on(dev_, w_);
-    return event_times(s_.s, iters, w_, [&] { sync(s_.s, w_); }, [&] { enqueue(); }, [&] { sync(s_.s, w_); });
+    const unsigned expired = gate_.expired();
+    std::vector<double> t = event_times(s_.s, iters, w_, [&] { sync(s_.s, w_); }, [&] { enqueue(); },
+                                        [&] { sync(s_.s, w_); }, 1, pinned_ ? &gate_ : nullptr);
+    require_held(gate_, expired, "host copy", kCopyRemedy, w_);
+    return t;
   }
 
   int64_t wrong() {
@@ -221,6 +240,7 @@ class HostCopy {
   DeviceBuffer d_;
   Counter count_;
   Stream s_;
+  Gate gate_;
   std::unique_ptr<PinnedBuffer> pinned_;
   std::vector<char> pageable_;
   void* host_ = nullptr;

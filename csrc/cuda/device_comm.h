@@ -439,14 +439,8 @@ class DeviceComm {
     return t;
   }
 
-  // A gate that gave up (the host blocked while it enqueued behind the held stream: NCCL waiting on
-  // the host for its internal stream, CUDA_LAUNCH_BLOCKING) leaves samples that include the enqueue,
-  // which the per-iteration timing promises to leave out: the run stops instead.
   void require_gates_held(unsigned expired_before, const char* what) const {
-    if (gate_.expired() == expired_before) return;
-    throw std::runtime_error(std::string(what) + ": the stream was held for " + std::to_string(static_cast<int>(kGateSeconds)) +
-                             " s or more while the host enqueued one sample, and let go: the samples would include "
-                             "the enqueue (is CUDA_LAUNCH_BLOCKING set?); use --timing loop" + where_.text());
+    require_held(gate_, expired_before, what, "use --timing loop", where_);
   }
 
   // A CUDA graph captured from `body` on `stream`, and its executable instance.

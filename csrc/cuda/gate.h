@@ -16,6 +16,8 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <stdexcept>
+#include <string>
 
 #include "errors.h"
 #include "kernels.cuh"
@@ -72,5 +74,17 @@ class Gate {
   unsigned seq_ = 0, ops_ = 0;
   bool off_ = false;
 };
+
+// A gate that gave up since `expired_before` (the host blocked while it enqueued behind the held
+// stream: NCCL waiting on the host for its internal stream, CUDA_LAUNCH_BLOCKING) leaves samples that
+// include the enqueue, which launch-free timing promises to leave out: the run stops instead, saying
+// `remedy`.
+inline void require_held(const Gate& gate, unsigned expired_before, const std::string& what, const char* remedy,
+                         const Where& w) {
+  if (gate.expired() == expired_before) return;
+  throw std::runtime_error(what + ": the stream was held for " + std::to_string(static_cast<int>(kGateSeconds)) +
+                           " s or more while the host enqueued one sample, and let go: the samples would include "
+                           "the enqueue (is CUDA_LAUNCH_BLOCKING set?); " + remedy + w.text());
+}
 
 }  // namespace commbench

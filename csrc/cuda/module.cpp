@@ -119,6 +119,9 @@ void copy_bytes(const Buffer& dev, py::buffer host, bool to_host) {
     cuda_check(cudaMemcpy(info.ptr, dev.data, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy", w);
   else
     cuda_check(cudaMemcpy(dev.data, info.ptr, bytes, cudaMemcpyHostToDevice), "cudaMemcpy", w);
+  // A copy from pageable memory may return before its DMA ends; work on other streams that are not
+  // ordered after it (the NCCL stream is non-blocking) must find the data there.
+  cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize", w);
 }
 
 // Every element of a device buffer set to `value`, finished when it returns.
