@@ -240,21 +240,23 @@ def test_nccl_p2p_between_ranks(workdir):
 def test_peer_matrix_printout_marks_unsupported_pairs():
     from commbench.run.copies import print_matrices
 
-    def rec(gbps, us):
-        return {"algbw_gbps": gbps, "time_us": {"median": us}}
+    def rec(gbps, us, peer=True):
+        return {"algbw_gbps": gbps, "time_us": {"median": us}, "peer_access": peer}
     no_peer = "peer access between cuda:0 and cuda:1 is not supported"
+    # Without peer access the copy engine's cells are the driver's copies staged through the host.
     ce = {(0, 0): [rec(1.0, 2.0), rec(1500.0, 9.0)], (1, 1): [rec(1.0, 2.5), rec(1490.0, 9.0)],
-          (0, 1): [rec(1.0, 11.0), rec(24.5, 50.0)], (1, 0): [rec(1.0, 12.0), rec(24.0, 50.0)]}
+          (0, 1): [rec(1.0, 11.0, False), rec(24.5, 50.0, False)], (1, 0): [rec(1.0, 12.0, False), rec(24.0, 50.0, False)]}
     sm = {(0, 0): [rec(1.0, 3.0), rec(1200.0, 9.0)], (1, 1): [rec(1.0, 3.0), rec(1210.0, 9.0)],
           (0, 1): no_peer, (1, 0): no_peer}
     lines = []
     print_matrices({("ce", False): ce, ("sm", False): sm}, 2, lines.append)
     text = "\n".join(lines)
     assert "# unidirectional ce bandwidth (GB/s), largest size" in text
-    assert "#       0    1500.0      24.5" in text
+    assert "#       0    1500.0     24.5s" in text
     assert "#       1       N/A    1210.0" in text
-    assert "#       0      2.00     11.00" in text  # latency from the smallest size
+    assert "#       0      2.00    11.00s" in text  # latency from the smallest size
     assert text.count(f"# N/A: {no_peer}") == 1
+    assert text.endswith("# s: no peer access: the driver staged the copy through host memory")
 
 
 @pytest.mark.gpu

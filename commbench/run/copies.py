@@ -60,8 +60,10 @@ def print_matrices(matrices: dict, gpus: int, echo) -> None:
     the smallest, laid out like CUDA's p2pBandwidthLatencyTest; N/A where peer access is unsupported,
     with the reason."""
     reasons = set()
+    staged = False
 
     def table(title, cell, value):
+        nonlocal staged
         echo("#")
         echo(f"# {title}")
         echo("#  src\\dst" + "".join(f"{d:>10}" for d in range(gpus)))
@@ -71,7 +73,12 @@ def print_matrices(matrices: dict, gpus: int, echo) -> None:
                 v = cell.get((s, d))
                 if isinstance(v, str):
                     reasons.add(v)
-                row.append(f"{'N/A' if isinstance(v, str) else value(v):>10}")
+                    row.append(f"{'N/A':>10}")
+                    continue
+                # Without peer access the driver stages a copy-engine copy through host memory.
+                mark = "" if v[-1].get("peer_access", True) else "s"
+                staged = staged or bool(mark)
+                row.append(f"{value(v) + mark:>10}")
             echo(f"#{s:>8}" + "".join(row))
 
     for (mode, bidi), cell in matrices.items():
@@ -82,6 +89,8 @@ def print_matrices(matrices: dict, gpus: int, echo) -> None:
           lambda recs: f"{recs[0]['time_us']['median']:.2f}")
     for r in sorted(reasons):
         echo(f"# N/A: {r}")
+    if staged:
+        echo("# s: no peer access: the driver staged the copy through host memory")
 
 
 def run_copies(cfg, reporter, src: int, dst: int, staging_chunk: int) -> int:

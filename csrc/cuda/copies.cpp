@@ -68,6 +68,12 @@ std::string enable_peer(int src, int dst) {
   const cudaError_t rc = cudaDeviceEnablePeerAccess(dst, 0);
   if (rc == cudaErrorPeerAccessAlreadyEnabled) {
     cudaGetLastError();
+  } else if (rc == cudaErrorTooManyPeers) {
+    // A GPU maps at most 8 peers at once, and peer access stays on for the process: on a host of more
+    // GPUs the pairs beyond that are reported, not the whole matrix ended.
+    cudaGetLastError();
+    return "cuda:" + std::to_string(src) + " has peer access to as many GPUs as it can map at once " +
+           "(cudaErrorTooManyPeers)";
   } else {
     cuda_check(rc, "cudaDeviceEnablePeerAccess", w);
   }

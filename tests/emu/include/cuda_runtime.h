@@ -35,6 +35,7 @@ enum cudaError_t {
   cudaErrorNotReady = 600,
   cudaErrorPeerAccessAlreadyEnabled = 704,
   cudaErrorPeerAccessNotEnabled = 705,
+  cudaErrorTooManyPeers = 711,
   cudaErrorLaunchFailure = 719,
   cudaErrorStreamCaptureUnsupported = 900,
   cudaErrorStreamCaptureInvalidated = 901,
