@@ -56,6 +56,13 @@ def guard_start_up() -> None:
             signal.default_int_handler(signum, frame)
         if rank == 0:
             os.write(2, f"commbench: error: {_interrupted_text('', signum)}\n".encode())
+        else:
+            # The other ranks leave after rank 0 has spoken: one that left first made mpirun SIGTERM
+            # rank 0, and a SIGTERM pending beside the SIGINT ended it before its handler ran (a
+            # busy host), leaving mpirun's banner where the line should be. mpirun ends this rank
+            # once rank 0 has left; GRACE_S bounds the wait where rank 0 is gone already.
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            time.sleep(GRACE_S)
         os._exit(1)
     signal.signal(signal.SIGINT, interrupted)
 
