@@ -245,8 +245,17 @@ def test_a_fault_on_a_cluster_names_the_rank_of_the_other_host(launch, fault, ma
     assert all(p.returncode != 0 for p in procs)
     doc = results.load_document(out)
     assert doc["results"]
-    assert doc["status"] == {"kill": "peer-lost", "stop": "timeout"}[fault], doc["error"]
-    assert "rank 2 did not arrive" in doc["error"]
+    told = "".join(err for _, err in ends)
+    # Open MPI over TCP aborts a rank whose connection to a peer closed (MPI_ERRORS_ARE_FATAL, with no
+    # communicator to ask): on a busy host rank 1's library can end it before rank 0 has seen rank 2
+    # go (rank 0 then names both), or rank 0's end rank 0 before it reports (the file keeps its rows).
+    library_abort = launch == "mpirun" and fault == "kill" and "An error occurred in Socket closed" in told
+    if library_abort and doc["status"] == "running":
+        assert doc["error"] is None and "reported by process [" in told, told
+    else:
+        assert doc["status"] == {"kill": "peer-lost", "stop": "timeout"}[fault], doc["error"]
+        assert ": rank 2 did not arrive" in doc["error"] or (
+            library_abort and ": ranks 1, 2 did not arrive: their processes ended" in doc["error"]), (doc["error"], told)
     lines = [line for _, err in ends for line in err.splitlines() if line.startswith("commbench: error")]
     assert len(lines) <= 1, ends
     if launch == "gloo":  # mpirun may stop relaying output as soon as it sees a rank end

@@ -187,7 +187,8 @@ class Watchdog:
                     self._read_peers()
             # A peer's end comes first: a launcher that saw a rank die sends this one SIGTERM next.
             if self.lost and not self.stopped:
-                self.end("peer-lost", self._absent_text("did not arrive: its process ended"))
+                self.end("peer-lost", self._absent_text("did not arrive: its process ended",
+                                                        "did not arrive: their processes ended"))
             if self._wake in ready:
                 signum = os.read(self._wake, 16)[-1]
                 self.end("interrupted", _interrupted_text(self.label, signum))
@@ -271,12 +272,12 @@ class Watchdog:
     def _absent(self) -> list[int]:
         return sorted(set(self.lost) | set(self._silent(STALE_S)))
 
-    def _absent_text(self, what: str) -> str:
+    def _absent_text(self, what: str, what_of_several: Optional[str] = None) -> str:
         if self.rank != 0:  # said only where rank 0 did not report: it is what is missing
             return f"{self.label}: did not finish within --timeout {self.timeout_s:g} s; rank 0 did not answer"
         absent = self._absent()
         if absent:
-            return f"{self.label}: {_ranks(absent)} {what}"
+            return f"{self.label}: {_ranks(absent)} {what_of_several if len(absent) > 1 and what_of_several else what}"
         return f"{self.label}: did not finish within --timeout {self.timeout_s:g} s; every rank was alive in it"
 
     def _peer_failure(self, rank: int, status: str, text: str) -> str:
