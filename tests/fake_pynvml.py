@@ -35,6 +35,14 @@ def make(gpus: list, driver="550.54.15", cuda=12040) -> types.ModuleType:
     m.nvmlSystemGetCudaDriverVersion = lambda: cuda
     m.nvmlDeviceGetCount = lambda: len(gpus)
     m.nvmlDeviceGetHandleByIndex = lambda i: i
+
+    def by_bus(bus_id):  # either width of domain, either case, as NVML takes it
+        wanted = (bus_id.decode() if isinstance(bus_id, bytes) else bus_id).lower().split(":", 1)[1]
+        for i, gpu in enumerate(gpus):
+            if gpu["bus"].lower() == wanted:
+                return i
+        raise NVMLError(f"no GPU at {bus_id}")
+    m.nvmlDeviceGetHandleByPciBusId = by_bus
     g = lambda h: gpus[h]  # noqa: E731
     m.nvmlDeviceGetName = lambda h: g(h)["name"].encode()
     m.nvmlDeviceGetUUID = lambda h: f"GPU-{h:08x}-0000-0000-0000-000000000000"

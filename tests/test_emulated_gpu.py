@@ -2,6 +2,7 @@
 strictness, and what only a run of the GPU path shows (the review's defects, faults in the middle of a
 NCCL collective). Marked `gpu`: `make test` runs these with COMMBENCH_GPU_EMULATION set."""
 
+import contextlib
 import glob
 import json
 import os
@@ -257,6 +258,64 @@ def test_peer_copies_leave_the_hosts_launches_out():
     assert r.returncode == 0, r.stderr
     rows = [line.split() for line in r.stdout.splitlines()]
     assert len(rows) == 2 and all(float(ms) < 10 and wrong == "0" for ms, wrong in rows), rows
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs to stand for 2 sockets")
+def test_copies_allocate_host_memory_on_the_cpus_local_to_their_gpu(workdir):
+    """GPU 0 local to CPU 0, GPU 1 to CPU 1 (emulated NVML), the emulated driver logging the CPUs of
+    each pinned allocation: copies from GPU 1 allocate on CPU 1 and say so; a user's binding to the
+    other socket stands, with a warning; where NVML cannot say, the line says that; the process's
+    CPUs are its own again after."""
+    cpus = sorted(os.sched_getaffinity(0))[:2]
+    log = os.path.join(workdir, "pinned.log")
+    env = emu_env(2, COMMBENCH_EMU_GPU_CPUS=f"{cpus[0]};{cpus[1]}", COMMBENCH_EMU_PINNED_LOG=log)
+    args = ["copy", "--src", "1", "--dst", "0", "--sizes", "4K,64K", "--budget-ms", "5"]
+
+    def run(out, prefix=(), env=env):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(log)
+        r = subprocess.run([*prefix, COMMBENCH, *args, "-o", out], capture_output=True, text=True, timeout=120,
+                           env=env, cwd=workdir)
+        assert r.returncode == 0, r.stderr
+        with open(log) as f:
+            allocated = {line.split()[1] for line in f}
+        config = results.load_document(os.path.join(workdir, out))["config"]
+        # The header lists the GPUs the copies drive (not GPU 0 as a rank's own).
+        assert [g["device"] for g in config["gpus"]] == [0, 1] and " cuda:1 commbench emulated GPU" in r.stdout
+        return r, config["host_memory"], allocated
+
+    r, placement, allocated = run("near.json")
+    assert placement == {"cpus": str(cpus[1]), "gpu_local_cpus": str(cpus[1]), "local": True}
+    assert allocated == {str(cpus[1])}
+    assert f"# note: host buffers allocated from CPUs {cpus[1]}, local to cuda:1\n" in r.stdout
+
+    r, placement, allocated = run("far.json", prefix=("taskset", "-c", str(cpus[0])))
+    assert placement == {"cpus": str(cpus[0]), "gpu_local_cpus": str(cpus[1]), "local": False}
+    assert allocated == {str(cpus[0])}
+    assert (f"warning: host buffers allocated from CPUs {cpus[0]}, none of them local to cuda:1 (its CPUs: "
+            f"{cpus[1]}): the host copies also cross the link between the CPU sockets") in r.stderr
+
+    no_nvml = {**env, "PYTHONPATH": os.pathsep.join(p for p in env["PYTHONPATH"].split(os.pathsep) if p != EMU_NVML)}
+    r, placement, allocated = run("unknown.json", env=no_nvml)
+    assert placement["gpu_local_cpus"] is None and placement["local"] is None and len(allocated) == 1
+    assert "which CPUs are local to cuda:1 is unknown without NVML" in r.stdout
+
+
+@pytest.mark.skipif(not {0, 1} <= os.sched_getaffinity(0), reason="needs CPUs 0 and 1")
+def test_near_gpu_gives_the_cpus_back():
+    r = subprocess.run([sys.executable, "-c", _NEAR], capture_output=True, text=True, timeout=60,
+                       env=emu_env(2, COMMBENCH_EMU_GPU_CPUS="0;1"))
+    assert r.returncode == 0 and r.stdout.split() == ["1", "True", "True"], r.stdout + r.stderr
+
+
+_NEAR = textwrap.dedent("""
+    import os
+    from commbench.node.affinity import near_gpu
+    before = os.sched_getaffinity(0)
+    with near_gpu(1) as placement:
+        inside = os.sched_getaffinity(0)
+    print(placement["cpus"], inside == {1}, os.sched_getaffinity(0) == before)
+""")
 
 
 def test_a_copy_into_a_strided_host_view_is_refused():

@@ -242,12 +242,14 @@ def resolve_device(device: str, impl_text: Optional[str], wants_gpu: bool = Fals
     return device, gpus
 
 
-def make_reporter(world, cfg, output, steps, judge=None, config: Optional[dict] = None, fit: bool = True):
+def make_reporter(world, cfg, output, steps, judge=None, config: Optional[dict] = None, fit: bool = True,
+                  devices: Optional[list[int]] = None):
     """The Reporter on rank 0, None elsewhere, and every rank's watchdog (--timeout). The result
     file is created (or refused) before any measurement starts; `config`: what the command records
-    of its own beside cfg's. `judge` (verdict_options): the fabric the fit after the table (unless
-    not `fit`) is judged against; one measured on the spot is measured here, by rank 0, before the
-    sweep, and kept in the file."""
+    of its own beside cfg's; `devices`: the GPUs a command of one process drives (gpu_layout).
+    `judge` (verdict_options): the fabric the fit after the table (unless not `fit`) is judged
+    against; one measured on the spot is measured here, by rank 0, before the sweep, and kept in the
+    file."""
     from ..launch import watchdog
     from ..node.machine import typed_command
     from ..run.reporter import Reporter, run_metadata
@@ -255,7 +257,7 @@ def make_reporter(world, cfg, output, steps, judge=None, config: Optional[dict] 
     config = {**cfg.describe(), **(config or {})}
     if cfg.device == "cuda":
         from ..node.gpu import gpu_layout
-        config.update(gpu_layout(world))  # collective: every rank says which GPU it took
+        config.update(gpu_layout(world, devices))  # collective: every rank says which GPU it took
         if config.get("shared_gpu"):
             judge = None  # the shared-GPU functional test: times that are not the GPU's
     world.root_call(lambda: made.append(Reporter(run_metadata(world, config,

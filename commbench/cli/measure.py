@@ -246,7 +246,7 @@ def _local_peer_matrix(size_list, output, policy) -> None:
     cfg = RunConfig(op="p2p", impls=(COPY_IMPL,), sizes=tuple(size_list), dtype="uint8", redop="none",
                     device="cuda", policy=policy)
     world = local_world()
-    reporter = make_reporter(world, cfg, output, 4 * gpus * gpus * len(size_list))
+    reporter = make_reporter(world, cfg, output, 4 * gpus * gpus * len(size_list), devices=list(range(gpus)))
     matrices = {}
 
     def run():
@@ -269,6 +269,7 @@ def _local_peer_matrix(size_list, output, policy) -> None:
 def copy(sizes, src, dst, staging_chunk, output, policy) -> None:
     """Host<->device copies (pinned, pageable) and GPU->host->GPU staging beside direct P2P."""
     from ..launch.world import local_world
+    from ..node.affinity import near_gpu, placement_line
     from ..node.gpu import require_gpu
     from ..run.config import RunConfig
     from ..run.copies import run_copies
@@ -284,5 +285,10 @@ def copy(sizes, src, dst, staging_chunk, output, policy) -> None:
     cfg = RunConfig(op="copy", impls=(COPY_IMPL,), sizes=tuple(size_list),
                     dtype="uint8", redop="none", device="cuda", policy=policy)
     world = local_world()
-    reporter = make_reporter(world, cfg, output, 6 * len(size_list))
-    sys.exit(1 if sweep(reporter, lambda: run_copies(cfg, reporter, src, dst, chunk), world) else 0)
+    with near_gpu(src) as placement:  # every host buffer is allocated inside
+        reporter = make_reporter(world, cfg, output, 6 * len(size_list), config={"host_memory": placement},
+                                 devices=sorted({src, dst}))
+        line, warning = placement_line(src, placement)
+        (reporter.warn if warning else reporter.note)(line)
+        wrong = sweep(reporter, lambda: run_copies(cfg, reporter, src, dst, chunk), world)
+    sys.exit(1 if wrong else 0)

@@ -234,21 +234,20 @@ def binding_warning(seen: list[int], on_host: list[int], hosts: list[str]) -> Op
             f"CUDA_VISIBLE_DEVICES): commbench gives local rank i GPU i")
 
 
-def gpu_layout(world) -> dict:
+def gpu_layout(world, devices: Optional[list[int]] = None) -> dict:
     """What a GPU run's header and result file say of its GPUs: every rank's (host, device, model,
     UUID), the library versions, whether the ranks share GPUs (shared_gpu), and a binding that may cost
-    NCCL its direct paths (binding_warning). Collective."""
+    NCCL its direct paths (binding_warning). `devices`: the GPUs a command of one process drives itself
+    (copy, the peer matrix), listed instead of the one its rank took. Collective."""
     take_gpu(world)
     mod = cuda_module()
-    uuid = printed_uuid(mod.device_identity(world.device)[0])
-    entries = world.gather({"rank": world.rank, "host": world.hosts[world.rank], "device": world.device,
-                            "name": mod.device_name(world.device), "uuid": uuid,
-                            "seen": visible_gpus()[0], "on_host": host_gpu_count()})
+    mine = [{"rank": world.rank, "host": world.hosts[world.rank], "device": d, "name": mod.device_name(d),
+             "uuid": printed_uuid(mod.device_identity(d)[0])} for d in (devices or [world.device])]
+    ranks = world.gather({"gpus": mine, "seen": visible_gpus()[0], "on_host": host_gpu_count()})
     if world.rank != 0:
         return {}
-    warning = binding_warning([e.pop("seen") for e in entries], [e.pop("on_host") for e in entries],
-                              [e["host"] for e in entries])
-    return {"gpus": entries, "cuda_versions": mod.versions(), "shared_gpu": shared_gpu(),
+    warning = binding_warning([r["seen"] for r in ranks], [r["on_host"] for r in ranks], world.hosts)
+    return {"gpus": [g for r in ranks for g in r["gpus"]], "cuda_versions": mod.versions(), "shared_gpu": shared_gpu(),
             **({"binding_warning": warning} if warning else {})}
 
 

@@ -162,6 +162,15 @@ class Nvml:
     def handle(self, i: int):
         return self.nv.nvmlDeviceGetHandleByIndex(i)
 
+    def handle_by_bus(self, bus_id: str):
+        """The GPU at a PCI bus id as CUDA gives it (NVML takes either width of domain)."""
+        return self.nv.nvmlDeviceGetHandleByPciBusId(bus_id)
+
+    def cpus(self, h, cores: int) -> set[int]:
+        """The CPUs NVML calls ideal for the GPU (those of its NUMA node); empty where it cannot say."""
+        mask = self.q(self.nv.nvmlDeviceGetCpuAffinity, h, (cores + 63) // 64)
+        return {w * 64 + b for w, word in enumerate(mask or []) for b in range(64) if word >> b & 1}
+
     def device(self, h, cores: int) -> dict:
         nv = self.nv
         pci = self.q(nv.nvmlDeviceGetPciInfo, h)
@@ -173,8 +182,7 @@ class Nvml:
             remote = self.q(nv.nvmlDeviceGetNvLinkRemotePciInfo, h, link)
             links.append({"up": bool(state), "version": self.q(nv.nvmlDeviceGetNvLinkVersion, h, link),
                           "remote_bus_id": _bus(remote.busId) if remote is not None else None})
-        mask = self.q(nv.nvmlDeviceGetCpuAffinity, h, (cores + 63) // 64)
-        cpus = {w * 64 + b for w, word in enumerate(mask or []) for b in range(64) if word >> b & 1}
+        cpus = self.cpus(h, cores)
         reasons = self.q(getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None)
                          or nv.nvmlDeviceGetCurrentClocksThrottleReasons, h)
         remap = self.q(nv.nvmlDeviceGetRemappedRows, h)

@@ -596,8 +596,26 @@ cudaError_t cudaFree(void* p) {
   return cudaSuccess;
 }
 
+// The driver places pinned memory on the NUMA node of the CPU that asks: COMMBENCH_EMU_PINNED_LOG
+// names a file that gets, per allocation, its bytes and the CPUs the calling thread may run on.
+static void log_pinned(std::size_t bytes) {
+  const std::string path = env("COMMBENCH_EMU_PINNED_LOG");
+  if (path.empty()) return;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return;
+  std::string cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &set)) cpus += (cpus.empty() ? "" : ",") + std::to_string(c);
+  if (FILE* f = std::fopen(path.c_str(), "a")) {
+    std::fprintf(f, "%zu %s\n", bytes, cpus.c_str());
+    std::fclose(f);
+  }
+}
+
 cudaError_t cudaHostAlloc(void** p, std::size_t bytes, unsigned) {
   if (posix_memalign(p, 4096, std::max<std::size_t>(bytes, 1)) != 0) return fail(cudaErrorMemoryAllocation);
+  log_pinned(bytes);
   std::lock_guard<std::mutex> l(mu);
   rt().pinned.insert(*p);
   return cudaSuccess;
