@@ -318,6 +318,50 @@ _NEAR = textwrap.dedent("""
 """)
 
 
+_ISSUERS = textwrap.dedent("""
+    from commbench.node.gpu import cuda_module
+    m = cuda_module()
+    for engine in ("ce", "sm"):
+        for read in (False, True):
+            for src, dst in ((0, 1), (1, 0)):
+                rig = m.PeerCopy(dst, src, 1 << 16, engine, False, read)
+                print(engine, read, src, dst, sorted(rig.times(3))[1] * 1e3)
+            print(engine, read, "wrong", m.PeerCopy(1, 0, 3000, engine, False, read).wrong(),
+                  m.PeerCopy(1, 0, 3000, engine, True, read).wrong())
+""")
+
+
+def test_a_read_copy_is_issued_by_the_gpu_that_reads():
+    """Work issued by GPU 1 takes 30 ms more here: a written copy is GPU 1's to issue where it is the
+    source, a read one where it is the destination; every byte arrives, one way and both at once."""
+    r = subprocess.run([sys.executable, "-c", _ISSUERS], capture_output=True, text=True, timeout=120,
+                       env=emu_env(2, COMMBENCH_EMU_SLOW_DEVICE="1:30000"))
+    assert r.returncode == 0, r.stderr
+    lines = [line.split() for line in r.stdout.splitlines()]
+    slow = {(engine, read == "True", int(src), int(dst)): float(ms) >= 30 for engine, read, src, dst, ms in
+            (line for line in lines if line[2] != "wrong")}
+    assert slow == {(engine, read, src, dst): (dst if read else src) == 1
+                    for engine in ("ce", "sm") for read in (False, True) for src, dst in ((0, 1), (1, 0))}, r.stdout
+    assert [line[3:] for line in lines if line[2] == "wrong"] == [["0", "0"]] * 4, r.stdout
+
+
+def test_without_peer_access_only_the_written_copy_engine_cells_are_measured(workdir):
+    """No peer access: the driver stages a written copy-engine copy through the host (marked s);
+    nothing reads across, so every read cell is N/A with the reason, and the run still passes."""
+    out = os.path.join(workdir, "m.json")
+    r = commbench(["p2p", "--device", "cuda", "--access", "both", "--sizes", "4,64K", "--budget-ms", "5", "-o", out],
+                  cwd=workdir, env=emu_env(2, COMMBENCH_EMU_NO_PEER="1"))
+    assert r.returncode == 0, r.stderr
+    matrix = r.stdout[r.stdout.index("# unidirectional ce-read bandwidth"):].splitlines()[2:4]
+    cells = [row.split()[2:] for row in matrix]
+    assert cells[0][1] == cells[1][0] == "N/A" and all(float(cells[i][i]) > 0 for i in range(2)), r.stdout
+    df = results.load(out)
+    pairs = {(m, tuple(p)) for m, p in zip(df["mode"], df["pair"])}
+    assert {m for m, _ in pairs} == {"ce", "sm", "ce-read", "sm-read"}
+    assert {p for m, p in pairs if m == "ce-read"} == {(0, 0), (1, 1)}, pairs  # a GPU reads itself
+    assert "# N/A: peer access between cuda:0 and cuda:1 is not supported" in r.stdout
+
+
 def test_a_copy_into_a_strided_host_view_is_refused():
     r = subprocess.run([sys.executable, "-c", _COPY], capture_output=True, text=True, timeout=60, env=emu_env(1))
     assert r.returncode == 0 and r.stdout.splitlines() == ["copy: the host buffer is not contiguous", "7.0 7.0 0.0"], \

@@ -56,9 +56,10 @@ def collective_args(name):
 
 COLLECTIVE_NAMES = ["allgather", "reducescatter", "broadcast", "reduce", "alltoall", "sendrecv"]
 PEER_MATRIX_ARGS = ["p2p", "--device", "cuda", "--sizes", "4,16M", "--budget-ms", "20"]
+PEER_READ_ARGS = ["p2p", "--device", "cuda", "--access", "read", "--sizes", "4,1M", "--budget-ms", "10"]
 COPY_ARGS = ["copy", "--sizes", "4K,64M", "--budget-ms", "20"]
 NCCL_P2P_ARGS = ["p2p", "--impl", "nccl", "--np", "2", "--sizes", "8,1M", "--budget-ms", "20"]
-GPU_TEST_ARGS = [*NO_GPU_REQUESTS, *(exact_args(*case) for case in EXACT_CASES), GRAPH_ARGS, PEER_MATRIX_ARGS,
+GPU_TEST_ARGS = [*NO_GPU_REQUESTS, *(exact_args(*case) for case in EXACT_CASES), GRAPH_ARGS, PEER_MATRIX_ARGS, PEER_READ_ARGS,
                  COPY_ARGS, NCCL_P2P_ARGS, *(collective_args(n) for n in COLLECTIVE_NAMES)]
 
 
@@ -188,6 +189,13 @@ def test_peer_matrix_and_copies(workdir):
     r = commbench([*PEER_MATRIX_ARGS, "-o", os.path.join(workdir, "m.json")], cwd=workdir)
     assert r.returncode == 0, r.stderr
     assert "unidirectional ce bandwidth (GB/s)" in r.stdout and "bidirectional sm bandwidth" in r.stdout
+    # The copies issued by the GPU that reads: their matrices alone, every byte in place.
+    r = commbench([*PEER_READ_ARGS, "-o", os.path.join(workdir, "read.json")], cwd=workdir)
+    assert r.returncode == 0, r.stderr
+    assert "unidirectional ce-read bandwidth (GB/s)" in r.stdout and "unidirectional ce-read latency" in r.stdout
+    assert "unidirectional ce bandwidth" not in r.stdout
+    read = results.load(os.path.join(workdir, "read.json"))
+    assert set(read["mode"]) == {"ce-read", "sm-read"} and (read["wrong"] == 0).all()
     out = os.path.join(workdir, "c.json")
     r = commbench([*COPY_ARGS, "-o", out], cwd=workdir)
     assert r.returncode == 0, r.stderr

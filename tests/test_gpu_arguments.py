@@ -81,6 +81,7 @@ def test_gpu_check_runs_every_command_and_the_multi_gpu_ones_on_several_gpus():
     (["allreduce", "--device", "gpu"], "is not one of"),
     (["allreduce", "--device", "cuda", "--impl", "gloo"], "runs with --device cpu"),
     (["copy", "--staging-chunk", "4Q"], "bad size"),
+    (["p2p", "--device", "cuda", "--access", "pull"], "is not one of"),
     (["allreduce", "--dtype", "float8"], "unknown dtype"),
 ])
 def test_a_bad_list_is_caught(argv, wrong):

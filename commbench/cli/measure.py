@@ -12,6 +12,7 @@ from ..errors import CommbenchError
 from ..launch.world import detect_launcher
 from ..run import preflight
 from ..run.config import PLACES
+from ..run.copies import ACCESS
 from ..sizes import parse_size, parse_sizes, round_to_itemsize
 from ..transports import TRANSPORTS, default_p2p_transport, transport_names
 from ..transports.nccl import NCCL, chosen_transports, log_connections
@@ -196,13 +197,16 @@ _register_collectives()
               help="Rank pairs: 0:1, a list 0:1,0:2, or 'all'; the lower rank sends.")
 @click.option("--window", type=click.IntRange(min=1), default=64, show_default=True,
               help="Messages in flight per bandwidth iteration.")
+@click.option("--access", type=click.Choice(list(ACCESS)), default=None,
+              help="--device cuda: which GPU issues each peer copy: the source, writing into its peer (default), "
+                   "the destination, reading from its peer, or both matrices.")
 @policy_options
 @timing_options
 @ranks_option
 @timeout_option
 @click.option("--no-fit", is_flag=True, help="Do not print the latency/bandwidth fit after the table.")
 @verdict_options
-def p2p(sizes, impl, device, pairs, window, nranks, timeout_s, output, policy, no_fit, judge) -> None:
+def p2p(sizes, impl, device, pairs, window, access, nranks, timeout_s, output, policy, no_fit, judge) -> None:
     """Point-to-point latency and bandwidth: between rank pairs (MPI or NCCL), or between every pair
     of this process's GPUs (--device cuda)."""
     from ..run.config import RunConfig
@@ -221,9 +225,12 @@ def p2p(sizes, impl, device, pairs, window, nranks, timeout_s, output, policy, n
             raise CommbenchError("p2p --device cuda measures this process's GPUs: run it once, without --np or a launcher")
         if policy.timing == "loop":
             raise CommbenchError("p2p --device cuda times each copy alone: --timing loop is for rank pairs")
-        return _local_peer_matrix(size_list, output, policy)
+        return _local_peer_matrix(size_list, output, policy, ACCESS[access or "write"])
     else:
         gpus = 0
+    if access is not None:
+        raise CommbenchError(f"--access is for the peer matrix of this process's GPUs (p2p --device cuda); "
+                             f"--impl {impl} sends between ranks")
 
     def body(world):
         from ..run.p2p import run_p2p  # torch: on the ranks alone
@@ -237,7 +244,7 @@ def p2p(sizes, impl, device, pairs, window, nranks, timeout_s, output, policy, n
               timeout_s)
 
 
-def _local_peer_matrix(size_list, output, policy) -> None:
+def _local_peer_matrix(size_list, output, policy, modes) -> None:
     from ..launch.world import local_world
     from ..node.gpu import require_gpu
     from ..run.config import RunConfig
@@ -246,11 +253,11 @@ def _local_peer_matrix(size_list, output, policy) -> None:
     cfg = RunConfig(op="p2p", impls=(COPY_IMPL,), sizes=tuple(size_list), dtype="uint8", redop="none",
                     device="cuda", policy=policy)
     world = local_world()
-    reporter = make_reporter(world, cfg, output, 4 * gpus * gpus * len(size_list), devices=list(range(gpus)))
+    reporter = make_reporter(world, cfg, output, 2 * len(modes) * gpus * gpus * len(size_list), devices=list(range(gpus)))
     matrices = {}
 
     def run():
-        found, wrong = run_peer_matrix(cfg, reporter, gpus)
+        found, wrong = run_peer_matrix(cfg, reporter, gpus, modes)
         matrices.update(found)
         return wrong
 

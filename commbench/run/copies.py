@@ -20,34 +20,41 @@ def _measure(reporter, rig, op, mode, size, block, policy, **extra) -> dict:
     return rec.as_dict()
 
 
-def run_peer_matrix(cfg, reporter, gpus: int) -> tuple[dict, int]:
+# The peer matrix's --access: which GPU issues each copy, and the record modes that say so.
+ACCESS = {"write": ("ce", "sm"), "read": ("ce-read", "sm-read"), "both": ("ce", "sm", "ce-read", "sm-read")}
+
+
+def run_peer_matrix(cfg, reporter, gpus: int, modes=ACCESS["write"]) -> tuple[dict, int]:
     """Every ordered pair of visible GPUs (the diagonal is a copy within one GPU), by copy engine
-    ("ce") and by SM kernel ("sm"), one direction and both at once. Returns
-    ({(mode, bidirectional): {(src, dst): [record per size] or the reason it was not measured}},
-    bytes that arrived wrong)."""
+    ("ce") and by SM kernel ("sm"), issued by the source GPU (it writes into its peer) or, in the
+    "-read" modes, by the destination (it reads from its peer); one direction and both at once.
+    Returns ({(mode, bidirectional): {(src, dst): [record per size] or the reason it was not
+    measured}}, bytes that arrived wrong)."""
     from ..node.gpu import cuda_module
     _cuda = cuda_module()
     matrices: dict = {}
     wrong = 0
-    for mode in ("ce", "sm"):
+    for mode in modes:
+        engine, read = mode.split("-")[0], mode.endswith("-read")
         for bidi in (False, True):
             cell: dict = {}
             for src in range(gpus):
                 for dst in range(gpus):
                     why = _cuda.peer_status(src, dst)
-                    if why and (mode == "sm" or bidi):
+                    if why and (engine == "sm" or read or bidi):
                         cell[(src, dst)] = why
                         continue
                     # A block per pair, as each pair is a series of its own (as links' pairs are).
                     block = f"peer {mode} {'bidirectional' if bidi else 'unidirectional'} {src}->{dst}"
-                    reporter.block(block, {"ce": "copy engine, cudaMemcpyPeerAsync", "sm": "SM copy kernel"}[mode]
+                    reporter.block(block, {"ce": "copy engine, cudaMemcpyPeerAsync", "sm": "SM copy kernel"}[engine]
+                                   + (", issued by the GPU that reads" if read else "")
                                    + (", both directions at once" if bidi else ""))
                     cell[(src, dst)] = []
                     for size in cfg.sizes:
                         reporter.step(f"{block} {src}->{dst} {format_size(size)}")
                         # Without peer access the driver stages a copy-engine copy through the host.
-                        rec = _measure(reporter, _cuda.PeerCopy(dst, src, size, mode, bidi), "peer_copy", mode, size,
-                                       block, cfg.policy, moved=2 if bidi else 1, pair=[src, dst],
+                        rec = _measure(reporter, _cuda.PeerCopy(dst, src, size, engine, bidi, read), "peer_copy", mode,
+                                       size, block, cfg.policy, moved=2 if bidi else 1, pair=[src, dst],
                                        bidirectional=bidi, peer_access=not why)
                         cell[(src, dst)].append(rec)
                         wrong += rec["wrong"]
@@ -85,7 +92,8 @@ def print_matrices(matrices: dict, gpus: int, echo) -> None:
         table(f"{'bidirectional' if bidi else 'unidirectional'} {mode} bandwidth (GB/s"
               f"{', both directions summed' if bidi else ''}), largest size", cell,
               lambda recs: f"{recs[-1]['algbw_gbps']:.1f}")
-    table("unidirectional ce latency (us), smallest size", matrices[("ce", False)],
+    ce = next(mode for mode, _ in matrices if mode.startswith("ce"))  # the written copy's where both ran
+    table(f"unidirectional {ce} latency (us), smallest size", matrices[(ce, False)],
           lambda recs: f"{recs[0]['time_us']['median']:.2f}")
     for r in sorted(reasons):
         echo(f"# N/A: {r}")

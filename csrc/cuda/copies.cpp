@@ -89,17 +89,19 @@ std::string peer_status(int64_t src, int64_t dst) {
 // What a copy's timing refusal suggests: nothing times copies otherwise.
 constexpr const char* kCopyRemedy = "unset CUDA_LAUNCH_BLOCKING";
 
-// Device-to-device copy of `bytes`: "ce" (copy engine, cudaMemcpyPeerAsync) or "sm" (a kernel on the
-// source device). Bidirectional runs both directions at once on two streams; an iteration ends when
-// both are done. Each sample is enqueued behind the gate (gate.h), so that the host's call and the
+// Device-to-device copy of `bytes`: "ce" (copy engine, cudaMemcpyPeerAsync) or "sm" (a copy kernel),
+// issued by the source GPU, which writes into its peer, or with `read` by the destination GPU, which
+// reads from its peer (a link can be slower one way: nvbandwidth's read and write tests).
+// Bidirectional runs both directions at once on two streams; an iteration ends when both are done. Each sample is enqueued behind the gate (gate.h), so that the host's call and the
 // launch latency stay out of it and both directions start together (the reverse stream waits on an
 // event recorded behind the gate), as nvbandwidth holds its streams; except a copy-engine copy
 // without peer access, which the driver stages through the host, as the host may wait for it.
 class PeerCopy {
  public:
-  PeerCopy(int64_t dst_dev, int64_t src_dev, int64_t bytes, const std::string& mode, bool bidirectional)
+  PeerCopy(int64_t dst_dev, int64_t src_dev, int64_t bytes, const std::string& mode, bool bidirectional, bool read)
       : a_(static_cast<int>(src_dev)), b_(static_cast<int>(dst_dev)), n_(static_cast<std::size_t>(bytes)),
-        sm_(check_mode(mode, a_, b_)), bidi_(bidirectional), direct_(sm_ || peer_status(a_, b_).empty()), w_{0, a_},
+        sm_(check_mode(mode, a_, b_, read)), bidi_(bidirectional), read_(read),
+        direct_(sm_ || peer_status(a_, b_).empty()), w_{0, a_},
         src_(n_, a_, w_), dst_(n_, b_, w_), back_src_(bidi_ ? n_ : 0, b_, w_), back_dst_(bidi_ ? n_ : 0, a_, w_),
         count_a_(a_, w_), count_b_(b_, w_), s0_(a_, w_), s1_(b_, w_), fork_(event_on(a_, w_)), join_(event_on(b_, w_)),
         gate_(w_) {}
@@ -137,13 +139,14 @@ class PeerCopy {
   }
 
  private:
-  static bool check_mode(const std::string& mode, int a, int b) {
+  static bool check_mode(const std::string& mode, int a, int b, bool read) {
     if (mode != "ce" && mode != "sm") throw std::invalid_argument("copy mode must be 'ce' or 'sm'");
     const bool sm = mode == "sm";
-    if (sm || a != b) {
-      // A copy-engine copy without peer access is staged by the driver; an SM copy cannot run.
+    if (sm || read || a != b) {
+      // A copy-engine copy without peer access is staged by the driver, which leaves no GPU reading
+      // from its peer; an SM copy cannot run.
       const std::string why = peer_status(a, b);
-      if (!why.empty() && sm) throw std::invalid_argument(why);
+      if (!why.empty() && (sm || read)) throw std::invalid_argument(why);
     }
     return sm;
   }
@@ -162,14 +165,26 @@ class PeerCopy {
       cuda_check(cudaMemcpyPeerAsync(d, dd, s, sd, n_, st), "cudaMemcpyPeerAsync", w_);
   }
 
+  // The gate holds s0 (the source's stream, where the events time); work on s1 (the destination's)
+  // starts behind it and ends before the end event.
   void enqueue() {
-    if (bidi_) {
+    const bool both_streams = bidi_ || read_;
+    if (both_streams) {
       cuda_check(cudaEventRecord(fork_.e, s0_.s), "cudaEventRecord", w_);
       cuda_check(cudaStreamWaitEvent(s1_.s, fork_.e, 0), "cudaStreamWaitEvent", w_);
     }
-    copy(dst_.ptr, b_, src_.ptr, a_, s0_.s, a_);
+    // Each direction on the stream of the GPU that issues it: the writer's, or the reader's.
+    if (read_)
+      copy(dst_.ptr, b_, src_.ptr, a_, s1_.s, b_);
+    else
+      copy(dst_.ptr, b_, src_.ptr, a_, s0_.s, a_);
     if (bidi_) {
-      copy(back_dst_.ptr, a_, back_src_.ptr, b_, s1_.s, b_);
+      if (read_)
+        copy(back_dst_.ptr, a_, back_src_.ptr, b_, s0_.s, a_);
+      else
+        copy(back_dst_.ptr, a_, back_src_.ptr, b_, s1_.s, b_);
+    }
+    if (both_streams) {
       cuda_check(cudaEventRecord(join_.e, s1_.s), "cudaEventRecord", w_);
       cuda_check(cudaStreamWaitEvent(s0_.s, join_.e, 0), "cudaStreamWaitEvent", w_);
     }
@@ -178,7 +193,7 @@ class PeerCopy {
 
   int a_, b_;
   std::size_t n_;
-  bool sm_, bidi_, direct_;
+  bool sm_, bidi_, read_, direct_;
   Where w_;
   DeviceBuffer src_, dst_, back_src_, back_dst_;
   Counter count_a_, count_b_;
@@ -335,8 +350,8 @@ void bind_copies(pybind11::module& m) {
   namespace py = pybind11;
   m.def("peer_status", &peer_status, py::arg("src"), py::arg("dst"));
   py::class_<PeerCopy>(m, "PeerCopy")
-      .def(py::init<int64_t, int64_t, int64_t, const std::string&, bool>(), py::arg("dst"), py::arg("src"),
-           py::arg("bytes"), py::arg("mode"), py::arg("bidirectional"))
+      .def(py::init<int64_t, int64_t, int64_t, const std::string&, bool, bool>(), py::arg("dst"), py::arg("src"),
+           py::arg("bytes"), py::arg("mode"), py::arg("bidirectional"), py::arg("read") = false)
       .def("times", &PeerCopy::times, py::arg("iters"))
       .def("wrong", &PeerCopy::wrong);
   py::class_<HostCopy>(m, "HostCopy")

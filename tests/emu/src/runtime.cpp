@@ -95,6 +95,10 @@ struct Runtime {
   bool peer_access = true;
   std::string fail_launch, skip_launch;
   long launch_delay_us = 0;  // COMMBENCH_EMU_LAUNCH_DELAY_US: the host's cost of each kernel launch
+  // COMMBENCH_EMU_SLOW_DEVICE=<device>:<us>: each task of that device's streams that touches memory
+  // takes that much longer (the work a GPU issues is slow: which GPU issued a copy shows).
+  int slow_device = -1;
+  long slow_us = 0;
   std::set<void*> pinned;
   bool exclusive = false;   // COMMBENCH_EMU_COMPUTE_MODE=exclusive-process
   std::set<int> contexts;   // devices this process holds a context on
@@ -156,6 +160,11 @@ Runtime& rt() {
     r->fail_launch = env("COMMBENCH_EMU_FAIL_LAUNCH");
     r->skip_launch = env("COMMBENCH_EMU_SKIP_LAUNCH");
     r->launch_delay_us = std::strtol(env("COMMBENCH_EMU_LAUNCH_DELAY_US").c_str(), nullptr, 10);
+    const std::string slow = env("COMMBENCH_EMU_SLOW_DEVICE");
+    if (const std::size_t colon = slow.find(':'); colon != std::string::npos) {
+      r->slow_device = std::atoi(slow.substr(0, colon).c_str());
+      r->slow_us = std::strtol(slow.substr(colon + 1).c_str(), nullptr, 10);
+    }
     r->exclusive = env("COMMBENCH_EMU_COMPUTE_MODE") == "exclusive-process";
     // The emulated CUDA-aware MPI (cuda_aware_mpi.c), when preloaded, opens device memory during MPI calls.
     if (void* reg = dlsym(RTLD_DEFAULT, "commbench_emu_register"))
@@ -223,6 +232,7 @@ void run_worker(Stream* s) {
     s->queue.pop_front();
     l.unlock();
     if (task.opens && !open) open.emplace();
+    if (task.opens && s->device == rt().slow_device) std::this_thread::sleep_for(std::chrono::microseconds(rt().slow_us));
     task.work();
     l.lock();
     if (!next_ready(s)) open.reset();
