@@ -298,7 +298,7 @@ def test_copies_allocate_host_memory_on_the_cpus_local_to_their_gpu(workdir):
     no_nvml = {**env, "PYTHONPATH": os.pathsep.join(p for p in env["PYTHONPATH"].split(os.pathsep) if p != EMU_NVML)}
     r, placement, allocated = run("unknown.json", env=no_nvml)
     assert placement["gpu_local_cpus"] is None and placement["local"] is None and len(allocated) == 1
-    assert "which CPUs are local to cuda:1 is unknown without NVML" in r.stdout
+    assert "which CPUs are local to cuda:1 is unknown (NVML unavailable: " in r.stdout
 
 
 @pytest.mark.skipif(not {0, 1} <= os.sched_getaffinity(0), reason="needs CPUs 0 and 1")
@@ -360,6 +360,7 @@ def test_without_peer_access_only_the_written_copy_engine_cells_are_measured(wor
     assert {m for m, _ in pairs} == {"ce", "sm", "ce-read", "sm-read"}
     assert {p for m, p in pairs if m == "ce-read"} == {(0, 0), (1, 1)}, pairs  # a GPU reads itself
     assert "# N/A: peer access between cuda:0 and cuda:1 is not supported" in r.stdout
+    assert "# unidirectional ce latency (us)" in r.stdout and "# unidirectional ce-read latency (us)" in r.stdout
 
 
 def test_a_copy_into_a_strided_host_view_is_refused():

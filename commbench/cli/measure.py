@@ -217,6 +217,9 @@ def p2p(sizes, impl, device, pairs, window, access, nranks, timeout_s, output, p
         raise CommbenchError(f"p2p --impl {impl} moves host buffers; for GPUs use --impl {'/'.join(gpu_transports)} "
                              f"(between ranks) or --device cuda alone (this process's GPUs)")
     impl = impl or default_p2p_transport(detect_launcher())
+    if access is not None and (device != "cuda" or impl in gpu_transports):
+        raise CommbenchError(f"--access is for the peer matrix of this process's GPUs (p2p --device cuda); "
+                             f"--impl {impl} sends between ranks")
     if impl in gpu_transports:
         device = "cuda"
         gpus = resolve_device("cuda", impl)[1]
@@ -228,9 +231,6 @@ def p2p(sizes, impl, device, pairs, window, access, nranks, timeout_s, output, p
         return _local_peer_matrix(size_list, output, policy, ACCESS[access or "write"])
     else:
         gpus = 0
-    if access is not None:
-        raise CommbenchError(f"--access is for the peer matrix of this process's GPUs (p2p --device cuda); "
-                             f"--impl {impl} sends between ranks")
 
     def body(world):
         from ..run.p2p import run_p2p  # torch: on the ranks alone

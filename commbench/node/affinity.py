@@ -10,22 +10,33 @@ import contextlib
 import os
 from typing import Iterator
 
-from .topo import Nvml, set_to_cpulist
+from .topo import Nvml, cpulist_to_set, set_to_cpulist
 
 
-def gpu_cpus(device: int) -> set[int]:
-    """The CPUs local to CUDA device `device`; empty where NVML cannot say (no nvidia-ml-py, no
-    driver, a GPU it does not list). Found by PCI bus id: CUDA's ordinals are not NVML's."""
+def _cpu_ids() -> int:
+    """How many CPU ids the host may have (one above the highest): NVML fills a mask of the size it
+    is given, and ids run past the count of CPUs online where some are offline."""
+    try:
+        with open("/sys/devices/system/cpu/possible") as f:
+            return max(cpulist_to_set(f.read().strip())) + 1
+    except (OSError, ValueError):
+        return max(os.cpu_count() or 1, max(os.sched_getaffinity(0)) + 1)
+
+
+def gpu_cpus(device: int) -> tuple[set[int], str]:
+    """The CPUs local to CUDA device `device`, or none and why NVML cannot say. Found by PCI bus id:
+    CUDA's ordinals are not NVML's."""
     from .gpu import cuda_module
     _, bus = cuda_module().device_identity(device)
     try:
         nvml = Nvml()
-    except Exception:  # noqa: BLE001 - ImportError, NVMLError_LibraryNotFound, _DriverNotLoaded, ...
-        return set()
+    except Exception as e:  # noqa: BLE001 - ImportError, NVMLError_LibraryNotFound, _DriverNotLoaded, ...
+        return set(), f"NVML unavailable: {e}"
     try:
-        return nvml.cpus(nvml.handle_by_bus(bus), os.cpu_count() or 1)
-    except nvml.nv.NVMLError:
-        return set()
+        cpus = nvml.cpus(nvml.handle_by_bus(bus.encode()), _cpu_ids())  # bytes: what every pynvml takes
+        return cpus, "" if cpus else "NVML gives the GPU no CPU affinity"
+    except nvml.nv.NVMLError as e:
+        return set(), f"NVML cannot say: {e}"
     finally:
         nvml.close()
 
@@ -34,16 +45,18 @@ def gpu_cpus(device: int) -> set[int]:
 def near_gpu(device: int) -> Iterator[dict]:
     """Runs the block on the allowed CPUs local to GPU `device` (this thread's affinity, which the
     threads it starts inherit) and gives where its host memory lands: the CPUs it runs on, the GPU's
-    local CPUs (None: unknown) and whether they meet (None: unknown). The affinity is restored after."""
+    local CPUs (None: unknown, and why) and whether they meet (None: unknown). The affinity is restored
+    after. A memory policy of the user's (numactl --membind, --interleave) places pages its own way:
+    what the kernel does then is not seen here."""
     allowed = os.sched_getaffinity(0)
-    local = gpu_cpus(device)
+    local, why = gpu_cpus(device)
     chosen = allowed & local
     moved = bool(chosen) and chosen != allowed
     if moved:
         os.sched_setaffinity(0, chosen)
     try:
         yield {"cpus": set_to_cpulist(os.sched_getaffinity(0)), "gpu_local_cpus": set_to_cpulist(local) if local else None,
-               "local": bool(chosen) if local else None}
+               "local": bool(chosen) if local else None, **({"unknown": why} if why else {})}
     finally:
         if moved:
             os.sched_setaffinity(0, allowed)
@@ -53,7 +66,7 @@ def placement_line(device: int, placement: dict) -> tuple[str, bool]:
     """(what the header says of the host buffers, whether it is a warning)."""
     where = f"host buffers allocated from CPUs {placement['cpus']}"
     if placement["local"] is None:
-        return f"{where}; which CPUs are local to cuda:{device} is unknown without NVML", False
+        return f"{where}; which CPUs are local to cuda:{device} is unknown ({placement['unknown']})", False
     if placement["local"]:
         return f"{where}, local to cuda:{device}", False
     return (f"{where}, none of them local to cuda:{device} (its CPUs: {placement['gpu_local_cpus']}): the host "

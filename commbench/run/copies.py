@@ -63,8 +63,8 @@ def run_peer_matrix(cfg, reporter, gpus: int, modes=ACCESS["write"]) -> tuple[di
 
 
 def print_matrices(matrices: dict, gpus: int, echo) -> None:
-    """Bandwidth matrices at the largest size and the latency matrix (copy engine, one direction) at
-    the smallest, laid out like CUDA's p2pBandwidthLatencyTest; N/A where peer access is unsupported,
+    """Bandwidth matrices at the largest size and the latency matrices (copy engine, one direction,
+    written and read) at the smallest, laid out like CUDA's p2pBandwidthLatencyTest; N/A where peer access is unsupported,
     with the reason."""
     reasons = set()
     staged = False
@@ -92,9 +92,9 @@ def print_matrices(matrices: dict, gpus: int, echo) -> None:
         table(f"{'bidirectional' if bidi else 'unidirectional'} {mode} bandwidth (GB/s"
               f"{', both directions summed' if bidi else ''}), largest size", cell,
               lambda recs: f"{recs[-1]['algbw_gbps']:.1f}")
-    ce = next(mode for mode, _ in matrices if mode.startswith("ce"))  # the written copy's where both ran
-    table(f"unidirectional {ce} latency (us), smallest size", matrices[(ce, False)],
-          lambda recs: f"{recs[0]['time_us']['median']:.2f}")
+    for mode in dict.fromkeys(mode for mode, _ in matrices if mode.startswith("ce")):  # written, read
+        table(f"unidirectional {mode} latency (us), smallest size", matrices[(mode, False)],
+              lambda recs: f"{recs[0]['time_us']['median']:.2f}")
     for r in sorted(reasons):
         echo(f"# N/A: {r}")
     if staged:

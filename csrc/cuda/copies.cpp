@@ -101,16 +101,16 @@ class PeerCopy {
   PeerCopy(int64_t dst_dev, int64_t src_dev, int64_t bytes, const std::string& mode, bool bidirectional, bool read)
       : a_(static_cast<int>(src_dev)), b_(static_cast<int>(dst_dev)), n_(static_cast<std::size_t>(bytes)),
         sm_(check_mode(mode, a_, b_, read)), bidi_(bidirectional), read_(read),
-        direct_(sm_ || peer_status(a_, b_).empty()), w_{0, a_},
+        direct_(sm_ || peer_status(a_, b_).empty()), t_(read_ && !bidi_ ? b_ : a_), w_{0, a_},
         src_(n_, a_, w_), dst_(n_, b_, w_), back_src_(bidi_ ? n_ : 0, b_, w_), back_dst_(bidi_ ? n_ : 0, a_, w_),
         count_a_(a_, w_), count_b_(b_, w_), s0_(a_, w_), s1_(b_, w_), fork_(event_on(a_, w_)), join_(event_on(b_, w_)),
         gate_(w_) {}
 
   std::vector<double> times(int64_t iters) {
     pybind11::gil_scoped_release no_gil;
-    on(a_, w_);
+    on(t_, w_);
     const unsigned expired = gate_.expired();
-    std::vector<double> t = event_times(s0_.s, iters, w_, [&] { idle(); }, [&] { enqueue(); }, [&] { idle(); }, 1,
+    std::vector<double> t = event_times(timing_stream(), iters, w_, [&] { idle(); }, [&] { enqueue(); }, [&] { idle(); }, 1,
                                         direct_ ? &gate_ : nullptr);
     require_held(gate_, expired, "peer copy", kCopyRemedy, w_);
     return t;
@@ -151,10 +151,15 @@ class PeerCopy {
     return sm;
   }
 
+  // The stream the events time on, which the gate holds: the issuing GPU's where one GPU issues the
+  // copy (timed on the copy's own stream, as nvbandwidth times); both directions at once are timed on
+  // the source's, the destination's stream forked from it and joined back.
+  cudaStream_t timing_stream() const { return t_ == a_ ? s0_.s : s1_.s; }
+
   void idle() {
     sync(s0_.s, w_);
     sync(s1_.s, w_);
-    on(a_, w_);
+    on(t_, w_);
   }
 
   void copy(void* d, int dd, const void* s, int sd, cudaStream_t st, int run_on) {
@@ -165,11 +170,9 @@ class PeerCopy {
       cuda_check(cudaMemcpyPeerAsync(d, dd, s, sd, n_, st), "cudaMemcpyPeerAsync", w_);
   }
 
-  // The gate holds s0 (the source's stream, where the events time); work on s1 (the destination's)
-  // starts behind it and ends before the end event.
   void enqueue() {
-    const bool both_streams = bidi_ || read_;
-    if (both_streams) {
+    // Both directions: s1 starts behind the gate on s0 and ends before s0's end event.
+    if (bidi_) {
       cuda_check(cudaEventRecord(fork_.e, s0_.s), "cudaEventRecord", w_);
       cuda_check(cudaStreamWaitEvent(s1_.s, fork_.e, 0), "cudaStreamWaitEvent", w_);
     }
@@ -183,17 +186,16 @@ class PeerCopy {
         copy(back_dst_.ptr, a_, back_src_.ptr, b_, s0_.s, a_);
       else
         copy(back_dst_.ptr, a_, back_src_.ptr, b_, s1_.s, b_);
-    }
-    if (both_streams) {
       cuda_check(cudaEventRecord(join_.e, s1_.s), "cudaEventRecord", w_);
       cuda_check(cudaStreamWaitEvent(s0_.s, join_.e, 0), "cudaStreamWaitEvent", w_);
     }
-    on(a_, w_);
+    on(t_, w_);
   }
 
   int a_, b_;
   std::size_t n_;
   bool sm_, bidi_, read_, direct_;
+  int t_;  // the device whose stream the events time on (timing_stream)
   Where w_;
   DeviceBuffer src_, dst_, back_src_, back_dst_;
   Counter count_a_, count_b_;
@@ -214,8 +216,8 @@ class HostCopy {
       pinned_ = std::make_unique<PinnedBuffer>(n_, w_);
       host_ = pinned_->ptr;
     } else {
-      pageable_.assign(std::max<std::size_t>(n_, 16), 0);
-      host_ = pageable_.data();
+      pageable_ = std::make_unique<PageableBuffer>(n_, w_);
+      host_ = pageable_->ptr;
     }
   }
 
@@ -263,7 +265,7 @@ class HostCopy {
   Stream s_;
   Gate gate_;
   std::unique_ptr<PinnedBuffer> pinned_;
-  std::vector<char> pageable_;
+  std::unique_ptr<PageableBuffer> pageable_;
   void* host_ = nullptr;
 };
 

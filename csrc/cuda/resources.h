@@ -6,6 +6,7 @@
 #include "python.h"
 
 #include <cuda_runtime.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <cstddef>
@@ -54,6 +55,25 @@ struct PinnedBuffer {
   }
   PinnedBuffer(const PinnedBuffer&) = delete;
   PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+};
+
+// Pageable host memory of its own mapping, so that its pages are first touched, and so placed on a
+// NUMA node, by the thread that fills it (a heap block may reuse pages touched elsewhere before).
+struct PageableBuffer {
+  void* ptr = nullptr;
+  std::size_t bytes;
+  PageableBuffer(std::size_t n, const Where& w) : bytes(std::max<std::size_t>(n, 16)) {
+    ptr = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (ptr == MAP_FAILED) {
+      ptr = nullptr;
+      cuda_check(cudaErrorMemoryAllocation, "mmap", w);
+    }
+  }
+  ~PageableBuffer() {
+    if (ptr) munmap(ptr, bytes);
+  }
+  PageableBuffer(const PageableBuffer&) = delete;
+  PageableBuffer& operator=(const PageableBuffer&) = delete;
 };
 
 struct Stream {
