@@ -351,7 +351,9 @@ class Watchdog:
             if self.up is not None:
                 self._send(self.up, f"fail {status} {one_line(text)}")
             until = time.monotonic() + GRACE_S
-            while not self.reported and self.up is not None and time.monotonic() < until:
+            # Until rank 0 has ended, not only reported: a rank that leaves first can make mpirun end
+            # the job and drop what rank 0 still has to say (its line, on a busy host).
+            while self.up is not None and time.monotonic() < until:
                 self._read_up(until - time.monotonic())
         if not self.reported and self.rank == 1:  # rank 0 is stopped or gone: one rank speaks for it
             click.echo(one_line(f"commbench: error on rank 1: {text}"), err=True)
