@@ -279,10 +279,12 @@ def test_copies_allocate_host_memory_on_the_cpus_local_to_their_gpu(workdir):
         assert r.returncode == 0, r.stderr
         with open(log) as f:
             allocated = {line.split()[1] for line in f}
-        config = results.load_document(os.path.join(workdir, out))["config"]
+        doc = results.load_document(os.path.join(workdir, out))
         # The header lists the GPUs the copies drive (not GPU 0 as a rank's own).
-        assert [g["device"] for g in config["gpus"]] == [0, 1] and " cuda:1 commbench emulated GPU" in r.stdout
-        return r, config["host_memory"], allocated
+        assert [g["device"] for g in doc["config"]["gpus"]] == [0, 1] and " cuda:1 commbench emulated GPU" in r.stdout
+        [placement] = doc["host_memory"]
+        assert placement.pop("device") == 1
+        return r, placement, allocated
 
     r, placement, allocated = run("near.json")
     assert placement == {"cpus": str(cpus[1]), "gpu_local_cpus": str(cpus[1]), "local": True}
@@ -299,6 +301,32 @@ def test_copies_allocate_host_memory_on_the_cpus_local_to_their_gpu(workdir):
     r, placement, allocated = run("unknown.json", env=no_nvml)
     assert placement["gpu_local_cpus"] is None and placement["local"] is None and len(allocated) == 1
     assert "which CPUs are local to cuda:1 is unknown (NVML unavailable: " in r.stdout
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs to stand for 2 sockets")
+def test_copy_from_every_gpu_names_the_one_whose_host_copies_fall_behind(workdir):
+    """--src all: every GPU in turn, each on its own CPUs, copying to the next; the per-GPU table at
+    the largest size; a GPU whose work takes 20 ms more (emulated) is named, the others are not."""
+    cpus = sorted(os.sched_getaffinity(0))[:2]
+    log = os.path.join(workdir, "pinned.log")
+    out = os.path.join(workdir, "all.json")
+    r = commbench(["copy", "--src", "all", "--sizes", "4K,1M", "--budget-ms", "5", "-o", out], cwd=workdir,
+                  env=emu_env(2, COMMBENCH_EMU_GPU_CPUS=f"{cpus[0]};{cpus[1]}", COMMBENCH_EMU_PINNED_LOG=log,
+                              COMMBENCH_EMU_SLOW_DEVICE="1:20000"))
+    assert r.returncode == 0, r.stderr
+    doc = results.load_document(out)
+    assert [(p["device"], p["cpus"], p["local"]) for p in doc["host_memory"]] == [(0, str(cpus[0]), True),
+                                                                              (1, str(cpus[1]), True)]
+    with open(log) as f:
+        assert {line.split()[1] for line in f} == {str(cpus[0]), str(cpus[1])}
+    pairs = {(rec["op"], tuple(rec["pair"])) for rec in doc["results"]}
+    assert {("h2d", (0, 1)), ("h2d", (1, 0)), ("staged", (0, 1)), ("peer_copy", (1, 0))} <= pairs
+    table = r.stdout[r.stdout.index("# host<->device bandwidth per GPU (GB/s), 1M"):].splitlines()
+    assert table[1].split()[1:] == ["GPU", "h2d", "pinned", "d2h", "pinned", "h2d", "pageable", "d2h", "pageable"]
+    assert [row.split()[1] for row in table[2:4]] == ["0", "1"]
+    named = [line for line in r.stderr.splitlines() if "GB/s at 1M" in line]
+    assert len(named) == 2 and all(line.startswith("warning: cuda:1: ") for line in named), r.stderr
+    assert sorted(tuple(line.split()[2:4]) for line in named) == [("d2h", "pinned"), ("h2d", "pinned")], named
 
 
 @pytest.mark.skipif(not {0, 1} <= os.sched_getaffinity(0), reason="needs CPUs 0 and 1")

@@ -203,7 +203,7 @@ def test_peer_matrix_and_copies(workdir):
     assert {"h2d", "d2h", "staged"} <= set(df["op"]) and (df["algbw_gbps"] > 0).all() and (df["wrong"] == 0).all()
     assert set(df["impl"]) == {"cuda"} and {"pinned", "pageable", "pinned2"} <= set(df["mode"])
     # Where the host buffers were allocated, said in the header and kept (NVML knows the GPU's CPUs).
-    placement = results.load_document(out)["config"]["host_memory"]
+    [placement] = results.load_document(out)["host_memory"]
     assert placement["local"] is True and f"# note: host buffers allocated from CPUs {placement['cpus']}, local" in r.stdout
 
 

@@ -266,11 +266,19 @@ def _local_peer_matrix(size_list, output, policy, modes) -> None:
     sys.exit(1 if wrong else 0)
 
 
+# `copy --src all`: a GPU whose pinned host copies run below this fraction of the GPUs' median is named
+# (as links judges its pairs: the same default of 75 %).
+COPY_SLOW_FRACTION = 0.75
+
+
 @cli.command()
 @click.option("--sizes", "-s", default="4K-256M:x4", show_default=True, help="Transfer sizes in bytes.")
-@click.option("--src", type=click.IntRange(min=0), default=0, show_default=True, help="Source GPU.")
+@click.option("--src", default="0", show_default=True,
+              help="Source GPU, or 'all': every visible GPU in turn, each beside the others (the GPU whose host "
+                   "copies fall behind is named).")
 @click.option("--dst", type=click.IntRange(min=0), default=None,
-              help="Destination GPU of the staged and direct copies (default 1, or 0 with one GPU).")
+              help="Destination GPU of the staged and direct copies (default the next GPU after --src, or --src "
+                   "itself with one GPU).")
 @click.option("--staging-chunk", default="4M", show_default=True, help="Chunk of the host-staged pipeline.")
 @policy_options
 def copy(sizes, src, dst, staging_chunk, output, policy) -> None:
@@ -279,23 +287,45 @@ def copy(sizes, src, dst, staging_chunk, output, policy) -> None:
     from ..node.affinity import near_gpu, placement_line
     from ..node.gpu import require_gpu
     from ..run.config import RunConfig
-    from ..run.copies import run_copies
+    from ..run.copies import per_gpu_summary, run_copies
     size_list = parse_sizes(sizes)
     chunk = parse_size(staging_chunk, "--staging-chunk")
     if chunk <= 0:
         raise CommbenchError("--staging-chunk must be positive")
+    every = src.strip().lower() == "all"
+    if not every and not src.strip().isdigit():
+        raise CommbenchError(f"--src {src!r}: give a GPU index (0, 1, ...) or 'all'")
+    if every and dst is not None:
+        raise CommbenchError("--dst goes with one --src; with --src all each GPU copies to the next")
     gpus = require_gpu("commbench copy")
-    dst = (1 if gpus > 1 else 0) if dst is None else dst
-    for name, index in (("--src", src), ("--dst", dst)):
+    sources = list(range(gpus)) if every else [int(src)]
+    # Each source's partner for the staged and direct copies: the next GPU, or itself alone.
+    dsts = [(g + 1) % gpus if dst is None else dst for g in sources]
+    for name, index in (("--src", sources[-1]), ("--dst", dsts[-1])):
         if index >= gpus:
             raise CommbenchError(f"{name} {index}: only {gpus} GPU(s) visible")
     cfg = RunConfig(op="copy", impls=(COPY_IMPL,), sizes=tuple(size_list),
                     dtype="uint8", redop="none", device="cuda", policy=policy)
     world = local_world()
-    with near_gpu(src) as placement:  # every host buffer is allocated inside
-        reporter = make_reporter(world, cfg, output, 6 * len(size_list), config={"host_memory": placement},
-                                 devices=sorted({src, dst}))
-        line, warning = placement_line(src, placement)
-        (reporter.warn if warning else reporter.note)(line)
-        wrong = sweep(reporter, lambda: run_copies(cfg, reporter, src, dst, chunk), world)
-    sys.exit(1 if wrong else 0)
+    reporter = make_reporter(world, cfg, output, 6 * len(size_list) * len(sources),
+                             devices=sorted(set(sources) | set(dsts)))
+    placements: list[dict] = []
+
+    def run() -> int:
+        wrong = 0
+        for g, d in zip(sources, dsts):
+            with near_gpu(g) as placement:  # every host buffer of this GPU's copies is allocated inside
+                placements.append({"device": g, **placement})
+                reporter.attach("host_memory", placements)
+                line, warning = placement_line(g, placement)
+                (reporter.warn if warning else reporter.note)(line)
+                wrong += run_copies(cfg, reporter, g, d, chunk)
+        if len(sources) > 1:
+            lines, findings = per_gpu_summary(reporter.records, COPY_SLOW_FRACTION)
+            for text in lines:
+                click.echo(text)
+            for text in findings:
+                reporter.warn(text)
+        return wrong
+
+    sys.exit(1 if sweep(reporter, run, world) else 0)

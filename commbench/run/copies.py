@@ -121,7 +121,7 @@ def run_copies(cfg, reporter, src: int, dst: int, staging_chunk: int) -> int:
                       lambda s: _cuda.PeerCopy(dst, src, s, "ce", False)))
     wrong = 0
     for op, mode, description, rig in tests:
-        block = f"{op} {mode}"
+        block = f"{op} {mode} cuda:{src}"
         reporter.block(block, description)
         for size in cfg.sizes:
             reporter.step(f"{block} {format_size(size)}")
@@ -129,3 +129,34 @@ def run_copies(cfg, reporter, src: int, dst: int, staging_chunk: int) -> int:
     if why:
         reporter.warn(f"no direct copy cuda:{src} -> cuda:{dst} to compare with: {why}")
     return wrong
+
+
+# The per-GPU summary's columns: (op, mode) of the host copies, and which of them are judged.
+_HOST_COPIES = [("h2d", "pinned"), ("d2h", "pinned"), ("h2d", "pageable"), ("d2h", "pageable")]
+_JUDGED = [("h2d", "pinned"), ("d2h", "pinned")]
+
+
+def per_gpu_summary(records: list[dict], slow_fraction: float) -> tuple[list[str], list[str]]:
+    """`copy --src all`: each GPU's host copies at the largest size measured, side by side, and the
+    GPUs whose pinned copies (the PCIe link's own figure: pageable ones add the host's memcpy) fall
+    below slow_fraction of the GPUs' median, each named with the remedy. Returns (table lines,
+    findings)."""
+    largest = max(r["size_bytes"] for r in records)
+    value = {(r["pair"][0], r["op"], r["mode"]): r["algbw_gbps"] for r in records
+             if r["size_bytes"] == largest and (r["op"], r.get("mode")) in _HOST_COPIES}
+    gpus = sorted({g for g, _, _ in value})
+    lines = ["#", f"# host<->device bandwidth per GPU (GB/s), {format_size(largest)}",
+             "#  GPU" + "".join(f"{op + ' ' + mode:>14}" for op, mode in _HOST_COPIES)]
+    lines += [f"#{g:>5}" + "".join(f"{value[(g, op, mode)]:>14.1f}" if (g, op, mode) in value else f"{'-':>14}"
+                                   for op, mode in _HOST_COPIES) for g in gpus]
+    findings = []
+    for op, mode in _JUDGED:
+        measured = {g: value[(g, op, mode)] for g in gpus if (g, op, mode) in value}
+        median = float(np.median(list(measured.values()))) if measured else 0.0
+        for g, v in measured.items():
+            if median > 0 and v < slow_fraction * median:
+                findings.append(f"cuda:{g}: {op} {mode} {v:.1f} GB/s at {format_size(largest)}, {v / median:.0%} of "
+                                f"the GPUs' median {median:.1f}: its PCIe link or its path to host memory is slow; "
+                                f"remedy: compare its link generation and width with the others' (nvidia-smi -q -d "
+                                f"PCI, commbench topo) and its CPUs' NUMA node (commbench doctor)")
+    return lines, findings
