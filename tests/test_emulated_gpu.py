@@ -327,6 +327,13 @@ def test_copy_from_every_gpu_names_the_one_whose_host_copies_fall_behind(workdir
     named = [line for line in r.stderr.splitlines() if "GB/s at 1M" in line]
     assert len(named) == 2 and all(line.startswith("warning: cuda:1: ") for line in named), r.stderr
     assert sorted(tuple(line.split()[2:4]) for line in named) == [("d2h", "pinned"), ("h2d", "pinned")], named
+    # Kept in the file, where acceptance judges it.
+    kept = doc["host_copies"]
+    assert kept["size_bytes"] == 1 << 20 and kept["table"][1:] == table[:4]
+    assert sorted((f["device"], f["op"]) for f in kept["findings"]) == [(1, "d2h"), (1, "h2d")]
+    from commbench.accept.judge import result_checks
+    [host] = [c for c in result_checks(doc, {}, None) if c["check"] == "host copies"]
+    assert host["status"] == "FAIL" and host["evidence"].startswith("cuda:1: ")
 
 
 @pytest.mark.skipif(not {0, 1} <= os.sched_getaffinity(0), reason="needs CPUs 0 and 1")

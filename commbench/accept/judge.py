@@ -46,6 +46,10 @@ def result_checks(doc: dict, limits: dict, baseline: Optional[tuple[str, dict]])
         findings = doc["links"]["findings"]
         out.append(check("links", FAIL if findings else PASS,
                          "; ".join(f["text"] for f in findings) or "no slow link, rank or host found"))
+    if "host_copies" in doc:  # copy --src all
+        findings = doc["host_copies"]["findings"]
+        out.append(check("host copies", FAIL if findings else PASS,
+                         "; ".join(f["text"] for f in findings) or "no GPU's host copies fall behind the others'"))
     out += _baseline_checks(doc, limits, baseline)
     out += _fabric_checks(doc, limits)
     out += _absolute_checks(doc, limits)

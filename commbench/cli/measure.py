@@ -266,8 +266,8 @@ def _local_peer_matrix(size_list, output, policy, modes) -> None:
     sys.exit(1 if wrong else 0)
 
 
-# `copy --src all`: a GPU whose pinned host copies run below this fraction of the GPUs' median is named
-# (as links judges its pairs: the same default of 75 %).
+# `copy --src all`: a GPU whose pinned host copies run below this fraction of the other GPUs' median is
+# named (as links judges its pairs: the same default of 75 %).
 COPY_SLOW_FRACTION = 0.75
 
 
@@ -285,7 +285,7 @@ def copy(sizes, src, dst, staging_chunk, output, policy) -> None:
     """Host<->device copies (pinned, pageable) and GPU->host->GPU staging beside direct P2P."""
     from ..launch.world import local_world
     from ..node.affinity import near_gpu, placement_line
-    from ..node.gpu import require_gpu
+    from ..node.gpu import cuda_module, require_gpu
     from ..run.config import RunConfig
     from ..run.copies import per_gpu_summary, run_copies
     size_list = parse_sizes(sizes)
@@ -293,7 +293,7 @@ def copy(sizes, src, dst, staging_chunk, output, policy) -> None:
     if chunk <= 0:
         raise CommbenchError("--staging-chunk must be positive")
     every = src.strip().lower() == "all"
-    if not every and not src.strip().isdigit():
+    if not every and not src.strip().isdecimal():
         raise CommbenchError(f"--src {src!r}: give a GPU index (0, 1, ...) or 'all'")
     if every and dst is not None:
         raise CommbenchError("--dst goes with one --src; with --src all each GPU copies to the next")
@@ -313,19 +313,26 @@ def copy(sizes, src, dst, staging_chunk, output, policy) -> None:
 
     def run() -> int:
         wrong = 0
+        if len(sources) > 1:
+            # Each GPU's context (and what the driver keeps in host memory for it) made on its own
+            # CPUs, before another GPU's copies touch it as their peer.
+            for g in sources:
+                with near_gpu(g):
+                    cuda_module().mem_get_info(g)
         for g, d in zip(sources, dsts):
             with near_gpu(g) as placement:  # every host buffer of this GPU's copies is allocated inside
                 placements.append({"device": g, **placement})
-                reporter.attach("host_memory", placements)
+                reporter.attach("host_memory", list(placements))
                 line, warning = placement_line(g, placement)
                 (reporter.warn if warning else reporter.note)(line)
                 wrong += run_copies(cfg, reporter, g, d, chunk)
         if len(sources) > 1:
-            lines, findings = per_gpu_summary(reporter.records, COPY_SLOW_FRACTION)
-            for text in lines:
+            summary = per_gpu_summary(reporter.records, COPY_SLOW_FRACTION)
+            reporter.attach("host_copies", summary)
+            for text in summary["table"]:
                 click.echo(text)
-            for text in findings:
-                reporter.warn(text)
+            for finding in summary["findings"]:
+                reporter.warn(finding["text"])
         return wrong
 
     sys.exit(1 if sweep(reporter, run, world) else 0)

@@ -34,7 +34,7 @@ from ..errors import one_line
 TICK_S = 0.25
 # A rank silent this long is stopped (or its host is gone).
 STALE_S = 1.0
-# How long a rank other than 0 waits for rank 0 to report its ending before it leaves on its own.
+# How long a rank other than 0 waits for rank 0 to report its ending and end before it leaves on its own.
 GRACE_S = 3.0
 CONNECT_TIMEOUT_S = 10.0
 
@@ -46,22 +46,25 @@ def guard_start_up() -> None:
     """On a launched rank, until its watchdog takes SIGINT over: a Ctrl-C ends the rank at once, rank
     0 saying so in the line of an interrupted run (Python's KeyboardInterrupt printed a traceback
     from whichever import it hit, on every rank). Once a watchdog has run, SIGINT is Python's again."""
-    from .world import launch_rank
+    from .world import detect_launcher, launch_rank
     rank = launch_rank()
     if rank is None:
         return
+    under_mpi = detect_launcher() == "mpi"
 
     def interrupted(signum, frame):
         if _started:
             signal.default_int_handler(signum, frame)
         if rank == 0:
             os.write(2, f"commbench: error: {_interrupted_text('', signum)}\n".encode())
-        else:
+        elif under_mpi:
             # The other ranks leave after rank 0 has spoken: one that left first made mpirun SIGTERM
             # rank 0, and a SIGTERM pending beside the SIGINT ended it before its handler ran (a
-            # busy host), leaving mpirun's banner where the line should be. mpirun ends this rank
-            # once rank 0 has left; GRACE_S bounds the wait where rank 0 is gone already.
+            # busy host), leaving mpirun's banner where the line should be. mpirun's SIGTERM ends
+            # this rank once rank 0 has left (at once: no handler of ours runs now); GRACE_S bounds
+            # the wait where rank 0 is gone already.
             signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
             time.sleep(GRACE_S)
         os._exit(1)
     signal.signal(signal.SIGINT, interrupted)
@@ -176,19 +179,19 @@ class Watchdog:
             # peer may fail at once), the first is the one to name.
             others = list(self.peers.values()) if self.up is None else [self.up]
             ready, _, _ = select.select([self._wake, *others], [], [], TICK_S)
+            news = None
             with self._io:
                 if self.up is not None:
                     self._send(self.up, "beat")
                     news = self._read_up(0)
-                    if news and not self.stopped:  # rank 0 reported an ending, or is gone: this rank leaves too
-                        self.end("peer-lost" if news == "gone" else "failed",
-                                 f"{self.label}: rank 0 did not arrive: its process ended")
                 elif self.rank == 0:
                     self._read_peers()
+            # Outside the lock: an ending on the main thread holds _ending and then takes _io.
+            if news and not self.stopped:  # rank 0 reported an ending, or is gone: this rank leaves too
+                self.end("peer-lost" if news == "gone" else "failed", f"{self.label}: rank 0 did not arrive: its process ended")
             # A peer's end comes first: a launcher that saw a rank die sends this one SIGTERM next.
             if self.lost and not self.stopped:
-                self.end("peer-lost", self._absent_text("did not arrive: its process ended",
-                                                        "did not arrive: their processes ended"))
+                self.end("peer-lost", self._lost_text())
             if self._wake in ready:
                 signum = os.read(self._wake, 16)[-1]
                 self.end("interrupted", _interrupted_text(self.label, signum))
@@ -272,12 +275,20 @@ class Watchdog:
     def _absent(self) -> list[int]:
         return sorted(set(self.lost) | set(self._silent(STALE_S)))
 
-    def _absent_text(self, what: str, what_of_several: Optional[str] = None) -> str:
+    def _lost_text(self) -> str:
+        """Rank 0: the ranks whose process ended, and apart from them those merely silent."""
+        lost = sorted(set(self.lost))
+        silent = [r for r in self._silent(STALE_S) if r not in lost]
+        ended = "their processes" if len(lost) > 1 else "its process"
+        return f"{self.label}: {_ranks(lost)} did not arrive: {ended} ended" + \
+            (f"; {_ranks(silent)} did not answer" if silent else "")
+
+    def _absent_text(self, what: str) -> str:
         if self.rank != 0:  # said only where rank 0 did not report: it is what is missing
             return f"{self.label}: did not finish within --timeout {self.timeout_s:g} s; rank 0 did not answer"
         absent = self._absent()
         if absent:
-            return f"{self.label}: {_ranks(absent)} {what_of_several if len(absent) > 1 and what_of_several else what}"
+            return f"{self.label}: {_ranks(absent)} {what}"
         return f"{self.label}: did not finish within --timeout {self.timeout_s:g} s; every rank was alive in it"
 
     def _peer_failure(self, rank: int, status: str, text: str) -> str:
@@ -354,7 +365,7 @@ class Watchdog:
             # Until rank 0 has ended, not only reported: a rank that leaves first can make mpirun end
             # the job and drop what rank 0 still has to say (its line, on a busy host).
             while self.up is not None and time.monotonic() < until:
-                self._read_up(until - time.monotonic())
+                self._read_up(max(0.0, until - time.monotonic()))
         if not self.reported and self.rank == 1:  # rank 0 is stopped or gone: one rank speaks for it
             click.echo(one_line(f"commbench: error on rank 1: {text}"), err=True)
 

@@ -136,27 +136,30 @@ _HOST_COPIES = [("h2d", "pinned"), ("d2h", "pinned"), ("h2d", "pageable"), ("d2h
 _JUDGED = [("h2d", "pinned"), ("d2h", "pinned")]
 
 
-def per_gpu_summary(records: list[dict], slow_fraction: float) -> tuple[list[str], list[str]]:
+def per_gpu_summary(records: list[dict], slow_fraction: float) -> dict:
     """`copy --src all`: each GPU's host copies at the largest size measured, side by side, and the
     GPUs whose pinned copies (the PCIe link's own figure: pageable ones add the host's memcpy) fall
-    below slow_fraction of the GPUs' median, each named with the remedy. Returns (table lines,
-    findings)."""
+    below slow_fraction of the median of the other GPUs (with two GPUs, each is judged against the
+    other), each named with the remedy: {"size_bytes", "table" (lines), "findings"}."""
     largest = max(r["size_bytes"] for r in records)
     value = {(r["pair"][0], r["op"], r["mode"]): r["algbw_gbps"] for r in records
              if r["size_bytes"] == largest and (r["op"], r.get("mode")) in _HOST_COPIES}
     gpus = sorted({g for g, _, _ in value})
-    lines = ["#", f"# host<->device bandwidth per GPU (GB/s), {format_size(largest)}",
+    table = ["#", f"# host<->device bandwidth per GPU (GB/s), {format_size(largest)}",
              "#  GPU" + "".join(f"{op + ' ' + mode:>14}" for op, mode in _HOST_COPIES)]
-    lines += [f"#{g:>5}" + "".join(f"{value[(g, op, mode)]:>14.1f}" if (g, op, mode) in value else f"{'-':>14}"
+    table += [f"#{g:>5}" + "".join(f"{value[(g, op, mode)]:>14.1f}" if (g, op, mode) in value else f"{'-':>14}"
                                    for op, mode in _HOST_COPIES) for g in gpus]
     findings = []
     for op, mode in _JUDGED:
         measured = {g: value[(g, op, mode)] for g in gpus if (g, op, mode) in value}
-        median = float(np.median(list(measured.values()))) if measured else 0.0
         for g, v in measured.items():
+            others = [o for h, o in measured.items() if h != g]
+            median = float(np.median(others)) if others else 0.0
             if median > 0 and v < slow_fraction * median:
-                findings.append(f"cuda:{g}: {op} {mode} {v:.1f} GB/s at {format_size(largest)}, {v / median:.0%} of "
-                                f"the GPUs' median {median:.1f}: its PCIe link or its path to host memory is slow; "
-                                f"remedy: compare its link generation and width with the others' (nvidia-smi -q -d "
-                                f"PCI, commbench topo) and its CPUs' NUMA node (commbench doctor)")
-    return lines, findings
+                findings.append({"device": g, "op": op, "mode": mode, "gbps": v, "others_median_gbps": median,
+                                 "text": f"cuda:{g}: {op} {mode} {v:.1f} GB/s at {format_size(largest)}, {v / median:.0%} "
+                                         f"of the other GPUs' median {median:.1f}: its PCIe link or its path to host "
+                                         f"memory is slow; remedy: compare its link generation and width with the "
+                                         f"others' (nvidia-smi -q -d PCI, commbench topo) and its CPUs' NUMA node "
+                                         f"(commbench doctor)"})
+    return {"size_bytes": largest, "table": table, "findings": findings}
