@@ -360,15 +360,14 @@ def test_ctrl_c_while_the_ranks_start_is_the_one_line(workdir):
     env = mpi_env()
     env.update(PYTHONPATH=os.pathsep.join(filter(None, [os.path.join(os.path.dirname(__file__), "stubs", "slow_start"),
                                                          env.get("PYTHONPATH")])),
-               COMMBENCH_STUB_SLOW_START_S="30")
+               COMMBENCH_STUB_SLOW_START_S="30", COMMBENCH_STUB_SLOW_START_MARK=os.path.join(workdir, "importing"))
     p = subprocess.Popen([COMMBENCH, *SWEEP, "--np", "2", "-o", out], env=env, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         until = time.monotonic() + 60
-        while len(_rank_pids(out)) < 2:
+        while not all(os.path.exists(os.path.join(workdir, f"importing.{rank}")) for rank in (0, 1)):
             assert time.monotonic() < until and p.poll() is None, p.communicate()
             time.sleep(0.1)
-        time.sleep(0.5)
         os.kill(p.pid, signal.SIGINT)
         _, err = p.communicate(timeout=20)
     finally:

@@ -1,6 +1,9 @@
 """Ranks slow to start: on this directory first in PYTHONPATH, a launched rank (Open MPI's rank
 variable set) sleeps COMMBENCH_STUB_SLOW_START_S seconds as it imports commbench's command line,
-as one loading torch on a busy node does, so that a signal is sure to come amid the start-up."""
+as one loading torch on a busy node does, so that a signal is sure to come amid the start-up. As the
+sleep starts (after `python -m commbench` set its start-up guard) it makes the file
+COMMBENCH_STUB_SLOW_START_MARK.<rank>: a test signals once every rank has one, not after a guess at
+how long an interpreter takes to start on a busy host."""
 
 import importlib.abc
 import os
@@ -12,6 +15,9 @@ class _SlowImport(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path, target=None):
         if name == "commbench.cli":
             sys.meta_path.remove(self)
+            mark = os.environ.get("COMMBENCH_STUB_SLOW_START_MARK")
+            if mark:
+                open(f"{mark}.{os.environ['OMPI_COMM_WORLD_RANK']}", "w").close()
             time.sleep(float(os.environ["COMMBENCH_STUB_SLOW_START_S"]))
         return None
 
