@@ -208,9 +208,24 @@ def test_a_baseline_of_another_sku_or_timing_is_not_picked(tmp_path):
     assert picked is None and note.startswith("no baseline of SKU 'no GPU; AMD EPYC 9654, 96 cores' with these series "
                                               "(per-iteration timing, 1 host(s))")
     assert Baselines(str(folder)).pick(run, quick=True)[0][0].endswith("quick.json")
+    graphed = node_doc("n6", rng)
+    graphed["config"]["graph"] = True  # the same series, measured as a CUDA graph's replays
+    (folder / "graphed.json").write_text(json.dumps(graphed))
+    assert Baselines(str(folder)).pick(run, quick=False)[0] is None
     (folder / "same.json").write_text(json.dumps(same))
     picked, note = Baselines(str(folder)).pick(run, quick=False)
     assert picked[0].endswith("same.json") and note == f"baseline {picked[0]}"
+    # Two steps of one plan that time the same series: each step's own baseline, the newer
+    # notwithstanding; a step of another name takes the one with the most series in common.
+    plain, held = node_doc("n7", rng), node_doc("n8", rng)
+    plain["baseline"], held["baseline"] = {"step": "allreduce"}, {"step": "allreduce delay"}
+    held["created"] = "2026-11-22T00:00:00+00:00"
+    held["config"]["delay"] = {"rank": 1, "us": 2000.0}
+    (folder / "plain.json").write_text(json.dumps(plain))
+    (folder / "held.json").write_text(json.dumps(held))
+    assert Baselines(str(folder)).pick(run, False, "allreduce")[0][0].endswith("plain.json")
+    assert Baselines(str(folder)).pick(run, False, "allreduce delay")[0][0].endswith("held.json")
+    assert Baselines(str(folder)).pick(run, False, "allgather")[0][0].endswith("held.json")  # the newest
 
 
 def test_promote_needs_an_accept_run_folder(tmp_path):

@@ -34,8 +34,8 @@ def node_doc(host: str, rng, busbw=1.0, latency=1.0, p2p=1.0, cpu="AMD EPYC 9654
             "env": {}, "status": "complete", "error": None, "results": recs}
 
 
-PLANTED = {17: ("busbw", "allreduce ring@mpi busbw@4M (GB/s)"), 503: ("latency", "allreduce ring@mpi time@1K (us)"),
-           911: ("p2p", "bandwidth mpi bw@4M (GB/s)")}
+PLANTED = {17: ("busbw", "allreduce ring@mpi (2 ranks) busbw@4M (GB/s)"),
+           503: ("latency", "allreduce ring@mpi (2 ranks) time@1K (us)"), 911: ("p2p", "bandwidth mpi (pair 0-1) bw@4M (GB/s)")}
 
 
 def test_three_planted_outliers_among_a_thousand_nodes_are_exactly_the_ones_named(tmp_path):
@@ -69,7 +69,7 @@ def test_the_table_ranks_outliers_and_says_how_they_were_found(tmp_path):
     # Another SKU of 2 nodes: too few to say which stands apart, whatever their figures.
     docs += [(f"g{i}.json", node_doc(f"g{i}", rng, busbw=0.2 * (i + 1), cpu="Grace")) for i in range(2)]
     found = fleet_analysis.analyse(docs)
-    assert [(o["node"], o["metric"]) for o in found["outliers"]] == [("n2", "allreduce ring@mpi busbw@4M (GB/s)")]
+    assert [(o["node"], o["metric"]) for o in found["outliers"]] == [("n2", "allreduce ring@mpi (2 ranks) busbw@4M (GB/s)")]
     text = "\n".join(fleet_analysis.lines(found))
     assert "# fleet: 10 node(s) from 10 result file(s), 2 SKU(s)" in text
     assert "> 3.5 among the nodes of its SKU (MAD at least 1 % of the median; 3 nodes or more)" in text
@@ -119,3 +119,22 @@ def test_a_degraded_node_is_of_its_healthy_siblings_sku():
             skus.add(fleet_analysis.sku_of({"topology": json.load(f)}))
     assert skus == {"8x NVIDIA H100 80GB HBM3; NVLink 4; 8 IB port(s) up to 400 Gb/s; "
                     "Intel(R) Xeon(R) Platinum 8480+, 112 cores"}
+
+
+def test_a_metric_sets_apart_what_changes_its_figure():
+    """The plain all-reduce, one captured in a CUDA graph, one with a rank held back, one on more ranks
+    and one in another data type are five metrics, never one (a plan runs them all on a node)."""
+    rng = np.random.default_rng(5)
+    names = set()
+    for change in ({}, {"graph": True}, {"delay": {"rank": 1, "us": 2000.0}}, {"ranks": 4}, {"dtype": "bfloat16"}):
+        doc = node_doc("n1", rng)
+        doc["results"] = [r for r in doc["results"] if r["op"] == "allreduce"]
+        for r in doc["results"]:
+            r["ranks"] = change.get("ranks", 2)
+            r["dtype"] = change.get("dtype", "float32")
+        doc["config"].update({k: v for k, v in change.items() if k in ("graph", "delay")})
+        [figures] = fleet_analysis.node_figures(doc).values()
+        names.add(next(m for m in figures if "busbw" in m))
+    assert names == {"allreduce ring@mpi (2 ranks) busbw@4M (GB/s)", "allreduce ring@mpi (2 ranks) graph busbw@4M (GB/s)",
+                     "allreduce ring@mpi (2 ranks) delay 1:2000 busbw@4M (GB/s)",
+                     "allreduce ring@mpi (4 ranks) busbw@4M (GB/s)", "allreduce ring@mpi (2 ranks) bfloat16 busbw@4M (GB/s)"}

@@ -84,6 +84,17 @@ def facts_of(doc: dict) -> dict:
             "topology_fingerprint": doc.get("topology_fingerprint")}
 
 
+# What changes how a figure is measured without showing in its series: a run captured in a CUDA
+# graph, another chunk size or aggregation, the tool's or the library's buffers, a window, a root.
+# A rank held back (delay) is not among them: it is what a baseline must catch.
+METHOD = ("device", "graph", "chunk_bytes", "agg", "buffers", "window", "root")
+
+
+def method_of(doc: dict) -> tuple:
+    config = doc.get("config") or {}
+    return tuple(config.get(k) for k in METHOD)
+
+
 class Baselines:
     """The baselines under a folder, read once."""
 
@@ -105,23 +116,26 @@ class Baselines:
                     except CommbenchError as e:
                         self.skipped.append(str(e))
 
-    def pick(self, doc: dict, quick: bool) -> tuple[Optional[tuple[str, dict]], str]:
-        """(path, baseline) of the run's kind with the most series in common (the newest of equals),
-        or None, and a line saying which or why none. A --quick run (small budgets, few iterations)
-        is judged against a quick run's baselines alone, a full one against a full one's."""
+    def pick(self, doc: dict, quick: bool, step: Optional[str] = None) -> tuple[Optional[tuple[str, dict]], str]:
+        """(path, baseline) of the run's kind: the same SKU, timing mode, host count and way of
+        measuring (method_of), sharing a series with the run; of those, one promoted from the step of
+        the same name first (two steps of a plan may time the same series in other ways: the plain
+        all-reduce and the one with a rank held back), then the most series in common, then the
+        newest. None, and a line saying which or why none. A --quick run (small budgets, few
+        iterations) is judged against a quick run's baselines alone, a full one against a full one's."""
         if self.directory is None:
             return None, "no --baselines given"
-        sku, timing, hosts = sku_of(doc), timing_of(doc), _hosts(doc)
+        sku, timing, hosts, method = sku_of(doc), timing_of(doc), _hosts(doc), method_of(doc)
         keys = {series_key(r) for r in doc["results"]}
-        best, best_shared = None, 0
+        best, best_rank = None, None
         for path, base in self.docs:
             if (sku_of(base) != sku or timing_of(base) != timing or _hosts(base) != hosts
-                    or base.get("baseline", {}).get("quick", False) != quick):
+                    or method_of(base) != method or base.get("baseline", {}).get("quick", False) != quick):
                 continue
             shared = len(keys & {series_key(r) for r in base["results"]})
-            newer = best is not None and base.get("created", "") > best[1].get("created", "")
-            if shared > best_shared or (shared == best_shared and shared and newer):
-                best, best_shared = (path, base), shared
+            rank = (step is not None and base.get("baseline", {}).get("step") == step, shared, base.get("created", ""))
+            if shared and (best_rank is None or rank > best_rank):
+                best, best_rank = (path, base), rank
         if best is None:
             return None, (f"no baseline of SKU '{sku}' with these series ({timing} timing, {hosts} host(s)"
                           f"{', --quick' if quick else ''}) in "

@@ -70,7 +70,7 @@ def run_step(step: Step, folder: str, gpus: int, quick: bool, launch: list, base
             checks.append(check("result file", ERROR, str(e)))
     judged = doc is not None
     if doc is not None:
-        picked, note = baselines.pick(doc, quick)
+        picked, note = baselines.pick(doc, quick, step.name)
         checks += result_checks(doc, step.limits, picked)
     elif step.command == "doctor":
         verdict = _read_json(stdout)

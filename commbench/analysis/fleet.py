@@ -12,10 +12,12 @@ from typing import Optional
 import numpy as np
 
 from ..collectives import COPIES, names
-from ..results.series import by_series, series_head, variant
+from ..results.series import by_series, series_head, variant, where
 from ..results.stats import modified_z
 from ..sizes import format_size
 
+# The data of a plain sweep (a collective's default, a copy's bytes): left out of a metric's name.
+PLAIN_DATA = {"float32", "uint8", "sum", "none", None}
 Z_THRESHOLD = 3.5  # Iglewicz and Hoaglin's customary cut
 # The MAD is taken as at least this share of the median: a fleet of nearly equal figures would
 # otherwise make a 1 % difference a large z.
@@ -51,12 +53,17 @@ def sku_of(doc: dict) -> str:
     return "; ".join(parts)
 
 
-def _collective_metrics(records: list[dict]) -> dict[str, tuple[float, bool]]:
-    """{metric: (value, higher is better)} of one node's records."""
+def _collective_metrics(records: list[dict], config: dict) -> dict[str, tuple[float, bool]]:
+    """{metric: (value, higher is better)} of one node's records. A metric names all that sets its
+    figure apart (series, rank count or pair, data type and reduction where not the plain ones, a
+    CUDA graph, a rank held back), so that only like figures are set side by side."""
     out: dict[str, tuple[float, bool]] = {}
+    delay = config.get("delay")
+    run = (" graph" if config.get("graph") else "") + (f" delay {delay['rank']}:{delay['us']:g}" if delay else "")
     for key, recs in by_series(records).items():
         h = series_head(key)
-        who = f"{h['op']} {variant(h)}"
+        data = "".join(f" {h[k]}" for k in ("dtype", "redop") if h.get(k) not in PLAIN_DATA)
+        who = f"{h['op']} {variant(h)} ({where(key)}){data}{run}"
         moved = [r for r in recs if r["size_bytes"] > 0 and r["time_us"]["median"] > 0]
         if not moved:
             continue
@@ -101,7 +108,7 @@ def node_figures(doc: dict) -> dict[str, dict[str, tuple[float, bool]]]:
     hosts = set(doc["machine"]["hosts"])
     if len(hosts) == 1:
         records = [r for r in doc["results"] if r.get("schedule") is None]
-        out.setdefault(hosts.pop(), {}).update(_collective_metrics(records))
+        out.setdefault(hosts.pop(), {}).update(_collective_metrics(records, doc.get("config") or {}))
     return out
 
 
