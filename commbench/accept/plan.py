@@ -182,7 +182,10 @@ def parse(data: dict, name: str, source: str, check_argv: Optional[Callable[[lis
         if limits["fail_pct"] > limits["pass_pct"]:
             raise bad(f"{where}: limits.fail_pct {limits['fail_pct']:g} exceeds limits.pass_pct {limits['pass_pct']:g}")
         if command not in PRINTING:
-            options = _measured_fabric(command, options, limits.get("fabric"), check_argv, lambda w: bad(f"{where}: {w}"))
+            try:
+                options = _measured_fabric(command, options, limits.get("fabric"), check_argv)
+            except CommbenchError as e:
+                raise bad(f"{where}: {e}") from None
         step = Step(step_name, command, options, _table(raw, "quick", bad, f"{where}: "), limits,
                     float(timeout), counted, when, env)
         if check_argv is not None:
@@ -195,7 +198,7 @@ def parse(data: dict, name: str, source: str, check_argv: Optional[Callable[[lis
     return Plan(name, source, description.strip(), scope, requires_gpu, steps)
 
 
-def _measured_fabric(command: str, options: dict, fabric: Optional[str], check_argv, bad) -> dict:
+def _measured_fabric(command: str, options: dict, fabric: Optional[str], check_argv) -> dict:
     """The step's options with --fabric where its judge needs the run's own figure: a fabric measured
     on the spot (shm, tcp-loopback) is measured by the run that is judged against it, on its node,
     and kept in its result file; judged without it, every such step would fail for want of a figure."""
@@ -203,10 +206,10 @@ def _measured_fabric(command: str, options: dict, fabric: Optional[str], check_a
     if not fabric or not measured_here(fabric):
         return options
     if not _accepts(command, "fabric", fabric, check_argv):
-        raise bad(f"limits.fabric '{fabric}' is measured on the spot by the step's own run, and {command} has no "
+        raise CommbenchError(f"limits.fabric '{fabric}' is measured on the spot by the step's own run, and {command} has no "
                   f"--fabric: judge it by a catalog fabric or by absolute limits")
     if options.get("fabric", fabric) != fabric:
-        raise bad(f"limits.fabric '{fabric}' is measured on the spot by the step's own run, which options.fabric "
+        raise CommbenchError(f"limits.fabric '{fabric}' is measured on the spot by the step's own run, which options.fabric "
                   f"'{options['fabric']}' would measure instead: give one fabric")
     return {**options, "fabric": fabric}
 
