@@ -22,6 +22,21 @@ from commbench.node.gpu import visible_gpus
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 JUNIT_XSD = xmlschema.XMLSchema(os.path.join(HERE, "data", "junit", "junit.xsd"))
+# The schema Jenkins publishes, as `make test` fetches it (tools/junit_schema.py).
+PUBLISHED_XSD = os.path.join(os.path.dirname(os.path.dirname(sys.executable)), "share", "junit-10.xsd")
+
+
+def validate_junit(path) -> None:
+    """The file against commbench's own schema (strict on counts and outcomes) and Jenkins' published one."""
+    JUNIT_XSD.validate(str(path))
+    if os.path.exists(PUBLISHED_XSD):
+        xmlschema.XMLSchema(PUBLISHED_XSD).validate(str(path))
+
+
+def test_the_published_junit_schema_is_at_hand():
+    if not os.path.exists(PUBLISHED_XSD):
+        pytest.skip(f"{PUBLISHED_XSD} is missing (make test fetches it): JUnit files checked against commbench's schema alone")
+    assert xmlschema.XMLSchema(PUBLISHED_XSD).elements["testsuites"] is not None
 CPU_NODE = os.path.join(plans.PLANS_DIR, "cpu-node.toml")
 HOST = socket.gethostname()
 
@@ -69,6 +84,11 @@ BAD_PLANS = [
     ("unknown limit", GOOD + '[step.limits]\nbusbw = 3\n', "unknown key 'busbw'"),
     ("unknown fabric", GOOD + '[step.limits]\nfabric = "nvlink9"\n', "unknown fabric 'nvlink9'"),
     ("negative limit", GOOD + '[step.limits]\nmin_busbw_gbps = -1\n', "limits.min_busbw_gbps: a number >= 0"),
+    ("fail above pass", GOOD + '[step.limits]\npass_pct = 50\nfail_pct = 70\n', "limits.fail_pct 70 exceeds limits.pass_pct 50"),
+    ("fabric no command measures", 'description = "d"\n[[step]]\nname = "l"\ncommand = "links"\n[step.limits]\nfabric = "shm"\n',
+     "limits.fabric 'shm' is measured on the spot by the step's own run, and links has no --fabric"),
+    ("two fabrics", GOOD + 'options = { fabric = "tcp-loopback" }\n[step.limits]\nfabric = "shm"\n',
+     "which options.fabric 'tcp-loopback' would measure instead"),
     ("bad scope", 'scope = "rack"\n' + GOOD, "scope 'rack'"),
     ("bad requires_gpu", 'requires_gpu = "yes"\n' + GOOD, "requires_gpu must be true or false"),
     ("list option", GOOD + 'options = { sizes = [1, 2] }\n', "options.sizes: a string, number or boolean"),
@@ -148,7 +168,7 @@ def test_cpu_node_passes_against_its_own_baselines_and_fails_with_a_rank_held_ba
         ["doctor", "topo", "allreduce", "allgather", "alltoall", "p2p", "links"]
     assert all(s["baseline_note"] in ("no --baselines given", "no baseline: this step writes no result file")
                for s in first["steps"])
-    JUNIT_XSD.validate(str(tmp_path / "first.xml"))
+    validate_junit(tmp_path / "first.xml")
     folder = tmp_path / "first" / HOST
     assert {"summary.md", "summary.html", "allreduce.json", "allreduce.log", "doctor.json"} <= set(os.listdir(folder))
     r = commbench(["baseline", "promote", str(folder), "--baselines", str(baselines)], cwd=str(tmp_path))
@@ -156,6 +176,13 @@ def test_cpu_node_passes_against_its_own_baselines_and_fails_with_a_rank_held_ba
     saved = r.stdout.split()
     assert len(saved) == 2 * 5 and all(p.startswith(str(baselines / sku_folder(first["sku"])) + os.sep)
                                        for p in saved[1::2]), saved
+    # Each keeps its node's SKU, plan and step, and the versions as facts.
+    with open(saved[1]) as f:
+        kept = json.load(f)["baseline"]
+    assert (kept["sku"], kept["plan"], kept["host"], kept["quick"]) == (first["sku"], "cpu-node", HOST, True)
+    assert kept["step"] in ("allreduce", "allgather", "alltoall", "p2p", "links"), kept
+    assert set(kept["facts"]) == {"gpu_driver", "nccl", "mpi", "torch", "topology_fingerprint"}
+    assert kept["facts"]["mpi"] and kept["facts"]["topology_fingerprint"]
     # Promoting again would replace them: refused, nothing written.
     r = commbench(["baseline", "promote", str(folder), "--baselines", str(baselines)], cwd=str(tmp_path))
     assert r.returncode == 2 and "already exists" in r.stderr
@@ -175,7 +202,7 @@ def test_cpu_node_passes_against_its_own_baselines_and_fails_with_a_rank_held_ba
     assert r.returncode == 1, r.stdout + r.stderr
     failed = {x.split()[1]: x for x in r.stdout.splitlines() if x.startswith("FAIL")}
     assert "allreduce" in failed and "against the baseline" in failed["allreduce"], r.stdout
-    JUNIT_XSD.validate(str(tmp_path / "held.xml"))
+    validate_junit(tmp_path / "held.xml")
     failure = xmlschema.XMLSchema(os.path.join(HERE, "data", "junit", "junit.xsd")).to_dict(str(tmp_path / "held.xml"))
     [suite] = failure["testsuite"]
     cases = {c["@name"]: c for c in suite["testcase"] if "failure" in c}
@@ -296,3 +323,65 @@ def test_a_node_plan_under_mpirun_with_a_hostfile_runs_on_every_node(make_cluste
         with open(tmp_path / "runs" / h.ns / "p2p.json") as f:
             doc = json.load(f)
         assert (doc["machine"]["hosts"], doc["machine"]["ranks"], doc["machine"]["launcher"]) == ([h.ns], 2, "standalone")
+
+
+JUDGED_PLAN = """description = "limits of every kind"
+[defaults]
+np = 2
+budget-ms = 5
+
+[[step]]
+name = "allreduce"
+command = "allreduce"
+options = { impl = "mpi", sizes = "1K,64K,1M" }
+[step.limits]
+fabric = "shm"
+min_busbw_gbps = 1e6
+max_time_us = 1e7
+
+[[step]]
+name = "scale"
+command = "scale"
+options = { ranks = "1,2", sizes = "1K,64K,1M", impl = "mpi" }
+limits = { min_efficiency_pct = 10 }
+
+[[step]]
+name = "stalled"
+command = "p2p"
+options = { sizes = "1K" }
+timeout_s = 0.5
+"""
+
+
+def test_a_plan_judges_a_measured_fabric_absolute_limits_and_scaling(tmp_path):
+    """A step judged against shm (measured by the step's own run: the plan asks for no --fabric), an
+    absolute bandwidth no node reaches (FAIL, with the figure and the limit) and a time any node
+    meets; scale's efficiency judged; a step past its limit an error in JUnit that validates."""
+    (tmp_path / "judged.toml").write_text(JUDGED_PLAN)
+    r = commbench(["accept", "--plan", str(tmp_path / "judged.toml"), "-o", str(tmp_path / "run"),
+                   "--junit", str(tmp_path / "judged.xml")], cwd=str(tmp_path), timeout=600)
+    assert r.returncode == 1, r.stdout + r.stderr
+    steps = {s["step"]: s for s in summary_of(tmp_path, "run")["steps"]}
+    allreduce = {c["check"]: c for c in steps["allreduce"]["checks"]}
+    assert "--fabric shm" in steps["allreduce"]["command_line"]
+    fabric = allreduce["fabric shm"]
+    assert fabric["status"] in (PASS, WARN, FAIL) and "GB/s expected (pass at 80%, fail under 60%" in fabric["evidence"]
+    assert fabric["reference"] > 0 and fabric["figure"] > 0
+    assert allreduce["busbw"]["status"] == FAIL and allreduce["busbw"]["evidence"].endswith("at 1M (limit >= 1e+06 GB/s)")
+    assert allreduce["time"]["status"] == PASS and "at 1K (limit <= 1e+07 us)" in allreduce["time"]["evidence"]
+    assert steps["allreduce"]["status"] == FAIL and allreduce["correct"]["status"] == PASS
+    scaling = next(c for c in steps["scale"]["checks"] if c["check"] == "scaling")
+    assert scaling["status"] == PASS and "efficiency at 2 rank(s)" in scaling["evidence"] \
+        and scaling["evidence"].endswith("(limit >= 10%)"), scaling
+    assert steps["stalled"]["status"] == "TIMEOUT"
+    validate_junit(tmp_path / "judged.xml")
+    suite = JUNIT_XSD.to_dict(str(tmp_path / "judged.xml"))["testsuite"][0]
+    assert (suite["@tests"], suite["@failures"], suite["@errors"]) == (3, 1, 1)
+    cases = {c["@name"]: c for c in suite["testcase"]}
+    assert cases["stalled"]["error"][0]["@message"] == "stopped after 0.5 s (timeout_s)"
+    with open(tmp_path / "run" / HOST / "summary.md") as f:
+        md = f.read()
+    assert "| allreduce | FAIL | yes |" in md and "- FAIL busbw: allreduce mpi (2 ranks): " in md
+    with open(tmp_path / "run" / HOST / "summary.html") as f:
+        page = f.read()
+    assert "<li>FAIL busbw: allreduce mpi (2 ranks): " in page and "<h2>stalled: TIMEOUT</h2>" in page

@@ -117,8 +117,31 @@ def test_a_degraded_node_is_of_its_healthy_siblings_sku():
     for name in ("hgx_h100_healthy", "hgx_h100_degraded"):
         with open(os.path.join(here, f"{name}.json")) as f:
             skus.add(fleet_analysis.sku_of({"topology": json.load(f)}))
-    assert skus == {"8x NVIDIA H100 80GB HBM3; NVLink 4; 8 IB port(s) up to 400 Gb/s; "
+    assert skus == {"8x NVIDIA H100 80GB HBM3; NVLink 4; NVSwitch gen 3; 8 IB port(s) up to 400 Gb/s; 2x ethernet NIC ?; "
                     "Intel(R) Xeon(R) Platinum 8480+, 112 cores"}
+
+
+def test_the_sku_names_switches_and_network_models():
+    """A baseboard's NVSwitches on PCI, the HCAs' and NICs' models: part of the kind. A NIC that is a
+    veth or a bridge is none; the fingerprint and versions stay out."""
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "topo")
+    with open(os.path.join(here, "hgx_h100_healthy.json")) as f:
+        snap = json.load(f)
+    host = snap["host"]
+    host["nvswitches"] = [{"bus_id": f"0000:0{i}:00.0", "model": "10de:22a3"} for i in range(4)]
+    for port in host["infiniband"]:
+        port["model"] = "15b3:1021"
+    for nic in host["nics"]:
+        nic["model"] = "14e4:16d7" if nic["type"] == "ethernet" else None
+    host["nics"].append({"name": "veth0", "type": "ethernet", "state": "up", "mtu": 1500, "virtual": True})
+    snap["fingerprint"] = "another"
+    assert fleet_analysis.sku_of({"topology": snap}) == (
+        "8x NVIDIA H100 80GB HBM3; NVLink 4; 4x NVSwitch gen 3 (10de:22a3); 8 IB port(s) 15b3:1021 up to 400 Gb/s; "
+        "2x ethernet NIC 14e4:16d7; Intel(R) Xeon(R) Platinum 8480+, 112 cores")
+    for d in snap["gpus"]["devices"]:  # a PCIe node: no link, no switch
+        d["nvlink_links"], d["nvlink"] = [], {"links_up": 0, "links_total": 0, "version": None}
+    host["nvswitches"] = []
+    assert fleet_analysis.sku_of({"topology": snap}).startswith("8x NVIDIA H100 80GB HBM3; 8 IB port(s)")
 
 
 def test_a_metric_sets_apart_what_changes_its_figure():

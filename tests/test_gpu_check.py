@@ -95,3 +95,17 @@ def test_a_doctor_without_verdict_is_said_so(tmp_path):
                        "p", "p.toml").steps[0]
     r = run_step(step, str(tmp_path), 0, False, [], Baselines(None), mpi_env())
     assert r["status"] == "ERROR" and r["checks"][0]["evidence"] == "doctor left no verdict (see its log)"
+
+
+def test_make_gpu_check_runs_the_gpu_tests_then_the_gpu_node_plan():
+    """What `make gpu-check` would run (make -n: nothing runs): the GPU tests, then accept with the
+    gpu-node plan into a stamped folder with JUnit beside it, failing if either fails."""
+    import subprocess
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    r = subprocess.run(["make", "-n", "-o", "install", "-o", "emu", "gpu-check"], cwd=root, capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    script = r.stdout
+    tests, plan = script.index(" -m pytest -q -m gpu "), script.index("/commbench accept --plan gpu-node -o gpu-check/")
+    assert tests < plan and re.search(r"-o (gpu-check/\d{8}T\d{6}Z) --junit \1/junit\.xml", script), script
+    assert "test $tests -eq 0 && test $plan -eq 0" in script

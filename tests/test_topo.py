@@ -95,6 +95,17 @@ def test_host_part_reads_sysfs(tmp_path):
         if speed:
             put(f"sys/class/net/{name}/speed", f"{speed}\n")
             put(f"sys/class/net/{name}/device/vendor", "0x15b3\n")
+            put(f"sys/class/net/{name}/device/device", "0x101B\n")
+    put("sys/class/infiniband/mlx5_0/device/vendor", "0x15b3\n")
+    put("sys/class/infiniband/mlx5_0/device/device", "0x101b\n")
+    (tmp_path / "sys/bus/pci/drivers/mlx5_core").mkdir(parents=True)
+    os.symlink(tmp_path / "sys/bus/pci/drivers/mlx5_core", tmp_path / "sys/class/net/eth0/device/driver")
+    # Two NVSwitches of a baseboard, beside a GPU and another maker's bridge.
+    for bus, vendor, cls, dev in (("0000:05:00.0", "0x10de", "0x068000", "0x22a3"), ("0000:06:00.0", "0x10de", "0x068000", "0x22a3"),
+                                  ("0000:18:00.0", "0x10de", "0x030200", "0x2330"), ("0000:00:01.0", "0x8086", "0x068000", "0x09ab")):
+        put(f"sys/bus/pci/devices/{bus}/vendor", f"{vendor}\n")
+        put(f"sys/bus/pci/devices/{bus}/class", f"{cls}\n")
+        put(f"sys/bus/pci/devices/{bus}/device", f"{dev}\n")
     put("sys/class/infiniband/mlx5_0/ports/1/rate", "200 Gb/sec (4X HDR)\n")
     put("sys/class/infiniband/mlx5_0/ports/1/state", "4: ACTIVE\n")
     put("sys/class/infiniband/mlx5_0/ports/1/phys_state", "5: LinkUp\n")
@@ -106,8 +117,10 @@ def test_host_part_reads_sysfs(tmp_path):
     nics = {n["name"]: n for n in h["nics"]}
     assert nics["ib0"]["type"] == "infiniband" and nics["ib0"]["speed_mbps"] == 200000 and not nics["ib0"]["virtual"]
     assert nics["lo"]["type"] == "loopback" and nics["lo"]["virtual"]
-    assert h["infiniband"] == [{"hca": "mlx5_0", "port": 1, "rate_gbps": 200.0, "state": "ACTIVE",
+    assert (nics["eth0"]["model"], nics["eth0"]["driver"], nics["lo"]["model"]) == ("15b3:101b", "mlx5_core", None)
+    assert h["infiniband"] == [{"hca": "mlx5_0", "port": 1, "model": "15b3:101b", "rate_gbps": 200.0, "state": "ACTIVE",
                                 "phys_state": "LinkUp", "link_layer": "InfiniBand"}]
+    assert h["nvswitches"] == [{"bus_id": "0000:05:00.0", "model": "10de:22a3"}, {"bus_id": "0000:06:00.0", "model": "10de:22a3"}]
 
 
 @pytest.mark.parametrize("text,cpus", [("0-3,8,10-11", {0, 1, 2, 3, 8, 10, 11}), ("", set()), ("5", {5})])

@@ -75,6 +75,7 @@ class Example:
     steps: list
     uses: Optional[str] = None  # an example whose files this one reads: run first, output not shown
     cluster: Optional[dict] = None  # Cluster(**cluster) of tests/cluster.py; CLUSTER_MPIRUN in lines
+    slurm: Optional[int] = None  # a real Slurm (tests/slurm.py) of this many hosts: lines typed on its head node
     no_gpu: bool = False  # shows a GPU-less host's answer: skipped where a GPU is visible
     files: dict = dataclasses.field(default_factory=dict)  # file written -> repository path to copy it to
 
@@ -154,6 +155,12 @@ EXAMPLES: dict[str, Example] = {
     "accept-cluster": Example([
         sh("commbench accept --plan cpu-cluster --quick --launch 'mpirun ...' -o cluster", rc=(1,), show_rc=True),
     ], cluster={"hosts": 4, "rates": [300, 300, 100, 300]}),
+    # A real Slurm of 4 hosts (tests/slurm.py): the node plan on every node at once, then the fleet.
+    "accept-slurm": Example([
+        sh("srun -N 4 --ntasks-per-node=1 commbench accept --plan cpu-node --quick -o runs | grep '^# accept cpu-node on' | sort"),
+        sh("ls runs runs/$(ls runs | head -n 1)"),
+        sh("commbench fleet runs", rc=(0, 1), show_rc=True),
+    ], slurm=4),
 
     # docs/commands/scale.md
     "scale": Example([sh("commbench scale --np 4 --ranks 1,2,4 --impl ring --sizes 64K-4M:x4 --budget-ms 20 "
@@ -385,14 +392,15 @@ def has_rows(path: str) -> bool:
         return False
 
 
-def run_step(step: Step, cwd: str, env: dict, mpirun_prefix: Optional[list]) -> tuple[str, int]:
+def run_step(step: Step, cwd: str, env: dict, mpirun_prefix: Optional[list], on_host=None) -> tuple[str, int]:
+    """`on_host(argv)`: argv as typed on a host of the test cluster (default: here)."""
     line = step.line
     if line.startswith(CLUSTER_MPIRUN):
         line = shlex.join(mpirun_prefix) + " " + line[len(CLUSTER_MPIRUN):]
     launch = f"--launch '{CLUSTER_MPIRUN.strip()}'"  # accept's launcher of a cluster plan's steps
     if launch in line:
         line = line.replace(launch, f"--launch {shlex.quote(shlex.join(mpirun_prefix))}")
-    p = subprocess.Popen(["bash", "-c", line], cwd=cwd, env=env, stdout=subprocess.PIPE,
+    p = subprocess.Popen((on_host or list)(["bash", "-c", line]), cwd=cwd, env=env, stdout=subprocess.PIPE,
                          stderr=subprocess.STDOUT if step.stderr else subprocess.DEVNULL, text=True,
                          start_new_session=True)
     try:
@@ -452,11 +460,17 @@ class Runner:
                 return reason
         if ex.no_gpu and self.gpu():
             return "it shows a GPU-less host's answer, and a GPU is visible here"
-        if ex.cluster:
+        if ex.cluster or ex.slurm:
             from cluster import Cluster, ClusterUnavailable
             try:
                 Cluster.check()
             except ClusterUnavailable as e:
+                return str(e)
+        if ex.slurm:
+            from slurm import Slurm, SlurmUnavailable
+            try:
+                Slurm.check()
+            except SlurmUnavailable as e:
                 return str(e)
         return None
 
@@ -477,6 +491,13 @@ class Runner:
                 env = c.env()
                 env.update({k: self.env[k] for k in ("PATH", "PYTHONPATH", "PYTHONUNBUFFERED")})
                 text = self._steps(ex, folder, env, c.mpirun_prefix())
+        elif ex.slurm:
+            from cluster import Cluster
+            from slurm import Slurm
+            with Cluster(ex.slurm, 1000) as c, Slurm(c) as slurm:
+                env = slurm.env(c.env())
+                env.update({k: self.env[k] for k in ("PATH", "PYTHONPATH", "PYTHONUNBUFFERED")})
+                text = self._steps(ex, folder, env, None, lambda argv: c.in_host(0, argv))
         else:
             text = self._steps(ex, folder, self.env, None)
         for produced, target in ex.files.items():
@@ -485,10 +506,10 @@ class Runner:
         self.ran[name] = folder
         return text
 
-    def _steps(self, ex: Example, folder: str, env: dict, prefix: Optional[list]) -> str:
+    def _steps(self, ex: Example, folder: str, env: dict, prefix: Optional[list], on_host=None) -> str:
         shown = []
         for step in ex.steps:
-            out, rc = run_step(step, folder, env, prefix)
+            out, rc = run_step(step, folder, env, prefix, on_host)
             shown.append(f"$ {step.line}")
             shown += [line.rstrip() for line in out.rstrip("\n").splitlines()]
             if step.show_rc:

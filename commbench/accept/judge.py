@@ -50,9 +50,30 @@ def result_checks(doc: dict, limits: dict, baseline: Optional[tuple[str, dict]])
         findings = doc["host_copies"]["findings"]
         out.append(check("host copies", FAIL if findings else PASS,
                          "; ".join(f["text"] for f in findings) or "no GPU's host copies fall behind the others'"))
+    out += _scaling_checks(doc, limits)
     out += _baseline_checks(doc, limits, baseline)
     out += _fabric_checks(doc, limits)
     out += _absolute_checks(doc, limits)
+    return out
+
+
+def _scaling_checks(doc: dict, limits: dict) -> list[dict]:
+    """scale's answer per impl: its verdict as evidence, judged where the plan sets the least
+    efficiency at the largest rank count measured (a prediction beyond it is said, not judged)."""
+    out = []
+    for a in doc.get("scale") or []:
+        measured = [r for r in a["rows"] if r["measured"] and r["efficiency"] is not None]
+        if not measured:
+            continue
+        last = measured[-1]
+        evidence = (f"{a['op']} {a['impl']}: {100 * last['efficiency']:.1f}% efficiency at {last['ranks']} rank(s) "
+                    f"({a['workload_text']}); {a['verdict']}")
+        least = limits.get("min_efficiency_pct")
+        if least is None:
+            out.append(check("scaling", PASS, evidence, figure=last["efficiency"]))
+        else:
+            out.append(check("scaling", PASS if 100 * last["efficiency"] >= least else FAIL,
+                             f"{evidence} (limit >= {least:g}%)", figure=last["efficiency"], limit=least / 100))
     return out
 
 

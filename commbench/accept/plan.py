@@ -34,6 +34,7 @@ LIMITS = {
     "fail_pct": "the share of the fabric's bandwidth under which the step fails",
     "min_busbw_gbps": "the least bus bandwidth (GB/s) at the largest size of each series",
     "max_time_us": "the longest time (us) at the smallest size of each series",
+    "min_efficiency_pct": "the least scaling efficiency (scale) at the largest rank count measured, in percent",
 }
 DEFAULT_LIMITS = {"tolerance_bw_pct": 10.0, "tolerance_lat_pct": 25.0, "pass_pct": 80.0, "fail_pct": 60.0}
 STEP_KEYS = {"name", "command", "options", "quick", "limits", "timeout_s", "counted", "when", "env"}

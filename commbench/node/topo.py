@@ -74,6 +74,34 @@ def _port_state(text: Optional[str]) -> Optional[str]:
     return (text or "").split(":")[-1].strip() or None
 
 
+def _pci_model(device: str) -> Optional[str]:
+    """'15b3:1021' (PCI vendor:device) of a sysfs device folder: the model of a NIC, an HCA or a switch
+    as the kernel knows it, without a database of names."""
+    vendor, dev = _read(os.path.join(device, "vendor")), _read(os.path.join(device, "device"))
+    if not vendor or not dev:
+        return None
+    return f"{vendor.lower().removeprefix('0x')}:{dev.lower().removeprefix('0x')}"
+
+
+def _driver(device: str) -> Optional[str]:
+    link = os.path.join(device, "driver")
+    return os.path.basename(os.path.realpath(link)) if os.path.islink(link) else None
+
+
+# NVIDIA's PCI vendor id, and the class of the NVSwitches a baseboard shows its host (a bridge of
+# class 'other', 0x0680: HGX A100 and H100 boards list theirs so; a rack's switch trays show none).
+NVIDIA_VENDOR, BRIDGE_OTHER = "0x10de", "0x0680"
+
+
+def nvswitches(sys_root: str = "/") -> list[dict]:
+    out = []
+    for dev in sorted(glob.glob(os.path.join(sys_root, "sys", "bus", "pci", "devices", "*"))):
+        if (_read(os.path.join(dev, "vendor")) or "").lower() == NVIDIA_VENDOR and \
+                (_read(os.path.join(dev, "class")) or "").lower().startswith(BRIDGE_OTHER):
+            out.append({"bus_id": os.path.basename(dev), "model": _pci_model(dev)})
+    return out
+
+
 def host_part(sys_root: str = "/") -> dict:
     """CPU, NUMA, network and InfiniBand facts, from /proc and /sys under sys_root."""
     at = lambda *p: os.path.join(sys_root, *p)  # noqa: E731
@@ -91,14 +119,17 @@ def host_part(sys_root: str = "/") -> dict:
         name = os.path.basename(path)
         kind = {1: "ethernet", 32: "infiniband", 772: "loopback"}.get(_int(_read(os.path.join(path, "type"))), "other")
         speed = _int(_read(os.path.join(path, "speed")))
+        device = os.path.join(path, "device")
         nics.append({"name": name, "type": kind, "state": _read(os.path.join(path, "operstate")),
                      "mtu": _int(_read(os.path.join(path, "mtu"))),
                      "speed_mbps": speed if speed is not None and speed > 0 else None,
-                     "virtual": not os.path.exists(os.path.join(path, "device"))})
+                     "virtual": not os.path.exists(device), "model": _pci_model(device), "driver": _driver(device)})
     hcas = []
     for port in sorted(glob.glob(at("sys", "class", "infiniband", "*", "ports", "*"))):
         rate = _read(os.path.join(port, "rate")) or ""
+        hca_dir = os.path.dirname(os.path.dirname(port))
         hcas.append({"hca": port.split(os.sep)[-3], "port": int(os.path.basename(port)),
+                     "model": _pci_model(os.path.join(hca_dir, "device")),
                      "rate_gbps": float(rate.split()[0]) if rate[:1].isdecimal() else None,
                      "state": _port_state(_read(os.path.join(port, "state"))),
                      "phys_state": _port_state(_read(os.path.join(port, "phys_state"))),
@@ -114,6 +145,7 @@ def host_part(sys_root: str = "/") -> dict:
         "os": platform.platform(),
         "nics": nics,
         "infiniband": hcas,
+        "nvswitches": nvswitches(sys_root),
     }
 
 
