@@ -218,7 +218,8 @@ def test_cpu_node_passes_against_its_own_baselines_and_fails_with_a_rank_held_ba
 
 def test_a_baseline_of_another_sku_or_timing_is_not_picked(tmp_path):
     import numpy as np
-    from test_fleet import node_doc
+
+    from docs import node_doc
     rng = np.random.default_rng(1)
     run = node_doc("n1", rng)
     other_cpu = node_doc("n2", rng, cpu="Intel Xeon 8480")

@@ -2,6 +2,7 @@
 without a GPU or OSU."""
 
 import os
+import subprocess
 import sys
 
 from conftest import ROOT, mpi_env, mpirun
@@ -28,3 +29,12 @@ def test_nccl_tests_ranks_share_the_gpus_as_commbench_ranks_do():
 def test_ranks_with_a_gpu_each_are_launched_as_nccl_tests_expects():
     assert beside_nccl_tests.shared_launch(2, 2) == ({}, [])
     assert beside_nccl_tests.shared_launch(1, 8) == ({}, [])
+
+
+def test_the_fleet_benchmark_times_the_command_and_checks_what_it_named():
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "fleet.py"), "--nodes", "30", "--repeat", "1"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith("# 30 node files written in ") and lines[0].endswith("target 10 s per fleet run")
+    assert lines[2].split()[0] == "1" and lines[2].endswith("exactly the planted"), r.stdout

@@ -10,44 +10,12 @@ import pytest
 from conftest import COMMBENCH, commbench
 
 from commbench.analysis import fleet as fleet_analysis
-from docs import record
-
-SIZES = (1024, 65536, 4 << 20)
-
-
-def node_doc(host: str, rng, busbw=1.0, latency=1.0, p2p=1.0, cpu="AMD EPYC 9654") -> dict:
-    """One node's results: an all-reduce sweep and a p2p bandwidth sweep, each figure off by a
-    random 2 % at most, times `busbw`, `latency` (the small sizes' time) and `p2p` (bandwidth)."""
-    def t_us(n):  # a ring of 2 ranks at 10 GB/s after 5 us
-        return 5.0 * latency + n / (10e3 * busbw)
-    recs = [record("allreduce", "ring@mpi", "float32", "sum", 2, n, n // 4,
-                   np.full(5, t_us(n) * rng.uniform(0.98, 1.02)) * 1e-6, 0) for n in SIZES]
-    recs += [record("bandwidth", "mpi", "uint8", "none", 2, n, n,
-                    np.full(5, (0.5 + n / (8e3 * p2p)) * rng.uniform(0.98, 1.02)) * 1e-6, 0, pair=[0, 1], window=64)
-             for n in SIZES]
-    return {"schema_version": 1, "tool": {"name": "commbench", "version": "0.1.0", "git_commit": None},
-            "created": "2026-11-21T00:00:00+00:00", "argv": ["commbench"],
-            "config": {"op": "allreduce", "impls": ["ring@mpi"], "sizes": list(SIZES), "dtype": "float32",
-                       "redop": "sum", "place": "out", "policy": {}},
-            "machine": {"hosts": [host], "ranks": 2, "launcher": "mpi", "cpu_model": cpu, "cores": 96,
-                        "memory_bytes": 1, "os": "Linux", "python": "3.11", "torch": "2", "mpi": "Open MPI v5"},
-            "env": {}, "status": "complete", "error": None, "results": recs}
-
-
-PLANTED = {17: ("busbw", "allreduce ring@mpi (2 ranks) busbw@4M (GB/s)"),
-           503: ("latency", "allreduce ring@mpi (2 ranks) time@1K (us)"), 911: ("p2p", "bandwidth mpi (pair 0-1) bw@4M (GB/s)")}
+from docs import PLANTED, node_doc, write_fleet
 
 
 def test_three_planted_outliers_among_a_thousand_nodes_are_exactly_the_ones_named(tmp_path):
-    rng = np.random.default_rng(7)
     folder = tmp_path / "fleet"
-    for i in range(1000):
-        planted = PLANTED.get(i)
-        change = {planted[0]: 1.5 if planted[0] == "latency" else 0.6} if planted else {}
-        day = folder / f"day{i % 3}"  # folders of folders, as a fleet's runs pile up
-        day.mkdir(parents=True, exist_ok=True)
-        with open(day / f"node{i:04d}.json", "w") as f:
-            json.dump(node_doc(f"node{i:04d}", rng, **change), f)
+    write_fleet(str(folder), 1000)
     # A file that is no result among them is passed over with a warning.
     (folder / "notes.json").write_text("[1, 2]")
     start = time.perf_counter()
@@ -60,7 +28,7 @@ def test_three_planted_outliers_among_a_thousand_nodes_are_exactly_the_ones_name
     assert {(o["node"], o["metric"]) for o in found["outliers"]} == \
         {(f"node{i:04d}", metric) for i, (_, metric) in PLANTED.items()}
     assert all(o["worse"] and abs(o["z"]) > 3.5 for o in found["outliers"])
-    print(f"fleet of 1000 node files: {elapsed:.1f} s")  # the figure docs/commands/fleet.md quotes
+    print(f"fleet of 1000 node files: {elapsed:.1f} s")  # benchmarks/fleet.py times it against its target
 
 
 def test_the_table_ranks_outliers_and_says_how_they_were_found(tmp_path):
