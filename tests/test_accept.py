@@ -87,6 +87,8 @@ BAD_PLANS = [
     ("fail above pass", GOOD + '[step.limits]\npass_pct = 50\nfail_pct = 70\n', "limits.fail_pct 70 exceeds limits.pass_pct 50"),
     ("fabric no command measures", 'description = "d"\n[[step]]\nname = "l"\ncommand = "links"\n[step.limits]\nfabric = "shm"\n',
      "limits.fabric 'shm' is measured on the spot by the step's own run, and links has no --fabric"),
+    ("warn beyond the tolerance", GOOD + '[step.limits]\ntolerance_bw_pct = 20\nwarn_bw_pct = 30\n',
+     "limits.warn_bw_pct 30 exceeds limits.tolerance_bw_pct 20 (a WARN comes before a FAIL)"),
     ("two fabrics", GOOD + 'options = { fabric = "tcp-loopback" }\n[step.limits]\nfabric = "shm"\n',
      "which options.fabric 'tcp-loopback' would measure instead"),
     ("bad scope", 'scope = "rack"\n' + GOOD, "scope 'rack'"),
@@ -386,3 +388,22 @@ def test_a_plan_judges_a_measured_fabric_absolute_limits_and_scaling(tmp_path):
     with open(tmp_path / "run" / HOST / "summary.html") as f:
         page = f.read()
     assert "<li>FAIL busbw: allreduce mpi (2 ranks): " in page and "<h2>stalled: TIMEOUT</h2>" in page
+
+
+@pytest.mark.parametrize("limits,status", [
+    ({"tolerance_bw_pct": 35}, PASS),
+    ({"tolerance_bw_pct": 35, "warn_bw_pct": 10}, WARN),
+    ({"tolerance_bw_pct": 15, "warn_bw_pct": 10}, FAIL),
+])
+def test_a_baseline_drop_passes_warns_or_fails_by_the_plan_s_limits(limits, status):
+    """The bandwidth 20 % below the baseline's (5 GB/s against 6.25): within the tolerance a PASS,
+    beyond a WARN band a WARN, beyond the tolerance a FAIL, each with the change and the limits."""
+    from commbench.accept.judge import result_checks
+    from docs import ring_run
+    limits = {**plans.DEFAULT_LIMITS, "tolerance_lat_pct": 1000, **limits}
+    checks = result_checks(ring_run(3.0, 5.0), limits, ("base.json", ring_run(3.0, 6.25)))
+    bw = next(c for c in checks if c["check"] == "baseline bandwidth sizes")
+    assert bw["status"] == status and bw["evidence"].startswith("allreduce ring@mpi (2 ranks): bandwidth sizes -"), bw
+    assert f"(limit -{limits['tolerance_bw_pct']}%" in bw["evidence"]
+    assert ("WARN beyond -10%" in bw["evidence"]) == ("warn_bw_pct" in limits)
+    assert next(c for c in checks if c["check"] == "baseline latency sizes")["status"] == PASS

@@ -99,9 +99,13 @@ def _baseline_checks(doc: dict, limits: dict, baseline: Optional[tuple[str, dict
             else:  # the size whose bandwidth fell most
                 r = min(rows, key=lambda r: r["bw_change"])
                 detail = f"{r['run_bw_gbps']:.3g} GB/s against {r['base_bw_gbps']:.3g} GB/s"
-            out.append(check(f"baseline {c['check']}", FAIL if c["regression"] else PASS,
-                             f"{_who(s)}: {c['check']} {c['change']:+.1%} against the baseline (limit {c['tolerance']:+.0%}); at "
-                             f"{format_size(r['size_bytes'])} {detail}",
+            latency = c["check"].startswith("latency")
+            warn = limits.get("warn_lat_pct" if latency else "warn_bw_pct")
+            warned = warn is not None and (c["change"] > warn / 100 if latency else c["change"] < -warn / 100)
+            band = f", WARN beyond {'+' if latency else '-'}{warn:g}%" if warn is not None else ""
+            out.append(check(f"baseline {c['check']}", FAIL if c["regression"] else WARN if warned else PASS,
+                             f"{_who(s)}: {c['check']} {c['change']:+.1%} against the baseline (limit {c['tolerance']:+.0%}"
+                             f"{band}); at {format_size(r['size_bytes'])} {detail}",
                              change=c["change"], limit=c["tolerance"], baseline=path))
     if not out:
         out.append(check("baseline", WARN, f"{path} shares no size of a judged region with the run"))

@@ -29,6 +29,8 @@ DEFAULT_TIMEOUT_S = 600.0
 LIMITS = {
     "tolerance_bw_pct": "the largest drop of bandwidth against the baseline, in percent",
     "tolerance_lat_pct": "the largest rise of latency against the baseline, in percent",
+    "warn_bw_pct": "a drop of bandwidth against the baseline, in percent, beyond which a step WARNs (up to tolerance_bw_pct)",
+    "warn_lat_pct": "a rise of latency against the baseline, in percent, beyond which a step WARNs (up to tolerance_lat_pct)",
     "fabric": "a catalog fabric whose expected bandwidth the fit is judged against",
     "pass_pct": "the share of the fabric's bandwidth that passes",
     "fail_pct": "the share of the fabric's bandwidth under which the step fails",
@@ -182,6 +184,10 @@ def parse(data: dict, name: str, source: str, check_argv: Optional[Callable[[lis
         limits = {**DEFAULT_LIMITS, **plan_limits, **_limits(_table(raw, "limits", bad, f"{where}: "), bad, where)}
         if limits["fail_pct"] > limits["pass_pct"]:
             raise bad(f"{where}: limits.fail_pct {limits['fail_pct']:g} exceeds limits.pass_pct {limits['pass_pct']:g}")
+        for kind in ("bw", "lat"):
+            if limits.get(f"warn_{kind}_pct", 0) > limits[f"tolerance_{kind}_pct"]:
+                raise bad(f"{where}: limits.warn_{kind}_pct {limits[f'warn_{kind}_pct']:g} exceeds limits.tolerance_{kind}_pct "
+                          f"{limits[f'tolerance_{kind}_pct']:g} (a WARN comes before a FAIL)")
         if command not in PRINTING:
             try:
                 options = _measured_fabric(command, options, limits.get("fabric"), check_argv)
