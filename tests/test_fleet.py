@@ -129,3 +129,13 @@ def test_a_metric_sets_apart_what_changes_its_figure():
     assert names == {"allreduce ring@mpi (2 ranks) busbw@4M (GB/s)", "allreduce ring@mpi (2 ranks) graph busbw@4M (GB/s)",
                      "allreduce ring@mpi (2 ranks) delay 1:2000 busbw@4M (GB/s)",
                      "allreduce ring@mpi (4 ranks) busbw@4M (GB/s)", "allreduce ring@mpi (2 ranks) bfloat16 busbw@4M (GB/s)"}
+
+
+def test_the_command_draws_its_heat_map(tmp_path):
+    write_fleet(str(tmp_path / "runs"), 20)
+    r = commbench(["fleet", str(tmp_path / "runs"), "--plot", str(tmp_path / "fleet.png")], cwd=str(tmp_path))
+    assert r.returncode == 1 and "node0017" in r.stdout.splitlines()[-2], r.stdout + r.stderr
+    assert r.stdout.splitlines()[-1] == f"# plot: {tmp_path / 'fleet.png'}"
+    assert (tmp_path / "fleet.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    r = commbench(["fleet", str(tmp_path / "runs"), "--plot", str(tmp_path / "fleet.png")], cwd=str(tmp_path))
+    assert r.returncode == 2 and r.stderr.startswith("commbench: error: ") and r.stderr.count("\n") == 1, r.stderr
