@@ -18,7 +18,8 @@ class NVMLError_NotSupported(NVMLError):
 
 def make(gpus: list, driver="550.54.15", cuda=12040) -> types.ModuleType:
     """gpus: dicts with name, bus, pcie (gen_cur, gen_max, w_cur, w_max), links (list of (up, remote_bus)),
-    nvlink_version, cpus (set), reasons (bitmask), temp, power_mw, limit_mw, ecc (uncorrected volatile),
+    nvlink_version (as NVML answers it, nvmlNvlinkVersion_t: 4 is NVLink 3.0, 6 is 4.0), cpus (set),
+    reasons (bitmask), temp, power_mw, limit_mw, ecc (uncorrected volatile),
     remap (corr, unc, pending, failure), procs (list of (pid, bytes)), p2p (dict peer_index -> status),
     level (dict peer_index -> NVML topology level)."""
     m = types.ModuleType("pynvml")

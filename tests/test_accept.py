@@ -87,6 +87,10 @@ BAD_PLANS = [
     ("fail above pass", GOOD + '[step.limits]\npass_pct = 50\nfail_pct = 70\n', "limits.fail_pct 70 exceeds limits.pass_pct 50"),
     ("fabric no command measures", 'description = "d"\n[[step]]\nname = "l"\ncommand = "links"\n[step.limits]\nfabric = "shm"\n',
      "limits.fabric 'shm' is measured on the spot by the step's own run, and links has no --fabric"),
+    ("fail above the default pass", GOOD + '[step.limits]\nfail_pct = 90\n',
+     "limits.fail_pct 90 exceeds limits.pass_pct 80 (pass_pct the default)"),
+    ("efficiency of no scale", GOOD + '[step.limits]\nmin_efficiency_pct = 50\n',
+     "limits.min_efficiency_pct judges a scale step; allreduce measures no scaling"),
     ("warn beyond the tolerance", GOOD + '[step.limits]\ntolerance_bw_pct = 20\nwarn_bw_pct = 30\n',
      "limits.warn_bw_pct 30 exceeds limits.tolerance_bw_pct 20 (a WARN comes before a FAIL)"),
     ("two fabrics", GOOD + 'options = { fabric = "tcp-loopback" }\n[step.limits]\nfabric = "shm"\n',
@@ -246,7 +250,7 @@ def test_a_baseline_of_another_sku_or_timing_is_not_picked(tmp_path):
     picked, note = Baselines(str(folder)).pick(run, quick=False)
     assert picked[0].endswith("same.json") and note == f"baseline {picked[0]}"
     # Two steps of one plan that time the same series: each step's own baseline, the newer
-    # notwithstanding; a step of another name takes the one with the most series in common.
+    # notwithstanding; a step of another name takes the one without a rank held back, as the run.
     plain, held = node_doc("n7", rng), node_doc("n8", rng)
     plain["baseline"], held["baseline"] = {"step": "allreduce"}, {"step": "allreduce delay"}
     held["created"] = "2026-11-22T00:00:00+00:00"
@@ -255,7 +259,15 @@ def test_a_baseline_of_another_sku_or_timing_is_not_picked(tmp_path):
     (folder / "held.json").write_text(json.dumps(held))
     assert Baselines(str(folder)).pick(run, False, "allreduce")[0][0].endswith("plain.json")
     assert Baselines(str(folder)).pick(run, False, "allreduce delay")[0][0].endswith("held.json")
-    assert Baselines(str(folder)).pick(run, False, "allgather")[0][0].endswith("held.json")  # the newest
+    assert Baselines(str(folder)).pick(run, False, "allgather")[0][0].endswith("plain.json")
+    # Where the step's own baselines are of another kind, the step says so (accept WARNs).
+    assert Baselines(str(folder)).unmatched(run, False, "allreduce") is None
+    assert Baselines(str(folder)).unmatched(run, False, "links") is None
+    other_cpu["baseline"] = {"step": "p2p"}
+    (folder / "other.json").write_text(json.dumps(other_cpu))
+    assert Baselines(str(folder)).unmatched(run, False, "p2p") == \
+        f"{folder / 'other.json'} (promoted from step 'p2p') is not this run's kind: SKU cpu: AMD EPYC 9654, 96 cores " \
+        f"against Intel Xeon 8480, 96 cores"
 
 
 def test_promote_needs_an_accept_run_folder(tmp_path):
@@ -407,3 +419,21 @@ def test_a_baseline_drop_passes_warns_or_fails_by_the_plan_s_limits(limits, stat
     assert f"(limit -{limits['tolerance_bw_pct']}%" in bw["evidence"]
     assert ("WARN beyond -10%" in bw["evidence"]) == ("warn_bw_pct" in limits)
     assert next(c for c in checks if c["check"] == "baseline latency sizes")["status"] == PASS
+
+
+def test_junit_of_an_interrupted_run_is_no_pass_and_holds_any_text(tmp_path):
+    """A Ctrl-C after one step: an error testcase says so and the steps not reached are skipped; a
+    step's last line with a terminal's colour codes still makes valid XML."""
+    from commbench.accept.outputs import junit
+    step = {"step": "allreduce", "status": "ERROR", "counted": True, "seconds": 1.25, "command_line": "commbench allreduce",
+            "baseline_note": "no --baselines given", "checks": [{"check": "exit status", "status": "ERROR",
+                                                                "evidence": "exit 3: \x1b[31mboom\x1b[0m \x00"}]}
+    summary = {"plan": "cpu-node", "host": HOST, "started": "2026-11-27T00:00:00+00:00", "seconds": 2.0,
+               "interrupted": True, "not_run": ["p2p", "links"], "steps": [step]}
+    junit(summary, str(tmp_path / "j.xml"))
+    validate_junit(tmp_path / "j.xml")
+    suite = JUNIT_XSD.to_dict(str(tmp_path / "j.xml"))["testsuite"][0]
+    assert (suite["@tests"], suite["@errors"], suite["@skipped"]) == (4, 2, 2)
+    cases = {c["@name"]: c for c in suite["testcase"]}
+    assert cases["allreduce"]["error"][0]["@message"] == "exit 3: \ufffd[31mboom\ufffd[0m \ufffd"
+    assert cases["interrupted"]["error"][0]["@type"] == "INTERRUPTED" and "skipped" in cases["links"]

@@ -1,6 +1,7 @@
 """`commbench fleet`: the node that stands apart from the nodes of its SKU, among a thousand
 synthesized node results, and on the test cluster with one host's link shaped slower."""
 
+import copy
 import json
 import os
 import time
@@ -10,6 +11,7 @@ import pytest
 from conftest import COMMBENCH, commbench
 
 from commbench.analysis import fleet as fleet_analysis
+from commbench.analysis import sku
 from docs import PLANTED, node_doc, write_fleet
 
 
@@ -84,32 +86,50 @@ def test_a_degraded_node_is_of_its_healthy_siblings_sku():
     skus = set()
     for name in ("hgx_h100_healthy", "hgx_h100_degraded"):
         with open(os.path.join(here, f"{name}.json")) as f:
-            skus.add(fleet_analysis.sku_of({"topology": json.load(f)}))
-    assert skus == {"8x NVIDIA H100 80GB HBM3; NVLink 4; NVSwitch gen 3; 8 IB port(s) up to 400 Gb/s; 2x ethernet NIC ?; "
+            skus.add(sku.sku_of({"topology": json.load(f)}))
+    assert skus == {"8x NVIDIA H100 80GB HBM3; NVLink 4; NVSwitch gen 3; 8 IB port(s) up to 400 Gb/s; "
                     "Intel(R) Xeon(R) Platinum 8480+, 112 cores"}
 
 
 def test_the_sku_names_switches_and_network_models():
     """A baseboard's NVSwitches on PCI, the HCAs' and NICs' models: part of the kind. A NIC that is a
-    veth or a bridge is none; the fingerprint and versions stay out."""
+    veth, an SR-IOV function or the management controller's USB link is none; the fingerprint, the
+    versions and an NVSwitch missing from PCI (health) stay out. A snapshot of an older commbench,
+    without those parts, is of the same kind as a new one of the node."""
     here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "topo")
     with open(os.path.join(here, "hgx_h100_healthy.json")) as f:
-        snap = json.load(f)
+        old = json.load(f)
+    snap = copy.deepcopy(old)
     host = snap["host"]
     host["nvswitches"] = [{"bus_id": f"0000:0{i}:00.0", "model": "10de:22a3"} for i in range(4)]
     for port in host["infiniband"]:
         port["model"] = "15b3:1021"
     for nic in host["nics"]:
-        nic["model"] = "14e4:16d7" if nic["type"] == "ethernet" else None
-    host["nics"].append({"name": "veth0", "type": "ethernet", "state": "up", "mtu": 1500, "virtual": True})
+        nic.update(model="14e4:16d7" if nic["type"] == "ethernet" else None, bus="pci" if not nic["virtual"] else None,
+                   sriov_vf=False)
+    host["nics"] += [{"name": "veth0", "type": "ethernet", "state": "up", "mtu": 1500, "virtual": True, "bus": None},
+                     {"name": "ens1f0v0", "type": "ethernet", "state": "up", "mtu": 1500, "virtual": False, "bus": "pci",
+                      "sriov_vf": True, "model": "15b3:101e"},
+                     {"name": "usb0", "type": "ethernet", "state": "up", "mtu": 1500, "virtual": False, "bus": "usb",
+                      "model": "0b1f:03ee"}]
     snap["fingerprint"] = "another"
-    assert fleet_analysis.sku_of({"topology": snap}) == (
-        "8x NVIDIA H100 80GB HBM3; NVLink 4; 4x NVSwitch gen 3 (10de:22a3); 8 IB port(s) 15b3:1021 up to 400 Gb/s; "
+    new = {"topology": snap}
+    assert sku.sku_of(new) == (
+        "8x NVIDIA H100 80GB HBM3; NVLink 4; NVSwitch gen 3 (10de:22a3); 8 IB port(s) 15b3:1021 up to 400 Gb/s; "
         "2x ethernet NIC 14e4:16d7; Intel(R) Xeon(R) Platinum 8480+, 112 cores")
+    assert sku.same_kind(new, {"topology": old}) and sku.differences(new, {"topology": old}) == []
+    fewer = copy.deepcopy(snap)
+    fewer["host"]["nvswitches"] = fewer["host"]["nvswitches"][:3]  # one switch fell off the bus: health
+    assert sku.sku_of({"topology": fewer}) == sku.sku_of(new)
+    other = copy.deepcopy(snap)
+    for port in other["host"]["infiniband"]:
+        port["model"] = "15b3:1017"
+    assert not sku.same_kind(new, {"topology": other})
+    assert sku.differences(new, {"topology": other}) == ["ib_model: 15b3:1021 against 15b3:1017"]
     for d in snap["gpus"]["devices"]:  # a PCIe node: no link, no switch
         d["nvlink_links"], d["nvlink"] = [], {"links_up": 0, "links_total": 0, "version": None}
     host["nvswitches"] = []
-    assert fleet_analysis.sku_of({"topology": snap}).startswith("8x NVIDIA H100 80GB HBM3; 8 IB port(s)")
+    assert sku.sku_of(new).startswith("8x NVIDIA H100 80GB HBM3; 8 IB port(s)")
 
 
 def test_a_metric_sets_apart_what_changes_its_figure():

@@ -33,7 +33,7 @@ def failing(snap, expect=None):
 # ---- the NVML layer -------------------------------------------------------------------------------
 
 def _gpu(i, bus, links, level, **kw):
-    d = dict(name="NVIDIA A100-SXM4-80GB", bus=bus, pcie=(4, 4, 16, 16), links=links, nvlink_version=3,
+    d = dict(name="NVIDIA A100-SXM4-80GB", bus=bus, pcie=(4, 4, 16, 16), links=links, nvlink_version=4,
              cpus=set(range(0, 32)), reasons=0x1 | 0x4, temp=40, power_mw=90500, limit_mw=400000, ecc=0,
              remap=(0, 0, 0, 0), procs=[(999, 2 << 30)], p2p={}, level=level)
     d.update(kw)

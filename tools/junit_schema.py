@@ -22,8 +22,9 @@ SHA256 = "a1a816f58d1bf95ebabf371994df0b9246dee66ea9572fbec4f9296f1b2c0ff6"
 
 def main(target: str) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:",
-                        "-d", tmp, RELEASE], check=True)
+        # One try, briefly: without a package index `make test` goes on without the schema.
+        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:", "--retries", "0",
+                        "--timeout", "20", "-d", tmp, RELEASE], check=True)
         [sdist] = glob.glob(os.path.join(tmp, "pytest-*.tar.gz"))
         with tarfile.open(sdist) as tar:
             [member] = [m for m in tar.getmembers() if m.name.endswith("/" + MEMBER)]

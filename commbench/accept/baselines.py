@@ -12,11 +12,12 @@ import re
 from typing import Optional
 
 from ..analysis.baseline import write
-from ..analysis.fleet import sku_of
+from ..analysis.sku import differences, same_kind, sku_of
 from ..errors import CommbenchError
 from ..results.atomic import check_new_file
 from ..results.document import load_document, timing_of
 from ..results.series import series_key
+from ..run.config import RunConfig
 from .judge import ORDER, PASS, WARN
 
 SUMMARY = "summary.json"
@@ -86,13 +87,19 @@ def facts_of(doc: dict) -> dict:
 
 # What changes how a figure is measured without showing in its series: a run captured in a CUDA
 # graph, another chunk size or aggregation, the tool's or the library's buffers, a window, a root.
-# A rank held back (delay) is not among them: it is what a baseline must catch.
+# A rank held back (delay) is not among them: it is what a baseline must catch. A file of an older
+# commbench that does not record one of them ran with its default.
 METHOD = ("device", "graph", "chunk_bytes", "agg", "buffers", "window", "root")
+_METHOD_DEFAULTS = {k: getattr(RunConfig, k) for k in METHOD}
 
 
 def method_of(doc: dict) -> tuple:
     config = doc.get("config") or {}
-    return tuple(config.get(k) for k in METHOD)
+    return tuple(config.get(k, _METHOD_DEFAULTS[k]) for k in METHOD)
+
+
+def _section(doc: dict) -> dict:
+    return doc.get("baseline") or {}
 
 
 class Baselines:
@@ -116,29 +123,62 @@ class Baselines:
                     except CommbenchError as e:
                         self.skipped.append(str(e))
 
-    def pick(self, doc: dict, quick: bool, step: Optional[str] = None) -> tuple[Optional[tuple[str, dict]], str]:
-        """(path, baseline) of the run's kind: the same SKU, timing mode, host count and way of
-        measuring (method_of), sharing a series with the run; of those, one promoted from the step of
-        the same name first (two steps of a plan may time the same series in other ways: the plain
-        all-reduce and the one with a rank held back), then the most series in common, then the
-        newest. None, and a line saying which or why none. A --quick run (small budgets, few
-        iterations) is judged against a quick run's baselines alone, a full one against a full one's."""
+    def pick(self, doc: dict, quick: bool, step: Optional[str] = None,
+             plan: Optional[str] = None) -> tuple[Optional[tuple[str, dict]], str]:
+        """(path, baseline) of the run's kind: the same SKU (same_kind), timing mode, host count and
+        way of measuring (method_of), sharing a series with the run; of those, one promoted from the
+        step of the same name first (two steps of a plan may time the same series in other ways: the
+        plain all-reduce and the one with a rank held back), of the same plan, with the same rank
+        held back, then the most series in common, then the newest. None, and a line saying which
+        or why none. A --quick run (small budgets, few iterations) is judged against a quick run's
+        baselines alone, a full one against a full one's."""
         if self.directory is None:
             return None, "no --baselines given"
-        sku, timing, hosts, method = sku_of(doc), timing_of(doc), _hosts(doc), method_of(doc)
-        keys = {series_key(r) for r in doc["results"]}
         best, best_rank = None, None
         for path, base in self.docs:
-            if (sku_of(base) != sku or timing_of(base) != timing or _hosts(base) != hosts
-                    or method_of(base) != method or base.get("baseline", {}).get("quick", False) != quick):
+            if self._differs(doc, base, quick):
                 continue
-            shared = len(keys & {series_key(r) for r in base["results"]})
-            rank = (step is not None and base.get("baseline", {}).get("step") == step, shared, base.get("created", ""))
+            shared = len(self._keys(doc) & self._keys(base))
+            section = _section(base)
+            rank = (step is not None and section.get("step") == step, plan is not None and section.get("plan") == plan,
+                    (base.get("config") or {}).get("delay") == (doc.get("config") or {}).get("delay"), shared,
+                    base.get("created", ""))
             if shared and (best_rank is None or rank > best_rank):
                 best, best_rank = (path, base), rank
         if best is None:
-            return None, (f"no baseline of SKU '{sku}' with these series ({timing} timing, {hosts} host(s)"
-                          f"{', --quick' if quick else ''}) in "
-                          f"{self.directory}: judged without one")
+            return None, (f"no baseline of SKU '{sku_of(doc)}' with these series ({timing_of(doc)} timing, {_hosts(doc)} "
+                          f"host(s){', --quick' if quick else ''}) in {self.directory}: judged without one")
         return best, f"baseline {best[0]}"
 
+    def unmatched(self, doc: dict, quick: bool, step: str) -> Optional[str]:
+        """Where baselines promoted from a step of this name exist and none was this run's kind: how
+        the first of them differs (a node of another kind, or a baseline of another method), else None."""
+        reasons = []
+        for path, base in self.docs:
+            if _section(base).get("step") == step:
+                why = self._differs(doc, base, quick) or (None if self._keys(doc) & self._keys(base) else
+                                                          "it shares no series with the run")
+                if why is None:
+                    return None
+                reasons.append(f"{path} (promoted from step '{step}') is not this run's kind: {why}")
+        return reasons[0] if reasons else None
+
+    @staticmethod
+    def _keys(doc: dict) -> set:
+        return {series_key(r) for r in doc["results"]}
+
+    @staticmethod
+    def _differs(doc: dict, base: dict, quick: bool) -> Optional[str]:
+        """How `base` is not of `doc`'s kind, or None."""
+        if not same_kind(doc, base):
+            return "SKU " + "; ".join(differences(doc, base))
+        if timing_of(base) != timing_of(doc):
+            return f"{timing_of(base)} timing against the run's {timing_of(doc)}"
+        if _hosts(base) != _hosts(doc):
+            return f"{_hosts(base)} host(s) against the run's {_hosts(doc)}"
+        if _section(base).get("quick", False) != quick:
+            return f"{'a --quick' if _section(base).get('quick') else 'a full'} run's, the run {'--quick' if quick else 'full'}"
+        if method_of(base) != method_of(doc):
+            return "measured otherwise: " + ", ".join(f"{k} {b} against {r}" for k, b, r in zip(METHOD, method_of(base), method_of(doc))
+                                                    if b != r)
+        return None

@@ -62,7 +62,9 @@ def _scaling_checks(doc: dict, limits: dict) -> list[dict]:
     efficiency at the largest rank count measured (a prediction beyond it is said, not judged)."""
     out = []
     for a in doc.get("scale") or []:
-        measured = [r for r in a["rows"] if r["measured"] and r["efficiency"] is not None]
+        # A row of a measured count whose communication the sweep did not reach (--grad-bytes beyond
+        # its sizes) holds a prediction: judged are the times measured.
+        measured = [r for r in a["rows"] if r["measured"] and r["comm_ms"] is not None and r["efficiency"] is not None]
         if not measured:
             continue
         last = measured[-1]
@@ -93,13 +95,13 @@ def _baseline_checks(doc: dict, limits: dict, baseline: Optional[tuple[str, dict
         # healthy rerun in three, which would make a WARN the normal state of a good node.
         for c in (c for c in s["checks"] if c["check"].endswith("sizes")):
             rows = [r for r in s["rows"] if r["region"] == c["check"].split()[0]]  # never empty
-            if c["check"].startswith("latency"):  # the size whose time rose most
+            latency = c["check"].startswith("latency")
+            if latency:  # the size whose time rose most
                 r = max(rows, key=lambda r: r["time_change"])
                 detail = f"{r['run_time_us']:.2f} us against {r['base_time_us']:.2f} us"
             else:  # the size whose bandwidth fell most
                 r = min(rows, key=lambda r: r["bw_change"])
                 detail = f"{r['run_bw_gbps']:.3g} GB/s against {r['base_bw_gbps']:.3g} GB/s"
-            latency = c["check"].startswith("latency")
             warn = limits.get("warn_lat_pct" if latency else "warn_bw_pct")
             warned = warn is not None and (c["change"] > warn / 100 if latency else c["change"] < -warn / 100)
             band = f", WARN beyond {'+' if latency else '-'}{warn:g}%" if warn is not None else ""

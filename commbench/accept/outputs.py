@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import html
 import os
+import re
 
 from ..formats.html import table
 from ..results.document import write_new
@@ -67,20 +68,29 @@ def junit(summary: dict, path: str) -> None:
     """One testsuite, one testcase per step: a FAIL is a failure, an ERROR or TIMEOUT an error (the
     step could not show the node good), each with the evidence as message; a step that is not
     counted passes, its findings in its output. Every check is in the testcase's system-out."""
-    from junitparser import Error, Failure, JUnitXml, TestCase, TestSuite
+    from junitparser import Error, Failure, JUnitXml, Skipped, TestCase, TestSuite
 
     suite = TestSuite(f"commbench accept {summary['plan']} on {summary['host']}")
     suite.hostname = summary["host"]
     suite.timestamp = summary["started"]
     for s in summary["steps"]:
-        case = TestCase(s["step"], f"commbench.accept.{summary['plan']}", s["seconds"])
+        case = TestCase(_xml_text(s["step"]), f"commbench.accept.{summary['plan']}", s["seconds"])
         bad = [c for c in s["checks"] if c["status"] == s["status"]]
-        message = bad[0]["evidence"] if bad else s["status"]
+        message = _xml_text(bad[0]["evidence"] if bad else s["status"])
         if s["counted"] and s["status"] == FAIL:
             case.result = [Failure(message, "FAIL")]
         elif s["counted"] and s["status"] in (ERROR, TIMEOUT):
             case.result = [Error(message, s["status"])]
-        case.system_out = "\n".join([s["command_line"], s["baseline_note"], *_lines(s)]) + "\n"
+        case.system_out = _xml_text("\n".join([s["command_line"], s["baseline_note"], *_lines(s)]) + "\n")
+        suite.add_testcase(case)
+    # A Ctrl-C: the run is no pass, whatever its finished steps said; the steps it did not reach are skipped.
+    if summary["interrupted"]:
+        case = TestCase("interrupted", f"commbench.accept.{summary['plan']}", 0)
+        case.result = [Error("the run was interrupted before its last step", "INTERRUPTED")]
+        suite.add_testcase(case)
+    for name in summary["not_run"]:
+        case = TestCase(_xml_text(name), f"commbench.accept.{summary['plan']}", 0)
+        case.result = [Skipped("not run: the run was interrupted")]
         suite.add_testcase(case)
     suite.update_statistics()
     suite.time = round(summary["seconds"], 1)  # the whole run's, set-up between steps included
@@ -91,6 +101,14 @@ def junit(summary: dict, path: str) -> None:
     xml.tests, xml.failures, xml.errors, xml.time = suite.tests, suite.failures, suite.errors, suite.time
     write_new(path, xml.tostring(),
               f"{path} already exists; choose another --junit")
+
+
+# Characters XML 1.0 cannot hold (a step's last line may carry a terminal's colour codes).
+_NOT_XML = re.compile("[^\u0009\u000a\u000d\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def _xml_text(text: str) -> str:
+    return _NOT_XML.sub("\ufffd", text)
 
 
 def write_all(summary: dict, folder: str, junit_path) -> None:

@@ -181,9 +181,15 @@ def parse(data: dict, name: str, source: str, check_argv: Optional[Callable[[lis
         env = _table(raw, "env", bad, f"{where}: ")
         if any(not isinstance(v, str) for v in env.values()):
             raise bad(f"{where}: env values are strings")
-        limits = {**DEFAULT_LIMITS, **plan_limits, **_limits(_table(raw, "limits", bad, f"{where}: "), bad, where)}
+        own = _limits(_table(raw, "limits", bad, f"{where}: "), bad, where)
+        given = {**plan_limits, **own}  # what the plan sets, against what it leaves to the defaults
+        limits = {**DEFAULT_LIMITS, **given}
         if limits["fail_pct"] > limits["pass_pct"]:
-            raise bad(f"{where}: limits.fail_pct {limits['fail_pct']:g} exceeds limits.pass_pct {limits['pass_pct']:g}")
+            unset = [k for k in ("fail_pct", "pass_pct") if k not in given]
+            raise bad(f"{where}: limits.fail_pct {limits['fail_pct']:g} exceeds limits.pass_pct {limits['pass_pct']:g}"
+                      + (f" ({unset[0]} the default)" if unset else ""))
+        if "min_efficiency_pct" in own and command != "scale":
+            raise bad(f"{where}: limits.min_efficiency_pct judges a scale step; {command} measures no scaling")
         for kind in ("bw", "lat"):
             if limits.get(f"warn_{kind}_pct", 0) > limits[f"tolerance_{kind}_pct"]:
                 raise bad(f"{where}: limits.warn_{kind}_pct {limits[f'warn_{kind}_pct']:g} exceeds limits.tolerance_{kind}_pct "

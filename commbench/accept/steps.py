@@ -13,13 +13,13 @@ import sys
 import time
 from typing import Callable, Optional
 
-from ..analysis.fleet import sku_of
+from ..analysis.sku import sku_of
 from ..errors import CommbenchError
 from ..launch.world import launcher_free_env
 from ..results.document import load_document
 from . import runner
 from .baselines import Baselines
-from .judge import ERROR, FAIL, PASS, TIMEOUT, check, doctor_checks, result_checks, worst
+from .judge import ERROR, FAIL, PASS, TIMEOUT, WARN, check, doctor_checks, result_checks, worst
 from .plan import Plan, Step
 
 # The program every step runs: this commbench, whatever is on PATH.
@@ -54,7 +54,8 @@ def _read_json(path: Optional[str]) -> Optional[dict]:
         return None
 
 
-def run_step(step: Step, folder: str, gpus: int, quick: bool, launch: list, baselines: Baselines, env: dict) -> dict:
+def run_step(step: Step, folder: str, gpus: int, quick: bool, launch: list, baselines: Baselines, env: dict,
+             plan: Optional[str] = None) -> dict:
     result, stdout = _step_files(step, folder)
     argv = [*(launch if step.measuring else []), *COMMBENCH, *step.arguments(gpus, quick),
             *(["-o", result] if result else [])]
@@ -70,8 +71,11 @@ def run_step(step: Step, folder: str, gpus: int, quick: bool, launch: list, base
             checks.append(check("result file", ERROR, str(e)))
     judged = doc is not None
     if doc is not None:
-        picked, note = baselines.pick(doc, quick, step.name)
+        picked, note = baselines.pick(doc, quick, step.name, plan)
         checks += result_checks(doc, step.limits, picked)
+        unmatched = baselines.unmatched(doc, quick, step.name) if picked is None else None
+        if unmatched:  # a fleet's baseline of this step that no longer matches its node: worth a look
+            checks.append(check("baseline", WARN, unmatched))
     elif step.command == "doctor":
         verdict = _read_json(stdout)
         judged = verdict is not None
@@ -108,7 +112,7 @@ def accept(plan: Plan, folder: str, baselines: Baselines, quick: bool = False, l
     interrupted = False
     try:
         for step in todo:
-            r = run_step(step, folder, gpus, quick, launch or [], baselines, env)
+            r = run_step(step, folder, gpus, quick, launch or [], baselines, env, plan.name)
             done.append(r)
             why = next((c["evidence"] for c in r["checks"] if c["status"] == r["status"]), "")
             say(f"{r['status'] if r['counted'] else r['status'].lower() + ' (not counted)':<22} {step.name}  "

@@ -15,6 +15,7 @@ from ..collectives import COPIES, names
 from ..results.series import by_series, series_head, variant, where
 from ..results.stats import modified_z
 from ..sizes import format_size
+from .sku import sku_of
 
 # The data of a plain sweep (a collective's default, a copy's bytes): left out of a metric's name.
 PLAIN_DATA = {"float32", "uint8", "sum", "none", None}
@@ -22,64 +23,6 @@ Z_THRESHOLD = 3.5  # Iglewicz and Hoaglin's customary cut
 # The MAD is taken as at least this share of the median: a fleet of nearly equal figures would
 # otherwise make a 1 % difference a large z.
 MAD_FLOOR_SHARE = 0.01
-
-
-def sku_of(doc: dict) -> str:
-    """What kind of node wrote `doc`, from its topology snapshot (rank 0's host): GPU model and count,
-    NVLink generation, NVSwitches (their generation, and count where the baseboard shows them on PCI),
-    InfiniBand port count, model and fastest rate, the other physical NICs by kind and model, CPU model
-    and cores. Versions (driver, NCCL), the topology fingerprint and link speeds are facts of a node,
-    its health, not its kind, and stay out."""
-    topo = doc.get("topology") or {}
-    host = topo.get("host") or {}
-    machine = doc.get("machine") or {}
-    devices = (topo.get("gpus") or {}).get("devices") or []
-    parts = []
-    if devices:
-        models = sorted({d.get("name", "?") for d in devices})
-        parts.append(f"{len(devices)}x {'/'.join(models)}")
-        links = sorted({d["nvlink"]["version"] for d in devices
-                        if (d.get("nvlink") or {}).get("links_up") and d["nvlink"].get("version")})
-        if links:
-            parts.append(f"NVLink {'/'.join(map(str, links))}")
-        switches = _nvswitches(devices, host, links)
-        if switches:
-            parts.append(switches)
-    else:
-        parts.append("no GPU")
-    ib = host.get("infiniband") or []
-    if ib:
-        # The fastest port's rate: a port that trained down (or is down) is the node's health, not
-        # its kind, and must be judged against its kind's baseline rather than match none.
-        rates = [port["rate_gbps"] for port in ib if port.get("rate_gbps")]
-        ib_models = sorted({port["model"] for port in ib if port.get("model")})
-        parts.append(f"{len(ib)} IB port(s)" + (f" {'/'.join(ib_models)}" if ib_models else "")
-                     + (f" up to {max(rates):g} Gb/s" if rates else ""))
-    # Physical NICs other than InfiniBand's own (IPoIB) and loopback; a veth, bridge or tunnel is none.
-    nics: dict[tuple, int] = {}
-    for nic in host.get("nics") or []:
-        if not nic.get("virtual", True) and nic.get("type") not in ("infiniband", "loopback"):
-            kind = (nic.get("type") or "other", nic.get("model") or "?")
-            nics[kind] = nics.get(kind, 0) + 1
-    parts += [f"{n}x {kind} NIC {model}" for (kind, model), n in sorted(nics.items())]
-    parts.append(f"{host.get('cpu_model') or machine.get('cpu_model', '?')}, "
-                 f"{host.get('cores') or machine.get('cores', '?')} cores")
-    return "; ".join(parts)
-
-
-def _nvswitches(devices: list, host: dict, nvlink_versions: list) -> Optional[str]:
-    """'6x NVSwitch gen 3 (10de:22a3)' where the baseboard shows its switches on PCI; 'NVSwitch gen 3'
-    where only the GPUs' links tell (they lead to no GPU of the node). An NVSwitch generation goes with
-    its NVLink's: NVLink 2, 3, 4, 5 meet NVSwitch 1, 2, 3, 4."""
-    on_pci = host.get("nvswitches") or []
-    bus_ids = {d.get("pci_bus_id") for d in devices}
-    switched = any(link.get("up") and link.get("remote_bus_id") and link["remote_bus_id"] not in bus_ids
-                   for d in devices for link in d.get("nvlink_links") or [])
-    if not on_pci and not switched:
-        return None
-    gen = f" gen {'/'.join(str(v - 1) for v in nvlink_versions)}" if nvlink_versions and min(nvlink_versions) >= 2 else ""
-    models = sorted({s["model"] for s in on_pci if s.get("model")})
-    return (f"{len(on_pci)}x " if on_pci else "") + f"NVSwitch{gen}" + (f" ({'/'.join(models)})" if models else "")
 
 
 def _collective_metrics(records: list[dict], config: dict) -> dict[str, tuple[float, bool]]:

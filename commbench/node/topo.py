@@ -83,10 +83,20 @@ def _pci_model(device: str) -> Optional[str]:
     return f"{vendor.lower().removeprefix('0x')}:{dev.lower().removeprefix('0x')}"
 
 
+def _bus_of(device: str) -> Optional[str]:
+    """The bus a device hangs on ('pci', 'usb', 'virtio'...), or None for none (a virtual NIC)."""
+    link = os.path.join(device, "subsystem")
+    return os.path.basename(os.path.realpath(link)) if os.path.islink(link) else None
+
+
 def _driver(device: str) -> Optional[str]:
     link = os.path.join(device, "driver")
     return os.path.basename(os.path.realpath(link)) if os.path.islink(link) else None
 
+
+# nvmlDeviceGetNvLinkVersion answers with nvmlNvlinkVersion_t, not the version: 4 and 5 are NVLink
+# 3.0 and 3.1 (A100), 6 is 4.0 (H100), 7 is 5.0 (B200). The snapshot keeps the major version.
+NVLINK_MAJOR = {1: 1, 2: 2, 3: 2, 4: 3, 5: 3, 6: 4, 7: 5, 8: 6}
 
 # NVIDIA's PCI vendor id, and the class of the NVSwitches a baseboard shows its host (a bridge of
 # class 'other', 0x0680: HGX A100 and H100 boards list theirs so; a rack's switch trays show none).
@@ -123,7 +133,8 @@ def host_part(sys_root: str = "/") -> dict:
         nics.append({"name": name, "type": kind, "state": _read(os.path.join(path, "operstate")),
                      "mtu": _int(_read(os.path.join(path, "mtu"))),
                      "speed_mbps": speed if speed is not None and speed > 0 else None,
-                     "virtual": not os.path.exists(device), "model": _pci_model(device), "driver": _driver(device)})
+                     "virtual": not os.path.exists(device), "model": _pci_model(device), "driver": _driver(device),
+                     "bus": _bus_of(device), "sriov_vf": os.path.exists(os.path.join(device, "physfn"))})
     hcas = []
     for port in sorted(glob.glob(at("sys", "class", "infiniband", "*", "ports", "*"))):
         rate = _read(os.path.join(port, "rate")) or ""
@@ -212,7 +223,7 @@ class Nvml:
             if state is None:
                 continue
             remote = self.q(nv.nvmlDeviceGetNvLinkRemotePciInfo, h, link)
-            links.append({"up": bool(state), "version": self.q(nv.nvmlDeviceGetNvLinkVersion, h, link),
+            links.append({"up": bool(state), "version": NVLINK_MAJOR.get(self.q(nv.nvmlDeviceGetNvLinkVersion, h, link)),
                           "remote_bus_id": _bus(remote.busId) if remote is not None else None})
         cpus = self.cpus(h, cores)
         reasons = self.q(getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None)

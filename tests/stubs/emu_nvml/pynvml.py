@@ -18,7 +18,7 @@ _BUSES = [f"{0x10 + i:02x}:00.0" for i in range(_N)]  # the emulated runtime's c
 _CPUS = [cpulist_to_set(c) for c in os.environ["COMMBENCH_EMU_GPU_CPUS"].split(";")] \
     if os.environ.get("COMMBENCH_EMU_GPU_CPUS") else [set(range(os.cpu_count() or 1))] * _N
 _GPUS = [dict(name="commbench emulated GPU", bus=bus, pcie=(5, 5, 16, 16), links=[(True, "ff:00.0")] * 18,
-              nvlink_version=4, cpus=_CPUS[i], reasons=0x1, temp=40, power_mw=90000,
+              nvlink_version=6, cpus=_CPUS[i], reasons=0x1, temp=40, power_mw=90000,
               limit_mw=700000, ecc=0, remap=(0, 0, 0, 0), procs=[], p2p={}, level={j: 0 if j == i else 20 for j in range(_N)})
          for i, bus in enumerate(_BUSES)]
 
