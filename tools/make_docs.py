@@ -30,7 +30,8 @@ the pages is the set of names in EXAMPLES (no block without a generator, no gene
 block, no name twice, every marker closed), and that the files the examples copy into docs/ exist.
 
 Examples needing root and network namespaces (the test cluster of tests/cluster.py) run only as
-root; elsewhere they are skipped with a note and their blocks left as they are. Examples that show
+root, and the one typed on a real Slurm (tests/slurm.py) only where slurm-wlm and munge are installed;
+elsewhere they are skipped with a note and their blocks left as they are. Examples that show
 how a GPU-less host refuses GPU work are skipped where a GPU is visible. Nothing here needs a GPU.
 """
 
