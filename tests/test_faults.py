@@ -353,14 +353,19 @@ def test_a_stopped_rank_ends_numerics_too(workdir):
     assert _left(out) == []
 
 
-def test_ctrl_c_while_the_ranks_start_is_the_one_line(workdir):
-    """A Ctrl-C while the ranks still import (tests/stubs/slow_start holds them there): no traceback
-    from any rank, no launcher banner, the line of an interrupted run, no file, nothing left."""
+@pytest.mark.parametrize("held_at", ["commbench.cli", "commbench.launch.watchdog"])
+def test_ctrl_c_while_the_ranks_start_is_the_one_line(workdir, held_at):
+    """A Ctrl-C while the ranks still import (tests/stubs/slow_start holds them there: in the command
+    line's imports, or in the start-up guard's own, before it is set): no traceback from any rank,
+    no launcher banner, the line of an interrupted run, no file, nothing left."""
     out = os.path.join(workdir, "start.json")
     env = mpi_env()
     env.update(PYTHONPATH=os.pathsep.join(filter(None, [os.path.join(os.path.dirname(__file__), "stubs", "slow_start"),
                                                          env.get("PYTHONPATH")])),
-               COMMBENCH_STUB_SLOW_START_S="30", COMMBENCH_STUB_SLOW_START_MARK=os.path.join(workdir, "importing"))
+               COMMBENCH_STUB_SLOW_START_MARK=os.path.join(workdir, "importing"), COMMBENCH_STUB_SLOW_START_AT=held_at,
+               # Held in the guard's imports, a rank acts on the signal once they end (in a tenth of
+               # a second, unheld): 3 s; held after the guard, at once, however long the hold.
+               COMMBENCH_STUB_SLOW_START_S="3" if held_at == "commbench.launch.watchdog" else "30")
     p = subprocess.Popen([COMMBENCH, *SWEEP, "--np", "2", "-o", out], env=env, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:

@@ -25,7 +25,7 @@ import socket
 import sys
 import threading
 import time
-from typing import Optional
+from typing import Optional, Sequence
 
 import click
 
@@ -42,13 +42,17 @@ _current: Optional["Watchdog"] = None
 _started = False  # a watchdog ran in this process
 
 
-def guard_start_up() -> None:
+def guard_start_up(early: Sequence[int] = ()) -> None:
     """On a launched rank, until its watchdog takes SIGINT over: a Ctrl-C ends the rank at once, rank
     0 saying so in the line of an interrupted run (Python's KeyboardInterrupt printed a traceback
-    from whichever import it hit, on every rank). Once a watchdog has run, SIGINT is Python's again."""
+    from whichever import it hit, on every rank). Once a watchdog has run, SIGINT is Python's again.
+    `early`: the signals that came before this guard was set (__main__ holds them)."""
     from .world import detect_launcher, launch_rank
     rank = launch_rank()
     if rank is None:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        if early:
+            raise KeyboardInterrupt
         return
     under_mpi = detect_launcher() == "mpi"
 
@@ -68,6 +72,8 @@ def guard_start_up() -> None:
             time.sleep(GRACE_S)
         os._exit(1)
     signal.signal(signal.SIGINT, interrupted)
+    if early:
+        interrupted(early[0], None)
 
 
 def _interrupted_text(label: str, signum: int) -> str:

@@ -1,7 +1,8 @@
 """Ranks slow to start: on this directory first in PYTHONPATH, a launched rank (Open MPI's rank
 variable set) sleeps COMMBENCH_STUB_SLOW_START_S seconds as it imports commbench's command line,
-as one loading torch on a busy node does, so that a signal is sure to come amid the start-up. As the
-sleep starts (after `python -m commbench` set its start-up guard) it makes the file
+as one loading torch on a busy node does, so that a signal is sure to come amid the start-up; with
+COMMBENCH_STUB_SLOW_START_AT=commbench.launch.watchdog, as it imports the start-up guard itself (the
+first tenth of a second of a rank, before the guard is set). As the sleep starts it makes the file
 COMMBENCH_STUB_SLOW_START_MARK.<rank>: a test signals once every rank has one, not after a guess at
 how long an interpreter takes to start on a busy host."""
 
@@ -13,7 +14,7 @@ import time
 
 class _SlowImport(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path, target=None):
-        if name == "commbench.cli":
+        if name == os.environ.get("COMMBENCH_STUB_SLOW_START_AT", "commbench.cli"):
             sys.meta_path.remove(self)
             mark = os.environ.get("COMMBENCH_STUB_SLOW_START_MARK")
             if mark:
