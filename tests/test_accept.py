@@ -152,8 +152,8 @@ def busy_machine_plan(tmp_path, change=lambda text: text) -> str:
     """cpu-node with the limits of a machine that runs other tests beside it: the suite runs two at a
     time on 2 cores, where another test's ranks moved a bandwidth-bound size's median by up to 35 % and
     a latency-bound one (1 KiB in 3 us) by 4x: scheduler ticks (cpu-node's limits are a quiet node's).
-    links' 8-byte ping-pong, latency-bound but among its bandwidth sizes, lost 73 % so. A rank held
-    back 2 ms moves a bandwidth-bound size by 99 %, a latency-bound one by 600x."""
+    links' 8-byte ping-pong (a series of one size, judged as latency) lost 73 % of its rate so. A rank
+    held back 2 ms moves a bandwidth-bound size by 99 %, a latency-bound one by 600x."""
     with open(CPU_NODE) as f:
         text = f.read()
     assert "tolerance_bw_pct = 35\ntolerance_lat_pct = 60\n" in text

@@ -188,6 +188,19 @@ def test_latency_regression_is_caught_in_the_latency_region():
     assert checks["latency sizes"]["regression"] and not checks["bandwidth sizes"]["regression"]
 
 
+@pytest.mark.parametrize("size,region", [(8, "latency"), (4096, "latency"), (4096 + 4, "bandwidth"), (4 << 20, "bandwidth")])
+def test_a_series_of_one_size_is_judged_by_its_size(size, region):
+    """links' 8-byte ping-pong and its bandwidth size are series of one size each: no best bandwidth
+    to set them against, so a small message is judged as latency (its time, the latency tolerance),
+    a large one as bandwidth. 20 % slower passes the latency tolerance, not the bandwidth one."""
+    def one(t_us):
+        return doc_of(synthetic("allreduce", "ring@mpi", 2, lambda n: t_us * 1e-6, sizes=[size], seed=1))
+    result = cmp.compare(one(10.0), one(12.0), 0.10, 0.25)
+    [row] = result["series"][0]["rows"]
+    assert row["region"] == region
+    assert result["status"] == ("pass" if region == "latency" else "regression")
+
+
 def test_within_tolerance_passes_and_metadata_differences_warn():
     result = cmp.compare(*_base_and_run(slow_bw=1.05, cpu_model="other cpu", ranks=4), 0.10, 0.25)
     assert result["status"] == "pass"

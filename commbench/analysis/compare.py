@@ -16,6 +16,10 @@ from .fit import fit_records
 # when over BW_SHARE; sizes in between are reported but not judged.
 LAT_SHARE = 0.10
 BW_SHARE = 0.50
+# A series of one size cannot say where its bandwidth levels off: a message of at most this many bytes
+# is taken as latency-bound (far below the half-bandwidth size of every fabric in the catalog: links'
+# 8-byte ping-pong), a larger one as bandwidth-bound.
+SINGLE_SIZE_LATENCY_MAX = 4096
 
 
 def _bw(r: dict) -> float:
@@ -79,7 +83,10 @@ def compare(base: dict, run: dict, tol_bw: float, tol_lat: float, force: bool = 
             t_ratio = r["time_us"]["median"] / b["time_us"]["median"]
             bw_ratio = _bw(r) / _bw(b)
             share = _bw(b) / best
-            region = "latency" if share < LAT_SHARE else "bandwidth" if share >= BW_SHARE else "transition"
+            if len(sizes) == 1:
+                region = "latency" if s <= SINGLE_SIZE_LATENCY_MAX else "bandwidth"
+            else:
+                region = "latency" if share < LAT_SHARE else "bandwidth" if share >= BW_SHARE else "transition"
             rows.append({"size_bytes": s, "region": region, "base_time_us": b["time_us"]["median"],
                          "run_time_us": r["time_us"]["median"], "time_change": t_ratio - 1,
                          "base_bw_gbps": _bw(b), "run_bw_gbps": _bw(r), "bw_change": bw_ratio - 1})
