@@ -5,7 +5,7 @@ visible, beside nccl-tests 2.19 too (beside_nccl_tests.py).
     .venv/bin/python benchmarks/versus_osu.py [--rounds 3] [--sizes 1K,64K,1M,16M] [--np 2]
         [--osu-tar ../shared/reference/osu-micro-benchmarks-7.4.tar.gz] [--build-dir DIR]
         [--nccl-tests-tar ../shared/reference/nccl-tests-2.19.6.tar.gz] [--gpu-sweep 1K,1G,32]
-        [--gpu-ranks N] [--build-only]
+        [--gpu-ranks N] [--build-only] [--gpu-only] [--keep DIR]
 
 OSU is built from its source tarball with this venv's mpicc, in a folder outside the repository
 (default ~/.cache/commbench-bench). Each round runs every OSU benchmark and then commbench's
@@ -28,6 +28,7 @@ Ratios are commbench / OSU of times: above 1, commbench reads slower.
 """
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -179,8 +180,6 @@ def osu_half(args, sizes: list, tmp: str) -> list[str]:
 
 def main() -> None:
     import beside_nccl_tests as gpu_half
-
-    from commbench.sizes import parse_size, parse_sizes
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--sizes", default="1K,64K,1M,16M")
@@ -194,14 +193,24 @@ def main() -> None:
     ap.add_argument("--build-dir", default=os.path.join(os.path.expanduser("~"), ".cache", "commbench-bench"))
     ap.add_argument("--build-only", action="store_true",
                     help="build OSU, and nccl-tests where a CUDA compiler is found, then stop (no GPU needed)")
+    ap.add_argument("--gpu-only", action="store_true",
+                    help="leave OSU out: build and run the nccl-tests half alone (a GPU machine's short lease)")
+    ap.add_argument("--keep", metavar="DIR",
+                    help="keep the last round's logs and result files of both tools in DIR (default: a temporary "
+                         "folder, removed)")
     args = ap.parse_args()
     if args.build_only:
-        build_osu(args.osu_tar, args.build_dir)
+        if not args.gpu_only:
+            build_osu(args.osu_tar, args.build_dir)
         print(f"built in {gpu_half.build(args.nccl_tests_tar, args.build_dir, run)}")
         return
+    # Only now: the builds need no commbench (a machine can build while commbench installs).
+    from commbench.sizes import parse_size, parse_sizes
     lines: list[str] = []
-    with tempfile.TemporaryDirectory() as tmp:
-        lines += osu_half(args, parse_sizes(args.sizes), tmp)
+    with contextlib.nullcontext(args.keep) if args.keep else tempfile.TemporaryDirectory() as tmp:
+        os.makedirs(tmp, exist_ok=True)
+        if not args.gpu_only:
+            lines += osu_half(args, parse_sizes(args.sizes), tmp)
         gpus = gpu_half.gpu_count()
         ranks = args.gpu_ranks or gpus
         if gpus:

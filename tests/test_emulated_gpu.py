@@ -191,6 +191,22 @@ def test_the_calls_run_on_a_blocking_communicator(workdir, tmp_path):
     assert made == [("call", "blocking")] * 2 + [("init", "nonblocking")] * 2 + [("split", "blocking")] * 2, made
 
 
+@pytest.mark.parametrize("op,calls", [("alltoall", {"ncclAlltoAll"}), ("sendrecv", {"ncclSend", "ncclRecv"})])
+def test_nccls_own_alltoall_where_the_library_has_it(workdir, tmp_path, op, calls):
+    """`nccl` all-to-all is NCCL's ncclAlltoAll (2.28 and later, as the emulated NCCL declares itself),
+    as nccl-tests calls it, not a group of point-to-point calls (on one H100: 10 us a call against 7.5);
+    send-recv has no collective of NCCL's and stays the group. Exact either way."""
+    log = tmp_path / "calls.log"
+    out = os.path.join(workdir, "out.json")
+    r = commbench([op, "--device", "cuda", "--np", "3", "--impl", "nccl", "--sizes", "12,1000,1M", "--iters", "3", "-o",
+                   out], env=emu_env(3, COMMBENCH_EMU_NCCL_CALLS=str(log)), cwd=workdir)
+    assert r.returncode == 0, r.stderr
+    made = set(log.read_text().split())
+    assert calls <= made and not ({"ncclAlltoAll", "ncclSend", "ncclRecv"} - calls) & made, made
+    with open(out) as f:
+        assert [rec["wrong"] for rec in json.load(f)["results"]] == [0, 0, 0]
+
+
 @pytest.mark.long
 @pytest.mark.parametrize("gpus", [1, 2, 4, 8])
 def test_gpu_check_passes_on_emulated_gpus(gpus, tmp_path):
@@ -485,6 +501,21 @@ def test_ranks_share_one_gpu_only_under_the_functional_test_switch(workdir):
     cfg = doc["config"]
     assert cfg["shared_gpu"] is True and len({g["uuid"] for g in cfg["gpus"]}) == 1 and len(cfg["gpus"]) == 2
     assert all(row["wrong"] == 0 for row in doc["results"])
+
+
+def test_scale_on_ranks_sharing_a_gpu_draws_no_verdict(workdir):
+    """On one H100, 2 and 3 ranks sharing it read 4.5 ms an all-reduce (NCCL's sockets and the GPU's
+    time slices between processes) and scale called that "scaling well": the rank-count
+    sub-communicators run, every element exact, and no verdict is drawn, in the table or the file."""
+    from commbench.analysis.scaling import SHARED_GPU_VERDICT
+    out = os.path.join(workdir, "scale.json")
+    r = commbench(["scale", "--device", "cuda", "--np", "3", "--ranks", "1,2,3", "--impl", "nccl", "--sizes", "1K-64K:x8",
+                   "--budget-ms", "5", "-o", out], env=emu_env(1, COMMBENCH_SHARED_GPU="1"), cwd=workdir)
+    assert r.returncode == 0, r.stderr
+    assert f"# verdict: {SHARED_GPU_VERDICT}" in r.stdout, r.stdout
+    doc = results.load_document(out)
+    assert [a["verdict"] for a in doc["scale"]] == [SHARED_GPU_VERDICT]
+    assert sorted({row["ranks"] for row in doc["results"]}) == [1, 2, 3] and all(row["wrong"] == 0 for row in doc["results"])
 
 
 @pytest.mark.parametrize("bound", [True, False])

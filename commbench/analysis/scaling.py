@@ -20,6 +20,7 @@ from ..sizes import format_size
 from .fit import fit_records, usable
 from .verdicts import span
 
+SHARED_GPU_VERDICT = "not judged: the ranks shared GPUs (COMMBENCH_SHARED_GPU), so the times are not the GPUs'"
 # Efficiency at or above which adding ranks is "scaling well".
 EFFICIENT = 0.80
 EXTRAPOLATE = (16, 32, 64, 128, 256, 512, 1024)
@@ -81,8 +82,9 @@ def _segment_line(fit: dict, n: int, ranks: int) -> Line:
 
 
 def analyse(records: list[dict], coll, impl: str, workload: Workload, extrapolate=EXTRAPOLATE,
-            fabric=None, ranks_per_host: Optional[int] = None) -> dict:
-    """The scaling table of one impl: a row per measured count, then predicted counts."""
+            fabric=None, ranks_per_host: Optional[int] = None, shared_gpu: bool = False) -> dict:
+    """The scaling table of one impl: a row per measured count, then predicted counts; no verdict where
+    the ranks shared GPUs (COMMBENCH_SHARED_GPU: the times are NCCL's sockets and the GPU's time slices)."""
     rows_by_ranks: dict[int, list[dict]] = {}
     for r in records:
         if r["impl"] == impl and r["op"] == coll.name and usable(r):
@@ -118,7 +120,8 @@ def analyse(records: list[dict], coll, impl: str, workload: Workload, extrapolat
     measured_rows = [r for r in table if r["measured"] and r["speedup"] is not None]
     bend = next((r["ranks"] for r in measured_rows if r["efficiency"] < EFFICIENT), None)
     return {"op": coll.name, "impl": impl, "workload": asdict(workload), "workload_text": workload.describe(),
-            "efficient": EFFICIENT, "rows": table, "bend_at": bend, "verdict": _verdict(measured_rows, bend)}
+            "efficient": EFFICIENT, "rows": table, "bend_at": bend,
+            "verdict": SHARED_GPU_VERDICT if shared_gpu else _verdict(measured_rows, bend)}
 
 
 def _judge(row: dict, workload: Workload, step1: float) -> dict:

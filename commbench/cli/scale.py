@@ -108,7 +108,7 @@ def scale(op, counts_text, sizes, impl_text, device, dtype, compute_ms, grad_byt
         workload = _workload(compute_ms, grad_bytes, params, dtype, overlap, strong, max(doc["config"]["sizes"]))
         per_host = ranks_per_host or max(doc["machine"]["ranks"] // max(len(set(doc["machine"]["hosts"])), 1), 1)
         _show(_analyses(doc["results"], coll, doc["config"]["impls"], workload, extra,
-                        expectation(judge, doc, source), per_host), plot_path, as_json)
+                        expectation(judge, doc, source), per_host, doc["config"]), plot_path, as_json)
         return
 
     from ..run.config import RunConfig
@@ -134,7 +134,8 @@ def scale(op, counts_text, sizes, impl_text, device, dtype, compute_ms, grad_byt
             # Judged on rank 0, which holds the rows; a refusal there reaches every rank.
             analyses = world.root_call(lambda: _analyses(reporter.records, coll, cfg.impls, workload, extra,
                                                          expectation(judge, reporter.file.doc),
-                                                         ranks_per_host or world.local_size))
+                                                         ranks_per_host or world.local_size,
+                                                         reporter.file.doc["config"]))
             if reporter:
                 reporter.attach("scale", analyses)
             return wrong
@@ -147,9 +148,10 @@ def scale(op, counts_text, sizes, impl_text, device, dtype, compute_ms, grad_byt
     run_ranks(nranks, max(counts) if device == "cpu" else gpus, body, checks, timeout_s)
 
 
-def _analyses(records, coll, impls, workload, extra, fabric, per_host: Optional[int]) -> list[dict]:
+def _analyses(records, coll, impls, workload, extra, fabric, per_host: Optional[int], config: dict) -> list[dict]:
     from ..analysis.scaling import analyse
-    return [analyse(records, coll, impl, workload, extra, fabric, per_host) for impl in impls]
+    return [analyse(records, coll, impl, workload, extra, fabric, per_host, bool(config.get("shared_gpu")))
+            for impl in impls]
 
 
 def _show(analyses: list[dict], plot_path: Optional[str], as_json: bool) -> None:

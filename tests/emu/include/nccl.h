@@ -59,6 +59,8 @@ typedef struct {
 #define NCCL_CONFIG_INITIALIZER \
   { sizeof(ncclConfig_t), 0xcafebeef, NCCL_VERSION_CODE, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT }
 
+// C linkage, as NCCL declares its API: the extension may take a call's address (a weak one, ncclAlltoAll).
+extern "C" {
 ncclResult_t ncclGetVersion(int*);
 ncclResult_t ncclGetUniqueId(ncclUniqueId*);
 const char* ncclGetErrorString(ncclResult_t);
@@ -85,3 +87,5 @@ ncclResult_t ncclBroadcast(const void*, void*, std::size_t, ncclDataType_t, int 
 ncclResult_t ncclAllGather(const void*, void*, std::size_t, ncclDataType_t, ncclComm_t, cudaStream_t);
 ncclResult_t ncclReduceScatter(const void*, void*, std::size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t,
                                cudaStream_t);
+ncclResult_t ncclAlltoAll(const void*, void*, std::size_t, ncclDataType_t, ncclComm_t, cudaStream_t);
+}  // extern "C"

@@ -373,6 +373,23 @@ void log_comm(const char* how, int rank, int nranks, bool blocking) {
   close(fd);
 }
 
+// COMMBENCH_EMU_NCCL_CALLS: the name of each of NCCL's calls the first time this process makes it, so
+// that a test sees which of NCCL's calls an impl runs.
+void note_call(const char* name) {
+  static std::mutex lock;
+  static std::vector<std::string> seen;
+  const char* path = std::getenv("COMMBENCH_EMU_NCCL_CALLS");
+  if (!path) return;
+  std::lock_guard<std::mutex> hold(lock);
+  if (std::find(seen.begin(), seen.end(), name) != seen.end()) return;
+  seen.emplace_back(name);
+  const int fd = open(path, O_WRONLY | O_CREAT | O_APPEND, 0644);
+  if (fd < 0) return;
+  const std::string line = std::string(name) + "\n";
+  [[maybe_unused]] const ssize_t written = write(fd, line.data(), line.size());
+  close(fd);
+}
+
 // With NCCL_DEBUG=INFO, the lines NCCL logs for each connection it makes, here one per peer, to
 // NCCL_DEBUG_FILE (NCCL's %h and %p in it are not expanded), on the communicator's first call: NCCL
 // connects at run time (its default since 2.22), so a communicator that makes no call logs none. In
@@ -682,6 +699,7 @@ ncclResult_t ncclGroupEnd() {
 }
 
 ncclResult_t ncclSend(const void* buf, std::size_t count, ncclDataType_t t, int peer, ncclComm_t comm, cudaStream_t s) {
+  note_call("ncclSend");
   if (const ncclResult_t rc = check_peer(comm, peer)) return rc;
   Call call;
   call.messages.push_back({true, peer, const_cast<char*>(static_cast<const char*>(buf)), 0, count * type_size(t)});
@@ -689,6 +707,7 @@ ncclResult_t ncclSend(const void* buf, std::size_t count, ncclDataType_t t, int 
 }
 
 ncclResult_t ncclRecv(void* buf, std::size_t count, ncclDataType_t t, int peer, ncclComm_t comm, cudaStream_t s) {
+  note_call("ncclRecv");
   if (const ncclResult_t rc = check_peer(comm, peer)) return rc;
   Call call;
   call.messages.push_back({false, peer, static_cast<char*>(buf), 0, count * type_size(t)});
@@ -712,6 +731,7 @@ static Call gather_all(ncclComm_t comm, const void* in, std::size_t bytes, int o
 
 ncclResult_t ncclAllReduce(const void* in, void* out, std::size_t count, ncclDataType_t t, ncclRedOp_t op,
                            ncclComm_t comm, cudaStream_t s) {
+  note_call("ncclAllReduce");
   const std::size_t bytes = count * type_size(t);
   if (!comm || !comm->impl) return error(ncclInvalidArgument, "invalid communicator");
   if (ncclResult_t rc = check_buffer(in, bytes, "sendbuff"); rc || (rc = check_buffer(out, bytes, "recvbuff"))) return rc;
@@ -726,6 +746,7 @@ ncclResult_t ncclAllReduce(const void* in, void* out, std::size_t count, ncclDat
 
 ncclResult_t ncclReduce(const void* in, void* out, std::size_t count, ncclDataType_t t, ncclRedOp_t op, int root,
                         ncclComm_t comm, cudaStream_t s) {
+  note_call("ncclReduce");
   if (const ncclResult_t rc = check_peer(comm, root)) return rc;
   const std::size_t bytes = count * type_size(t);
   const bool at_root = comm->impl->rank == root;
@@ -743,6 +764,7 @@ ncclResult_t ncclReduce(const void* in, void* out, std::size_t count, ncclDataTy
 
 ncclResult_t ncclBroadcast(const void* in, void* out, std::size_t count, ncclDataType_t t, int root, ncclComm_t comm,
                            cudaStream_t s) {
+  note_call("ncclBroadcast");
   if (const ncclResult_t rc = check_peer(comm, root)) return rc;
   const std::size_t bytes = count * type_size(t);
   const int n = comm->impl->nranks, me = comm->impl->rank;
@@ -763,6 +785,7 @@ ncclResult_t ncclBroadcast(const void* in, void* out, std::size_t count, ncclDat
 
 ncclResult_t ncclAllGather(const void* in, void* out, std::size_t count, ncclDataType_t t, ncclComm_t comm,
                            cudaStream_t s) {
+  note_call("ncclAllGather");
   if (!comm || !comm->impl) return error(ncclInvalidArgument, "invalid communicator");
   const std::size_t bytes = count * type_size(t);
   const int n = comm->impl->nranks, me = comm->impl->rank;
@@ -773,8 +796,30 @@ ncclResult_t ncclAllGather(const void* in, void* out, std::size_t count, ncclDat
   return post(comm, s, std::move(call));
 }
 
+// Block r of the send buffer goes to rank r; block r of the receive buffer comes from rank r.
+ncclResult_t ncclAlltoAll(const void* in, void* out, std::size_t count, ncclDataType_t t, ncclComm_t comm,
+                          cudaStream_t s) {
+  if (!comm || !comm->impl) return error(ncclInvalidArgument, "invalid communicator");
+  note_call("ncclAlltoAll");
+  const std::size_t bytes = count * type_size(t);
+  const int n = comm->impl->nranks, me = comm->impl->rank;
+  if (ncclResult_t rc = check_buffer(in, bytes * n, "sendbuff"); rc || (rc = check_buffer(out, bytes * n, "recvbuff")))
+    return rc;
+  Call call;
+  char* src = const_cast<char*>(static_cast<const char*>(in));
+  char* dst = static_cast<char*>(out);
+  for (int r = 0; r < n; ++r) {
+    if (r == me) continue;
+    call.messages.push_back({true, r, src + r * bytes, 0, bytes});
+    call.messages.push_back({false, r, dst + r * bytes, 0, bytes});
+  }
+  call.after = [src, dst, bytes, me](char*) { std::memmove(dst + me * bytes, src + me * bytes, bytes); };
+  return post(comm, s, std::move(call));
+}
+
 ncclResult_t ncclReduceScatter(const void* in, void* out, std::size_t count, ncclDataType_t t, ncclRedOp_t op,
                                ncclComm_t comm, cudaStream_t s) {
+  note_call("ncclReduceScatter");
   if (!comm || !comm->impl) return error(ncclInvalidArgument, "invalid communicator");
   const std::size_t bytes = count * type_size(t);
   const int n = comm->impl->nranks, me = comm->impl->rank;
