@@ -114,6 +114,8 @@ def build(tar: str, build_dir: str, run) -> str:
         return out
     if os.path.realpath(build_dir).startswith(os.path.realpath(ROOT) + os.sep):
         sys.exit("beside_nccl_tests: --build-dir must lie outside the repository")
+    if not os.path.isfile(tar):
+        sys.exit(f"beside_nccl_tests: no nccl-tests source at {tar}: give its tarball with --nccl-tests-tar")
     os.makedirs(build_dir, exist_ok=True)
     with tarfile.open(tar) as t:
         t.extractall(build_dir, filter="data")

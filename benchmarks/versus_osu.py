@@ -79,6 +79,8 @@ def build_osu(tar: str, build_dir: str) -> str:
         return src
     if os.path.realpath(build_dir).startswith(os.path.realpath(ROOT) + os.sep):
         sys.exit("versus_osu: --build-dir must lie outside the repository")
+    if not os.path.isfile(tar):
+        sys.exit(f"versus_osu: no OSU source at {tar}: give its tarball with --osu-tar")
     os.makedirs(build_dir, exist_ok=True)
     with tarfile.open(tar) as t:
         t.extractall(build_dir, filter="data")
