@@ -1,5 +1,6 @@
 """Shared helpers: run commbench and Python under the bundled mpirun, as a user would."""
 
+import fcntl
 import os
 import subprocess
 import sys
@@ -193,6 +194,27 @@ def in_process(args: list, monkeypatch, capsys) -> tuple:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     out, err = capsys.readouterr()
     return code, out, err
+
+
+@pytest.fixture(autouse=True)
+def _quiet_machine(request, tmp_path_factory):
+    """A test marked `quiet` runs alone on the machine: under pytest-xdist the other workers finish
+    the test they are in and wait until it is done. Its figures are judged against a shaped link's
+    rate, and the other worker's load slows its ranks' network processing: scale's 4-rank ground
+    truth read 0.90 to 0.99 of its prediction beside the first pass (0.96 to 0.99 alone) and once
+    0.84, outside its 15 %. Every other test holds a shared lock for its run; a quiet one first takes
+    the turnstile, which lets no new test start, then the lock alone."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        yield
+        return
+    quiet = request.node.get_closest_marker("quiet") is not None
+    where = tmp_path_factory.getbasetemp().parent  # the run's folder, shared by its workers
+    with open(where / "quiet.turnstile", "a") as turnstile, open(where / "quiet.lock", "a") as lock:
+        fcntl.flock(turnstile, fcntl.LOCK_EX)
+        fcntl.flock(lock, fcntl.LOCK_EX if quiet else fcntl.LOCK_SH)
+        if not quiet:
+            fcntl.flock(turnstile, fcntl.LOCK_UN)
+        yield  # both locks go with the files
 
 
 def pytest_collection_modifyitems(items):

@@ -81,6 +81,7 @@ def test_cluster_runs_mpi_with_a_daemon_and_host_name_per_namespace_and_tears_do
     assert subprocess.run(["ip", "link", "show", c.bridge], capture_output=True).returncode != 0
 
 
+@pytest.mark.quiet
 def test_gloo_fit_recovers_the_shaped_link_and_compare_catches_half(make_cluster, workdir):
     c = make_cluster(2, P2P_MBIT)
     p2p = _run_gloo(c, P2P, os.path.join(workdir, "p2p.json"), 29561)
@@ -114,6 +115,7 @@ def test_gloo_fit_recovers_the_shaped_link_and_compare_catches_half(make_cluster
     assert _bandwidth(ar, "allreduce", "gloo", payload) == pytest.approx(payload, rel=RING_TOLERANCE)
 
 
+@pytest.mark.quiet
 def test_mpi_p2p_fit_recovers_the_shaped_link_and_a_slow_receiver(make_cluster, workdir):
     c = make_cluster(2, P2P_MBIT)
     doc = _run_mpi(c, P2P, os.path.join(workdir, "p2p.json"))
@@ -127,6 +129,7 @@ def test_mpi_p2p_fit_recovers_the_shaped_link_and_a_slow_receiver(make_cluster, 
     assert _bandwidth(half, "bandwidth", "mpi", payload) == pytest.approx(payload, rel=0.10)
 
 
+@pytest.mark.quiet
 @pytest.mark.parametrize("hosts", [3, 4])
 def test_mpi_allreduce_fits_the_ring_model_at_the_shaped_rate(make_cluster, workdir, hosts):
     c = make_cluster(hosts, ALLREDUCE_MBIT)

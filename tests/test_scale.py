@@ -160,6 +160,7 @@ def test_bad_input_is_one_line_before_any_rank(args, line, workdir):
 
 
 @pytest.mark.cluster
+@pytest.mark.quiet
 def test_four_hosts_predicted_from_two_on_shaped_links(make_cluster, workdir):
     """Ground truth: 4 namespaces whose links are shaped to one rate (tests/cluster.py), one gloo
     process each, torchrun-style. The 4-rank all-reduce time that scale predicts from the 2-rank fit

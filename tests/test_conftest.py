@@ -1,0 +1,48 @@
+"""The suite's own machinery (tests/conftest.py), run as `make test` runs it: under pytest-xdist."""
+
+import os
+import subprocess
+import sys
+
+TESTS = os.path.dirname(os.path.abspath(__file__))
+
+SPANS = '''
+import os, time
+import pytest
+
+def span(name):
+    start = time.time()
+    time.sleep(1.0)
+    with open(os.environ["SPANS"], "a") as f:
+        f.write(f"{name} {start} {time.time()}\\n")
+
+@pytest.mark.quiet
+def test_quiet():
+    span("quiet")
+
+@pytest.mark.parametrize("i", range(5))
+def test_plain(i):
+    span(f"plain{i}")
+'''
+
+
+def test_a_quiet_test_runs_while_no_other_test_does(tmp_path):
+    """Two workers run the plain tests side by side, never beside the quiet one."""
+    (tmp_path / "conftest.py").write_text(
+        "import importlib.util\n"
+        f"spec = importlib.util.spec_from_file_location('suite_conftest', {os.path.join(TESTS, 'conftest.py')!r})\n"
+        "suite = importlib.util.module_from_spec(spec)\nspec.loader.exec_module(suite)\n"
+        "_quiet_machine = suite._quiet_machine\n")
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    quiet: alone\n")
+    (tmp_path / "test_spans.py").write_text(SPANS)
+    spans = tmp_path / "spans.log"
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "2", "-p", "no:cacheprovider", "test_spans.py"],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "SPANS": str(spans)})
+    assert r.returncode == 0, r.stdout + r.stderr
+    found = {name: (float(a), float(b)) for name, a, b in (line.split() for line in spans.read_text().splitlines())}
+    assert len(found) == 6, found
+    quiet = found.pop("quiet")
+    assert all(end <= quiet[0] or start >= quiet[1] for start, end in found.values()), (quiet, found)
+    plain = sorted(found.values())
+    assert any(b[0] < a[1] for a, b in zip(plain, plain[1:])), plain  # the workers did run side by side
