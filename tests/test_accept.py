@@ -164,6 +164,7 @@ def busy_machine_plan(tmp_path, change=lambda text: text) -> str:
 
 
 @pytest.mark.long
+@pytest.mark.quiet  # beside a test cluster's ranks (nice -10), its rerun's 256K all-reduce once read 0.035 of its baseline
 def test_cpu_node_passes_against_its_own_baselines_and_fails_with_a_rank_held_back(tmp_path):
     baselines = tmp_path / "baselines"
     # A first run, no baselines: judged on correctness alone, then promoted.
@@ -292,6 +293,7 @@ def test_a_step_past_its_limit_or_failing_is_judged_so_and_the_next_runs(tmp_pat
 
 @pytest.mark.cluster
 @pytest.mark.mpi
+@pytest.mark.quiet
 def test_a_cluster_plan_fails_on_a_slowed_link_naming_the_host_and_the_evidence(make_cluster, tmp_path):
     """cpu-cluster across 4 hosts of the test cluster (mpirun with a hostfile as --launch): passes,
     is promoted, and with host 2's link shaped to a third of its rate fails in the links step (the
