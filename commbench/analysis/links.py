@@ -37,14 +37,22 @@ def schedule(p: int) -> list[list[tuple[int, int]]]:
     rounds for even p, p rounds with one rank idle each for odd p."""
     if p < 2:
         raise CommbenchError(f"links needs at least 2 ranks, not {p}")
-    n = p + p % 2  # odd p: a phantom rank n - 1, whose partner sits the round out
-    rounds = []
-    for r in range(n - 1):
-        # Rank n - 1 stays put; the others turn one place per round around the circle.
-        circle = [n - 1] + [(r + k) % (n - 1) for k in range(n - 1)]
-        pairs = [tuple(sorted((circle[k], circle[n - 1 - k]))) for k in range(n // 2)]
-        rounds.append(sorted(pair for pair in pairs if pair[1] < p))
-    return rounds
+    return [circle_round(p, r) for r in range(circle_rounds(p))]
+
+
+def circle_rounds(p: int) -> int:
+    """How many rounds of disjoint pairs cover every pair of p: p - 1, or p for odd p."""
+    return p - 1 + p % 2
+
+
+def circle_round(p: int, r: int) -> list[tuple[int, int]]:
+    """Round r of the circle method over 0..p-1: alone, so that a few rounds of thousands of hosts
+    cost O(p) each and never the whole O(p^2) table."""
+    n = p + p % 2  # odd p: a phantom member n - 1, whose partner sits the round out
+    # Member n - 1 stays put; the others turn one place per round around the circle.
+    circle = [n - 1] + [(r + k) % (n - 1) for k in range(n - 1)]
+    pairs = [tuple(sorted((circle[k], circle[n - 1 - k]))) for k in range(n // 2)]
+    return sorted(pair for pair in pairs if pair[1] < p)
 
 
 def pair_class(hosts: list[str], a: int, b: int) -> str:

@@ -1,0 +1,83 @@
+"""A host-level `links` run as rounds and judgements, whoever measures the flows: `commbench links`
+on real ranks (run/links.py) or `benchmarks/links_at_scale.py` on a model of a cluster. Every rank
+computes the first rounds alike from the seed; the confirmation rounds follow from what the first
+ones measured (rank 0 decides them and tells the others)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Optional
+
+from .host_schedule import HostPair, confirmation_rounds, host_ranks, inter_rounds, intra_rounds, rail_flows
+from .host_verdicts import Flow, attribute, confirmation_needs, ratios, verdicts
+
+STAGES = {"intra": "rank pairs inside each host", "inter": "rail-aligned flows of host matchings",
+          "confirm": "suspects against healthy partners"}
+
+
+@dataclass(frozen=True)
+class Round:
+    """Rank pairs measured at once, and the host pairs they stand for (none inside hosts)."""
+    stage: str
+    pairs: list[tuple[int, int]]
+    hosts: list[HostPair] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where the ranks are: host by rank, each rank's local index, and the leaf of each host."""
+    hosts: list[str]
+    leaf_of: Optional[dict[str, str]] = None
+
+    @cached_property
+    def groups(self) -> dict[str, list[int]]:
+        return host_ranks(self.hosts)
+
+    def local(self) -> list[int]:
+        out = [0] * len(self.hosts)
+        for ranks in self.groups.values():
+            for i, r in enumerate(ranks):
+                out[r] = i
+        return out
+
+    def flow(self, stage: str, a: int, b: int, bandwidth_gbps: Optional[float], latency_us: Optional[float],
+             local: list[int]) -> Flow:
+        return Flow(stage, self.hosts[a], self.hosts[b], local[a], local[b], bandwidth_gbps, latency_us)
+
+    def names(self) -> list[str]:
+        return list(self.groups)
+
+
+def first_rounds(layout: Layout, k: Optional[int], seed: int) -> list[Round]:
+    """Inside every host, then K matchings of hosts (None: every host pair)."""
+    groups = layout.groups
+    rounds = [Round("intra", pairs) for pairs in intra_rounds(groups)]
+    for pairs in inter_rounds(list(groups), k, seed, layout.leaf_of):
+        rounds.append(Round("inter", rail_flows(groups, pairs), pairs))
+    return rounds
+
+
+def judge(layout: Layout, flows: list[Flow], threshold: float, judged, lost: Optional[dict[str, str]] = None,
+          nics: Optional[dict] = None) -> dict:
+    """The findings and one verdict per host, with the typical flows they were judged against."""
+    ratio, typ = ratios(flows, judged)
+    found = attribute(flows, ratio, layout.names(), threshold, layout.leaf_of, lost, nics)
+    return {"typical": typ, "findings": found, "verdicts": verdicts(found, layout.names()), "ratio": ratio}
+
+
+def confirm_rounds(layout: Layout, flows: list[Flow], seed: int, threshold: float, judged,
+                   lost: Optional[dict[str, str]] = None) -> list[Round]:
+    """The confirmation stage after the first rounds' flows: each suspect against trusted partners it
+    has not met, each suspect host pair again."""
+    first = judge(layout, flows, threshold, judged, lost)
+    needs, again, trusted = confirmation_needs(flows, first["ratio"], threshold, first["findings"])
+    met: dict[str, set] = {}
+    for f in flows:
+        if f.a != f.b:
+            met.setdefault(f.a, set()).add(f.b)
+            met.setdefault(f.b, set()).add(f.a)
+    names = layout.names()
+    groups = layout.groups
+    return [Round("confirm", rail_flows(groups, pairs), pairs)
+            for pairs in confirmation_rounds(needs, again, sorted(trusted), met, names, seed, layout.leaf_of)]
