@@ -253,8 +253,8 @@ def _intra(flows: list[Flow], ratio: list[float], threshold: float) -> list[dict
         for f in attribute_ranks(flagged, [h] * size):
             kind = "rank" if f["kind"] == "rank" else "pair"
             found.append({"kind": kind, "subject": f"{h}:{f['subject']}", "hosts": [h], "local": f["ranks"],
-                          "flows": [[h, h, *p, round(r, 3)] for p, r in ((x["pair"], x["ratio"]) for x in flagged)
-                                    if set(p) & set(f["ranks"])],
+                          "flows": [[h, h, f"{p[0]}-{p[1]}", round(r, 3)] for p, r in
+                                    ((x["pair"], x["ratio"]) for x in flagged) if set(p) & set(f["ranks"])],
                           "ratio": f["ratio"], "agreed": len(f["pairs"]), "partners": size - 1})
     return found
 
@@ -275,7 +275,7 @@ def evidence(f: dict, host: str) -> str:
         return f"host: {_pct(f['ratio'])} with {f['agreed']} of {f['partners']} partners on every rail ({f['rails']})"
     if kind == "rail":
         nic = f" ({f['nic']})" if f.get("nic") else ""
-        return f"rail {f['rail']}{nic}: {_pct(f['ratio'])} with {f['agreed']} of {f['partners']} partners"
+        return f"rail: local rank {f['rail']}{nic}: {_pct(f['ratio'])} with {f['agreed']} of {f['partners']} partners"
     if kind == "link":
         other = next(h for h in f["hosts"] if h != host)
         rails = ",".join(map(str, f["rails_slow"]))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+from typing import Optional
 
 import click
 
@@ -15,6 +16,10 @@ from ..sizes import parse_size
 from ..transports import TRANSPORTS, default_p2p_transport, transport_names
 from .common import Finite, make_reporter, policy_options, ranks_option, resolve_device, run_ranks, sweep, timeout_option, timing_options
 from .group import cli
+
+LEVELS = ("auto", "rank", "host")
+# Up to this many ranks every pair is measured (rank level) under --level auto.
+RANK_LEVEL_MAX = 8
 
 
 @cli.command()
@@ -34,16 +39,29 @@ from .group import cli
               show_default=True, help="Which metric flags pairs (the matrices show both).")
 @click.option("--from", "source", type=click.Path(dir_okay=False), default=None,
               help="Judge an earlier links result file again instead of measuring.")
+@click.option("--level", type=click.Choice(LEVELS), default="auto", show_default=True,
+              help="rank: every rank pair, as rank x rank matrices; host: rounds of host matchings, local rank i "
+                   "with local rank i (rail-aligned), suspects confirmed against healthy partners, one verdict per "
+                   f"host; auto: host where the ranks span several hosts and number more than {RANK_LEVEL_MAX}.")
+@click.option("--rounds", "rounds_text", default=None,
+              help="Host level: how many host matchings, or 'all' (every host pair). Default: every host at least "
+                   "3 different partners (every pair below 4 hosts).")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Host level: the seed of the matchings (a rerun with the same seed repeats them).")
+@click.option("--topology", "topology_path", type=click.Path(dir_okay=False), default=None,
+              help="Host level: Slurm's topology.conf (SwitchName=leaf1 Nodes=node[001-032]); half the rounds then "
+                   "pair hosts within their leaf and half across leaves, and a slow leaf switch is named.")
 @policy_options
 @timing_options
 @ranks_option
 @timeout_option
-def links(impl, latency_size, bandwidth_size, window, threshold_pct, mad_z, judged, source, nranks, timeout_s, output,
-          policy) -> None:
-    """Find the bad link, rank or host: every rank pair's latency and bandwidth, one pair at a time
-    and in rounds of disjoint pairs at once, as rank x rank matrices; pairs far below the typical
-    one of comparable (intra-host or inter-host) pairs are flagged and attributed. Exit 1 when anything is
-    flagged."""
+def links(impl, latency_size, bandwidth_size, window, threshold_pct, mad_z, judged, source, level, rounds_text, seed,
+          topology_path, nranks, timeout_s, output, policy) -> None:
+    """Find the bad link, rank, host, NIC rail or leaf switch. Rank level: every rank pair's latency and
+    bandwidth, one pair at a time and in rounds of disjoint pairs at once, as rank x rank matrices; pairs
+    far below the typical one of comparable (intra-host or inter-host) pairs are flagged and attributed.
+    Host level: rounds of host matchings whose time does not grow with the host count, then the suspects
+    against healthy partners; one verdict line per host. Exit 1 when anything is flagged."""
     from ..analysis.links import METRICS, section
     judged = tuple(METRICS) if judged == "both" else tuple(m for m, name in METRICS.items() if name == judged)
     from ..node.gpu import shared_gpu
@@ -55,10 +73,18 @@ def links(impl, latency_size, bandwidth_size, window, threshold_pct, mad_z, judg
         if "links" not in doc:
             raise CommbenchError(f"{source} holds no links section: give a result file of 'commbench links'")
         old = doc["links"]
+        if old.get("level") == "host":
+            from ..analysis.host_report import rejudge
+            found = rejudge(old, doc["results"], threshold_pct, judged)
+            _show(found)
+            sys.exit(1 if found["findings"] else 0)
         found = section(old["impl"], old["hosts"], old["latency_size"], old["bandwidth_size"], threshold_pct, mad_z,
                         doc["results"], judged)
         _show(found)
         sys.exit(1 if found["findings"] else 0)
+    from ..analysis.topology import load_topology
+    host_rounds = _host_rounds(level, rounds_text, seed, topology_path)
+    topology = load_topology(topology_path) if topology_path else None
 
     sizes = [parse_size(latency_size, "--latency-size"), parse_size(bandwidth_size, "--bandwidth-size")]
     if min(sizes) < 1:
@@ -68,6 +94,9 @@ def links(impl, latency_size, bandwidth_size, window, threshold_pct, mad_z, judg
     gpus = resolve_device("cuda", impl)[1] if device == "cuda" else 0
     if detect_launcher() is None and (nranks or 2) < 2:
         raise CommbenchError("links needs at least 2 ranks: use --np 2 or more")
+    if detect_launcher() is None and level == "host":
+        raise CommbenchError("--level host needs ranks on two hosts or more: a standalone run's ranks are all on this "
+                             "one; launch across hosts (mpirun, srun, torchrun)")
     # The pairs are all of them, whatever the count: links checks the rank count itself.
     checks = dataclasses.replace(preflight.for_p2p(sizes, "all", device, output, impl, "commbench links"), pairs=None)
 
@@ -79,6 +108,8 @@ def links(impl, latency_size, bandwidth_size, window, threshold_pct, mad_z, judg
             raise CommbenchError("links needs at least 2 ranks: launch 2 or more")
         cfg = RunConfig(op="p2p", impls=(impl,), sizes=tuple(sizes), dtype="uint8", redop="none", device=device,
                         window=window, timeout_s=timeout_s, policy=policy)
+        if _level(level, world.hosts) == "host":
+            return _host_body(world, cfg, sizes, threshold_pct, judged, host_rounds, seed, topology, output)
         pairs = world.size * (world.size - 1) // 2
         reporter = make_reporter(world, cfg, output or default_path("links"), 2 * 2 * pairs,
                                  config={"links": {"latency_size": sizes[0], "bandwidth_size": sizes[1],
@@ -102,8 +133,61 @@ def links(impl, latency_size, bandwidth_size, window, threshold_pct, mad_z, judg
     run_ranks(nranks, max(gpus, 2), body, checks, timeout_s)
 
 
+def _host_rounds(level: str, rounds_text, seed: int, topology_path) -> Optional[str | int]:
+    """--rounds as host level takes it ('default', a count or None for every pair), refused with
+    --level rank, as are --seed and --topology: before any rank starts."""
+    if level == "rank" and (rounds_text is not None or seed != 0 or topology_path is not None):
+        raise CommbenchError("--rounds, --seed and --topology apply to --level host (or auto across hosts), not rank")
+    from ..analysis.host_schedule import parse_rounds
+    return "default" if rounds_text is None else parse_rounds(rounds_text)
+
+
+def _level(level: str, hosts: list[str]) -> str:
+    several = len(set(hosts)) > 1
+    if level == "host" and not several:
+        raise CommbenchError(f"--level host needs ranks on two hosts or more: all {len(hosts)} ranks are on {hosts[0]}")
+    if level == "auto":
+        return "host" if several and len(hosts) > RANK_LEVEL_MAX else "rank"
+    return level
+
+
+def _host_body(world, cfg, sizes, threshold_pct, judged, host_rounds, seed, topology, output) -> int:
+    from ..analysis.host_level import Layout, first_rounds
+    from ..analysis.host_report import report, round_rows
+    from ..analysis.host_schedule import default_rounds
+    from ..results.document import default_path
+    from ..run.links import HostPlan, run_host_links
+    names = list(dict.fromkeys(world.hosts))
+    if topology is not None:
+        topology.check_hosts(names)
+    layout = Layout(world.hosts, {h: topology.leaf_of[h] for h in names} if topology else None)
+    k = default_rounds(len(names), topology is not None) if host_rounds == "default" else host_rounds
+    plan = HostPlan(layout, k, seed, threshold_pct / 100, judged)
+    settings = {"level": "host", "latency_size": sizes[0], "bandwidth_size": sizes[1], "threshold_pct": threshold_pct,
+                "judged": list(judged), "seed": seed, "rounds_asked": "all" if k is None else k,
+                "topology": topology.source if topology else None}
+    # The progress bar counts the first rounds' rows; the confirmation's come on top.
+    steps = 2 * sum(len(r.pairs) for r in first_rounds(layout, k, seed))
+    reporter = make_reporter(world, cfg, output or default_path("links"), steps, config={"links": settings})
+
+    def run():
+        wrong, flows, ran = run_host_links(world, cfg, sizes[0], sizes[1], reporter, plan)
+        found = world.root_call(lambda: report(cfg.impls[0], layout, settings, flows, round_rows(ran)))
+        if reporter:
+            reporter.attach("links", found)
+        return wrong + len(found["findings"])
+
+    flagged = sweep(reporter, run, world)
+    if reporter:
+        _show(reporter.file.doc["links"])
+    return flagged
+
+
 def _show(found: dict) -> None:
-    from ..analysis.links import lines
     click.echo("#")
+    if found.get("level") == "host":
+        from ..analysis.host_report import lines
+    else:
+        from ..analysis.links import lines
     for line in lines(found):
         click.echo(line)

@@ -1,9 +1,17 @@
-"""`commbench links`' measurement: every rank pair's ping-pong latency and windowed bandwidth, one
-pair at a time and then in rounds of disjoint pairs at once (links.schedule), over MPI, NCCL or gloo
-with p2p's timers (p2p.PairTimers over the transport's Pair). The analysis is analysis/links.py's."""
+"""`commbench links`' measurement over MPI, NCCL or gloo with p2p's timers (p2p.PairTimers over the
+transport's Pair): at rank level every rank pair's ping-pong latency and windowed bandwidth, one pair
+at a time and then in rounds of disjoint pairs at once (links.schedule), judged by analysis/links.py;
+at host level the rounds of analysis/host_level.py, judged by analysis/host_verdicts.py."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+from ..analysis.host_level import STAGES, Layout, confirm_rounds, first_rounds
+from ..analysis.host_verdicts import Flow
 from ..analysis.links import schedule
 from ..launch import watchdog
 from ..results.series import variant
@@ -20,16 +28,62 @@ def run_links(world, cfg, latency_size: int, bandwidth_size: int, reporter) -> i
     for sched, batches, where in (("clean", [[pair] for rnd in rounds for pair in rnd], "one pair at a time"),
                                   ("loaded", rounds, "all pairs of a round at once")):
         for pairs in batches:
-            wrong += _round(world, cfg, sched, pairs, tests, where, reporter)
+            wrong += _round(world, cfg, sched, pairs, tests, where, reporter)[0]
     return world.bcast(wrong)
 
 
-def _round(world, cfg, sched: str, pairs, tests, where: str, reporter) -> int:
+@dataclass(frozen=True)
+class HostPlan:
+    """What a host-level run measures: the ranks' layout, K matchings (None: every host pair) from
+    `seed`, and the judgement the confirmation stage is drawn from."""
+    layout: Layout
+    rounds: Optional[int]
+    seed: int
+    threshold: float
+    judged: tuple
+
+
+def run_host_links(world, cfg, latency_size: int, bandwidth_size: int, reporter, plan: HostPlan) -> tuple[int, list, list]:
+    """The first rounds (inside hosts, host matchings), then the confirmation rounds rank 0 draws from
+    them. Returns the wrong bytes on every rank, the flows measured (on rank 0; empty elsewhere) and
+    the rounds run."""
+    prepare_pairs(world, cfg, "commbench links")
+    tests = (("pingpong", latency_size), ("bandwidth", bandwidth_size))
+    local = plan.layout.local()
+    wrong, flows, ran = 0, [], []
+
+    def measure(rounds) -> None:
+        nonlocal wrong
+        for rnd in rounds:
+            w, got = _round(world, cfg, rnd.stage, rnd.pairs, tests, STAGES[rnd.stage], reporter, show=False)
+            wrong += w
+            ran.append(rnd)
+            if reporter:
+                mine = [plan.layout.flow(rnd.stage, a, b, recs[1].algbw_gbps, recs[0].time_us["median"],
+                                         local) for (a, b), recs in got]
+                flows.extend(mine)
+                _round_line(len(ran), rnd, mine)
+
+    measure(first_rounds(plan.layout, plan.rounds, plan.seed))
+    measure(world.root_call(lambda: confirm_rounds(plan.layout, flows, plan.seed, plan.threshold, plan.judged)))
+    return world.bcast(wrong), flows, ran
+
+
+def _round_line(n: int, rnd, flows: list[Flow]) -> None:
+    import click
+    bw = [f.bandwidth_gbps for f in flows]
+    what = f"{len(rnd.hosts)} host pair(s), " if rnd.hosts else ""
+    click.echo(f"# round {n} ({rnd.stage}): {what}{len(flows)} flow(s), bandwidth {min(bw):.3f}-{max(bw):.3f} GB/s "
+               f"(median {float(np.median(bw)):.3f})")
+
+
+def _round(world, cfg, sched: str, pairs, tests, where: str, reporter, show: bool = True) -> tuple[int, list]:
     """Every pair of `pairs` (disjoint) measured at once under schedule `sched`; rank 0 adds their
-    rows. Returns the wrong bytes on rank 0, 0 elsewhere."""
+    rows (to stdout too where `show`). Returns the wrong bytes and [((a, b), [record per test])] on
+    rank 0; 0 and [] elsewhere."""
     impl = cfg.impls[0]
     label = variant({"impl": impl, "schedule": sched})
-    step = f"{label} {' '.join(f'{a}-{b}' for a, b in pairs)}"
+    step = f"{label} {' '.join(f'{a}-{b}' for a, b in pairs)}" if show else f"{label} {len(pairs)} pairs"
     if reporter:
         reporter.step(step)
     # Every rank arms, those of no pair too: each waits for the round's end within --timeout.
@@ -47,13 +101,17 @@ def _round(world, cfg, sched: str, pairs, tests, where: str, reporter) -> int:
         timers.close()
     got = world.gather(rows)
     if not reporter:
-        return 0
-    total = 0
+        return 0, []
+    total, out = 0, []
     for a, b in pairs:
         block = f"{label} {a}-{b}"
-        reporter.block(block, f"ping-pong latency and windowed bandwidth, {where}")
+        if show:
+            reporter.block(block, f"ping-pong latency and windowed bandwidth, {where}")
+        recs = []
         for k, (_test, size) in enumerate(tests):
             rec = got[a][k][0].but(wrong=got[a][k][1] + got[b][k][1], schedule=sched)
             total += rec.wrong
-            reporter.add(rec, block, format_size(size))
-    return total
+            reporter.add(rec, block, format_size(size), show)
+            recs.append(rec)
+        out.append(((a, b), recs))
+    return total, out

@@ -69,11 +69,14 @@ class Reporter(FileOutput):
         if self._progress is not None:
             self._progress.update(self._task, description=label)
 
-    def add(self, rec: Record, block: str, size_label: str) -> None:
+    def add(self, rec: Record, block: str, size_label: str, show: bool = True) -> None:
+        """`show`: a row on stdout too (host-level links keeps its thousands of flows to the file)."""
         record = rec.as_dict()
         with self.writing:
             self.file.add(record)
-            if not self.paired:
+            if not show:
+                pass
+            elif not self.paired:
                 click.echo(table.row(record))
             elif record["in_place"]:
                 click.echo(table.paired_row(self.waiting, record))

@@ -1,0 +1,78 @@
+"""The `links` section of a host-level run and its console view: one verdict line per host
+(`<host> | PASS` or `<host> | FAIL <kind>: <evidence>`, several findings joined by `; `), then the
+findings with their flows. The section holds the layout, the rounds as host pairs and the findings,
+so it grows with hosts x rounds; the flows themselves are the file's rows, from which `links --from`
+judges a run again."""
+
+from __future__ import annotations
+
+from ..sizes import format_size
+from .host_level import STAGES, Layout, Round, judge
+from .host_verdicts import Flow, evidence, verdict_lines
+from .links import METRICS
+
+# Evidence flows shown per finding on the console (the file keeps them all).
+SHOWN_FLOWS = 6
+
+
+def flows_from_records(records: list[dict], layout: Layout) -> list[Flow]:
+    """A host-level run's flows from its rows: a rank pair's ping-pong and bandwidth rows of one stage."""
+    local = layout.local()
+    got: dict[tuple, dict] = {}
+    for r in records:
+        if r.get("schedule") in STAGES and r.get("pair") is not None:
+            got.setdefault((r["schedule"], *r["pair"]), {})[r["op"]] = r
+    return [layout.flow(stage, a, b, rows["bandwidth"]["algbw_gbps"] if "bandwidth" in rows else None,
+                        rows["pingpong"]["time_us"]["median"] if "pingpong" in rows else None, local)
+            for (stage, a, b), rows in got.items()]
+
+
+def round_rows(rounds: list[Round]) -> list[dict]:
+    """The rounds run, as the section keeps them: stage, rank pairs measured, host pairs."""
+    return [{"stage": r.stage, "pairs": len(r.pairs), "hosts": [list(p) for p in r.hosts]} for r in rounds]
+
+
+def report(impl: str, layout: Layout, settings: dict, flows: list[Flow], rounds: list[dict]) -> dict:
+    """The `links` section of a host-level run."""
+    result = judge(layout, flows, settings["threshold_pct"] / 100, settings["judged"])
+    return {**settings, "impl": impl, "hosts": list(layout.hosts), "leaf_of": layout.leaf_of, "rounds": rounds,
+            "typical": result["typical"], "findings": result["findings"], "verdicts": result["verdicts"]}
+
+
+def rejudge(section: dict, records: list[dict], threshold_pct: float, judged) -> dict:
+    """An earlier host-level section judged again from its rows (another threshold or metric)."""
+    layout = Layout(section["hosts"], section.get("leaf_of"))
+    settings = {**section, "threshold_pct": threshold_pct, "judged": list(judged)}
+    return report(section["impl"], layout, settings, flows_from_records(records, layout), section["rounds"])
+
+
+def lines(section: dict) -> list[str]:
+    layout = Layout(section["hosts"], section.get("leaf_of"))
+    groups = layout.groups
+    per_host = sorted({len(r) for r in groups.values()})
+    stages = {s: sum(r["stage"] == s for r in section["rounds"]) for s in STAGES}
+    rounds = " + ".join(f"{n} {s}" for s, n in stages.items())
+    asked = section["rounds_asked"]
+    out = [f"# links, host level: {len(groups)} hosts x {'-'.join(map(str, per_host))} rank(s), {section['impl']}; "
+           f"latency at {format_size(section['latency_size'])}, bandwidth at {format_size(section['bandwidth_size'])}; "
+           f"rounds {rounds} ({'every host pair' if asked == 'all' else f'{asked} matchings'}, seed {section['seed']}"
+           f"{', topology ' + section['topology'] if section.get('topology') else ''})",
+           f"# {' and '.join(METRICS[m] for m in section['judged']) or 'nothing'} judged: a flow is slow below "
+           f"{section['threshold_pct']:g} % of the typical flow of its class"]
+    for metric, by_class in section["typical"].items():
+        unit = "GB/s" if metric == "bandwidth_gbps" else "us"
+        out.append(f"# typical {METRICS[metric]}: " + ", ".join(f"{cls}-host {v:.4g} {unit}" for cls, v in by_class.items()))
+    out.append("#")
+    out += verdict_lines(section["verdicts"])
+    out.append("#")
+    if not section["findings"]:
+        out.append("# no slow host, rail, link or switch found")
+    for f in section["findings"]:
+        out.append(f"# {f['kind']} {f['subject']}: {evidence(f, f['hosts'][0]).split(': ', 1)[1]}")
+        flows = f.get("flows") or []
+        if flows:
+            shown = ", ".join(f"{a} ranks {rail} {100 * r:.0f} %" if a == b else f"{a} <-> {b} rail {rail} {100 * r:.0f} %"
+                              for a, b, rail, r in flows[:SHOWN_FLOWS])
+            more = f" and {len(flows) - SHOWN_FLOWS} more" if len(flows) > SHOWN_FLOWS else ""
+            out.append(f"#   flows: {shown}{more}")
+    return out

@@ -1,0 +1,301 @@
+"""commbench links at host level: the rounds (inside hosts, seeded host matchings, within and across
+leaves, confirmation), the attribution of host, rail, link and switch faults on a modelled cluster
+with noise (benchmarks/links_at_scale.py's model), the verdict lines, the simulation as a user runs
+it, the command's refusals, and a real run across the test cluster (tests/cluster.py) in which the
+host shaped to a third is the one FAIL."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+from conftest import COMMBENCH, commbench
+
+from commbench.analysis import host_level, host_schedule, host_verdicts
+from commbench.analysis.links import circle_rounds
+from commbench.results import document as results
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+BENCH = os.path.join(os.path.dirname(HERE), "benchmarks", "links_at_scale.py")
+sys.path.insert(0, os.path.dirname(BENCH))
+import links_at_scale as sim  # noqa: E402
+
+VERDICT = re.compile(r"^(\S+) +\| (PASS|FAIL (" + "|".join(host_verdicts.KINDS) + r"): .+)$")
+
+
+def names(n):
+    return [f"node{k:04d}" for k in range(1, n + 1)]
+
+
+def is_matching(pairs):
+    ends = [h for p in pairs for h in p]
+    return len(ends) == len(set(ends))
+
+
+# ---- rounds -----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("n", [2, 3, 4, 5, 6, 7, 16, 33])
+def test_default_rounds_give_every_host_three_partners_or_every_pair(n):
+    hosts = names(n)
+    rounds = host_schedule.inter_rounds(hosts, host_schedule.default_rounds(n, False), seed=0)
+    assert all(is_matching(r) for r in rounds)
+    partners = {h: set() for h in hosts}
+    for a, b in (p for r in rounds for p in r):
+        partners[a].add(b)
+        partners[b].add(a)
+    pairs = [p for r in rounds for p in r]
+    assert len(pairs) == len(set(pairs)), "a pair measured twice"
+    if n < 4:
+        assert len(pairs) == n * (n - 1) // 2
+    else:
+        assert min(len(p) for p in partners.values()) >= 3
+
+
+@pytest.mark.parametrize("n", [4, 9])
+def test_rounds_all_measures_every_host_pair_once(n):
+    rounds = host_schedule.inter_rounds(names(n), None, seed=3)
+    assert len(rounds) == circle_rounds(n)
+    pairs = sorted(tuple(sorted(p)) for r in rounds for p in r)
+    assert pairs == sorted((a, b) for i, a in enumerate(names(n)) for b in names(n)[i + 1:])
+
+
+def test_the_seed_decides_the_matchings_and_a_rerun_repeats_them():
+    hosts = names(40)
+    assert host_schedule.inter_rounds(hosts, 3, 7) == host_schedule.inter_rounds(hosts, 3, 7)
+    assert host_schedule.inter_rounds(hosts, 3, 7) != host_schedule.inter_rounds(hosts, 3, 8)
+
+
+def test_with_leaves_half_the_rounds_stay_inside_leaves_and_half_cross_them():
+    layout = sim.cluster(40, 1, 8)
+    rounds = host_schedule.inter_rounds(layout.names(), 4, 0, layout.leaf_of)
+    same = [[layout.leaf_of[a] == layout.leaf_of[b] for a, b in r] for r in rounds]
+    assert [all(s) for s in same] == [True, True, False, False] and not any(any(s) for s in same[2:])
+    assert all(len(r) == 20 for r in rounds) and all(is_matching(r) for r in rounds)
+    pairs = [p for r in rounds for p in r]
+    assert len(pairs) == len(set(pairs))
+
+
+def test_round_count_depends_on_k_not_on_the_host_count():
+    counts = {n: len(host_level.first_rounds(sim.cluster(n, 4, None), 3, 0)) for n in (8, 80, 800)}
+    assert set(counts.values()) == {circle_rounds(4) + 3}, counts
+
+
+def test_inside_hosts_every_rank_pair_once_all_hosts_at_once():
+    groups = host_schedule.host_ranks(["a"] * 4 + ["b"] * 3 + ["c"])
+    rounds = host_schedule.intra_rounds(groups)
+    assert len(rounds) == max(circle_rounds(4), circle_rounds(3))
+    assert all(is_matching(r) for r in rounds)
+    assert sorted(p for r in rounds for p in r) == [(0, 1), (0, 2), (0, 3), (1, 2), (1, 3), (2, 3), (4, 5), (4, 6), (5, 6)]
+
+
+def test_rail_flows_pair_local_rank_i_with_local_rank_i():
+    groups = host_schedule.host_ranks(["a", "b", "a", "b", "c"])
+    assert host_schedule.rail_flows(groups, [("a", "b"), ("a", "c")]) == [(0, 1), (2, 3), (0, 4)]
+
+
+def test_confirmation_gives_each_suspect_unmet_trusted_partners_and_measures_pairs_again():
+    hosts = names(12)
+    met = {"node0001": {"node0002", "node0003"}}
+    rounds = host_schedule.confirmation_rounds({"node0001": 2, "node0004": 2}, [("node0005", "node0006")],
+                                               hosts[6:], met, hosts, seed=0)
+    assert all(is_matching(r) for r in rounds)
+    flat = [p for r in rounds for p in r]
+    assert ("node0005", "node0006") in flat
+    for s in ("node0001", "node0004"):
+        partners = [b if a == s else a for a, b in flat if s in (a, b)]
+        assert len(partners) == 2 and set(partners) <= set(hosts[6:]) and not set(partners) & met.get(s, set())
+    # Too few trusted hosts: it stops with what it could arrange.
+    assert host_schedule.confirmation_rounds({"node0001": 3}, [], ["node0002"], {}, hosts, 0) == [[("node0001", "node0002")]]
+
+
+@pytest.mark.parametrize("text,line", [("0", "--rounds must be at least 1 (or 'all'), not 0"),
+                                       ("two", "--rounds must be a positive whole number or 'all', not 'two'")])
+def test_bad_rounds_are_refused(text, line):
+    with pytest.raises(Exception, match=re.escape(line)):
+        host_schedule.parse_rounds(text)
+
+
+# ---- attribution on the modelled cluster ------------------------------------------------------------
+
+def simulated(n, g, leaf, plant, seed=0, rounds="default"):
+    k = host_schedule.default_rounds(n, bool(leaf)) if rounds == "default" else rounds
+    plants, result, *_ = sim.simulate(n, g, leaf, plant, seed, k)
+    return set(plants), result
+
+
+def measured_pair(n, g, leaf, seed=0, avoid=()):
+    """A host pair the seed's first cross round measures (a pair-only fault is seen only where measured)."""
+    layout = sim.cluster(n, g, leaf)
+    inter = [r for r in host_level.first_rounds(layout, host_schedule.default_rounds(n, bool(leaf)), seed)
+             if r.stage == "inter"]
+    return next(p for p in inter[-1].hosts if not set(p) & set(avoid))
+
+
+def failing(result):
+    return {h: v for h, v in result["verdicts"].items() if v != "PASS"}
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_healthy_cluster_passes_every_host(seed):
+    planted, result = simulated(64, 4, 8, "", seed)
+    assert result["findings"] == [] and set(result["verdicts"].values()) == {"PASS"}
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_each_kind_alone_is_named_and_fails_only_its_scope(seed):
+    n, g, leaf = 64, 4, 8
+    a, b = measured_pair(n, g, leaf, seed, avoid=("node0010", "node0020"))
+    cases = {"host:node0010": {"node0010"}, "rail:node0020:2": {"node0020"}, f"link:{a}:{b}": {a, b},
+             "switch:leaf3": set(names(24)[16:24])}
+    for spec, scope in cases.items():
+        planted, result = simulated(n, g, leaf, spec, seed)
+        assert host_verdicts.named(result["findings"]) == planted, (spec, result["findings"])
+        bad = failing(result)
+        assert set(bad) == scope, spec
+        kind = spec.split(":")[0]
+        assert all(v.startswith(f"FAIL {kind}: ") for v in bad.values())
+        if kind == "link":
+            assert bad[a].startswith(f"FAIL link: {b}: ") and bad[b].startswith(f"FAIL link: {a}: ")
+
+
+def test_one_fault_of_each_kind_at_once_apart_is_named_exactly():
+    n, g, leaf = 256, 8, 16
+    a, b = measured_pair(n, g, leaf, avoid=[f"node{k:04d}" for k in (5, 100)] + names(64)[48:64])
+    spec = f"host:node0005,rail:node0100:3,link:{a}:{b},switch:leaf04"
+    planted, result = simulated(n, g, leaf, spec)
+    assert host_verdicts.named(result["findings"]) == planted
+    assert set(failing(result)) == {"node0005", "node0100", a, b, *names(64)[48:64]}
+
+
+def test_a_rail_fault_is_named_with_its_nic_where_the_snapshot_knows_it():
+    layout = sim.cluster(16, 2, None)
+    model = sim.Model(layout, {"rail:node0003:1": 0.3}, 0)
+    flows = [f for r in host_level.first_rounds(layout, 3, 0) for f in model.measure(r)]
+    ratio, _ = host_verdicts.ratios(flows, ("bandwidth_gbps",))
+    found = host_verdicts.attribute(flows, ratio, layout.names(), 0.75, nics={("node0003", 1): "mlx5_1"})
+    assert [(f["kind"], f["subject"], f["nic"]) for f in found] == [("rail", "node0003:1", "mlx5_1")]
+    assert host_verdicts.evidence(found[0], "node0003").startswith("rail: local rank 1 (mlx5_1): ")
+
+
+def test_a_lost_host_reads_fail_lost_and_its_flows_judge_nobody():
+    layout = sim.cluster(8, 1, None)
+    flows = [f for r in host_level.first_rounds(layout, 3, 0) for f in sim.Model(layout, {}, 0).measure(r)]
+    result = host_level.judge(layout, flows, 0.75, ("bandwidth_gbps",), lost={"node0004": "rank 3 ended in round 2"})
+    assert failing(result) == {"node0004": "FAIL lost: rank 3 ended in round 2"}
+
+
+def test_verdict_lines_have_one_line_per_host_in_the_published_form():
+    planted, result = simulated(32, 2, None, "host:node0003,rail:node0007:1")
+    lines = host_verdicts.verdict_lines(result["verdicts"])
+    assert [VERDICT.match(x).group(1) for x in lines] == names(32)
+    assert re.fullmatch(r"node0003 \| FAIL host: \d+ % of the typical flow with \d+ of \d+ partners on every rail \(2\)",
+                        lines[2])
+    joined = host_verdicts.verdicts([{"kind": "lost", "hosts": ["a"], "why": "x", "subject": "a"},
+                                     {"kind": "lost", "hosts": ["a"], "why": "y", "subject": "a"}], ["a", "b"])
+    assert joined == {"a": "FAIL lost: x; lost: y", "b": "PASS"}
+
+
+def test_the_section_grows_with_hosts_times_rounds_not_their_square():
+    sizes = {}
+    for n in (64, 512):
+        layout = sim.cluster(n, 2, None)
+        model = sim.Model(layout, {"host:node0002": 0.3}, 0)
+        first = host_level.first_rounds(layout, 3, 0)
+        flows = [f for r in first for f in model.measure(r)]
+        from commbench.analysis.host_report import report, round_rows
+        settings = {"level": "host", "latency_size": 8, "bandwidth_size": 1 << 22, "threshold_pct": 75.0,
+                    "judged": ["bandwidth_gbps"], "seed": 0, "rounds_asked": 3, "topology": None}
+        sizes[n] = len(json.dumps(report("mpi", layout, settings, flows, round_rows(first))))
+    assert sizes[512] / sizes[64] < 8 * 1.5, sizes
+
+
+# ---- the simulation as a user runs it -----------------------------------------------------------------
+
+def test_links_at_scale_names_the_planted_faults_at_a_thousand_hosts():
+    a, b = measured_pair(1000, 8, 32, avoid=("node0005", "node0100", *names(224)[192:224]))
+    plant = f"host:node0005,rail:node0100:3,link:{a}:{b},switch:leaf07"
+    r = subprocess.run([sys.executable, BENCH, "--hosts", "1000", "--ranks-per-host", "8", "--leaf-size", "32",
+                        "--plant", plant], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    last = r.stdout.splitlines()[-1]
+    specs = ", ".join(sorted(plant.split(",")))
+    assert re.fullmatch(rf"planted: {specs} \| named: {specs} \| rounds \d+ \| flows \d+ \| measuring [\d.]+ s \| "
+                        r"compute [\d.]+ s", last), last
+
+
+def test_links_at_scale_refuses_a_fault_the_cluster_does_not_have():
+    r = subprocess.run([sys.executable, BENCH, "--hosts", "10", "--ranks-per-host", "2", "--plant", "rail:node0003:2"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and r.stderr.startswith("links_at_scale: error: --plant rail:node0003:2: ")
+    assert len(r.stderr.splitlines()) == 1
+
+
+# ---- the command ----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("args,line", [
+    (["--rounds", "0"], "--rounds must be at least 1 (or 'all'), not 0"),
+    (["--level", "host", "--np", "2"], "--level host needs ranks on two hosts or more: a standalone run's ranks are "
+                                       "all on this one; launch across hosts (mpirun, srun, torchrun)"),
+    (["--level", "rank", "--seed", "2"], "--rounds, --seed and --topology apply to --level host (or auto across "
+                                         "hosts), not rank"),
+])
+def test_bad_host_level_input_is_one_line_before_any_rank(args, line, workdir):
+    r = commbench(["links", *args], cwd=workdir)
+    assert r.returncode == 2 and r.stderr == f"commbench: error: {line}\n", r.stderr
+    assert not os.listdir(workdir)
+
+
+def test_a_bad_topology_file_is_one_line_naming_its_line(workdir):
+    path = os.path.join(workdir, "topology.conf")
+    with open(path, "w") as f:
+        f.write("SwitchName=leaf1 Nodes=node[001-004]\nSwitchName=leaf2 Nodez=node[005-008]\n")
+    r = commbench(["links", "--topology", path], cwd=workdir)
+    assert r.returncode == 2 and r.stderr.startswith(f"commbench: error: {path}:2: ") and r.stderr.count("\n") == 1
+    assert os.listdir(workdir) == ["topology.conf"]
+
+
+# Ground truth across namespace hosts, 2 ranks each: bandwidth is what tbf shapes (see test_links.py).
+CLUSTER = ["links", "--level", "host", "--judge", "bandwidth", "--bandwidth-size", "1M", "--window", "2",
+           "--budget-ms", "50", "--min-iters", "3", "--warmup", "1"]
+
+
+@pytest.mark.cluster
+@pytest.mark.mpi
+def test_host_level_names_the_host_shaped_to_a_third_and_judges_again(make_cluster, workdir):
+    c = make_cluster(4, rates=[300, 300, 100, 300])
+    out = os.path.join(workdir, "links.json")
+    r = c.mpirun([COMMBENCH, *CLUSTER, "-o", out], ranks_per_host=2, timeout=240, cwd=workdir)
+    assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-3000:]
+    slow = c.hosts[2].name
+    verdicts = [line for line in r.stdout.splitlines() if VERDICT.match(line)]
+    assert [VERDICT.match(x).group(1) for x in verdicts] == [h.name for h in c.hosts]
+    assert [x for x in verdicts if "FAIL" in x] == [x for x in verdicts if x.startswith(f"{slow} | FAIL host: ")]
+    doc = results.load_document(out)
+    s = doc["links"]
+    assert s["level"] == "host" and [f["subject"] for f in s["findings"]] == [slow]
+    assert {x["schedule"] for x in doc["results"]} <= set(host_level.STAGES) and all(x["wrong"] == 0 for x in doc["results"])
+    # Every host pair of 4 hosts in the default rounds, rank i with rank i, 2 ranks per host.
+    inter = [tuple(x["pair"]) for x in doc["results"] if x["schedule"] == "inter" and x["op"] == "bandwidth"]
+    hosts = s["hosts"]
+    local = [hosts[:r].count(hosts[r]) for r in range(len(hosts))]
+    assert len(inter) == 6 * 2 and all(hosts[a] != hosts[b] and local[a] == local[b] for a, b in inter)
+    assert len({frozenset((hosts[a], hosts[b])) for a, b in inter}) == 6
+    again = commbench(["links", "--from", out, "--judge", "bandwidth", "--threshold-pct", "20"], cwd=workdir)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "# no slow host, rail, link or switch found" in again.stdout
+
+
+@pytest.mark.cluster
+@pytest.mark.mpi
+def test_a_topology_that_misses_the_hosts_is_one_line_before_measuring(make_cluster, workdir):
+    c = make_cluster(2)
+    path = os.path.join(workdir, "topology.conf")
+    with open(path, "w") as f:
+        f.write("SwitchName=leaf1 Nodes=other[1-2]\n")
+    r = c.mpirun([COMMBENCH, *CLUSTER, "--topology", path, "-o", os.path.join(workdir, "x.json")], ranks_per_host=1,
+                 timeout=120, cwd=workdir)
+    assert r.returncode == 2, r.stdout[-2000:] + r.stderr[-2000:]
+    assert f"commbench: error: the hosts do not match the topology {path}: " in r.stderr
+    assert not os.path.exists(os.path.join(workdir, "x.json"))
