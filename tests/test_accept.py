@@ -314,12 +314,20 @@ def test_a_cluster_plan_fails_on_a_slowed_link_naming_the_host_and_the_evidence(
     r = commbench(["baseline", "promote", str(tmp_path / "clean" / HOST), "--baselines", str(tmp_path / "bl")])
     assert r.returncode == 0, r.stderr
     c.shape(2, 100)
-    r = run("slowed", "--baselines", str(tmp_path / "bl"))
+    r = run("slowed", "--baselines", str(tmp_path / "bl"), "--junit", str(tmp_path / "slowed.xml"))
     assert r.returncode == 1, r.stdout + r.stderr
+    # JUnit: a test case per host beside the links step's own, the slow one failed.
+    validate_junit(tmp_path / "slowed.xml")
+    cases = {case["@name"]: case for case in JUNIT_XSD.to_dict(str(tmp_path / "slowed.xml"))["testsuite"][0]["testcase"]}
+    assert {name for name in cases if name.startswith("links/")} == {f"links/{h.name}" for h in c.hosts}
+    assert [name for name, case in cases.items() if name.startswith("links/") and "failure" in case] == [
+        f"links/{c.hosts[2].name}"]
     slowed = {s["step"]: s for s in summary_of(tmp_path, "slowed")["steps"]}
     links = {c_["check"]: c_ for c_ in slowed["links"]["checks"]}
     assert slowed["links"]["status"] == FAIL and links["links"]["status"] == FAIL
-    assert f"slow host {c.hosts[2].name}" in links["links"]["evidence"]
+    assert links["links"]["evidence"].startswith(f"{c.hosts[2].name} | FAIL host: ")
+    assert {h: v.split(":")[0] for h, v in links["links"]["hosts"].items()} == {
+        h.name: "FAIL host" if h.index == 2 else "PASS" for h in c.hosts}
     assert slowed["links"]["baseline"] and slowed["allreduce"]["status"] == FAIL
     assert any(ch["status"] == FAIL and ch["check"] == "baseline bandwidth sizes" for ch in slowed["allreduce"]["checks"])
 

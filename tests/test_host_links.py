@@ -282,6 +282,17 @@ def test_host_level_names_the_host_shaped_to_a_third_and_judges_again(make_clust
     local = [hosts[:r].count(hosts[r]) for r in range(len(hosts))]
     assert len(inter) == 6 * 2 and all(hosts[a] != hosts[b] and local[a] == local[b] for a, b in inter)
     assert len({frozenset((hosts[a], hosts[b])) for a, b in inter}) == 6
+    # fleet: each host's figures from the flows, and the verdicts beside them.
+    fleet = commbench(["fleet", out, "--json"], cwd=workdir)
+    assert fleet.returncode == 1, fleet.stderr
+    found = json.loads(fleet.stdout)
+    assert sorted(found["nodes"]) == sorted(h.name for h in c.hosts)
+    inter = {h: n["metrics"]["links inter-host bandwidth (GB/s)"] for h, n in found["nodes"].items()}
+    assert min(inter, key=inter.get) == slow
+    assert {h: [v["verdict"][:9] for v in vs] for h, vs in found["verdicts"].items()} == {
+        h.name: ["FAIL host" if h.name == slow else "PASS"] for h in c.hosts}
+    text = commbench(["fleet", out], cwd=workdir).stdout
+    assert "# links verdicts (host level): 3 of 4 host(s) PASS" in text and f"\n{slow} | FAIL host: " in text
     again = commbench(["links", "--from", out, "--judge", "bandwidth", "--threshold-pct", "20"], cwd=workdir)
     assert again.returncode == 0, again.stdout + again.stderr
     assert "# no slow host, rail, link or switch found" in again.stdout

@@ -42,7 +42,13 @@ def result_checks(doc: dict, limits: dict, baseline: Optional[tuple[str, dict]])
                                           f"first {_who(first)} at {format_size(first['size_bytes'])}"))
     else:
         out.append(check("correct", PASS, f"every element of {len(doc['results'])} record(s) exact"))
-    if "links" in doc:
+    if doc.get("links", {}).get("level") == "host":
+        verdicts = doc["links"]["verdicts"]
+        failed = [f"{h} | {v}" for h, v in verdicts.items() if v != "PASS"]
+        # Each host's verdict goes along: JUnit makes a test case of each (outputs.junit).
+        out.append(check("links", FAIL if failed else PASS,
+                         "; ".join(failed) or f"every one of {len(verdicts)} hosts PASS", hosts=verdicts))
+    elif "links" in doc:
         findings = doc["links"]["findings"]
         out.append(check("links", FAIL if findings else PASS,
                          "; ".join(f["text"] for f in findings) or "no slow link, rank or host found"))

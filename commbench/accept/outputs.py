@@ -83,6 +83,9 @@ def junit(summary: dict, path: str) -> None:
             case.result = [Error(message, s["status"])]
         case.system_out = _xml_text("\n".join([s["command_line"], s["baseline_note"], *_lines(s)]) + "\n")
         suite.add_testcase(case)
+        for c in s["checks"]:
+            for host, verdict in (c.get("hosts") or {}).items():
+                suite.add_testcase(_host_case(summary, s, c["check"], host, verdict))
     # A Ctrl-C: the run is no pass, whatever its finished steps said; the steps it did not reach are skipped.
     if summary["interrupted"]:
         case = TestCase("interrupted", f"commbench.accept.{summary['plan']}", 0)
@@ -101,6 +104,17 @@ def junit(summary: dict, path: str) -> None:
     xml.tests, xml.failures, xml.errors, xml.time = suite.tests, suite.failures, suite.errors, suite.time
     write_new(path, xml.tostring(),
               f"{path} already exists; choose another --junit")
+
+
+def _host_case(summary: dict, step: dict, check: str, host: str, verdict: str):
+    """A host's own test case beside its step's (links at host level): `<check>/<host>`, a failure
+    where the host FAILs and the step is counted, the verdict line as output."""
+    from junitparser import Failure, TestCase
+    case = TestCase(_xml_text(f"{check}/{host}"), f"commbench.accept.{summary['plan']}.{_xml_text(step['step'])}", 0)
+    if step["counted"] and verdict != "PASS":
+        case.result = [Failure(_xml_text(verdict.removeprefix("FAIL ")), "FAIL")]
+    case.system_out = _xml_text(f"{host} | {verdict}\n")
+    return case
 
 
 # Characters XML 1.0 cannot hold (a step's last line may carry a terminal's colour codes).

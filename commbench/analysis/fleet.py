@@ -53,6 +53,29 @@ def _collective_metrics(records: list[dict], config: dict) -> dict[str, tuple[fl
     return out
 
 
+def _host_level_metrics(section: dict, records: list[dict]) -> dict[str, dict[str, tuple[float, bool]]]:
+    """{host: {metric: (value, higher is better)}} of a host-level links run: each host's median flow,
+    inter-host and intra-host apart (the flows are its rows)."""
+    from .host_level import Layout
+    from .host_report import flows_from_records
+    values: dict[tuple[str, str, str], list[float]] = {}
+    for f in flows_from_records(records, Layout(section["hosts"], section.get("leaf_of"))):
+        cls = "intra-host" if f.a == f.b else "inter-host"
+        for metric, v in (("bandwidth_gbps", f.bandwidth_gbps), ("latency_us", f.latency_us)):
+            if v is not None:
+                for h in {f.a, f.b}:
+                    values.setdefault((h, cls, metric), []).append(v)
+    out: dict[str, dict[str, tuple[float, bool]]] = {}
+    for (h, cls, metric), vs in values.items():
+        out.setdefault(h, {})[_links_name(cls, metric)] = (float(np.median(vs)), metric == "bandwidth_gbps")
+    return out
+
+
+def _links_name(cls: str, metric: str) -> str:
+    higher = metric == "bandwidth_gbps"
+    return f"links {cls} {'bandwidth' if higher else 'latency'} ({'GB/s' if higher else 'us'})"
+
+
 def _links_metrics(section: dict) -> dict[str, dict[str, tuple[float, bool]]]:
     """{host: {metric: (value, higher is better)}}: each host's median pair, one pair at a time, of
     the pairs that touch it, inter-host and intra-host apart."""
@@ -66,16 +89,16 @@ def _links_metrics(section: dict) -> dict[str, dict[str, tuple[float, bool]]]:
                 values = [grid[a][b] for a in mine for b in range(len(hosts))
                           if b != a and (hosts[b] != host) == inter and grid[a][b] is not None]
                 if values:
-                    unit = "GB/s" if higher else "us"
-                    name = f"links {cls} {'bandwidth' if higher else 'latency'} ({unit})"
-                    out.setdefault(host, {})[name] = (float(np.median(values)), higher)
+                    out.setdefault(host, {})[_links_name(cls, metric)] = (float(np.median(values)), higher)
     return out
 
 
 def node_figures(doc: dict) -> dict[str, dict[str, tuple[float, bool]]]:
     """{host: {metric: (value, higher is better)}} that one result file gives of its nodes."""
     out: dict[str, dict[str, tuple[float, bool]]] = {}
-    if doc.get("links"):
+    if doc.get("links", {}).get("level") == "host":
+        out.update(_host_level_metrics(doc["links"], doc["results"]))
+    elif doc.get("links"):
         out.update(_links_metrics(doc["links"]))
     hosts = set(doc["machine"]["hosts"])
     if len(hosts) == 1:
@@ -89,7 +112,11 @@ def analyse(docs: list[tuple[str, dict]], threshold: float = Z_THRESHOLD) -> dic
     node's files where several give one figure), each SKU's median and MAD per metric, and the
     outliers, the farthest first."""
     nodes: dict[str, dict] = {}
+    verdicts: dict[str, list[dict]] = {}
     for source, doc in docs:
+        if doc.get("links", {}).get("level") == "host":
+            for host, verdict in doc["links"]["verdicts"].items():
+                verdicts.setdefault(host, []).append({"source": source, "verdict": verdict})
         sku = sku_of(doc)
         for host, figures in node_figures(doc).items():
             node = nodes.setdefault(host, {"sku": sku, "sources": [], "values": {}})
@@ -123,7 +150,7 @@ def analyse(docs: list[tuple[str, dict]], threshold: float = Z_THRESHOLD) -> dic
     outliers.sort(key=lambda o: -abs(o["z"]))
     return {"threshold": threshold, "mad_floor_share": MAD_FLOOR_SHARE, "files": len(docs),
             "nodes": {h: {k: n[k] for k in ("sku", "sources", "metrics")} for h, n in sorted(nodes.items())},
-            "skus": skus, "outliers": outliers}
+            "skus": skus, "outliers": outliers, "verdicts": dict(sorted(verdicts.items()))}
 
 
 def lines(fleet: dict) -> list[str]:
@@ -133,6 +160,7 @@ def lines(fleet: dict) -> list[str]:
            f"(MAD at least {100 * fleet['mad_floor_share']:g} % of the median; 3 nodes or more)"]
     for sku, s in fleet["skus"].items():
         out.append(f"# SKU {sku}: {len(s['nodes'])} node(s), {len(s['metrics'])} metric(s)")
+    out += verdict_lines(fleet["verdicts"])
     if not fleet["outliers"]:
         return out + ["no node stands apart from its fleet"]
     width = max(len(o["metric"]) for o in fleet["outliers"])
@@ -142,6 +170,21 @@ def lines(fleet: dict) -> list[str]:
         out.append(f"{i:>4}  {o['node']:<{node_width}}  {o['metric']:<{width}}  {o['value']:>10.4g}  "
                    f"{o['median']:>10.4g}  {o['z']:>7.1f}  {'worse' if o['worse'] else 'better'} than its fleet")
     return out
+
+
+def failed_hosts(fleet: dict) -> list[str]:
+    """Hosts that a host-level links run of the fleet FAILed."""
+    return [h for h, vs in fleet["verdicts"].items() if any(v["verdict"] != "PASS" for v in vs)]
+
+
+def verdict_lines(verdicts: dict[str, list[dict]]) -> list[str]:
+    """The host-level links verdicts beside the figures: how many hosts passed, each FAIL as its
+    run wrote it (with the file it came from)."""
+    if not verdicts:
+        return []
+    failed = [(h, v) for h, vs in verdicts.items() for v in vs if v["verdict"] != "PASS"]
+    out = [f"# links verdicts (host level): {len(verdicts) - len({h for h, _ in failed})} of {len(verdicts)} host(s) PASS"]
+    return out + [f"{h} | {v['verdict']}  ({v['source']})" for h, v in failed]
 
 
 def plot(fleet: dict, path: str, sku: Optional[str] = None) -> None:

@@ -39,8 +39,8 @@ def result_paths(paths: tuple[str, ...]) -> list[str]:
 def fleet(results, threshold, as_json, plot_path) -> None:
     """Set many nodes' results (files or folders of them) side by side: each node's headline figures
     against the other nodes of its SKU, the ones that stand apart named, farthest first. Exit 1 when
-    a node is worse than its fleet."""
-    from ..analysis.fleet import analyse, lines, plot
+    a node is worse than its fleet or a host-level links run FAILed a host."""
+    from ..analysis.fleet import analyse, failed_hosts, lines, plot
     from ..results.atomic import check_new_file, new_file
     from ..results.document import load_document
     if plot_path is not None:
@@ -69,4 +69,4 @@ def fleet(results, threshold, as_json, plot_path) -> None:
             plot(found, tmp)
         if not as_json:
             click.echo(f"# plot: {plot_path}")
-    sys.exit(1 if any(o["worse"] for o in found["outliers"]) else 0)
+    sys.exit(1 if any(o["worse"] for o in found["outliers"]) or failed_hosts(found) else 0)
