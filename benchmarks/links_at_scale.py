@@ -19,9 +19,15 @@ process's wall time from the first round to the last verdict, the model included
 
     .venv/bin/python benchmarks/links_at_scale.py --hosts N --ranks-per-host G [--leaf-size L]
         --plant SPEC[,SPEC...] [--seed S] [--rounds K] [--verdicts]
+    .venv/bin/python benchmarks/links_at_scale.py --hosts N --ranks-per-host G --leaf-size L --mixes M [--seed S]
 
 Last line: planted: ... | named: ... | rounds R | flows F | measuring S s | compute C s.
 Exit status 0 when the named faults are exactly the planted ones, 1 otherwise, 2 on bad input.
+
+--mixes M: M seeded mixes instead of --plant, seeds S to S + M - 1, each one fault of every kind planted
+apart (different hosts, none below the faulty leaf; the host pair of the link one that the seed's
+rounds measure: a fault of one pair alone shows only where the pair is measured), as a Markdown table
+row each; exit 0 when every mix is named exactly.
 """
 
 from __future__ import annotations
@@ -148,6 +154,42 @@ def simulate(n: int, g: int, leaf_size: int | None, plant: str, seed: int, round
     return plants, result, len(first) + len(confirm), len(flows), compute, first, confirm
 
 
+def mix(n: int, g: int, leaf_size: int, seed: int) -> str:
+    """One fault of each kind, apart, drawn from the seed."""
+    layout = cluster(n, g, leaf_size)
+    rng = random.Random(f"mix {seed}")
+    leaf = rng.choice(sorted(set(layout.leaf_of.values())))
+    free = [h for h in layout.names() if layout.leaf_of[h] != leaf]
+    host, rail_host = rng.sample(free, 2)
+    taken = {host, rail_host}
+    from commbench.analysis.host_schedule import default_rounds
+    measured = [p for r in first_rounds(layout, default_rounds(n, True), seed) for p in r.hosts
+                if not taken & set(p) and leaf not in (layout.leaf_of[p[0]], layout.leaf_of[p[1]])]
+    a, b = rng.choice(measured)
+    return f"host:{host},rail:{rail_host}:{rng.randrange(g)},link:{a}:{b},switch:{leaf}"
+
+
+def mixes(args) -> int:
+    print("| hosts x ranks | leaves of | seed | planted | named exactly | rounds | flows | measuring (s) | compute (s) |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    exact = True
+    for seed in range(args.seed, args.seed + args.mixes):
+        plant = mix(args.hosts, args.ranks_per_host, args.leaf_size, seed)
+        plants, result, rounds, flows, compute, *_ = simulate(args.hosts, args.ranks_per_host, args.leaf_size, plant,
+                                                              seed, default_k(args))
+        ok = named(result["findings"]) == set(plants)
+        exact &= ok
+        print(f"| {args.hosts} x {args.ranks_per_host} | {args.leaf_size} | {seed} | {', '.join(sorted(plants))} | "
+              f"{'yes' if ok else 'NO: ' + ', '.join(sorted(named(result['findings'])))} | {rounds} | {flows} | "
+              f"{rounds * round_seconds():.1f} | {compute:.1f} |")
+    return 0 if exact else 1
+
+
+def default_k(args) -> int:
+    from commbench.analysis.host_schedule import default_rounds
+    return default_rounds(args.hosts, bool(args.leaf_size))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--hosts", type=int, required=True)
@@ -157,13 +199,16 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--rounds", default=None, help="K, or 'all' (default: links' default for the cluster)")
     ap.add_argument("--verdicts", action="store_true", help="print every host's verdict line and the findings")
+    ap.add_argument("--mixes", type=int, default=None, help="M seeded mixes of one fault of each kind (see above)")
     args = ap.parse_args()
     try:
         if args.hosts < 2 or args.ranks_per_host < 1 or (args.leaf_size is not None and args.leaf_size < 1):
             raise CommbenchError("--hosts must be at least 2, --ranks-per-host and --leaf-size at least 1")
-        k = parse_rounds(args.rounds) if args.rounds is not None else "default"
-        from commbench.analysis.host_schedule import default_rounds
-        k = default_rounds(args.hosts, bool(args.leaf_size)) if k == "default" else k
+        if args.mixes is not None:
+            if args.mixes < 1 or not args.leaf_size or args.plant or args.rounds:
+                raise CommbenchError("--mixes takes a count of at least 1, needs --leaf-size, and no --plant or --rounds")
+            return mixes(args)
+        k = parse_rounds(args.rounds) if args.rounds is not None else default_k(args)
         plants, result, rounds, flows, compute, first, confirm = simulate(
             args.hosts, args.ranks_per_host, args.leaf_size, args.plant, args.seed, k)
     except CommbenchError as e:

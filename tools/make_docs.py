@@ -18,7 +18,7 @@ and EXAMPLES below says what NAME runs: shell lines as a user types them from th
 with `commbench` (and `python`) meaning this interpreter's commbench, taken from this checkout. The
 block becomes each line after `$ `, followed by what it printed to stdout (and to stderr where the
 step says so; a refusal is only on stderr). Every example runs in a fresh temporary folder holding a
-copy of results/, tests/data/ and tests/fixtures/, so the paths read as from the repository root while
+copy of results/, tests/data/, tests/fixtures/ and benchmarks/, so the paths read as from the repository root while
 every file written (result files, commbench-results/, plots, reports) stays out of the checkout.
 
 An example that reads another's files (`uses`) gets a copy of that example's folder; in a full run
@@ -54,7 +54,7 @@ from typing import Optional
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PAGES = ["README.md", "docs"]
 # What an example may read, copied into its folder under the same relative paths.
-INPUTS = ["results", os.path.join("tests", "data"), os.path.join("tests", "fixtures")]
+INPUTS = ["results", os.path.join("tests", "data"), os.path.join("tests", "fixtures"), "benchmarks"]
 STEP_TIMEOUT_S = 300
 # Stands for the test cluster's mpirun prefix (hostfile, ssh agent, TCP on the cluster subnet) in a
 # shown line; the prefix itself is long and names temporary files.
@@ -76,6 +76,7 @@ class Example:
     steps: list
     uses: Optional[str] = None  # an example whose files this one reads: run first, output not shown
     cluster: Optional[dict] = None  # Cluster(**cluster) of tests/cluster.py; CLUSTER_MPIRUN in lines
+    ranks_per_host: int = 1  # CLUSTER_MPIRUN's ranks on each host of the cluster
     slurm: Optional[int] = None  # a real Slurm (tests/slurm.py) of this many hosts: lines typed on its head node
     no_gpu: bool = False  # shows a GPU-less host's answer: skipped where a GPU is visible
     files: dict = dataclasses.field(default_factory=dict)  # file written -> repository path to copy it to
@@ -133,6 +134,21 @@ EXAMPLES: dict[str, Example] = {
         sh("commbench links --from slow.json --judge bandwidth", rc=(1,), show_rc=True),
         sh("commbench links --from slow.json --judge bandwidth --threshold-pct 25 | tail -n 1", rc=(0,)),
     ], cluster={"hosts": 4, "rates": [300, 300, 100, 300]}),
+
+    # docs/commands/links.md at host level: 4 hosts of 2 ranks, host 2 shaped to a third; bandwidth
+    # judged, as above. Every pair of 4 hosts is in the default rounds; host 2 has met every host, so
+    # no partner is left to confirm it against.
+    "links-host-cluster": Example([
+        sh(CLUSTER_MPIRUN + "commbench links --level host --judge bandwidth --bandwidth-size 1M --window 2 "
+           "--budget-ms 50 --min-iters 3 --warmup 1 -o hosts.json", rc=(1,), show_rc=True),
+    ], cluster={"hosts": 4, "rates": [300, 300, 100, 300]}, ranks_per_host=2),
+    # docs/commands/links.md: the simulation at 1,000 and 4,000 hosts of 8 ranks in leaves of 32.
+    "links-at-scale": Example([
+        sh("python benchmarks/links_at_scale.py --hosts 1000 --ranks-per-host 8 --leaf-size 32 --mixes 3"),
+        sh("python benchmarks/links_at_scale.py --hosts 4000 --ranks-per-host 8 --leaf-size 32 --mixes 3 | tail -n 3"),
+        sh("python benchmarks/links_at_scale.py --hosts 1000 --ranks-per-host 8 --leaf-size 32 "
+           "--plant host:node0042,rail:node0500:3,switch:leaf20 --verdicts | grep -v PASS"),
+    ]),
 
     # docs/commands/fleet.md: the links run above, its hosts as a fleet.
     "fleet-cluster": Example([sh("commbench fleet slow.json --plot fleet.png", rc=(1,), show_rc=True)],
@@ -491,7 +507,7 @@ class Runner:
             with Cluster(**ex.cluster) as c:
                 env = c.env()
                 env.update({k: self.env[k] for k in ("PATH", "PYTHONPATH", "PYTHONUNBUFFERED")})
-                text = self._steps(ex, folder, env, c.mpirun_prefix())
+                text = self._steps(ex, folder, env, c.mpirun_prefix(ex.ranks_per_host))
         elif ex.slurm:
             from cluster import Cluster
             from slurm import Slurm
