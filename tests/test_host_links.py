@@ -160,6 +160,21 @@ def test_each_kind_alone_is_named_and_fails_only_its_scope(seed):
             assert bad[a].startswith(f"FAIL link: {b}: ") and bad[b].startswith(f"FAIL link: {a}: ")
 
 
+@pytest.mark.parametrize("seed", range(10))
+def test_a_slow_leaf_of_three_small_leaves_is_named_alone(seed):
+    """8 hosts in leaves of 3, 3 and 2: a healthy leaf whose hosts met the slow leaf's in most of their
+    cross-leaf flows (confirmation partners among them) is judged on its other flows."""
+    planted, result = simulated(8, 2, 3, "switch:leaf1", seed)
+    assert host_verdicts.named(result["findings"]) == planted
+    assert set(failing(result)) == set(names(3))
+
+
+def test_between_two_leaves_a_slow_path_names_both():
+    """Every cross-leaf flow joins the two leaves: the evidence cannot choose (docs/commands/links.md)."""
+    planted, result = simulated(8, 2, 4, "switch:leaf1")
+    assert host_verdicts.named(result["findings"]) == {"switch:leaf1", "switch:leaf2"}
+
+
 def test_one_fault_of_each_kind_at_once_apart_is_named_exactly():
     n, g, leaf = 256, 8, 16
     a, b = measured_pair(n, g, leaf, avoid=[f"node{k:04d}" for k in (5, 100)] + names(64)[48:64])

@@ -151,22 +151,48 @@ def _switches(ev: _Evidence, hosts: list[str], leaf_of: dict[str, str], lost: di
         if h not in lost:
             members.setdefault(leaf_of[h], []).append(h)
     found = []
-    for leaf, below in members.items():
-        reached = [h for h in below if cross.get(h)]
-        inside = within.get(leaf, [])
-        # A leaf of one host, or one never measured inside, cannot be told from its hosts.
-        if len(reached) < 2 or not inside or _share([ev.slow[i] for i in inside]) >= 0.5:
-            continue
-        if all(_share([ev.slow[i] for i in cross[h]]) >= AGREE for h in reached):
-            mine = sorted({i for h in reached for i in cross[h]})
+    # The clearest leaf first, its flows then explained: a healthy leaf whose hosts happened to meet
+    # the slow leaf's hosts in most of their cross-leaf flows is judged on its other flows. Leaves
+    # alike in evidence (two leaves only: every cross flow joins them) are named together.
+    while True:
+        scores = {}
+        for leaf, below in members.items():
+            if any(f["subject"] == leaf for f in found):
+                continue
+            score = _leaf_score(ev, below, cross, within.get(leaf, []))
+            if score is not None:
+                scores[leaf] = score
+        if not scores:
+            return found
+        best = max(scores.values())
+        explained = []
+        for leaf in [leaf for leaf, score in scores.items() if score == best]:
+            below = members[leaf]
+            reached = [h for h in below if any(not ev.explained[i] for i in cross.get(h, []))]
+            mine = sorted({i for h in reached for i in cross[h] if not ev.explained[i]})
             slow = [i for i in mine if ev.slow[i]]
+            inside = within.get(leaf, [])
             found.append({"kind": "switch", "subject": leaf, "hosts": below, "flows": [ev.flow_row(i) for i in slow],
                           "ratio": float(np.median([ev.ratio[i] for i in slow])), "agreed": len(reached),
                           "partners": len({ev.other(i, h) for h in reached for i in cross[h]}),
                           "inside": float(np.median([ev.ratio[i] for i in inside]))})
-            for i in mine:
-                ev.explained[i] = True
-    return found
+            explained += mine
+        for i in explained:
+            ev.explained[i] = True
+
+
+def _leaf_score(ev: _Evidence, below: list[str], cross: dict, inside: list[int]) -> Optional[float]:
+    """The least share of slow cross-leaf flows over the hosts below a leaf (unexplained flows), where
+    every one of them reaches AGREE and the flows inside the leaf are healthy; None otherwise."""
+    shares = []
+    for h in below:
+        mine = [i for i in cross.get(h, []) if not ev.explained[i]]
+        if mine:
+            shares.append(_share([ev.slow[i] for i in mine]))
+    # A leaf of one host, or one never measured inside, cannot be told from its hosts.
+    if len(shares) < 2 or not inside or _share([ev.slow[i] for i in inside]) >= 0.5 or min(shares) < AGREE:
+        return None
+    return min(shares)
 
 
 def _hosts_and_rails(ev: _Evidence, rails: dict[str, int], nics: dict) -> list[dict]:
