@@ -74,6 +74,11 @@ LATENCY_MS = 20
 TSQ_BYTES = 65536
 # Torchrun-style rendezvous port on host 0 (every namespace has its own port space).
 MASTER_PORT = 29500
+# Several rails: rail r of host i at address .(i + 1 + RAIL_STRIDE r), routed by source through
+# table RAIL_TABLE + r of its namespace.
+MAX_RAILS = 2
+RAIL_STRIDE = 100
+RAIL_TABLE = 100
 
 
 class ClusterUnavailable(Exception):
@@ -84,14 +89,27 @@ class ClusterUnavailable(Exception):
 class Host:
     index: int
     ns: str  # network namespace, also the host name its processes see
-    addr: str
-    dev: str  # the veth end inside the namespace
-    bridge_dev: str  # the veth end on the bridge (root namespace)
+    addrs: list  # by rail
+    devs: list  # by rail: the veth end inside the namespace (eth0, eth1, ...)
+    bridge_devs: list  # by rail: the veth end on the host's bridge (root namespace)
     mbit: float
+    leaf: int = 0
 
     @property
     def name(self) -> str:
         return self.ns
+
+    @property
+    def addr(self) -> str:  # rail 0's: the one mpirun, Slurm and gloo reach the host at
+        return self.addrs[0]
+
+    @property
+    def dev(self) -> str:
+        return self.devs[0]
+
+
+def _tbf_spec(mbit: float) -> list:
+    return ["root", "tbf", "rate", f"{int(mbit * 1000)}kbit", "burst", BURST, "latency", f"{LATENCY_MS}ms"]
 
 
 def _run(argv: list, check: bool = True) -> subprocess.CompletedProcess:
@@ -136,12 +154,16 @@ def reap_stale() -> None:
 class Cluster:
     """N namespaces on a bridge; a context manager that always tears everything down."""
 
-    def __init__(self, hosts: int = 2, mbit: float = 400, rates: Optional[list] = None, tag: Optional[str] = None):
+    def __init__(self, hosts: int = 2, mbit: float = 400, rates: Optional[list] = None, tag: Optional[str] = None,
+                 rails: int = 1, leaves: Optional[list] = None):
         if not 2 <= hosts <= MAX_HOSTS:
             raise ValueError(f"a cluster has 2 to {MAX_HOSTS} hosts, not {hosts}")
         rates = list(rates) if rates is not None else [mbit] * hosts
         if len(rates) != hosts:
             raise ValueError("one rate per host")
+        if not 1 <= rails <= MAX_RAILS or (leaves is not None and (sum(leaves) != hosts or min(leaves) < 1)):
+            raise ValueError(f"1 to {MAX_RAILS} rails, and leaves (host counts) that add up to the hosts")
+        self.rails, self.leaves = rails, list(leaves) if leaves else None
         global _made
         # Interface names have at most 15 characters: "cb" + pid (<= 7 digits) + a letter + "-br".
         self.tag = tag or f"cb{os.getpid()}{chr(ord('a') + _made % 26)}"
@@ -177,8 +199,8 @@ class Cluster:
     def __exit__(self, *exc) -> None:
         self.teardown()
 
-    def _pick_subnet(self) -> int:
-        used = _used_subnets()
+    def _pick_subnet(self, exclude: frozenset = frozenset()) -> int:
+        used = _used_subnets() | set(exclude)
         start = os.getpid() % 200 + 20
         for k in range(254):
             s = (start + k - 1) % 254 + 1
@@ -194,12 +216,20 @@ class Cluster:
         s = self._pick_subnet()
         self.subnet = f"10.77.{s}.0/24"
         self.bridge_addr = f"10.77.{s}.254"
+        self.rail_subnets = [s] + [self._pick_subnet(exclude={s}) for _ in range(1, self.rails)]
         self._tmp = tempfile.mkdtemp(prefix=f"{self.tag}-")
+        leaf_of = [j for j, n in enumerate(self.leaves or [len(self._rates)]) for _ in range(n)]
         for i, rate in enumerate(self._rates):
-            self.hosts.append(Host(i, f"{self.tag}-h{i}", f"10.77.{s}.{i + 1}", "eth0", f"{self.tag}-b{i}", rate))
+            # Rail r of host i: address .(i + 1 + RAIL_STRIDE r) of the one subnet, eth<r> inside.
+            self.hosts.append(Host(i, f"{self.tag}-h{i}", [f"10.77.{sub}.{i + 1}" for sub in self.rail_subnets],
+                                   [f"eth{r}" for r in range(self.rails)],
+                                   [f"{self.tag}-b{i}" + (f"r{r}" if r else "") for r in range(self.rails)], rate,
+                                   leaf_of[i]))
         try:
             # Where the kernel lacks bridges, veths or tbf, the first host says so: skip, not fail.
             _run(["ip", "link", "add", self.bridge, "type", "bridge"])
+            for j in range(len(self.leaves or [])):
+                self._add_leaf(j)
             self._add_host(self.hosts[0])
         except RuntimeError as e:
             raise ClusterUnavailable(f"cannot build a test cluster here: {e}") from None
@@ -209,21 +239,47 @@ class Cluster:
             _run(["ip", "netns", "add", h.ns])
             self._add_host(h)
         self._write_agent()
-        # The bridge has no STP: its ports forward as soon as both ends of every veth are up.
+        # The bridges have no STP: their ports forward as soon as both ends of every veth are up.
         deadline = time.monotonic() + 10
-        for h in self.hosts:
-            while not (_is_up(["ip", "-n", h.ns, "link", "show", h.dev]) and _is_up(["ip", "link", "show", h.bridge_dev])):
+        ends = [(["ip", "-n", h.ns, "link", "show", dev], ["ip", "link", "show", bdev])
+                for h in self.hosts for dev, bdev in zip(h.devs, h.bridge_devs)]
+        ends += [(["ip", "link", "show", self.uplink(j)[0]], ["ip", "link", "show", self.uplink(j)[1]])
+                 for j in range(len(self.leaves or []))]
+        for inner, outer in ends:
+            while not (_is_up(inner) and _is_up(outer)):
                 if time.monotonic() > deadline:
-                    raise RuntimeError(f"{h.ns}: the link to the bridge did not come up")
+                    raise RuntimeError(f"{inner[-1]}: the link to the bridge did not come up")
                 time.sleep(0.05)
 
+    def leaf_bridge(self, j: int) -> str:
+        return f"{self.tag}-l{j}"
+
+    def uplink(self, j: int) -> tuple[str, str]:
+        """Leaf j's uplink: (its end on the leaf's bridge, its end on the spine, the cluster's bridge)."""
+        return f"{self.tag}-u{j}", f"{self.tag}-s{j}"
+
+    def _add_leaf(self, j: int) -> None:
+        """A leaf switch: a bridge of its own, joined to the spine (the cluster's bridge, where mpirun
+        listens) by a veth pair standing for its uplinks, unshaped until shape_uplink."""
+        leaf, (up, spine) = self.leaf_bridge(j), self.uplink(j)
+        _run(["ip", "link", "add", leaf, "type", "bridge"])
+        _run(["ip", "link", "add", up, "type", "veth", "peer", "name", spine])
+        _run(["ip", "link", "set", up, "master", leaf])
+        _run(["ip", "link", "set", spine, "master", self.bridge])
+        for dev in (leaf, up, spine):
+            _run(["ip", "link", "set", dev, "up"])
+
     def _add_host(self, h: Host) -> None:
-        _run(["ip", "link", "add", h.bridge_dev, "type", "veth", "peer", "name", h.dev, "netns", h.ns])
-        _run(["ip", "link", "set", h.bridge_dev, "master", self.bridge])
-        _run(["ip", "link", "set", h.bridge_dev, "up"])
-        _run(["ip", "-n", h.ns, "addr", "add", f"{h.addr}/24", "dev", h.dev])
-        _run(["ip", "-n", h.ns, "link", "set", h.dev, "up"])
+        bridge = self.leaf_bridge(h.leaf) if self.leaves else self.bridge
+        for dev, bridge_dev, addr in zip(h.devs, h.bridge_devs, h.addrs):
+            _run(["ip", "link", "add", bridge_dev, "type", "veth", "peer", "name", dev, "netns", h.ns])
+            _run(["ip", "link", "set", bridge_dev, "master", bridge])
+            _run(["ip", "link", "set", bridge_dev, "up"])
+            _run(["ip", "-n", h.ns, "addr", "add", f"{addr}/24", "dev", dev])
+            _run(["ip", "-n", h.ns, "link", "set", dev, "up"])
         _run(["ip", "-n", h.ns, "link", "set", "lo", "up"])
+        if self.rails > 1:
+            self._separate_rails(h)
         self._tbf(h, h.mbit, "add")
         # TCP small queues: at most TSQ_BYTES of one socket wait in the host's own qdisc (the
         # namespace's default is 4 MB), so that the ACKs of what a host receives do not queue
@@ -231,10 +287,21 @@ class Cluster:
         # ring's fitted link bandwidth rose from about 0.90 to 0.93-0.94 of the payload rate.
         _run(["ip", "netns", "exec", h.ns, "sysctl", "-qw", f"net.ipv4.tcp_limit_output_bytes={TSQ_BYTES}"])
 
-    def _tbf(self, h: Host, mbit: float, verb: str) -> None:
-        spec = ["root", "tbf", "rate", f"{int(mbit * 1000)}kbit", "burst", BURST, "latency", f"{LATENCY_MS}ms"]
-        _run(["ip", "netns", "exec", h.ns, "tc", "qdisc", verb, "dev", h.dev, *spec])
-        _run(["tc", "qdisc", verb, "dev", h.bridge_dev, *spec])
+    def _separate_rails(self, h: Host) -> None:
+        """Several interfaces on one subnet, each carrying only its own address's traffic, as NICs on
+        rails do: ARP answered only on the interface holding the address (arp_ignore) and from it
+        (arp_announce); a socket bound to rail r's address (Open MPI binds its TCP connections to its
+        interface's) leaves through eth<r> (a routing table per rail, chosen by source address);
+        and no reverse-path filter, under which a reply from another rail's address would be dropped."""
+        sysctls = ["net.ipv4.conf.all.arp_ignore=1", "net.ipv4.conf.all.arp_announce=2",
+                   "net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf.default.rp_filter=0",
+                   *(f"net.ipv4.conf.{dev}.rp_filter=0" for dev in h.devs)]
+        _run(["ip", "netns", "exec", h.ns, "sysctl", "-qw", *sysctls])
+
+    def _tbf(self, h: Host, mbit: float, verb: str, rails: Optional[list] = None) -> None:
+        for r in rails if rails is not None else range(self.rails):
+            _run(["ip", "netns", "exec", h.ns, "tc", "qdisc", verb, "dev", h.devs[r], *_tbf_spec(mbit)])
+            _run(["tc", "qdisc", verb, "dev", h.bridge_devs[r], *_tbf_spec(mbit)])
 
     def _write_agent(self) -> None:
         cases = "\n".join(f"  {h.addr}|{h.ns}) ns={h.ns} ;;" for h in self.hosts)
@@ -291,7 +358,11 @@ exec ip netns exec "$ns" unshare --uts sh -c "hostname $ns; $*"
                 time.sleep(0.1)
             _run(["ip", "netns", "del", ns], check=False)
         for h in self.hosts:
-            _run(["ip", "link", "del", h.bridge_dev], check=False)
+            for bridge_dev in h.bridge_devs:
+                _run(["ip", "link", "del", bridge_dev], check=False)
+        for j in range(len(self.leaves or [])):
+            _run(["ip", "link", "del", self.uplink(j)[0]], check=False)
+            _run(["ip", "link", "del", self.leaf_bridge(j)], check=False)
         _run(["ip", "link", "del", self.bridge], check=False)
         if self._tmp:
             shutil.rmtree(self._tmp, ignore_errors=True)
@@ -299,11 +370,49 @@ exec ip netns exec "$ns" unshare --uts sh -c "hostname $ns; $*"
 
     # ---- rates ---------------------------------------------------------------------------------
 
-    def shape(self, host: int, mbit: float) -> None:
-        """Re-shapes one host's link (both directions) to `mbit` Mbit/s."""
+    def shape(self, host: int, mbit: float, rail: Optional[int] = None) -> None:
+        """Re-shapes one host's links (every rail, or `rail` alone; both directions) to `mbit` Mbit/s."""
         h = self.hosts[host]
-        self._tbf(h, mbit, "change")
-        h.mbit = mbit
+        self._tbf(h, mbit, "replace", None if rail is None else [rail])
+        if rail is None:
+            h.mbit = mbit
+
+    def shape_pair(self, a: int, b: int, mbit: float) -> None:
+        """What host a sends to host b, and b to a, on every rail, at `mbit` (a tc filter by destination
+        address under an HTB on each host's own interfaces); everything else at the host's rate."""
+        for x, y in ((a, b), (b, a)):
+            hx, hy = self.hosts[x], self.hosts[y]
+            for dev in hx.devs:
+                tc = ["ip", "netns", "exec", hx.ns, "tc"]
+                _run([*tc, "qdisc", "replace", "dev", dev, "root", "handle", "1:", "htb", "default", "10"])
+                for cls, rate in (("1:10", hx.mbit), ("1:20", mbit)):
+                    _run([*tc, "class", "add", "dev", dev, "parent", "1:", "classid", cls, "htb", "rate",
+                          f"{int(rate * 1000)}kbit", "burst", BURST])
+                for addr in hy.addrs:
+                    _run([*tc, "filter", "add", "dev", dev, "parent", "1:", "protocol", "ip", "u32", "match", "ip",
+                          "dst", f"{addr}/32", "flowid", "1:20"])
+
+    def shape_uplink(self, leaf: int, mbit: Optional[float]) -> None:
+        """Leaf `leaf`'s uplink (both directions) at `mbit`, or unshaped again (None)."""
+        for dev in self.uplink(leaf):
+            if mbit is None:
+                _run(["tc", "qdisc", "del", "dev", dev, "root"], check=False)
+            else:
+                _run(["tc", "qdisc", "replace", "dev", dev, *_tbf_spec(mbit)])
+
+    def reset(self) -> None:
+        """Every host's every rail at its build rate again, no pair filters, no uplink shaped."""
+        for h, rate in zip(self.hosts, self._rates):
+            h.mbit = rate
+            self._tbf(h, rate, "replace")
+        for j in range(len(self.leaves or [])):
+            self.shape_uplink(j, None)
+
+    def topology_conf(self) -> str:
+        """The cluster's leaves in Slurm's topology.conf syntax, under one spine."""
+        leaves = [f"SwitchName=leaf{j} Nodes={','.join(h.ns for h in self.hosts if h.leaf == j)}"
+                  for j in range(len(self.leaves or [1]))]
+        return "\n".join([*leaves, f"SwitchName=spine Switches=leaf[0-{len(leaves) - 1}]"]) + "\n"
 
     @staticmethod
     def payload_gbps(mbit: float) -> float:
@@ -329,7 +438,9 @@ exec ip netns exec "$ns" unshare --uts sh -c "hostname $ns; $*"
 
     def mpirun_prefix(self, ranks_per_host: int = 1, hosts: Optional[list] = None) -> list:
         """The bundled mpirun's argv up to the program, across `hosts` (indices; default all) with
-        `ranks_per_host` slots each; ranks are placed by slot (host 0 first). Run it with env()."""
+        `ranks_per_host` slots each; ranks are placed by slot (host 0 first). Run it with env(). With
+        several rails, local rank i talks TCP through rail i mod rails alone (eth<r>), as GPU i
+        through NIC i: a shell before the program sets its btl_tcp_if_include."""
         chosen = [self.hosts[i] for i in (hosts if hosts is not None else range(len(self.hosts)))]
         hostfile = f"{self.hostfile}.{'-'.join(str(h.index) for h in chosen)}.{ranks_per_host}"
         with open(hostfile, "w") as f:
@@ -348,10 +459,12 @@ exec ip netns exec "$ns" unshare --uts sh -c "hostname $ns; $*"
             # ranks of different hosts talk TCP on the cluster subnet only, ranks of one host over
             # shared memory, as on a real node (with tcp,self alone they would use TCP through
             # their own address, not shaped either);
-            "--mca", "btl", "tcp,sm,self", "--mca", "btl_tcp_if_include", self.subnet,
+            "--mca", "btl", "tcp,sm,self", *([] if self.rails > 1 else ["--mca", "btl_tcp_if_include", self.subnet]),
             # 2 cores serve up to 8 hosts: no binding, oversubscription allowed, and waiting ranks
             # yield the core (measured: a 4-host all-reduce at 256 KiB took 20 ms instead of 125).
             "--bind-to", "none", "--oversubscribe", "--mca", "mpi_yield_when_idle", "1",
+            *(["sh", "-c", f'export OMPI_MCA_btl_tcp_if_include=eth$(( ${{OMPI_COMM_WORLD_LOCAL_RANK:-0}} % {self.rails} )); '
+                           'exec "$@"', "sh"] if self.rails > 1 else []),
         ]
 
     def mpirun(self, args: list, ranks_per_host: int = 1, hosts: Optional[list] = None, timeout: float = 120,

@@ -1,14 +1,17 @@
 """commbench links at host level: the rounds (inside hosts, seeded host matchings, within and across
 leaves, confirmation), the attribution of host, rail, link and switch faults on a modelled cluster
 with noise (benchmarks/links_at_scale.py's model), the verdict lines, the simulation as a user runs
-it, the command's refusals, and a real run across the test cluster (tests/cluster.py) in which the
-host shaped to a third is the one FAIL."""
+it, the command's refusals, and real runs across the test cluster (tests/cluster.py): 4 hosts of 2
+ranks with one host shaped to a third, and 8 hosts of two rails each in three leaves under a spine,
+with one fault per run (a slow host, a slow rail, a slow host pair, a slow uplink), each named as
+its kind and no other host failed."""
 
 import json
 import os
 import re
 import subprocess
 import sys
+import time
 
 import pytest
 from conftest import COMMBENCH, commbench
@@ -207,6 +210,9 @@ def test_verdict_lines_have_one_line_per_host_in_the_published_form():
     assert [VERDICT.match(x).group(1) for x in lines] == names(32)
     assert re.fullmatch(r"node0003 \| FAIL host: \d+ % of the typical flow with \d+ of \d+ partners on every rail \(2\)",
                         lines[2])
+    # "; " joins a host's findings: no evidence holds one.
+    planted, mixed = simulated(64, 4, 8, f"host:node0010,rail:node0020:2,link:{':'.join(measured_pair(64, 4, 8))},switch:leaf3")
+    assert all(";" not in host_verdicts.evidence(f, h) for f in mixed["findings"] for h in f["hosts"])
     joined = host_verdicts.verdicts([{"kind": "lost", "hosts": ["a"], "why": "x", "subject": "a"},
                                      {"kind": "lost", "hosts": ["a"], "why": "y", "subject": "a"}], ["a", "b"])
     assert joined == {"a": "FAIL lost: x; lost: y", "b": "PASS"}
@@ -253,8 +259,8 @@ def test_links_at_scale_refuses_a_fault_the_cluster_does_not_have():
     (["--rounds", "0"], "--rounds must be at least 1 (or 'all'), not 0"),
     (["--level", "host", "--np", "2"], "--level host needs ranks on two hosts or more: a standalone run's ranks are "
                                        "all on this one; launch across hosts (mpirun, srun, torchrun)"),
-    (["--level", "rank", "--seed", "2"], "--rounds, --seed and --topology apply to --level host (or auto across "
-                                         "hosts), not rank"),
+    (["--level", "rank", "--seed", "2"], "--rounds, --seed, --topology and --no-intra apply to --level host (or auto "
+                                         "across hosts), not rank"),
 ])
 def test_bad_host_level_input_is_one_line_before_any_rank(args, line, workdir):
     r = commbench(["links", *args], cwd=workdir)
@@ -325,3 +331,70 @@ def test_a_topology_that_misses_the_hosts_is_one_line_before_measuring(make_clus
     assert r.returncode == 2, r.stdout[-2000:] + r.stderr[-2000:]
     assert f"commbench: error: the hosts do not match the topology {path}: " in r.stderr
     assert not os.path.exists(os.path.join(workdir, "x.json"))
+
+
+# The cluster of rails and leaves: 8 hosts of 2 ranks, local rank i on rail i (its own interface),
+# leaves of 3, 3 and 2 hosts under a spine. A fault is a quarter of the healthy 200 Mbit/s and a flow
+# slow below half of the typical one: on 2 cores shared by 16 ranks, scheduling moves a healthy flow
+# by up to a third. The rank pairs inside a host are shared memory, the cores' and not the links'
+# (--no-intra). The uplink is unshaped when healthy (above any round's load), at 200 Mbit/s when
+# faulted: below its leaf's 6 flows of a cross-leaf round (1.2 Gbit/s).
+RAILS = ["links", "--level", "host", "--judge", "bandwidth", "--bandwidth-size", "1M", "--window", "2",
+         "--budget-ms", "50", "--min-iters", "3", "--warmup", "1", "--threshold-pct", "50", "--no-intra"]
+HEALTHY, FAULT, UPLINK = 200, 50, 200
+
+
+@pytest.fixture(scope="module")
+def rails_cluster():
+    from cluster import Cluster, ClusterUnavailable
+    c = Cluster(8, HEALTHY, rails=2, leaves=[3, 3, 2])
+    try:
+        c.__enter__()
+    except ClusterUnavailable as e:
+        pytest.skip(str(e))
+    try:
+        yield c
+    finally:
+        c.teardown()
+
+
+def _measured_pair(c):
+    """A cross-leaf host pair of the default rounds (a pair-only fault shows where it is measured)."""
+    from commbench.analysis.topology import Topology
+    names = [h.name for h in c.hosts]
+    topo = Topology.from_leaves({f"leaf{j}": [h.name for h in c.hosts if h.leaf == j] for j in range(3)})
+    layout = host_level.Layout([h for h in names for _ in range(2)], topo.leaf_of)
+    inter = [r for r in host_level.first_rounds(layout, host_schedule.default_rounds(8, True), 0) if r.stage == "inter"]
+    a, b = inter[-1].hosts[0]
+    return names.index(a), names.index(b)
+
+
+FAULTS = {
+    "host": (lambda c: c.shape(1, FAULT), lambda c: {1: "host"}),
+    "rail": (lambda c: c.shape(4, FAULT, rail=1), lambda c: {4: "rail: local rank 1"}),
+    "link": (lambda c: c.shape_pair(*_measured_pair(c), FAULT),
+             lambda c: {i: f"link: {c.hosts[j].name}" for i, j in (_measured_pair(c), _measured_pair(c)[::-1])}),
+    "switch": (lambda c: c.shape_uplink(0, UPLINK), lambda c: {i: "switch: leaf0" for i in range(3)}),
+}
+
+
+@pytest.mark.cluster
+@pytest.mark.mpi
+@pytest.mark.parametrize("fault", FAULTS)
+def test_rails_and_leaves_name_each_fault_as_its_kind_and_no_other_host(fault, rails_cluster, workdir):
+    c = rails_cluster
+    c.reset()
+    plant, expect = FAULTS[fault]
+    plant(c)
+    topology = os.path.join(workdir, "topology.conf")
+    with open(topology, "w") as f:
+        f.write(c.topology_conf())
+    out = os.path.join(workdir, "links.json")
+    start = time.monotonic()
+    r = c.mpirun([COMMBENCH, *RAILS, "--topology", topology, "-o", out], ranks_per_host=2, timeout=300, cwd=workdir)
+    assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-3000:]
+    verdicts = results.load_document(out)["links"]["verdicts"]
+    failed = {name: v for name, v in verdicts.items() if v != "PASS"}
+    wanted = {c.hosts[i].name: kind for i, kind in expect(c).items()}
+    assert set(failed) == set(wanted), (fault, failed, time.monotonic() - start)
+    assert all(failed[h].startswith(f"FAIL {kind}") and ";" not in failed[h] for h, kind in wanted.items()), failed

@@ -49,10 +49,10 @@ class Layout:
         return list(self.groups)
 
 
-def first_rounds(layout: Layout, k: Optional[int], seed: int) -> list[Round]:
-    """Inside every host, then K matchings of hosts (None: every host pair)."""
+def first_rounds(layout: Layout, k: Optional[int], seed: int, intra: bool = True) -> list[Round]:
+    """Inside every host (unless not `intra`), then K matchings of hosts (None: every host pair)."""
     groups = layout.groups
-    rounds = [Round("intra", pairs) for pairs in intra_rounds(groups)]
+    rounds = [Round("intra", pairs) for pairs in intra_rounds(groups)] if intra else []
     for pairs in inter_rounds(list(groups), k, seed, layout.leaf_of):
         rounds.append(Round("inter", rail_flows(groups, pairs), pairs))
     return rounds

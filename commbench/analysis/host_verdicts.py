@@ -305,7 +305,7 @@ def evidence(f: dict, host: str) -> str:
     if kind == "link":
         other = next(h for h in f["hosts"] if h != host)
         rails = ",".join(map(str, f["rails_slow"]))
-        return (f"link: {other}: {_pct(f['ratio'])} on rail {rails} in {f['agreed']} of {f['partners']} flows; "
+        return (f"link: {other}: {_pct(f['ratio'])} on rail {rails} in {f['agreed']} of {f['partners']} flows, "
                 f"healthy with its {f['others'][host]} other partner(s)")
     local = "-".join(map(str, f["local"]))
     if kind == "rank":

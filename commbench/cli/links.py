@@ -51,12 +51,15 @@ RANK_LEVEL_MAX = 8
 @click.option("--topology", "topology_path", type=click.Path(dir_okay=False), default=None,
               help="Host level: Slurm's topology.conf (SwitchName=leaf1 Nodes=node[001-032]); half the rounds then "
                    "pair hosts within their leaf and half across leaves, and a slow leaf switch is named.")
+@click.option("--intra/--no-intra", default=True, show_default=True,
+              help="Host level: measure and judge the rank pairs inside each host too (--no-intra: only flows "
+                   "between hosts, where another check covers the inside of a node).")
 @policy_options
 @timing_options
 @ranks_option
 @timeout_option
 def links(impl, latency_size, bandwidth_size, window, threshold_pct, mad_z, judged, source, level, rounds_text, seed,
-          topology_path, nranks, timeout_s, output, policy) -> None:
+          topology_path, intra, nranks, timeout_s, output, policy) -> None:
     """Find the bad link, rank, host, NIC rail or leaf switch. Rank level: every rank pair's latency and
     bandwidth, one pair at a time and in rounds of disjoint pairs at once, as rank x rank matrices; pairs
     far below the typical one of comparable (intra-host or inter-host) pairs are flagged and attributed.
@@ -83,7 +86,7 @@ def links(impl, latency_size, bandwidth_size, window, threshold_pct, mad_z, judg
         _show(found)
         sys.exit(1 if found["findings"] else 0)
     from ..analysis.topology import load_topology
-    host_rounds = _host_rounds(level, rounds_text, seed, topology_path)
+    host_rounds = _host_rounds(level, rounds_text, seed, topology_path, intra)
     topology = load_topology(topology_path) if topology_path else None
 
     sizes = [parse_size(latency_size, "--latency-size"), parse_size(bandwidth_size, "--bandwidth-size")]
@@ -109,7 +112,7 @@ def links(impl, latency_size, bandwidth_size, window, threshold_pct, mad_z, judg
         cfg = RunConfig(op="p2p", impls=(impl,), sizes=tuple(sizes), dtype="uint8", redop="none", device=device,
                         window=window, timeout_s=timeout_s, policy=policy)
         if _level(level, world.hosts) == "host":
-            return _host_body(world, cfg, sizes, threshold_pct, judged, host_rounds, seed, topology, output)
+            return _host_body(world, cfg, sizes, threshold_pct, judged, host_rounds, seed, topology, intra, output)
         pairs = world.size * (world.size - 1) // 2
         reporter = make_reporter(world, cfg, output or default_path("links"), 2 * 2 * pairs,
                                  config={"links": {"latency_size": sizes[0], "bandwidth_size": sizes[1],
@@ -133,11 +136,12 @@ def links(impl, latency_size, bandwidth_size, window, threshold_pct, mad_z, judg
     run_ranks(nranks, max(gpus, 2), body, checks, timeout_s)
 
 
-def _host_rounds(level: str, rounds_text, seed: int, topology_path) -> Optional[str | int]:
+def _host_rounds(level: str, rounds_text, seed: int, topology_path, intra: bool) -> Optional[str | int]:
     """--rounds as host level takes it ('default', a count or None for every pair), refused with
-    --level rank, as are --seed and --topology: before any rank starts."""
-    if level == "rank" and (rounds_text is not None or seed != 0 or topology_path is not None):
-        raise CommbenchError("--rounds, --seed and --topology apply to --level host (or auto across hosts), not rank")
+    --level rank, as are --seed, --topology and --no-intra: before any rank starts."""
+    if level == "rank" and (rounds_text is not None or seed != 0 or topology_path is not None or not intra):
+        raise CommbenchError("--rounds, --seed, --topology and --no-intra apply to --level host (or auto across hosts), "
+                             "not rank")
     from ..analysis.host_schedule import parse_rounds
     return "default" if rounds_text is None else parse_rounds(rounds_text)
 
@@ -151,7 +155,7 @@ def _level(level: str, hosts: list[str]) -> str:
     return level
 
 
-def _host_body(world, cfg, sizes, threshold_pct, judged, host_rounds, seed, topology, output) -> int:
+def _host_body(world, cfg, sizes, threshold_pct, judged, host_rounds, seed, topology, intra, output) -> int:
     from ..analysis.host_level import Layout, first_rounds
     from ..analysis.host_report import report, round_rows
     from ..analysis.host_schedule import default_rounds
@@ -162,12 +166,12 @@ def _host_body(world, cfg, sizes, threshold_pct, judged, host_rounds, seed, topo
         topology.check_hosts(names)
     layout = Layout(world.hosts, {h: topology.leaf_of[h] for h in names} if topology else None)
     k = default_rounds(len(names), topology is not None) if host_rounds == "default" else host_rounds
-    plan = HostPlan(layout, k, seed, threshold_pct / 100, judged)
+    plan = HostPlan(layout, k, seed, threshold_pct / 100, judged, intra)
     settings = {"level": "host", "latency_size": sizes[0], "bandwidth_size": sizes[1], "threshold_pct": threshold_pct,
                 "judged": list(judged), "seed": seed, "rounds_asked": "all" if k is None else k,
-                "topology": topology.source if topology else None}
+                "topology": topology.source if topology else None, "intra": intra}
     # The progress bar counts the first rounds' rows; the confirmation's come on top.
-    steps = 2 * sum(len(r.pairs) for r in first_rounds(layout, k, seed))
+    steps = 2 * sum(len(r.pairs) for r in first_rounds(layout, k, seed, intra))
     reporter = make_reporter(world, cfg, output or default_path("links"), steps, config={"links": settings})
 
     def run():

@@ -41,6 +41,7 @@ class HostPlan:
     seed: int
     threshold: float
     judged: tuple
+    intra: bool = True
 
 
 def run_host_links(world, cfg, latency_size: int, bandwidth_size: int, reporter, plan: HostPlan) -> tuple[int, list, list]:
@@ -64,7 +65,7 @@ def run_host_links(world, cfg, latency_size: int, bandwidth_size: int, reporter,
                 flows.extend(mine)
                 _round_line(len(ran), rnd, mine)
 
-    measure(first_rounds(plan.layout, plan.rounds, plan.seed))
+    measure(first_rounds(plan.layout, plan.rounds, plan.seed, plan.intra))
     measure(world.root_call(lambda: confirm_rounds(plan.layout, flows, plan.seed, plan.threshold, plan.judged)))
     return world.bcast(wrong), flows, ran
 
