@@ -9,7 +9,20 @@ Layout (TAG = "cb" + this process's pid + a letter per cluster it made, so that 
     namespace TAG-h<i> (host name TAG-h<i>):  eth0, address 10.77.S.<i+1>/24, lo
 
 S is a /24 of 10.77.0.0/16 that no route of the root namespace uses yet (starting from one derived
-from the pid). Only these addresses and loopback are ever targets: the namespaces have no default
+from the pid).
+
+Rails and leaves (Cluster(..., rails=2, leaves=[3, 3, 2])), for links at host level: each host has one
+veth per rail, eth<r> inside (bridge end TAG-b<i> for rail 0, TAG-b<i>r<r> for the others), rail r's
+address on a /24 of its own (S for rail 0, as above). Local rank i of mpirun's ranks talks TCP through
+rail i mod rails alone (its btl_tcp_if_include, set per rank by a shell before the program), as GPU i
+through NIC i; mpirun's daemons stay on rail 0. Inside each namespace ARP is answered only on the
+interface holding the address (arp_ignore 1, arp_announce 2; the rails share one Ethernet) and the
+reverse-path filter is off, so that a rank of rail 0 reaches one of rail 1 through the peer's rail-1
+interface. (One /24 for every rail, routed by source address, was tried first: mpirun's daemons
+failed to report back on it.) With leaves, each leaf is a bridge of its own, TAG-l<j>, joined to the
+spine, TAG-br, by a veth pair standing for its uplinks (TAG-u<j> on the leaf, TAG-s<j> on the spine):
+unshaped until shape_uplink. shape_pair slows what two hosts send each other (a tc filter by
+destination address), topology_conf writes the leaves in Slurm's topology.conf syntax. Only these addresses and loopback are ever targets: the namespaces have no default
 route and no other interface.
 
 Shaping: host i's rate is applied as `tc qdisc ... root tbf` on BOTH ends of its veth: eth0 inside
