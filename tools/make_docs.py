@@ -55,7 +55,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PAGES = ["README.md", "docs"]
 # What an example may read, copied into its folder under the same relative paths.
 INPUTS = ["results", os.path.join("tests", "data"), os.path.join("tests", "fixtures"), "benchmarks"]
-STEP_TIMEOUT_S = 300
+STEP_TIMEOUT_S = 600
+# links on the cluster of rails (as tests/test_host_links.py runs it): bandwidth judged at half the
+# typical flow, few iterations of 1 MiB.
+RAILS_LINKS = ("--judge bandwidth --threshold-pct 50 --bandwidth-size 1M --window 2 --budget-ms 50 --min-iters 3 "
+               "--warmup 1")
 # Stands for the test cluster's mpirun prefix (hostfile, ssh agent, TCP on the cluster subnet) in a
 # shown line; the prefix itself is long and names temporary files.
 CLUSTER_MPIRUN = "mpirun ... "
@@ -77,6 +81,8 @@ class Example:
     uses: Optional[str] = None  # an example whose files this one reads: run first, output not shown
     cluster: Optional[dict] = None  # Cluster(**cluster) of tests/cluster.py; CLUSTER_MPIRUN in lines
     ranks_per_host: int = 1  # CLUSTER_MPIRUN's ranks on each host of the cluster
+    # Done to the cluster before the steps: {"shape": [(host, mbit, rail)]} (tests/cluster.py's shape).
+    faults: dict = dataclasses.field(default_factory=dict)
     slurm: Optional[int] = None  # a real Slurm (tests/slurm.py) of this many hosts: lines typed on its head node
     no_gpu: bool = False  # shows a GPU-less host's answer: skipped where a GPU is visible
     files: dict = dataclasses.field(default_factory=dict)  # file written -> repository path to copy it to
@@ -142,6 +148,17 @@ EXAMPLES: dict[str, Example] = {
         sh(CLUSTER_MPIRUN + "commbench links --level host --judge bandwidth --bandwidth-size 1M --window 2 "
            "--budget-ms 50 --min-iters 3 --warmup 1 -o hosts.json", rc=(1,), show_rc=True),
     ], cluster={"hosts": 4, "rates": [300, 300, 100, 300]}, ranks_per_host=2),
+    # docs/commands/links.md: 8 hosts of two rails in leaves of 3, 3 and 2 (topology.conf written from
+    # the cluster), host 4's rail 1 at a quarter of the rate; host level, then every rank pair, timed.
+    "links-rails": Example([
+        sh("cat topology.conf"),
+        sh("/usr/bin/time -f 'host level: %e s' -a -o times.txt " + CLUSTER_MPIRUN + "commbench links --level host "
+           "--topology topology.conf --no-intra " + RAILS_LINKS + " -o hosts.json", rc=(1,), show_rc=True),
+        sh("/usr/bin/time -f 'rank level, every pair: %e s' -a -o times.txt " + CLUSTER_MPIRUN + "commbench links "
+           "--level rank " + RAILS_LINKS + " -o pairs.json > pairs.txt", rc=(1,)),
+        sh("tail -n 4 pairs.txt; cat times.txt"),
+    ], cluster={"hosts": 8, "mbit": 200, "rails": 2, "leaves": [3, 3, 2]}, ranks_per_host=2,
+        faults={"shape": [(4, 50, 1)]}),
     # docs/commands/links.md: the simulation at 1,000 and 4,000 hosts of 8 ranks in leaves of 32.
     "links-at-scale": Example([
         sh("python benchmarks/links_at_scale.py --hosts 1000 --ranks-per-host 8 --leaf-size 32 --mixes 3"),
@@ -412,11 +429,11 @@ def has_rows(path: str) -> bool:
 def run_step(step: Step, cwd: str, env: dict, mpirun_prefix: Optional[list], on_host=None) -> tuple[str, int]:
     """`on_host(argv)`: argv as typed on a host of the test cluster (default: here)."""
     line = step.line
-    if line.startswith(CLUSTER_MPIRUN):
-        line = shlex.join(mpirun_prefix) + " " + line[len(CLUSTER_MPIRUN):]
     launch = f"--launch '{CLUSTER_MPIRUN.strip()}'"  # accept's launcher of a cluster plan's steps
     if launch in line:
         line = line.replace(launch, f"--launch {shlex.quote(shlex.join(mpirun_prefix))}")
+    if CLUSTER_MPIRUN in line:
+        line = line.replace(CLUSTER_MPIRUN, shlex.join(mpirun_prefix) + " ")
     p = subprocess.Popen((on_host or list)(["bash", "-c", line]), cwd=cwd, env=env, stdout=subprocess.PIPE,
                          stderr=subprocess.STDOUT if step.stderr else subprocess.DEVNULL, text=True,
                          start_new_session=True)
@@ -505,6 +522,11 @@ class Runner:
         if ex.cluster:
             from cluster import Cluster
             with Cluster(**ex.cluster) as c:
+                if ex.cluster.get("leaves"):
+                    with open(os.path.join(folder, "topology.conf"), "w") as f:
+                        f.write(c.topology_conf())
+                for host, mbit, rail in ex.faults.get("shape", []):
+                    c.shape(host, mbit, rail)
                 env = c.env()
                 env.update({k: self.env[k] for k in ("PATH", "PYTHONPATH", "PYTHONUNBUFFERED")})
                 text = self._steps(ex, folder, env, c.mpirun_prefix(ex.ranks_per_host))

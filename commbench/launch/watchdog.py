@@ -1,12 +1,19 @@
 """A watchdog on every rank, so that a dead or stalled rank never hangs a run or loses its rows.
 
 Each rank runs a daemon thread, armed at the start of every size (`arm`). The ranks share a side
-channel independent of MPI and gloo: one TCP connection from every rank to rank 0, on which each
-rank sends a beat every TICK_S. Rank 0 thereby knows at once when a rank's process ended (its
-connection closes without a goodbye, whatever killed it) and which ranks stopped (no beat for
-STALE_S). The thread, not the main thread, does the ending: the main thread may be blocked in a
-native MPI loop (they release the GIL, so the thread runs) where no Python signal handler would
-ever run; signals reach the thread through signal.set_wakeup_fd.
+channel independent of MPI and gloo, relayed per host (relay_parents): every rank holds one TCP
+connection to its host's first rank (its leader, over loopback), each leader one to rank 0, and
+rank 0 one per other host and per rank of its own host, so that 8,000 ranks on 1,000 hosts cost
+rank 0 about 1,000 sockets, not 8,000. Every rank sends a beat every TICK_S; a leader forwards its
+ranks' beats in one line with its own, their goodbyes and failures at once, and names those whose
+connection closed without a goodbye. Rank 0 thereby knows at once when a rank's process ended (its
+connection closed, whatever killed it; every rank of a host whose leader's connection closed) and
+which ranks stopped (no beat for STALE_S). Lines up are `beat R[,R...]`, `bye R`, `fail R STATUS
+TEXT` and `lost R[,R...]`; lines down (`done`, `reporting`, `bye`) a leader passes on to its ranks.
+
+The thread, not the main thread, does the ending: the main thread may be blocked in a native MPI
+loop (they release the GIL, so the thread runs) where no Python signal handler would ever run;
+signals reach the thread through signal.set_wakeup_fd.
 
 An ending (the size ran past --timeout, a peer was lost, SIGINT/SIGTERM, or a failure on any rank)
 is reported by rank 0 alone: it closes the result file with a status saying what happened, prints
@@ -32,6 +39,8 @@ import click
 from ..errors import one_line
 
 TICK_S = 0.25
+# Connections a listener holds waiting to be accepted: a leader per host may connect at once.
+BACKLOG = 4096
 # A rank silent this long is stopped (or its host is gone).
 STALE_S = 1.0
 # How long a rank other than 0 waits for rank 0 to report its ending and end before it leaves on its own.
@@ -104,44 +113,86 @@ def stop() -> None:
         _current = None
 
 
+def relay_parents(hosts: list[str]) -> dict[int, int]:
+    """{rank: the rank it reports to} for every rank but 0: a host's first rank (its leader) and the
+    ranks of rank 0's own host to rank 0, every other rank to its host's leader."""
+    first: dict[str, int] = {}
+    for rank, host in enumerate(hosts):
+        first.setdefault(host, rank)
+    return {rank: 0 if first[host] == rank else first[host] for rank, host in enumerate(hosts) if rank}
+
+
+def _readable(conns, timeout_s: float) -> set:
+    """The connections (or file descriptors) with something to read or closed: poll, not select,
+    whose descriptors end at 1024."""
+    poller, by_fd = select.poll(), {}
+    for c in conns:
+        fd = c if isinstance(c, int) else c.fileno()
+        by_fd[fd] = c
+        poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
+    return {by_fd[fd] for fd, _ in poller.poll(max(0, int(timeout_s * 1000)))}
+
+
 def _side_channel(world) -> tuple[Optional[socket.socket], dict]:
-    """(this rank's connection to rank 0, rank 0's connections by rank); no channel where rank 0's
-    address is unknown (the watchdog then still ends its own rank, naming no other)."""
+    """(this rank's connection to the rank it reports to, the connections of the ranks that report
+    to it, by rank); no channel where rank 0's address is unknown (the watchdog then still ends its
+    own rank, naming no other)."""
     from ..errors import CommbenchError
     from .rendezvous import rendezvous_address
     if world.size == 1:
         return None, {}
-    listener = None
+    parents = relay_parents(world.hosts)
+    children = [r for r, p in parents.items() if p == world.rank]
+    listener, addr = None, None
     if world.rank == 0:
         try:
             addr = os.environ.get("MASTER_ADDR") if world.launcher == "torchrun" else rendezvous_address(world.hosts)
         except CommbenchError:
             addr = None
         if addr:
-            listener = socket.create_server(("", 0))
+            listener = socket.create_server(("", 0), backlog=BACKLOG)
             addr = (addr, listener.getsockname()[1])
+    elif children:  # a leader: its host's ranks reach it over loopback
+        listener = socket.create_server(("127.0.0.1", 0), backlog=BACKLOG)
     addr = world.bcast(addr if world.rank == 0 else None)
+    ports = world.bcast(world.gather(listener.getsockname()[1] if listener is not None and world.rank else None))
     if addr is None:
+        if listener is not None:
+            listener.close()
         return None, {}
-    # A rank that cannot reach rank 0 (a firewall between hosts) runs unwatched by it, not refused.
+    up = None
+    # A rank that cannot reach the rank it reports to (a firewall between hosts) runs unwatched by
+    # it, not refused.
     if world.rank != 0:
+        parent = parents[world.rank]
         try:
-            conn = socket.create_connection(tuple(addr), timeout=CONNECT_TIMEOUT_S)
-            conn.sendall(f"{world.rank}\n".encode())
+            up = socket.create_connection(tuple(addr) if parent == 0 else ("127.0.0.1", ports[parent]),
+                                          timeout=CONNECT_TIMEOUT_S)
+            up.sendall(f"{world.rank}\n".encode())
+            up.settimeout(None)
         except OSError:
-            return None, {}
-        conn.settimeout(None)
-        return conn, {}
+            up = None
     peers = {}
-    listener.settimeout(CONNECT_TIMEOUT_S)
-    with listener:
-        with contextlib.suppress(OSError):
-            while len(peers) < world.size - 1:
-                conn, _ = listener.accept()
-                conn.settimeout(CONNECT_TIMEOUT_S)
-                peers[int(conn.makefile().readline())] = conn
-                conn.settimeout(None)
-    return None, peers
+    if listener is not None:
+        listener.settimeout(CONNECT_TIMEOUT_S)
+        with listener:
+            with contextlib.suppress(OSError):
+                while len(peers) < len(children):
+                    conn, _ = listener.accept()
+                    conn.settimeout(CONNECT_TIMEOUT_S)
+                    peers[int(conn.makefile().readline())] = conn
+                    conn.settimeout(None)
+        if len(children) > 512:
+            _more_files()
+    return up, peers
+
+
+def _more_files() -> None:
+    """Rank 0 of a thousand hosts holds a socket per host: the soft limit on open files up to the hard one."""
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    with contextlib.suppress(ValueError, OSError):
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
 class Watchdog:
@@ -149,10 +200,17 @@ class Watchdog:
         self.rank, self.timeout_s, self.reporter = world.rank, timeout_s, reporter
         self.label, self.deadline, self.stopped, self.up_finished = "", None, False, False
         self.up, self.peers = _side_channel(world)
+        self.hosts = world.hosts
         self.watched = self.up is not None  # another rank with a channel to rank 0
         self.reported = False  # rank 0 said it reported the ending
         now = time.monotonic()
-        self.heard = {r: now for r in self.peers}  # rank 0: when each rank was last heard
+        parents = relay_parents(world.hosts) if world.size > 1 else {}
+        # Rank 0 and leaders: the ranks behind each connection (a leader's: its host's).
+        self.behind = {c: [c, *(r for r, p in parents.items() if p == c and self.rank == 0)] for c in self.peers}
+        # Rank 0: when each rank was last heard, directly or through its leader.
+        self.heard = {r: now for ranks in self.behind.values() for r in ranks} if self.rank == 0 else {}
+        self.beats: set[int] = set()  # a leader: its ranks heard since its last beat
+        self.finished: set[int] = set()  # ranks that said goodbye
         self.lost: list[int] = []  # rank 0: ranks whose connection closed without a goodbye
         self.failures: dict[int, tuple[str, str]] = {}  # rank 0: (status, text) other ranks reported
         self._buffers = {r: b"" for r in self.peers}
@@ -171,8 +229,16 @@ class Watchdog:
 
     def stop(self) -> None:
         self.stopped, self.deadline = True, None
-        for conn in [self.up] if self.up is not None else list(self.peers.values()):
-            self._send(conn, "bye")
+        with self._io:
+            if self.up is not None:
+                # A leader passes its ranks' goodbyes on before its own: rank 0 would take a host
+                # whose leader left first for lost.
+                until = time.monotonic() + GRACE_S
+                while set(self.peers) - self.finished and time.monotonic() < until:
+                    self._read_peers(TICK_S)
+                self._send(self.up, f"bye {self.rank}")
+            for conn in list(self.peers.values()):
+                self._send(conn, "bye")
         signal.set_wakeup_fd(-1)
         for s, handler in self._handlers.items():  # what the process had before
             signal.signal(s, handler)
@@ -183,15 +249,16 @@ class Watchdog:
         while not self.stopped:
             # Woken by the other end too: of ranks that end one after another (a rank that lost its
             # peer may fail at once), the first is the one to name.
-            others = list(self.peers.values()) if self.up is None else [self.up]
-            ready, _, _ = select.select([self._wake, *others], [], [], TICK_S)
+            others = list(self.peers.values()) + ([self.up] if self.up is not None else [])
+            ready = _readable([self._wake, *others], TICK_S)
             news = None
             with self._io:
+                if self.peers:
+                    self._read_peers(0)
                 if self.up is not None:
-                    self._send(self.up, "beat")
+                    self._send(self.up, "beat " + ",".join(map(str, sorted({self.rank, *self.beats}))))
+                    self.beats.clear()
                     news = self._read_up(0)
-                elif self.rank == 0:
-                    self._read_peers()
             # Outside the lock: an ending on the main thread holds _ending and then takes _io.
             if news and not self.stopped:  # rank 0 reported an ending, or is gone: this rank leaves too
                 self.end("peer-lost" if news == "gone" else "failed", f"{self.label}: rank 0 did not arrive: its process ended")
@@ -214,45 +281,77 @@ class Watchdog:
                     self.end("timeout", f"{self.label or 'before the first size'}: {_ranks(silent)} did not "
                                         f"arrive within --timeout {self.timeout_s:g} s")
 
-    def _read_peers(self) -> None:
-        """Rank 0: takes every rank's beats, goodbyes and failures."""
+    def _read_peers(self, wait_s: float) -> None:
+        """Rank 0 and leaders: the beats, goodbyes and failures of the ranks that report to them; a
+        leader passes them on (beats with its own next one)."""
         if not self.peers:
             return
-        ready, _, _ = select.select(list(self.peers.values()), [], [], 0)
+        ready = _readable(list(self.peers.values()), wait_s)
         for rank, conn in list(self.peers.items()):
             if conn not in ready:
                 continue
             try:
-                data = conn.recv(4096)
+                data = conn.recv(65536)
             except OSError:
                 data = b""
-            self.heard[rank] = time.monotonic()
+            if self.rank == 0:
+                self.heard[rank] = time.monotonic()
             if not data:
                 del self.peers[rank]
-                if not self.stopped and rank not in self.failures:
-                    self.lost.append(rank)
+                gone = [r for r in self.behind[rank] if r not in self.finished and r not in self.failures]
+                if gone and not self.stopped:
+                    self._lose(gone)
                 continue
             self._buffers[rank] += data
             *lines, self._buffers[rank] = self._buffers[rank].split(b"\n")
             for line in lines:
-                word, _, text = line.decode(errors="replace").partition(" ")
-                if word == "bye":
+                self._take(line.decode(errors="replace"))
+                if rank in self.finished:
                     del self.peers[rank]
                     break
-                if word == "fail":
-                    status, _, detail = text.partition(" ")
-                    self.failures.setdefault(rank, (status, detail))
+
+    def _take(self, line: str) -> None:
+        word, _, rest = line.partition(" ")
+        if word == "beat":
+            ranks = [int(r) for r in rest.split(",") if r.isdecimal()]
+            if self.rank == 0:
+                now = time.monotonic()
+                self.heard.update((r, now) for r in ranks)
+            else:
+                self.beats.update(ranks)
+            return
+        if self.up is not None:  # a leader: goodbyes and failures go on at once
+            self._send(self.up, line)
+        if word == "bye" and rest.isdecimal():
+            self.finished.add(int(rest))
+        elif word == "fail" and self.rank == 0:
+            rank, _, detail = rest.partition(" ")
+            status, _, text = detail.partition(" ")
+            if rank.isdecimal():
+                self.failures.setdefault(int(rank), (status, text))
+        elif word == "lost" and self.rank == 0:
+            self._lose([int(r) for r in rest.split(",") if r.isdecimal()])
+
+    def _lose(self, ranks: list[int]) -> None:
+        """Ranks whose connection closed without a goodbye: rank 0's news, a leader's to pass on."""
+        if self.rank == 0:
+            self.lost += ranks
+        elif self.up is not None:
+            self._send(self.up, "lost " + ",".join(map(str, ranks)))
 
     def _read_up(self, wait_s: float) -> Optional[str]:
         """Other ranks: 'done' once rank 0 reported the ending, 'gone' once its process ended without
         finishing the run, else None."""
-        ready, _, _ = select.select([self.up], [], [], wait_s)
-        if not ready:
+        if not _readable([self.up], wait_s):
             return None
         try:
             data = self.up.recv(4096)
         except OSError:
             data = b""
+        for word in (b"reporting", b"done", b"bye"):  # a leader tells its host's ranks
+            if word in data:
+                for conn in list(self.peers.values()):
+                    self._send(conn, word.decode())
         # "reporting": rank 0 says its own failure and ends the job; its end is no news to tell.
         self.reported = self.reported or b"done" in data or b"reporting" in data
         if b"done" in data:
@@ -276,7 +375,8 @@ class Watchdog:
 
     def _silent(self, for_s: float) -> list[int]:
         now = time.monotonic()
-        return [r for r in list(self.peers) if now - self.heard[r] > for_s and r not in self.failures]
+        return [r for r, t in list(self.heard.items())
+                if now - t > for_s and r not in self.failures and r not in self.finished]
 
     def _absent(self) -> list[int]:
         return sorted(set(self.lost) | set(self._silent(STALE_S)))
@@ -287,15 +387,22 @@ class Watchdog:
         silent = [r for r in self._silent(STALE_S) if r not in lost]
         ended = "their processes" if len(lost) > 1 else "its process"
         return f"{self.label}: {_ranks(lost)} did not arrive: {ended} ended" + \
-            (f"; {_ranks(silent)} did not answer" if silent else "")
+            (f"; {_ranks(silent)} did not answer" if silent else "") + self._on_hosts(lost + silent)
 
     def _absent_text(self, what: str) -> str:
         if self.rank != 0:  # said only where rank 0 did not report: it is what is missing
             return f"{self.label}: did not finish within --timeout {self.timeout_s:g} s; rank 0 did not answer"
         absent = self._absent()
         if absent:
-            return f"{self.label}: {_ranks(absent)} {what}"
+            return f"{self.label}: {_ranks(absent)} {what}{self._on_hosts(absent)}"
         return f"{self.label}: did not finish within --timeout {self.timeout_s:g} s; every rank was alive in it"
+
+    def _on_hosts(self, ranks: list[int]) -> str:
+        """Across hosts, the hosts of `ranks`: a host is what a cluster team repairs."""
+        if len(set(self.hosts)) < 2 or not ranks:
+            return ""
+        hosts = list(dict.fromkeys(self.hosts[r] for r in sorted(ranks)))
+        return f" (host{'s' if len(hosts) > 1 else ''} {', '.join(hosts)})"
 
     def _peer_failure(self, rank: int, status: str, text: str) -> str:
         """What rank 0 says of an ending another rank reported (a Ctrl-C reaches every rank, the
@@ -366,7 +473,7 @@ class Watchdog:
             return
         with self._io:
             if self.up is not None:
-                self._send(self.up, f"fail {status} {one_line(text)}")
+                self._send(self.up, f"fail {self.rank} {status} {one_line(text)}")
             until = time.monotonic() + GRACE_S
             # Until rank 0 has ended, not only reported: a rank that leaves first can make mpirun end
             # the job and drop what rank 0 still has to say (its line, on a busy host).
