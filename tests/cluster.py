@@ -9,7 +9,8 @@ Layout (TAG = "cb" + this process's pid + a letter per cluster it made, so that 
     namespace TAG-h<i> (host name TAG-h<i>):  eth0, address 10.77.S.<i+1>/24, lo
 
 S is a /24 of 10.77.0.0/16 that no route of the root namespace uses yet (starting from one derived
-from the pid).
+from the pid). Only these addresses and loopback are ever targets: the namespaces have no default
+route and no other interface.
 
 Rails and leaves (Cluster(..., rails=2, leaves=[3, 3, 2])), for links at host level: each host has one
 veth per rail, eth<r> inside (bridge end TAG-b<i> for rail 0, TAG-b<i>r<r> for the others), rail r's
@@ -22,8 +23,7 @@ interface. (One /24 for every rail, routed by source address, was tried first: m
 failed to report back on it.) With leaves, each leaf is a bridge of its own, TAG-l<j>, joined to the
 spine, TAG-br, by a veth pair standing for its uplinks (TAG-u<j> on the leaf, TAG-s<j> on the spine):
 unshaped until shape_uplink. shape_pair slows what two hosts send each other (a tc filter by
-destination address), topology_conf writes the leaves in Slurm's topology.conf syntax. Only these addresses and loopback are ever targets: the namespaces have no default
-route and no other interface.
+destination address), topology_conf writes the leaves in Slurm's topology.conf syntax.
 
 Shaping: host i's rate is applied as `tc qdisc ... root tbf` on BOTH ends of its veth: eth0 inside
 the namespace (what the host sends) and TAG-b<i> in the root namespace (what the bridge delivers to
@@ -449,11 +449,12 @@ exec ip netns exec "$ns" unshare --uts sh -c "hostname $ns; $*"
         the cluster's MPI tests took 27 s of CPU instead of 71 s, which the test beside them needs."""
         return {**mpi_env(), "OMPI_MCA_threads_pthreads_yield_strategy": "nanosleep"}
 
-    def mpirun_prefix(self, ranks_per_host: int = 1, hosts: Optional[list] = None) -> list:
+    def mpirun_prefix(self, ranks_per_host: int = 1, hosts: Optional[list] = None, export: Optional[dict] = None) -> list:
         """The bundled mpirun's argv up to the program, across `hosts` (indices; default all) with
         `ranks_per_host` slots each; ranks are placed by slot (host 0 first). Run it with env(). With
         several rails, local rank i talks TCP through rail i mod rails alone (eth<r>), as GPU i
-        through NIC i: a shell before the program sets its btl_tcp_if_include."""
+        through NIC i: a shell before the program sets its btl_tcp_if_include. `export`: variables
+        mpirun sets on every rank (-x)."""
         chosen = [self.hosts[i] for i in (hosts if hosts is not None else range(len(self.hosts)))]
         hostfile = f"{self.hostfile}.{'-'.join(str(h.index) for h in chosen)}.{ranks_per_host}"
         with open(hostfile, "w") as f:
@@ -476,6 +477,7 @@ exec ip netns exec "$ns" unshare --uts sh -c "hostname $ns; $*"
             # 2 cores serve up to 8 hosts: no binding, oversubscription allowed, and waiting ranks
             # yield the core (measured: a 4-host all-reduce at 256 KiB took 20 ms instead of 125).
             "--bind-to", "none", "--oversubscribe", "--mca", "mpi_yield_when_idle", "1",
+            *(a for k, v in (export or {}).items() for a in ("-x", f"{k}={v}")),
             *(["sh", "-c", f'export OMPI_MCA_btl_tcp_if_include=eth$(( ${{OMPI_COMM_WORLD_LOCAL_RANK:-0}} % {self.rails} )); '
                            'exec "$@"', "sh"] if self.rails > 1 else []),
         ]

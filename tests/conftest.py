@@ -4,10 +4,12 @@ import fcntl
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
 from commbench.launch.world import launcher_free_env
+from commbench.results.document import read_json
 
 BIN = os.path.dirname(sys.executable)
 COMMBENCH = os.path.join(BIN, "commbench")
@@ -78,6 +80,42 @@ def torchrun_style(args: list, ranks: int = 2, cwd=None, timeout: float = 300) -
 def commbench(args: list, timeout: float = 300, cwd=None, env=None) -> subprocess.CompletedProcess:
     return subprocess.run([COMMBENCH, *args], capture_output=True, text=True, timeout=timeout,
                           env=env or mpi_env(), cwd=cwd)
+
+
+# ---- ranks of a run under way (the fault tests) --------------------------------------------------
+
+def rank_pids(marker: str) -> dict:
+    """rank -> pid of the ranks whose command line holds `marker` (the result file's path)."""
+    found = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if marker.encode() not in f.read():
+                    continue
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = dict(v.split(b"=", 1) for v in f.read().split(b"\0") if b"=" in v)
+        except OSError:
+            continue
+        if b"OMPI_COMM_WORLD_RANK" in env:
+            found[int(env[b"OMPI_COMM_WORLD_RANK"])] = int(pid)
+    return found
+
+
+def left_behind(marker: str) -> list:
+    return subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout.split()
+
+
+def wait_for_rows(out: str, proc, deadline_s: float = 90) -> None:
+    until = time.monotonic() + deadline_s
+    while time.monotonic() < until and proc.poll() is None:
+        try:
+            if read_json(out, "result file")["results"]:
+                return
+        except Exception:  # noqa: BLE001 - not there yet, or replaced as we read it
+            pass
+        time.sleep(0.1)
+    said = "".join(proc.communicate()) if proc.poll() is not None else "still running"
+    raise AssertionError(f"no row was measured; rank 0 said: {said[-3000:]}")
 
 
 @pytest.fixture

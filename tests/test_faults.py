@@ -10,7 +10,7 @@ import subprocess
 import time
 
 import pytest
-from conftest import COMMBENCH, MPIRUN, free_port, mpi_env, torchrun_env
+from conftest import COMMBENCH, MPIRUN, free_port, left_behind, mpi_env, rank_pids, torchrun_env, wait_for_rows
 
 from commbench.results import document as results
 
@@ -33,40 +33,6 @@ def _env(device: str, **extra) -> dict:
     return env
 
 
-def _rank_pids(marker: str) -> dict:
-    """rank -> pid of the ranks whose command line holds `marker` (the result file's path)."""
-    found = {}
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if marker.encode() not in f.read():
-                    continue
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                env = dict(v.split(b"=", 1) for v in f.read().split(b"\0") if b"=" in v)
-        except OSError:
-            continue
-        if b"OMPI_COMM_WORLD_RANK" in env:
-            found[int(env[b"OMPI_COMM_WORLD_RANK"])] = int(pid)
-    return found
-
-
-def _left(marker: str) -> list:
-    return subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout.split()
-
-
-def _wait_for_rows(out: str, proc, deadline_s: float = 90) -> None:
-    until = time.monotonic() + deadline_s
-    while time.monotonic() < until and proc.poll() is None:
-        try:
-            if results.read_json(out, "result file")["results"]:
-                return
-        except Exception:  # noqa: BLE001 - not there yet, or replaced as we read it
-            pass
-        time.sleep(0.1)
-    said = "".join(proc.communicate()) if proc.poll() is not None else "still running"
-    raise AssertionError(f"no row was measured; rank 0 said: {said[-3000:]}")
-
-
 @pytest.mark.parametrize("launch", ["standalone", "mpirun"])
 @pytest.mark.parametrize("fault,device", [("kill", "cpu"), ("stop", "cpu"), ("interrupt", "cpu"),
                                           pytest.param("kill", "cuda", marks=pytest.mark.gpu),
@@ -79,8 +45,8 @@ def test_a_fault_ends_every_rank_with_one_line_and_keeps_the_rows(launch, fault,
     p = subprocess.Popen(argv, env=_env(device), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          start_new_session=True)
     try:
-        _wait_for_rows(out, p)
-        ranks = _rank_pids(out)
+        wait_for_rows(out, p)
+        ranks = rank_pids(out)
         assert sorted(ranks) == [0, 1, 2]
         t = time.monotonic()
         if fault == "kill":
@@ -118,7 +84,7 @@ def test_a_fault_ends_every_rank_with_one_line_and_keeps_the_rows(launch, fault,
             p.returncode
         assert len(lines) <= 1 and (fault == "interrupt" or lines), err
     time.sleep(0.5)
-    assert _left(out) == []
+    assert left_behind(out) == []
 
 
 @pytest.mark.gpu
@@ -131,11 +97,11 @@ def test_a_rank_killed_in_nccl_initialisation_ends_every_rank(workdir):
                          env=_env("cuda", COMMBENCH_EMU_NCCL_FAULT="init-stall:2"))
     try:
         until = time.monotonic() + 60
-        while len(_rank_pids(out)) < 3 or not os.path.exists(out):
+        while len(rank_pids(out)) < 3 or not os.path.exists(out):
             assert time.monotonic() < until and p.poll() is None, "".join(p.communicate())
             time.sleep(0.1)
         time.sleep(0.5)  # every rank in its initialisation
-        os.kill(_rank_pids(out)[2], signal.SIGKILL)
+        os.kill(rank_pids(out)[2], signal.SIGKILL)
         t = time.monotonic()
         _, err = p.communicate(timeout=TIMEOUT_S + 30)
         elapsed = time.monotonic() - t
@@ -148,7 +114,7 @@ def test_a_rank_killed_in_nccl_initialisation_ends_every_rank(workdir):
     assert [line for line in err.splitlines() if line.startswith("commbench: error")] == \
         [f"commbench: error: {doc['error']} (measured rows kept in {out})"], err
     time.sleep(0.5)
-    assert _left(out) == []
+    assert left_behind(out) == []
 
 
 def test_the_ranks_end_with_a_killed_command(workdir):
@@ -158,18 +124,18 @@ def test_the_ranks_end_with_a_killed_command(workdir):
     p = subprocess.Popen([COMMBENCH, *SWEEP, "--np", "3", "-o", out], env=mpi_env(), stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
-        _wait_for_rows(out, p)
-        assert sorted(_rank_pids(out)) == [0, 1, 2]
+        wait_for_rows(out, p)
+        assert sorted(rank_pids(out)) == [0, 1, 2]
         os.kill(p.pid, signal.SIGKILL)
         p.communicate(timeout=30)
         until = time.monotonic() + TIMEOUT_S + 10
-        while _left(out) and time.monotonic() < until:
+        while left_behind(out) and time.monotonic() < until:
             time.sleep(0.2)
-        assert _left(out) == []
+        assert left_behind(out) == []
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(p.pid, signal.SIGKILL)  # the parent's group; mpirun and the ranks have their own
-        for pid in _left(out):
+        for pid in left_behind(out):
             os.kill(int(pid), signal.SIGKILL)
     doc = results.load_document(out)
     assert doc["results"] and doc["status"] == "interrupted", (doc["status"], doc.get("error"))
@@ -185,7 +151,7 @@ def test_a_fault_under_torchrun_style_gloo_ends_every_rank(fault, workdir):
     procs = [subprocess.Popen([COMMBENCH, *args], env=torchrun_env(rank, 3, port), stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True, start_new_session=True) for rank in range(3)]
     try:
-        _wait_for_rows(out, procs[0])
+        wait_for_rows(out, procs[0])
         t = time.monotonic()
         if fault == "kill":
             os.kill(procs[2].pid, signal.SIGKILL)
@@ -214,7 +180,7 @@ def test_a_fault_under_torchrun_style_gloo_ends_every_rank(fault, workdir):
         assert "rank 2 did not arrive" in doc["error"]
     lines = [line for _, err in ends for line in err.splitlines() if line.startswith("commbench: error")]
     assert lines == [f"commbench: error: {doc['error']} (measured rows kept in {out})"], ends
-    assert _left(out) == []
+    assert left_behind(out) == []
 
 
 # A lost or stopped rank on another host, named through the network; an interrupt names no rank, and
@@ -232,8 +198,8 @@ def test_a_fault_on_a_cluster_names_the_rank_of_the_other_host(launch, fault, ma
                          cwd=workdir)]
     else:
         procs = c.spawn_gloo([*args, "--impl", "gloo"], cwd=workdir)
-    _wait_for_rows(out, procs[0], 120)
-    victim = _rank_pids(out)[2] if launch == "mpirun" else procs[2].pid
+    wait_for_rows(out, procs[0], 120)
+    victim = rank_pids(out)[2] if launch == "mpirun" else procs[2].pid
     t = time.monotonic()
     os.kill(victim, signal.SIGKILL if fault == "kill" else signal.SIGSTOP)
     ends = [p.communicate(timeout=TIMEOUT_S + 30) for p in procs[:2]]
@@ -262,7 +228,7 @@ def test_a_fault_on_a_cluster_names_the_rank_of_the_other_host(launch, fault, ma
     if launch == "gloo":  # mpirun may stop relaying output as soon as it sees a rank end
         assert lines == [f"commbench: error: {doc['error']} (measured rows kept in {out})"], ends
     time.sleep(0.5)
-    assert _left(out) == []
+    assert left_behind(out) == []
 
 
 def test_a_wait_past_the_deadline_inside_a_call_is_a_timeout(workdir):
@@ -286,7 +252,7 @@ def test_a_wait_past_the_deadline_inside_a_call_is_a_timeout(workdir):
                      f"alive in it (measured rows kept in {out})"], r.stderr
     doc = results.load_document(out)
     assert doc["status"] == "timeout" and [x["size_bytes"] for x in doc["results"]] == [1024]
-    assert not _left(out)
+    assert not left_behind(out)
 
 
 def _stop_rank_1(p, out: str, ready) -> tuple[str, float]:
@@ -294,7 +260,7 @@ def _stop_rank_1(p, out: str, ready) -> tuple[str, float]:
     on stderr and the seconds it took to end after; nothing of it is left running."""
     try:
         ready()
-        os.kill(_rank_pids(out)[1], signal.SIGSTOP)
+        os.kill(rank_pids(out)[1], signal.SIGSTOP)
         t = time.monotonic()
         _, err = p.communicate(timeout=TIMEOUT_S + 30)
         return err, time.monotonic() - t
@@ -313,7 +279,7 @@ def test_a_stopped_rank_ends_links_too(workdir):
                           "--budget-ms", "300", "--max-iters", "100", "--timeout", str(TIMEOUT_S), "-o", out],
                          env=mpi_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          start_new_session=True)
-    err, elapsed = _stop_rank_1(p, out, lambda: _wait_for_rows(out, p))
+    err, elapsed = _stop_rank_1(p, out, lambda: wait_for_rows(out, p))
     assert p.returncode == 1 and elapsed < TIMEOUT_S + 5, (elapsed, err)
     doc = results.load_document(out)
     assert doc["status"] == "timeout" and doc["results"], doc["error"]
@@ -321,7 +287,7 @@ def test_a_stopped_rank_ends_links_too(workdir):
     assert [line for line in err.splitlines() if line.startswith("commbench: error")] == [
         f"commbench: error: {doc['error']} (measured rows kept in {out})"], err
     time.sleep(0.5)
-    assert _left(out) == []
+    assert left_behind(out) == []
 
 
 def test_a_stopped_rank_ends_numerics_too(workdir):
@@ -350,7 +316,7 @@ def test_a_stopped_rank_ends_numerics_too(workdir):
     assert [line for line in err.splitlines() if line.startswith("commbench: error")] == [
         f"commbench: error: {doc['error']} (measured rows kept in {out})"], err
     time.sleep(0.5)
-    assert _left(out) == []
+    assert left_behind(out) == []
 
 
 @pytest.mark.parametrize("held_at", ["commbench.cli", "commbench.launch.watchdog"])
@@ -382,7 +348,7 @@ def test_ctrl_c_while_the_ranks_start_is_the_one_line(workdir, held_at):
     assert err == "commbench: error: before the first size: interrupted (SIGINT)\n"
     assert not os.path.exists(out)
     time.sleep(0.5)
-    assert _left(out) == []
+    assert left_behind(out) == []
 
 
 def test_a_rank_stopped_before_the_first_size_ends_the_run(workdir):
@@ -404,7 +370,7 @@ def test_a_rank_stopped_before_the_first_size_ends_the_run(workdir):
     assert [line for line in r.stderr.splitlines() if line.startswith("commbench: error")] == [
         f"commbench: error: {doc['error']} (measured rows kept in {out})"], r.stderr
     time.sleep(0.5)
-    assert _left(out) == []
+    assert left_behind(out) == []
 
 
 def test_numerics_killed_on_rank_0_keeps_the_rows_it_wrote(workdir):
@@ -425,7 +391,7 @@ def test_numerics_killed_on_rank_0_keeps_the_rows_it_wrote(workdir):
                 pass
             time.sleep(0.05)
         assert rows, p.communicate()
-        os.kill(_rank_pids(out)[0], signal.SIGKILL)
+        os.kill(rank_pids(out)[0], signal.SIGKILL)
         p.communicate(timeout=TIMEOUT_S + 30)
     finally:
         if p.poll() is None:
@@ -435,4 +401,4 @@ def test_numerics_killed_on_rank_0_keeps_the_rows_it_wrote(workdir):
     assert len(kept) >= 1 and kept[0] == rows[0]
     assert len(kept) < 4, "rank 0 died before the last row"
     time.sleep(0.5)
-    assert _left(out) == []
+    assert left_behind(out) == []

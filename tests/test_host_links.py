@@ -6,15 +6,17 @@ ranks with one host shaped to a third, and 8 hosts of two rails each in three le
 with one fault per run (a slow host, a slow rail, a slow host pair, a slow uplink), each named as
 its kind and no other host failed."""
 
+import contextlib
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
 
 import pytest
-from conftest import COMMBENCH, commbench
+from conftest import COMMBENCH, commbench, rank_pids, wait_for_rows
 
 from commbench.analysis import host_level, host_schedule, host_verdicts
 from commbench.analysis.links import circle_rounds
@@ -398,3 +400,46 @@ def test_rails_and_leaves_name_each_fault_as_its_kind_and_no_other_host(fault, r
     wanted = {c.hosts[i].name: kind for i, kind in expect(c).items()}
     assert set(failed) == set(wanted), (fault, failed, time.monotonic() - start)
     assert all(failed[h].startswith(f"FAIL {kind}") and ";" not in failed[h] for h, kind in wanted.items()), failed
+
+
+# A host that stops or dies midway, 16 ranks: the watchdog relayed per host names it within --timeout
+# (a stopped host's leader forwards nobody's beats) and the flows measured so far judge the others.
+@pytest.mark.cluster
+@pytest.mark.mpi
+@pytest.mark.parametrize("fault", ["stop", "kill"])
+def test_a_host_that_stops_or_dies_midway_reads_fail_lost(fault, rails_cluster, workdir):
+    c = rails_cluster
+    c.reset()
+    out = os.path.join(workdir, f"{fault}.json")
+    timeout = 10
+    # Rank 0's address for the watchdogs' side channel: the namespaces' host names do not resolve.
+    p = c.popen([*c.mpirun_prefix(2, export={"COMMBENCH_MASTER_ADDR": c.hosts[0].addr}), COMMBENCH, *RAILS,
+                 "--timeout", str(timeout), "-o", out], cwd=workdir)
+    wait_for_rows(out, p, 120)
+    victims = [pid for rank, pid in rank_pids(out).items() if rank in (10, 11)]  # host 5's
+    if fault == "kill":
+        victims = victims[1:]  # rank 11 alone: its leader, rank 10, tells rank 0
+    start = time.monotonic()
+    for pid in victims:
+        os.kill(pid, signal.SIGSTOP if fault == "stop" else signal.SIGKILL)
+    said, err = p.communicate(timeout=timeout + 60)
+    elapsed = time.monotonic() - start
+    for pid in victims:
+        if fault == "stop":
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+    assert p.returncode != 0 and elapsed < timeout + 10, (elapsed, err[-2000:])
+    doc = results.load_document(out)
+    assert doc["results"] and doc["status"] in ("timeout", "peer-lost", "interrupted"), doc["status"]
+    lost = c.hosts[5].name
+    # mpirun may end rank 0 once a rank's process ended, before it could judge: the rows stay.
+    if fault == "kill" and "links" not in doc:
+        assert doc["status"] in ("running", "interrupted", "peer-lost")
+        return
+    verdicts = doc["links"]["verdicts"]
+    named = {h for h, v in verdicts.items() if v.startswith("FAIL lost: rank")}
+    assert lost in named and re.search(rf"\(hosts? [^)]*{lost}", doc["error"]), doc["error"]
+    # A stopped host alone is lost; a killed rank's partner of the round may be ended by Open MPI
+    # itself (its TCP connection closed: MPI_ERRORS_ARE_FATAL, no communicator to ask) and reads lost too.
+    assert named == {lost} if fault == "stop" else len(named) <= 2, verdicts
+    assert f"{lost} | FAIL lost: " in said

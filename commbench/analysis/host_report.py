@@ -6,6 +6,8 @@ judges a run again."""
 
 from __future__ import annotations
 
+from typing import Optional
+
 from ..sizes import format_size
 from .host_level import STAGES, Layout, Round, judge
 from .host_verdicts import Flow, evidence, verdict_lines
@@ -32,9 +34,10 @@ def round_rows(rounds: list[Round]) -> list[dict]:
     return [{"stage": r.stage, "pairs": len(r.pairs), "hosts": [list(p) for p in r.hosts]} for r in rounds]
 
 
-def report(impl: str, layout: Layout, settings: dict, flows: list[Flow], rounds: list[dict]) -> dict:
-    """The `links` section of a host-level run."""
-    result = judge(layout, flows, settings["threshold_pct"] / 100, settings["judged"])
+def report(impl: str, layout: Layout, settings: dict, flows: list[Flow], rounds: list[dict],
+           lost: Optional[dict[str, str]] = None) -> dict:
+    """The `links` section of a host-level run; `lost`: {host: why} of hosts that died or stalled."""
+    result = judge(layout, flows, settings["threshold_pct"] / 100, settings["judged"], lost)
     return {**settings, "impl": impl, "hosts": list(layout.hosts), "leaf_of": layout.leaf_of, "rounds": rounds,
             "typical": result["typical"], "findings": result["findings"], "verdicts": result["verdicts"]}
 

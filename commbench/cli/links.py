@@ -160,7 +160,7 @@ def _host_body(world, cfg, sizes, threshold_pct, judged, host_rounds, seed, topo
     from ..analysis.host_report import report, round_rows
     from ..analysis.host_schedule import default_rounds
     from ..results.document import default_path
-    from ..run.links import HostPlan, run_host_links
+    from ..run.links import HostPlan, HostRun, run_host_links
     names = list(dict.fromkeys(world.hosts))
     if topology is not None:
         topology.check_hosts(names)
@@ -174,9 +174,23 @@ def _host_body(world, cfg, sizes, threshold_pct, judged, host_rounds, seed, topo
     steps = 2 * sum(len(r.pairs) for r in first_rounds(layout, k, seed, intra))
     reporter = make_reporter(world, cfg, output or default_path("links"), steps, config={"links": settings})
 
+    done = HostRun()
+    if reporter:
+        def salvage(absent) -> None:
+            """A host that died or stalled midway: FAIL lost, the others judged on what was measured."""
+            ranks: dict[str, list[int]] = {}
+            for r in sorted(absent):
+                ranks.setdefault(world.hosts[r], []).append(r)
+            lost = {h: f"rank{'s' if len(rs) > 1 else ''} {', '.join(map(str, rs))} did not arrive in {reporter.current}"
+                    for h, rs in ranks.items()}
+            found = report(cfg.impls[0], layout, settings, list(done.flows), round_rows(done.rounds), lost)
+            reporter.attach("links", found)
+            _show(found)
+        reporter.salvage = salvage
+
     def run():
-        wrong, flows, ran = run_host_links(world, cfg, sizes[0], sizes[1], reporter, plan)
-        found = world.root_call(lambda: report(cfg.impls[0], layout, settings, flows, round_rows(ran)))
+        wrong = run_host_links(world, cfg, sizes[0], sizes[1], reporter, plan, done)
+        found = world.root_call(lambda: report(cfg.impls[0], layout, settings, done.flows, round_rows(done.rounds)))
         if reporter:
             reporter.attach("links", found)
         return wrong + len(found["findings"])

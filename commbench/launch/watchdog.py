@@ -460,7 +460,7 @@ class Watchdog:
     def _report(self, status: str, text: str) -> None:
         kept = ""
         if self.reporter is not None:
-            kept = f" ({self.reporter.fail(text, status)})"
+            kept = f" ({self.reporter.fail(text, status, self._absent())})"
         click.echo(one_line(f"commbench: error: {text}{kept}"), err=True)
         sys.stderr.flush()
         for conn in list(self.peers.values()):

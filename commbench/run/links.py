@@ -5,7 +5,7 @@ at host level the rounds of analysis/host_level.py, judged by analysis/host_verd
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
 import numpy as np
@@ -44,22 +44,29 @@ class HostPlan:
     intra: bool = True
 
 
-def run_host_links(world, cfg, latency_size: int, bandwidth_size: int, reporter, plan: HostPlan) -> tuple[int, list, list]:
+@dataclass
+class HostRun:
+    """What a host-level run has measured so far, on rank 0: its flows and the rounds run (kept where
+    a failure midway can still judge them)."""
+    flows: list = field(default_factory=list)
+    rounds: list = field(default_factory=list)
+
+
+def run_host_links(world, cfg, latency_size: int, bandwidth_size: int, reporter, plan: HostPlan, done: HostRun) -> int:
     """The first rounds (inside hosts, host matchings), then the confirmation rounds rank 0 draws from
-    them. Returns the wrong bytes on every rank, the flows measured (on rank 0; empty elsewhere) and
-    the rounds run."""
+    them, into `done` (flows on rank 0 only). Returns the wrong bytes on every rank."""
     prepare_pairs(world, cfg, "commbench links")
     tests = (("pingpong", latency_size), ("bandwidth", bandwidth_size))
     local = plan.layout.local()
-    wrong, flows, ran = 0, [], []
+    wrong, flows, ran = 0, done.flows, done.rounds
 
     def measure(rounds) -> None:
         nonlocal wrong
         for rnd in rounds:
             w, got = _round(world, cfg, rnd.stage, rnd.pairs, tests, STAGES[rnd.stage], reporter, show=False)
             wrong += w
-            ran.append(rnd)
             if reporter:
+                ran.append(rnd)
                 mine = [plan.layout.flow(rnd.stage, a, b, recs[1].algbw_gbps, recs[0].time_us["median"],
                                          local) for (a, b), recs in got]
                 flows.extend(mine)
@@ -67,7 +74,7 @@ def run_host_links(world, cfg, latency_size: int, bandwidth_size: int, reporter,
 
     measure(first_rounds(plan.layout, plan.rounds, plan.seed, plan.intra))
     measure(world.root_call(lambda: confirm_rounds(plan.layout, flows, plan.seed, plan.threshold, plan.judged)))
-    return world.bcast(wrong), flows, ran
+    return world.bcast(wrong)
 
 
 def _round_line(n: int, rnd, flows: list[Flow]) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from typing import Protocol
+from typing import Callable, Optional, Protocol, Sequence
 
 from ..results.document import ResultFile
 
@@ -22,8 +22,9 @@ class RunOutput(Protocol):
     def refuse(self, reason: str) -> None:
         """Bad input found once the file existed."""
 
-    def fail(self, error: str, status: str = "failed") -> str:
-        """Closes the result file of a run that failed midway; returns what the error line says of it."""
+    def fail(self, error: str, status: str = "failed", absent: Sequence[int] = ()) -> str:
+        """Closes the result file of a run that failed midway; returns what the error line says of it.
+        `absent`: the ranks that died or stopped answering, as the watchdog knows them."""
 
     def summary(self) -> None:
         """The lines after the table: totals, findings, where the results are."""
@@ -37,6 +38,8 @@ class FileOutput:
         self.file = ResultFile(path, head)
         # The watchdog's thread may close the file while the main thread adds a row.
         self.writing = threading.Lock()
+        # What a command keeps of a run that lost ranks midway, given them (links names their hosts).
+        self.salvage: Optional[Callable[[Sequence[int]], None]] = None
 
     def attach(self, key: str, value) -> None:
         """Adds a section of the run's own (links, scale, numerics) to the file at once."""
@@ -59,10 +62,14 @@ class FileOutput:
             else:
                 self.file.discard()
 
-    def fail(self, error: str, status: str = "failed") -> str:
+    def fail(self, error: str, status: str = "failed", absent: Sequence[int] = ()) -> str:
         """Status failed, timeout, peer-lost or interrupted. A failed write (the full disk that failed
         the run) leaves the last complete version."""
         self.stop()
+        if self.salvage is not None and absent:
+            # Whatever goes wrong here, the rows already written stay and the file is still closed.
+            with contextlib.suppress(Exception):
+                self.salvage(absent)
         try:
             with self.writing:
                 self.file.finish(error, status)
