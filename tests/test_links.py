@@ -7,9 +7,10 @@ import csv
 import io
 import json
 import os
+import sys
 
 import pytest
-from conftest import COMMBENCH, commbench, in_process
+from conftest import COMMBENCH, commbench, in_process, mpirun
 
 from commbench.analysis import links
 from commbench.results import document as results
@@ -217,3 +218,38 @@ def test_gloo_names_the_slow_host(make_cluster, workdir):
     doc = results.load_document(out)
     assert {(x["impl"], x["schedule"]) for x in doc["results"]} == {("gloo", "clean"), ("gloo", "loaded")}
     assert {(f["kind"], f["subject"]) for f in doc["links"]["findings"]} == {("host", c.hosts[3].name)}
+
+
+# Two pairs of a round on the world communicator at once, with no communicator of their own: the
+# samples agree on both sides of each pair (the leader's), a rank of no pair takes no part, and a
+# pair's peer must be another rank of the communicator.
+PAIRS_ON_WORLD = """
+import numpy as np
+from mpi4py import MPI
+from commbench import _host
+comm = MPI.COMM_WORLD
+peer = {0: 3, 3: 0, 1: 2, 2: 1}.get(comm.rank)
+buf = lambda: np.zeros(1 << 16, dtype=np.uint8)
+if peer is not None:
+    kw = dict(comm=comm.py2f(), peer=peer, first=comm.rank < peer)
+    ping = _host.pingpong_times(buf(), buf(), 1024, 20, **kw)
+    bw = _host.bandwidth_times(buf(), buf(), 1 << 16, 4, 5, **kw)
+    other = comm.sendrecv((list(ping), list(bw)), dest=peer, source=peer)
+    assert other == (list(ping), list(bw)) and min(ping) > 0 and min(bw) > 0, (ping, other)
+    for bad in (comm.rank, comm.size):
+        try:
+            _host.pingpong_times(buf(), buf(), 8, 1, comm=comm.py2f(), peer=bad, first=True)
+        except ValueError as e:
+            assert "is not another rank of the communicator" in str(e)
+        else:
+            raise AssertionError("a bad peer was taken")
+comm.Barrier()
+print("ok", comm.rank)
+"""
+
+
+@pytest.mark.mpi
+def test_pairs_of_a_round_share_the_world_communicator():
+    r = mpirun(5, [sys.executable, "-c", PAIRS_ON_WORLD], timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert sorted(r.stdout.splitlines()) == [f"ok {i}" for i in range(5)]

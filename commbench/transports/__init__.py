@@ -20,7 +20,8 @@ TRANSPORTS = (MPI, NCCL, GLOO)
 
 class Pair(Protocol):
     """One rank's side of a rank pair on a transport, made by the transport's open_pairs(world, pairs,
-    window), which is collective over the world and gives None to a rank in no pair."""
+    window), which every rank calls and which gives None to a rank in no pair. The pairs share the
+    world's communicator: none is made per round."""
     first: bool  # this rank sends first
     device: str  # where the pair's buffers live: 'cpu' or 'cuda:N'
 
@@ -30,7 +31,7 @@ class Pair(Protocol):
         iterations back to back between two timestamps (the loop timing), its figure per iteration."""
 
     def close(self) -> None:
-        """Frees what the pair holds of its own (MPI's two-rank communicator)."""
+        """Frees what the pair holds of its own, if anything."""
 
 
 def transport_names() -> list[str]:

@@ -46,32 +46,32 @@ class MpiTransport:
                                                  world.comm.py2f(), cfg.chunk_bytes, agg, delay_s, loop))
 
     def open_pairs(self, world, pairs, window: int) -> Optional[MpiPair]:
-        """One split of the world gives every pair of `pairs` (disjoint) a two-rank communicator, in
-        which the pair's first rank is 0, so the native loops need no peer id."""
-        from mpi4py import MPI
+        """This rank's side of its pair among `pairs` (disjoint), on the world communicator: the native
+        loops take the peer's rank and synchronise the pair alone, so a round of a thousand pairs
+        needs no communicator of its own (no collective at all: ranks of no pair just wait)."""
         mine = next((pair for pair in pairs if world.rank in pair), None)
         if mine is None:
-            world.comm.Split(MPI.UNDEFINED, 0)
             return None
-        comm = world.comm.Split(pairs.index(mine), list(mine).index(world.rank))
-        return MpiPair(comm, world.rank == mine[0], window)
+        peer = mine[1] if world.rank == mine[0] else mine[0]
+        return MpiPair(world.comm, world.rank == mine[0], window, peer)
 
 
 class MpiPair:
-    """A rank pair over its own MPI communicator, on host buffers, timed in native loops."""
+    """A rank pair over the world's MPI communicator, on host buffers, timed in native loops."""
     device = "cpu"
 
-    def __init__(self, comm, first: bool, window: int):
-        self.comm, self.first, self.window = comm, first, window
+    def __init__(self, comm, first: bool, window: int, peer: int):
+        self.comm, self.first, self.window, self.peer = comm, first, window, peer
 
     def times(self, test: str, send, recv, size: int, iters: int, loop: int = 1) -> np.ndarray:
         from .. import _host
+        where = {"comm": self.comm.py2f(), "loop": loop, "peer": self.peer, "first": self.first}
         if test == "pingpong":
-            return np.asarray(_host.pingpong_times(send, recv, size, iters, self.comm.py2f(), loop))
-        return np.asarray(_host.bandwidth_times(send, recv, size, self.window, iters, self.comm.py2f(), loop))
+            return np.asarray(_host.pingpong_times(send, recv, size, iters, **where))
+        return np.asarray(_host.bandwidth_times(send, recv, size, self.window, iters, **where))
 
     def close(self) -> None:
-        self.comm.Free()
+        """Nothing of its own to free: the communicator is the world's."""
 
 
 MPI = MpiTransport()

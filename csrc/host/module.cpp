@@ -47,11 +47,13 @@ MPI_Comm comm_from(int64_t fortran_handle) {
 // it spins: a library without a progress thread may hold the barrier's last message until the
 // rank's next call, and the peers would wait in the untimed barrier instead of the timed call.
 // Returns this rank's own times.
-template <typename Body>
-std::vector<double> time_iterations(MPI_Comm comm, int64_t iters, int64_t calls, double delay_s, Body&& body) {
+// `sync` is the barrier: every rank of comm, or the two of a pair (PairSide::sync).
+template <typename Sync, typename Body>
+std::vector<double> time_iterations_with(MPI_Comm comm, Sync&& sync, int64_t iters, int64_t calls, double delay_s,
+                                         Body&& body) {
   std::vector<double> t(static_cast<std::size_t>(std::max<int64_t>(iters, 0)));
   for (int64_t i = 0; i < iters; ++i) {
-    mpi_check(MPI_Barrier(comm), "MPI_Barrier");
+    sync();
     spin_for(delay_s, [&] {
       int arrived = 0;
       mpi_check(MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm, &arrived, MPI_STATUS_IGNORE), "MPI_Iprobe");
@@ -63,15 +65,15 @@ std::vector<double> time_iterations(MPI_Comm comm, int64_t iters, int64_t calls,
   return t;
 }
 
+template <typename Body>
+std::vector<double> time_iterations(MPI_Comm comm, int64_t iters, int64_t calls, double delay_s, Body&& body) {
+  return time_iterations_with(comm, [comm] { mpi_check(MPI_Barrier(comm), "MPI_Barrier"); }, iters, calls, delay_s,
+                              std::forward<Body>(body));
+}
+
 // Seconds per call of samples of `calls` calls each.
 std::vector<double> per_call(std::vector<double> t, int64_t calls) {
   for (double& x : t) x /= static_cast<double>(calls);
-  return t;
-}
-
-// Element-wise maximum over the ranks of comm, in place.
-std::vector<double> max_over_ranks(MPI_Comm comm, std::vector<double> t) {
-  mpi_check(MPI_Allreduce(MPI_IN_PLACE, t.data(), static_cast<int>(t.size()), MPI_DOUBLE, MPI_MAX, comm), "MPI_Allreduce");
   return t;
 }
 
@@ -165,79 +167,116 @@ std::vector<double> mpi_collective_times(Collective coll, Algorithm algo, const 
   return collective_times(backend, coll, algo, send, recv, op_code, root, iters, chunk_bytes, agg, delay_s, loop);
 }
 
-// One side of a point-to-point test: a two-rank communicator, and separate send and receive
-// buffers as OSU and nccl-tests use them (one buffer for both directions costs up to twice the time
-// at medium sizes, where the echo's receive and the next send contend for the same cache lines).
+// One side of a point-to-point test: the pair's communicator and this rank's peer in it, and separate
+// send and receive buffers as OSU and nccl-tests use them (one buffer for both directions costs up to
+// twice the time at medium sizes, where the echo's receive and the next send contend for the same
+// cache lines). The pair is either the two ranks of a two-rank communicator (peer -1: rank 0 leads)
+// or two ranks of a larger one, the world's, that every pair of a round shares: then `peer` names
+// the other rank and `first` whether this one leads (sends the ping, the windowed messages), and the
+// pair synchronises and agrees on its samples by itself, never by a collective of the others.
 struct PairSide {
   MPI_Comm comm;
-  int rank;
+  int peer;
+  bool first;
   char* s;
   char* r;
   int len;
+
+  // Tags of the pair's own barrier and exchange of samples, apart from the tests' 1 to 3.
+  static constexpr int kSync = 4, kSamples = 5;
+
+  void sync() const {
+    mpi_check(MPI_Sendrecv(nullptr, 0, MPI_BYTE, peer, kSync, nullptr, 0, MPI_BYTE, peer, kSync, comm, MPI_STATUS_IGNORE),
+              "MPI_Sendrecv");
+  }
+
+  // Element-wise maximum of the two sides' samples: the leader's times (the other side's are zero
+  // or its own view, never longer than the exchange it took part in).
+  std::vector<double> max(std::vector<double> t) const {
+    std::vector<double> other(t.size());
+    mpi_check(MPI_Sendrecv(t.data(), static_cast<int>(t.size()), MPI_DOUBLE, peer, kSamples, other.data(),
+                           static_cast<int>(other.size()), MPI_DOUBLE, peer, kSamples, comm, MPI_STATUS_IGNORE),
+              "MPI_Sendrecv");
+    for (std::size_t i = 0; i < t.size(); ++i) t[i] = std::max(t[i], other[i]);
+    return t;
+  }
 };
 
-PairSide pair_side(const Buffer& send, const Buffer& recv, int64_t bytes, int64_t iters, int64_t comm_handle) {
+PairSide pair_side(const Buffer& send, const Buffer& recv, int64_t bytes, int64_t iters, int64_t comm_handle,
+                   int64_t peer, bool first) {
   if (iters < 0) throw std::invalid_argument("iters must not be negative");
   require_host(send, "send buffer");
   require_host(recv, "recv buffer");
   if (bytes < 0 || bytes > static_cast<int64_t>(std::min(nbytes(send), nbytes(recv))) || bytes > INT32_MAX)
     throw std::invalid_argument("message of " + std::to_string(bytes) + " bytes does not fit the buffers");
-  PairSide p{comm_from(comm_handle), 0, static_cast<char*>(send.data), static_cast<char*>(recv.data),
+  PairSide p{comm_from(comm_handle), 0, first, static_cast<char*>(send.data), static_cast<char*>(recv.data),
              static_cast<int>(bytes)};
-  mpi_check(MPI_Comm_rank(p.comm, &p.rank), "MPI_Comm_rank");
+  int rank = 0, size = 0;
+  mpi_check(MPI_Comm_rank(p.comm, &rank), "MPI_Comm_rank");
+  mpi_check(MPI_Comm_size(p.comm, &size), "MPI_Comm_size");
+  if (peer < 0) {
+    if (size != 2) throw std::invalid_argument("a pair's communicator without a peer must have two ranks");
+    p.peer = 1 - rank;
+    p.first = rank == 0;
+  } else {
+    if (peer >= size || peer == rank)
+      throw std::invalid_argument("peer " + std::to_string(peer) + " is not another rank of the communicator");
+    p.peer = static_cast<int>(peer);
+  }
   return p;
 }
 
-// Ping-pong between the two ranks of a two-rank communicator: rank 0 sends, rank 1 echoes. A sample
-// is `loop` round trips back to back as seen by rank 0 (1: each round trip its own sample; more: the
-// loop timing, one pair of timestamps around them), and its figure half a round trip; rank 1 reports
-// zero, so the maximum over ranks is rank 0's. No barrier between round trips: the exchange itself
-// keeps lock step.
+// Ping-pong between the two sides of a pair: the leader sends, the other echoes. A sample is `loop`
+// round trips back to back as seen by the leader (1: each round trip its own sample; more: the loop
+// timing, one pair of timestamps around them), and its figure half a round trip; the other side
+// reports zero, so the maximum over the pair is the leader's. No barrier between round trips: the
+// exchange itself keeps lock step.
 std::vector<double> pingpong_times(const Buffer& send, const Buffer& recv, int64_t bytes, int64_t iters,
-                                   int64_t comm_handle, int64_t loop) {
-  const auto [comm, rank, s, r, len] = pair_side(send, recv, bytes, iters, comm_handle);
+                                   int64_t comm_handle, int64_t loop, int64_t peer, bool first) {
+  const PairSide p = pair_side(send, recv, bytes, iters, comm_handle, peer, first);
   if (loop < 1) throw std::invalid_argument("loop must be at least 1");
   std::vector<double> t(static_cast<std::size_t>(std::max<int64_t>(iters, 0)), 0.0);
-  mpi_check(MPI_Barrier(comm), "MPI_Barrier");
+  p.sync();
   for (int64_t i = 0; i < iters; ++i) {
-    if (rank == 0) {
+    if (p.first) {
       const auto t0 = Clock::now();
       for (int64_t c = 0; c < loop; ++c) {
-        mpi_check(MPI_Send(s, len, MPI_BYTE, 1, 1, comm), "MPI_Send");
-        mpi_check(MPI_Recv(r, len, MPI_BYTE, 1, 1, comm, MPI_STATUS_IGNORE), "MPI_Recv");
+        mpi_check(MPI_Send(p.s, p.len, MPI_BYTE, p.peer, 1, p.comm), "MPI_Send");
+        mpi_check(MPI_Recv(p.r, p.len, MPI_BYTE, p.peer, 1, p.comm, MPI_STATUS_IGNORE), "MPI_Recv");
       }
       t[i] = std::chrono::duration<double>(Clock::now() - t0).count() / (2.0 * static_cast<double>(loop));
     } else {
       for (int64_t c = 0; c < loop; ++c) {
-        mpi_check(MPI_Recv(r, len, MPI_BYTE, 0, 1, comm, MPI_STATUS_IGNORE), "MPI_Recv");
-        mpi_check(MPI_Send(s, len, MPI_BYTE, 0, 1, comm), "MPI_Send");
+        mpi_check(MPI_Recv(p.r, p.len, MPI_BYTE, p.peer, 1, p.comm, MPI_STATUS_IGNORE), "MPI_Recv");
+        mpi_check(MPI_Send(p.s, p.len, MPI_BYTE, p.peer, 1, p.comm), "MPI_Send");
       }
     }
   }
-  return max_over_ranks(comm, std::move(t));
+  return p.max(std::move(t));
 }
 
-// Windowed unidirectional bandwidth: rank 0 posts `window` sends of `bytes` from its send buffer,
-// rank 1 receives them into its receive buffer and answers with a 4-byte ack. A sample is `loop`
-// windows back to back after a barrier, as seen by rank 0; its figure the time per window.
+// Windowed unidirectional bandwidth: the leader posts `window` sends of `bytes` from its send buffer,
+// the other side receives them into its receive buffer and answers with a 4-byte ack. A sample is
+// `loop` windows back to back after the pair's barrier, as seen by the leader; its figure the time
+// per window.
 std::vector<double> bandwidth_times(const Buffer& send, const Buffer& recv, int64_t bytes, int64_t window,
-                                    int64_t iters, int64_t comm_handle, int64_t loop) {
-  const auto [comm, rank, s, r, len] = pair_side(send, recv, bytes, iters, comm_handle);
+                                    int64_t iters, int64_t comm_handle, int64_t loop, int64_t peer, bool first) {
+  const PairSide p = pair_side(send, recv, bytes, iters, comm_handle, peer, first);
   if (loop < 1) throw std::invalid_argument("loop must be at least 1");
   std::vector<MPI_Request> reqs(static_cast<std::size_t>(window));
   int ack = 0;
-  return max_over_ranks(comm, per_call(time_iterations(comm, iters, loop, 0.0, [&] {
+  return p.max(per_call(time_iterations_with(p.comm, [&p] { p.sync(); }, iters, loop, 0.0, [&] {
     for (int64_t w = 0; w < window; ++w) {
-      if (rank == 0)
-        mpi_check(MPI_Isend(s, len, MPI_BYTE, 1, 2, comm, &reqs[w]), "MPI_Isend");
+      if (p.first)
+        mpi_check(MPI_Isend(p.s, p.len, MPI_BYTE, p.peer, 2, p.comm, &reqs[w]), "MPI_Isend");
       else
-        mpi_check(MPI_Irecv(r, len, MPI_BYTE, 0, 2, comm, &reqs[w]), "MPI_Irecv");
+        mpi_check(MPI_Irecv(p.r, p.len, MPI_BYTE, p.peer, 2, p.comm, &reqs[w]), "MPI_Irecv");
     }
     mpi_check(MPI_Waitall(static_cast<int>(window), reqs.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
-    if (rank == 0)
-      mpi_check(MPI_Recv(&ack, 1, MPI_INT, 1, 3, comm, MPI_STATUS_IGNORE), "MPI_Recv");
+    if (p.first)
+      mpi_check(MPI_Recv(&ack, 1, MPI_INT, p.peer, 3, p.comm, MPI_STATUS_IGNORE), "MPI_Recv");
     else
-      mpi_check(MPI_Send(&ack, 1, MPI_INT, 0, 3, comm), "MPI_Send");
+      mpi_check(MPI_Send(&ack, 1, MPI_INT, p.peer, 3, p.comm), "MPI_Send");
   }), loop));
 }
 
@@ -325,9 +364,11 @@ PYBIND11_MODULE(_host, m) {
         py::arg("iters"), py::arg("comm"), py::arg("chunk_bytes"), py::arg("agg") = 1, py::arg("delay_s") = 0.0,
         py::arg("loop") = 1, py::call_guard<py::gil_scoped_release>());
   m.def("pingpong_times", &pingpong_times, py::arg("send"), py::arg("recv"), py::arg("bytes"), py::arg("iters"),
-        py::arg("comm"), py::arg("loop") = 1, py::call_guard<py::gil_scoped_release>());
+        py::arg("comm"), py::arg("loop") = 1, py::arg("peer") = -1, py::arg("first") = false,
+        py::call_guard<py::gil_scoped_release>());
   m.def("bandwidth_times", &bandwidth_times, py::arg("send"), py::arg("recv"), py::arg("bytes"), py::arg("window"),
-        py::arg("iters"), py::arg("comm"), py::arg("loop") = 1, py::call_guard<py::gil_scoped_release>());
+        py::arg("iters"), py::arg("comm"), py::arg("loop") = 1, py::arg("peer") = -1, py::arg("first") = false,
+        py::call_guard<py::gil_scoped_release>());
   m.def("fill_pattern", &fill_pattern, py::arg("buffer"), py::arg("op"), py::arg("rank"), py::arg("nranks"),
         py::arg("first") = 0);
   m.def("count_wrong", &count_wrong, py::arg("buffer"), py::arg("op"), py::arg("nranks"), py::arg("first") = 0,
