@@ -483,10 +483,10 @@ exec ip netns exec "$ns" unshare --uts sh -c "hostname $ns; $*"
         ]
 
     def mpirun(self, args: list, ranks_per_host: int = 1, hosts: Optional[list] = None, timeout: float = 120,
-               cwd: Optional[str] = None) -> subprocess.CompletedProcess:
+               cwd: Optional[str] = None, export: Optional[dict] = None) -> subprocess.CompletedProcess:
         """Runs `args` (program and its arguments) under mpirun across the cluster and waits, at most
         `timeout` seconds (then everything it started is killed and TimeoutExpired raised)."""
-        p = self.popen([*self.mpirun_prefix(ranks_per_host, hosts), *args], env=self.env(), cwd=cwd)
+        p = self.popen([*self.mpirun_prefix(ranks_per_host, hosts, export), *args], env=self.env(), cwd=cwd)
         try:
             out, err = p.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:

@@ -189,7 +189,17 @@ def test_one_fault_of_each_kind_at_once_apart_is_named_exactly():
     assert set(failing(result)) == {"node0005", "node0100", a, b, *names(64)[48:64]}
 
 
-def test_a_rail_fault_is_named_with_its_nic_where_the_snapshot_knows_it():
+@pytest.mark.parametrize("env,nic", [
+    ({"UCX_NET_DEVICES": "mlx5_3:1"}, "mlx5_3"), ({"NCCL_IB_HCA": "mlx5_2"}, "mlx5_2"),
+    ({"OMPI_MCA_btl_tcp_if_include": "eth1"}, "eth1"), ({"NCCL_IB_HCA": "mlx5_0,mlx5_1"}, None),
+    ({"NCCL_IB_HCA": "^mlx5_0"}, None), ({"NCCL_IB_HCA": "=mlx5_0"}, None),
+    ({"OMPI_MCA_btl_tcp_if_include": "10.0.0.0/24"}, None), ({}, None)])
+def test_the_nic_a_launch_pins_a_rank_to(env, nic):
+    from commbench.node.machine import pinned_nic
+    assert pinned_nic(env) == nic
+
+
+def test_a_rail_fault_is_named_with_its_nic_where_the_launch_names_it():
     layout = sim.cluster(16, 2, None)
     model = sim.Model(layout, {"rail:node0003:1": 0.3}, 0)
     flows = [f for r in host_level.first_rounds(layout, 3, 0) for f in model.measure(r)]
@@ -373,7 +383,8 @@ def _measured_pair(c):
 
 FAULTS = {
     "host": (lambda c: c.shape(1, FAULT), lambda c: {1: "host"}),
-    "rail": (lambda c: c.shape(4, FAULT, rail=1), lambda c: {4: "rail: local rank 1"}),
+    # Named with its NIC: each rank's launch pins it to its rail's interface (btl_tcp_if_include).
+    "rail": (lambda c: c.shape(4, FAULT, rail=1), lambda c: {4: "rail: local rank 1 (eth1): "}),
     "link": (lambda c: c.shape_pair(*_measured_pair(c), FAULT),
              lambda c: {i: f"link: {c.hosts[j].name}" for i, j in (_measured_pair(c), _measured_pair(c)[::-1])}),
     "switch": (lambda c: c.shape_uplink(0, UPLINK), lambda c: {i: "switch: leaf0" for i in range(3)}),
@@ -443,3 +454,29 @@ def test_a_host_that_stops_or_dies_midway_reads_fail_lost(fault, rails_cluster, 
     # itself (its TCP connection closed: MPI_ERRORS_ARE_FATAL, no communicator to ask) and reads lost too.
     assert named == {lost} if fault == "stop" else len(named) <= 2, verdicts
     assert f"{lost} | FAIL lost: " in said
+
+
+# On emulated GPUs (the gpu pass of `make test`): NCCL send/recv on the world communicator at host
+# level across namespace hosts. The emulated NCCL moves data through shared memory, not the veths:
+# a functional run (rounds, rows, the exact check, a verdict per host), its figures not judged.
+@pytest.mark.gpu
+@pytest.mark.cluster
+@pytest.mark.mpi
+def test_host_level_over_nccl_on_emulated_gpus_is_a_functional_run(make_cluster, workdir):
+    from commbench.node.gpu import EMULATION
+    if not os.environ.get(EMULATION):
+        pytest.skip(f"needs the emulated GPUs ({EMULATION}, as make test's gpu pass sets)")
+    c = make_cluster(3)
+    out = os.path.join(workdir, "nccl.json")
+    export = {"COMMBENCH_MASTER_ADDR": c.hosts[0].addr, EMULATION: os.environ[EMULATION],
+              "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
+    r = c.mpirun([COMMBENCH, *CLUSTER, "--impl", "nccl", "-o", out], ranks_per_host=2, timeout=240, cwd=workdir,
+                 export=export)
+    assert r.returncode in (0, 1), r.stdout[-3000:] + r.stderr[-3000:]
+    doc = results.load_document(out)
+    assert doc["status"] == "complete" and doc["links"]["impl"] == "nccl"
+    assert {x["impl"] for x in doc["results"]} == {"nccl"} and all(x["wrong"] == 0 for x in doc["results"])
+    stages = {x["schedule"] for x in doc["results"]}
+    assert {"intra", "inter"} <= stages
+    assert [VERDICT.match(line).group(1) for line in r.stdout.splitlines() if VERDICT.match(line)] == \
+        [h.name for h in c.hosts]

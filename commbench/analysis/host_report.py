@@ -35,10 +35,14 @@ def round_rows(rounds: list[Round]) -> list[dict]:
 
 
 def report(impl: str, layout: Layout, settings: dict, flows: list[Flow], rounds: list[dict],
-           lost: Optional[dict[str, str]] = None) -> dict:
-    """The `links` section of a host-level run; `lost`: {host: why} of hosts that died or stalled."""
-    result = judge(layout, flows, settings["threshold_pct"] / 100, settings["judged"], lost)
+           lost: Optional[dict[str, str]] = None, nics: Optional[list] = None) -> dict:
+    """The `links` section of a host-level run; `lost`: {host: why} of hosts that died or stalled;
+    `nics`: by rank, the NIC its launch pinned it to, or None (a rail's finding names its NIC)."""
+    local = layout.local()
+    by_rail = {(layout.hosts[r], local[r]): nic for r, nic in enumerate(nics or []) if nic}
+    result = judge(layout, flows, settings["threshold_pct"] / 100, settings["judged"], lost, by_rail)
     return {**settings, "impl": impl, "hosts": list(layout.hosts), "leaf_of": layout.leaf_of, "rounds": rounds,
+            "nics": list(nics) if by_rail else None,
             "typical": result["typical"], "findings": result["findings"], "verdicts": result["verdicts"]}
 
 
@@ -46,7 +50,8 @@ def rejudge(section: dict, records: list[dict], threshold_pct: float, judged) ->
     """An earlier host-level section judged again from its rows (another threshold or metric)."""
     layout = Layout(section["hosts"], section.get("leaf_of"))
     settings = {**section, "threshold_pct": threshold_pct, "judged": list(judged)}
-    return report(section["impl"], layout, settings, flows_from_records(records, layout), section["rounds"])
+    return report(section["impl"], layout, settings, flows_from_records(records, layout), section["rounds"],
+                  nics=section.get("nics"))
 
 
 def lines(section: dict) -> list[str]:

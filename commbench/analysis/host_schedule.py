@@ -77,7 +77,10 @@ def inter_rounds(hosts: list[str], k: Optional[int], seed: int,
     if k >= circle_rounds(n) or len(leaves) < 2:
         return _circle_pick(hosts, k, rng, hosts)
     within = [_circle_pick(members, k // 2, rng, hosts) for members in leaves.values()]
-    rounds = [sorted(pair for picked in within if r < len(picked) for pair in picked[r]) for r in range(k // 2)]
+    # More rounds than a leaf has pairs for leave it idle; a round with no pair at all is not run.
+    rounds = [rnd for rnd in ([pair for picked in within if r < len(picked) for pair in picked[r]]
+                              for r in range(k // 2)) if rnd]
+    rounds = [sorted(rnd) for rnd in rounds]
     met = {pair for rnd in rounds for pair in rnd}
     for _ in range(k - k // 2):
         rnd = min((_cross(leaves, rng, hosts) for _ in range(CROSS_TRIES)), key=lambda rnd: len(met.intersection(rnd)))

@@ -174,6 +174,8 @@ def _host_body(world, cfg, sizes, threshold_pct, judged, host_rounds, seed, topo
     steps = 2 * sum(len(r.pairs) for r in first_rounds(layout, k, seed, intra))
     reporter = make_reporter(world, cfg, output or default_path("links"), steps, config={"links": settings})
 
+    from ..node.machine import pinned_nic
+    nics = world.gather(pinned_nic())  # by rank, on rank 0: a rail's NIC where the launch names it
     done = HostRun()
     if reporter:
         def salvage(absent) -> None:
@@ -183,14 +185,15 @@ def _host_body(world, cfg, sizes, threshold_pct, judged, host_rounds, seed, topo
                 ranks.setdefault(world.hosts[r], []).append(r)
             lost = {h: f"rank{'s' if len(rs) > 1 else ''} {', '.join(map(str, rs))} did not arrive in {reporter.current}"
                     for h, rs in ranks.items()}
-            found = report(cfg.impls[0], layout, settings, list(done.flows), round_rows(done.rounds), lost)
+            found = report(cfg.impls[0], layout, settings, list(done.flows), round_rows(done.rounds), lost, nics)
             reporter.attach("links", found)
             _show(found)
         reporter.salvage = salvage
 
     def run():
         wrong = run_host_links(world, cfg, sizes[0], sizes[1], reporter, plan, done)
-        found = world.root_call(lambda: report(cfg.impls[0], layout, settings, done.flows, round_rows(done.rounds)))
+        found = world.root_call(lambda: report(cfg.impls[0], layout, settings, done.flows, round_rows(done.rounds),
+                                               nics=nics))
         if reporter:
             reporter.attach("links", found)
         return wrong + len(found["findings"])

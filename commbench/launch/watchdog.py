@@ -204,9 +204,12 @@ class Watchdog:
         self.watched = self.up is not None  # another rank with a channel to rank 0
         self.reported = False  # rank 0 said it reported the ending
         now = time.monotonic()
-        parents = relay_parents(world.hosts) if world.size > 1 else {}
-        # Rank 0 and leaders: the ranks behind each connection (a leader's: its host's).
-        self.behind = {c: [c, *(r for r, p in parents.items() if p == c and self.rank == 0)] for c in self.peers}
+        # Rank 0: the ranks behind each connection (a leader's: its host's); a leader's ranks: their own.
+        below: dict[int, list[int]] = {}
+        if self.rank == 0:
+            for r, parent in (relay_parents(world.hosts) if world.size > 1 else {}).items():
+                below.setdefault(parent, []).append(r)
+        self.behind = {c: [c, *below.get(c, [])] for c in self.peers}
         # Rank 0: when each rank was last heard, directly or through its leader.
         self.heard = {r: now for ranks in self.behind.values() for r in ranks} if self.rank == 0 else {}
         self.beats: set[int] = set()  # a leader: its ranks heard since its last beat

@@ -156,3 +156,20 @@ def describe(hosts: list[str], ranks: int, launcher: str) -> dict:
 
 def tool_info() -> dict:
     return {"name": "commbench", "version": __version__, "git_commit": git_commit()}
+
+
+# Where a launch pins a rank to one network device, in the order the libraries read them: UCX's
+# device (mlx5_1:1), NCCL's InfiniBand HCA and socket interface, Open MPI's TCP interface.
+NIC_VARIABLES = ("UCX_NET_DEVICES", "NCCL_IB_HCA", "NCCL_SOCKET_IFNAME", "OMPI_MCA_btl_tcp_if_include")
+
+
+def pinned_nic(env: Optional[dict] = None) -> Optional[str]:
+    """The one NIC this rank's environment pins it to (a rail-per-rank launch sets one per local
+    rank), or None where none is named alone: a list, an exclusion (^), a prefix (=), a subnet."""
+    env = os.environ if env is None else env
+    for name in NIC_VARIABLES:
+        value = env.get(name, "").strip()
+        if value and not any(c in value for c in ",^=/ ") and not value[0].isdigit():
+            return value.split(":")[0]
+    return None
+
