@@ -166,6 +166,8 @@ def test_gpu_loop_returns_own_times_and_delays_before_the_start_event():
 
 def test_host_loop_delays_between_barrier_and_clock():
     text = _code("host", "module.cpp")
-    loop = text[text.index("std::vector<double> time_iterations("):text.index("std::vector<double> max_over_ranks(")]
-    assert loop.index("MPI_Barrier") < loop.index("spin_for(delay_s") < loop.index("Clock::now()")
+    loop = text[text.index("std::vector<double> time_iterations_with("):text.index("std::vector<double> per_call(")]
+    assert loop.index("sync();") < loop.index("spin_for(delay_s") < loop.index("Clock::now()")
     assert "MPI_Allreduce" not in loop
+    # Every rank of a collective's communicator is the barrier; a pair's, its own exchange.
+    assert "MPI_Barrier(comm)" in loop[loop.index("std::vector<double> time_iterations("):]

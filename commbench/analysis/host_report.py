@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+from ..errors import CommbenchError
 from ..sizes import format_size
 from .host_level import STAGES, Layout, Round, judge
 from .host_verdicts import Flow, evidence, verdict_lines
@@ -46,12 +47,16 @@ def report(impl: str, layout: Layout, settings: dict, flows: list[Flow], rounds:
             "typical": result["typical"], "findings": result["findings"], "verdicts": result["verdicts"]}
 
 
-def rejudge(section: dict, records: list[dict], threshold_pct: float, judged) -> dict:
+def rejudge(section: dict, records: list[dict], threshold_pct: float, judged, source: str = "the file") -> dict:
     """An earlier host-level section judged again from its rows (another threshold or metric)."""
     layout = Layout(section["hosts"], section.get("leaf_of"))
     settings = {**section, "threshold_pct": threshold_pct, "judged": list(judged)}
-    return report(section["impl"], layout, settings, flows_from_records(records, layout), section["rounds"],
-                  nics=section.get("nics"))
+    try:
+        return report(section["impl"], layout, settings, flows_from_records(records, layout), section["rounds"],
+                      nics=section.get("nics"))
+    except (KeyError, IndexError) as e:  # a file edited by hand: its rows or leaves name other ranks or hosts
+        raise CommbenchError(f"{source}: its rows and links section do not match (no {e} among its ranks or "
+                             "hosts): not a host-level links file as commbench wrote it") from None
 
 
 def lines(section: dict) -> list[str]:

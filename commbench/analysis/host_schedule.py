@@ -83,9 +83,13 @@ def inter_rounds(hosts: list[str], k: Optional[int], seed: int,
     rounds = [sorted(rnd) for rnd in rounds]
     met = {pair for rnd in rounds for pair in rnd}
     for _ in range(k - k // 2):
-        rnd = min((_cross(leaves, rng, hosts) for _ in range(CROSS_TRIES)), key=lambda rnd: len(met.intersection(rnd)))
-        met.update(rnd)
-        rounds.append(rnd)
+        # The arrangement with the fewest pairs met before, then the most pairs (a leaf holding more
+        # than half of the hosts leaves some idle); a round of no pair is not run.
+        rnd = min((_cross(leaves, rng, hosts) for _ in range(CROSS_TRIES)),
+                  key=lambda rnd: (len(met.intersection(rnd)), -len(rnd)))
+        if rnd:
+            met.update(rnd)
+            rounds.append(rnd)
     return rounds
 
 

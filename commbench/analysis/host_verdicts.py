@@ -31,7 +31,9 @@ from .links import attribute as attribute_ranks
 AGREE = 0.75
 # Trusted partners a suspect is retested against in the confirmation stage.
 CONFIRM_PARTNERS = 2
-KINDS = ("lost", "switch", "host", "rail", "link", "rank", "pair")
+# Measurements of a host pair on a rail before it can be named a slow link.
+LINK_MEASUREMENTS = 2
+KINDS = ("lost", "untested", "switch", "host", "rail", "link", "rank", "pair")
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +132,11 @@ def attribute(flows: list[Flow], ratio: list[float], hosts: list[str], threshold
         found += _switches(ev, hosts, leaf_of, lost)
     found += _hosts_and_rails(ev, rails, nics or {})
     found += _links(ev)
+    if len(hosts) > 1:
+        # A host that met no other (an idle one of an odd count, one not reached before a failure)
+        # was not shown good.
+        found += [{"kind": "untested", "subject": h, "hosts": [h]} for h in dict.fromkeys(hosts)
+                  if h not in ev.of and h not in lost]
     intra = [i for i in keep if flows[i].a == flows[i].b]
     found += _intra([flows[i] for i in intra], [ratio[i] for i in intra], threshold)
     order = {h: k for k, h in enumerate(hosts)}
@@ -254,7 +261,10 @@ def _links(ev: _Evidence) -> list[dict]:
         per_rail: dict[int, list[int]] = {}
         for i in idx:
             per_rail.setdefault(ev.flows[i].la, []).append(i)
-        slow_rails = sorted(r for r, mine in per_rail.items() if _share([ev.slow[i] for i in mine]) > 0.5)
+        # Measured twice at least (the confirmation measures a suspect pair again): one slow
+        # measurement alone is no evidence against a host pair.
+        slow_rails = sorted(r for r, mine in per_rail.items()
+                            if len(mine) >= LINK_MEASUREMENTS and _share([ev.slow[i] for i in mine]) > 0.5)
         if not slow_rails:
             continue
         slow = [i for r in slow_rails for i in per_rail[r] if ev.slow[i]]
@@ -294,6 +304,8 @@ def evidence(f: dict, host: str) -> str:
     kind = f["kind"]
     if kind == "lost":
         return f"lost: {f['why']}"
+    if kind == "untested":
+        return "untested: no flow with another host was measured"
     if kind == "switch":
         return (f"switch: {f['subject']}: flows to other leaves at {_pct(f['ratio'])} from all {f['agreed']} hosts "
                 f"below it ({len(f['flows'])} flows, {f['partners']} partners), {100 * f['inside']:.0f} % inside the leaf")
@@ -331,7 +343,7 @@ def named(findings: list[dict]) -> set[str]:
     """The findings as the specs `links_at_scale.py` plants: host:H, rail:H:I, link:A:B, switch:LEAF."""
     out = set()
     for f in findings:
-        if f["kind"] in ("host", "switch", "lost"):
+        if f["kind"] in ("host", "switch", "lost", "untested"):
             out.add(f"{f['kind']}:{f['subject']}")
         elif f["kind"] == "rail":
             out.add(f"rail:{f['hosts'][0]}:{f['rail']}")
@@ -347,13 +359,13 @@ def confirmation_needs(flows: list[Flow], ratio: list[float], threshold: float, 
     """What the confirmation stage retests after the first judgement: ({host: trusted partners it
     needs} for every host in a finding's scope and every end of a slow flow no finding explains, the
     host pairs named as links, to measure again; the hosts trusted to be partners)."""
-    scope = {h for f in findings if f["kind"] not in ("rank", "pair") for h in f["hosts"]}
+    scope = {h for f in findings if f["kind"] not in ("rank", "pair", "untested") for h in f["hosts"]}
     lost = {h for f in findings if f["kind"] == "lost" for h in f["hosts"]}
-    loose = set()
+    loose: set[tuple[str, str]] = set()
     for f, r in zip(flows, ratio):
         if f.a != f.b and r < threshold and not {f.a, f.b} & scope:
-            loose.update((f.a, f.b))
-    needs = {h: CONFIRM_PARTNERS for h in sorted(scope | loose) if h not in lost}
-    again = [tuple(f["hosts"]) for f in findings if f["kind"] == "link"]
+            loose.add((f.a, f.b) if f.a < f.b else (f.b, f.a))
+    needs = {h: CONFIRM_PARTNERS for h in sorted(scope | {h for pair in loose for h in pair}) if h not in lost}
+    again = sorted(loose)
     inter = {h for f in flows if f.a != f.b for h in (f.a, f.b)}
     return needs, again, inter - needs.keys() - lost

@@ -78,7 +78,7 @@ def links(impl, latency_size, bandwidth_size, window, threshold_pct, mad_z, judg
         old = doc["links"]
         if old.get("level") == "host":
             from ..analysis.host_report import rejudge
-            found = rejudge(old, doc["results"], threshold_pct, judged)
+            found = rejudge(old, doc["results"], threshold_pct, judged, source)
             _show(found)
             sys.exit(1 if found["findings"] else 0)
         found = section(old["impl"], old["hosts"], old["latency_size"], old["bandwidth_size"], threshold_pct, mad_z,

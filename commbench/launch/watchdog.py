@@ -41,6 +41,8 @@ from ..errors import one_line
 TICK_S = 0.25
 # Connections a listener holds waiting to be accepted: a leader per host may connect at once.
 BACKLOG = 4096
+# Rank 0 with more ranks reporting to it than this raises its soft limit on open files first.
+FILES_RAISED_ABOVE = 512
 # A rank silent this long is stopped (or its host is gone).
 STALE_S = 1.0
 # How long a rank other than 0 waits for rank 0 to report its ending and end before it leaves on its own.
@@ -174,6 +176,8 @@ def _side_channel(world) -> tuple[Optional[socket.socket], dict]:
             up = None
     peers = {}
     if listener is not None:
+        if len(children) > FILES_RAISED_ABOVE:
+            _more_files()  # before accepting: accept() past the soft limit fails
         listener.settimeout(CONNECT_TIMEOUT_S)
         with listener:
             with contextlib.suppress(OSError):
@@ -182,8 +186,6 @@ def _side_channel(world) -> tuple[Optional[socket.socket], dict]:
                     conn.settimeout(CONNECT_TIMEOUT_S)
                     peers[int(conn.makefile().readline())] = conn
                     conn.settimeout(None)
-        if len(children) > 512:
-            _more_files()
     return up, peers
 
 
@@ -210,9 +212,12 @@ class Watchdog:
             for r, parent in (relay_parents(world.hosts) if world.size > 1 else {}).items():
                 below.setdefault(parent, []).append(r)
         self.behind = {c: [c, *below.get(c, [])] for c in self.peers}
-        # Rank 0: when each rank was last heard, directly or through its leader.
-        self.heard = {r: now for ranks in self.behind.values() for r in ranks} if self.rank == 0 else {}
-        self.beats: set[int] = set()  # a leader: its ranks heard since its last beat
+        # Rank 0: when each rank was last heard, directly or through its leader. A rank that never
+        # reached its leader runs unwatched (as one that cannot reach rank 0): it enters here with
+        # its leader's first beat, which names every rank connected to it.
+        self.heard = {c: now for c in self.peers} if self.rank == 0 else {}
+        self.beats: set[int] = set(self.peers) if self.up is not None else set()  # a leader: its ranks heard
+        self._beat_at = 0.0  # when this rank last sent its beat
         self.finished: set[int] = set()  # ranks that said goodbye
         self.lost: list[int] = []  # rank 0: ranks whose connection closed without a goodbye
         self.failures: dict[int, tuple[str, str]] = {}  # rank 0: (status, text) other ranks reported
@@ -259,8 +264,11 @@ class Watchdog:
                 if self.peers:
                     self._read_peers(0)
                 if self.up is not None:
-                    self._send(self.up, "beat " + ",".join(map(str, sorted({self.rank, *self.beats}))))
-                    self.beats.clear()
+                    # One beat a tick, however often the ranks behind a leader wake it.
+                    if time.monotonic() - self._beat_at >= TICK_S:
+                        self._send(self.up, "beat " + ",".join(map(str, sorted({self.rank, *self.beats}))))
+                        self.beats.clear()
+                        self._beat_at = time.monotonic()
                     news = self._read_up(0)
             # Outside the lock: an ending on the main thread holds _ending and then takes _io.
             if news and not self.stopped:  # rank 0 reported an ending, or is gone: this rank leaves too
@@ -338,7 +346,7 @@ class Watchdog:
     def _lose(self, ranks: list[int]) -> None:
         """Ranks whose connection closed without a goodbye: rank 0's news, a leader's to pass on."""
         if self.rank == 0:
-            self.lost += ranks
+            self.lost += [r for r in ranks if r not in self.failures and r not in self.finished]
         elif self.up is not None:
             self._send(self.up, "lost " + ",".join(map(str, ranks)))
 

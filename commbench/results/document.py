@@ -314,15 +314,16 @@ class ResultFile:
         # Exclusive creation: an existing result is never replaced.
         write_new(path, self.doc, taken_message(path))
 
-    def add(self, record: dict) -> None:
-        self.doc["results"].append(record)
-        self._encoded.append(json.dumps(record))
+    def add(self, *records: dict) -> None:
+        """Rows in one rewrite (a host-level links round adds its thousands of flows at once)."""
+        self.doc["results"].extend(records)
+        self._encoded.extend(json.dumps(r) for r in records)
         try:
             self._rewrite()
         except OSError:
             # The file is the record: what it lacks, the summary must not show.
-            self.doc["results"].pop()
-            self._encoded.pop()
+            del self.doc["results"][len(self.doc["results"]) - len(records):]
+            del self._encoded[len(self._encoded) - len(records):]
             raise
 
     def _rewrite(self) -> None:

@@ -79,7 +79,7 @@ def run_host_links(world, cfg, latency_size: int, bandwidth_size: int, reporter,
 
 def _round_line(n: int, rnd, flows: list[Flow]) -> None:
     import click
-    bw = [f.bandwidth_gbps for f in flows]
+    bw = [f.bandwidth_gbps for f in flows] or [float("nan")]
     what = f"{len(rnd.hosts)} host pair(s), " if rnd.hosts else ""
     click.echo(f"# round {n} ({rnd.stage}): {what}{len(flows)} flow(s), bandwidth {min(bw):.3f}-{max(bw):.3f} GB/s "
                f"(median {float(np.median(bw)):.3f})")
@@ -110,7 +110,7 @@ def _round(world, cfg, sched: str, pairs, tests, where: str, reporter, show: boo
     got = world.gather(rows)
     if not reporter:
         return 0, []
-    total, out = 0, []
+    total, out, rows = 0, [], []
     for a, b in pairs:
         block = f"{label} {a}-{b}"
         if show:
@@ -119,7 +119,12 @@ def _round(world, cfg, sched: str, pairs, tests, where: str, reporter, show: boo
         for k, (_test, size) in enumerate(tests):
             rec = got[a][k][0].but(wrong=got[a][k][1] + got[b][k][1], schedule=sched)
             total += rec.wrong
-            reporter.add(rec, block, format_size(size), show)
             recs.append(rec)
+            rows.append((rec, block, format_size(size)))
+            if show:  # a pair's table under its own header
+                reporter.add_rows(rows, show)
+                rows = []
         out.append(((a, b), recs))
+    if rows:  # the round's rows in one write
+        reporter.add_rows(rows, show)
     return total, out

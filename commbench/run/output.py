@@ -66,15 +66,15 @@ class FileOutput:
         """Status failed, timeout, peer-lost or interrupted. A failed write (the full disk that failed
         the run) leaves the last complete version."""
         self.stop()
-        if self.salvage is not None and absent:
-            # Whatever goes wrong here, the rows already written stay and the file is still closed.
-            with contextlib.suppress(Exception):
-                self.salvage(absent)
         try:
             with self.writing:
                 self.file.finish(error, status)
         except OSError as e:
             return f"{self.file.path} keeps the rows of its last complete write; closing it failed: {e.strerror}"
+        if self.salvage is not None and absent:
+            # After the close: a launcher that ends rank 0 meanwhile leaves the rows and the status.
+            with contextlib.suppress(Exception):
+                self.salvage(absent)
         return f"measured rows kept in {self.file.path}"
 
     def stop(self) -> None:

@@ -69,24 +69,28 @@ class Reporter(FileOutput):
         if self._progress is not None:
             self._progress.update(self._task, description=label)
 
-    def add(self, rec: Record, block: str, size_label: str, show: bool = True) -> None:
-        """`show`: a row on stdout too (host-level links keeps its thousands of flows to the file)."""
-        record = rec.as_dict()
+    def add(self, rec: Record, block: str, size_label: str) -> None:
+        self.add_rows([(rec, block, size_label)])
+
+    def add_rows(self, rows: list[tuple[Record, str, str]], show: bool = True) -> None:
+        """(record, block, size label) rows written in one rewrite of the file; `show`: a table row
+        each on stdout too (host-level links keeps its thousands of flows to the file)."""
+        records = [rec.as_dict() for rec, _, _ in rows]
         with self.writing:
-            self.file.add(record)
-            if not show:
-                pass
-            elif not self.paired:
-                click.echo(table.row(record))
-            elif record["in_place"]:
-                click.echo(table.paired_row(self.waiting, record))
-                self.waiting = None
-            else:
-                self.waiting = record
-        for flag in record_flags(record, self.clock_floor_s):
-            self.flagged.setdefault((block, flag), []).append((size_label, record["time_us"]))
+            self.file.add(*records)
+            for record in records if show else ():
+                if not self.paired:
+                    click.echo(table.row(record))
+                elif record["in_place"]:
+                    click.echo(table.paired_row(self.waiting, record))
+                    self.waiting = None
+                else:
+                    self.waiting = record
+        for record, (_, block, size_label) in zip(records, rows):
+            for flag in record_flags(record, self.clock_floor_s):
+                self.flagged.setdefault((block, flag), []).append((size_label, record["time_us"]))
         if self._progress is not None:
-            self._progress.advance(self._task)
+            self._progress.advance(self._task, len(rows))
 
     def warn(self, text: str) -> None:
         self.warnings.append(text)
