@@ -119,19 +119,9 @@ def links(impl, latency_size, bandwidth_size, window, threshold_pct, mad_z, judg
                                                    "threshold_pct": threshold_pct, "mad_z": mad_z,
                                                    "judged": list(judged)}})
 
-        def run():
-            wrong = run_links(world, cfg, sizes[0], sizes[1], reporter)
-            # Judged on rank 0, which holds the rows; a refusal there reaches every rank.
-            found = world.root_call(lambda: section(impl, world.hosts, sizes[0], sizes[1], threshold_pct, mad_z,
-                                                    reporter.records, judged))
-            if reporter:
-                reporter.attach("links", found)
-            return wrong + len(found["findings"])
-
-        flagged = sweep(reporter, run, world)
-        if reporter:
-            _show(reporter.file.doc["links"])
-        return flagged
+        return _measure_and_judge(world, reporter, lambda: run_links(world, cfg, sizes[0], sizes[1], reporter),
+                                  lambda: section(impl, world.hosts, sizes[0], sizes[1], threshold_pct, mad_z,
+                                                  reporter.records, judged))
 
     run_ranks(nranks, max(gpus, 2), body, checks, timeout_s)
 
@@ -190,10 +180,17 @@ def _host_body(world, cfg, sizes, threshold_pct, judged, host_rounds, seed, topo
             _show(found)
         reporter.salvage = salvage
 
+    return _measure_and_judge(world, reporter, lambda: run_host_links(world, cfg, sizes[0], sizes[1], reporter, plan, done),
+                              lambda: report(cfg.impls[0], layout, settings, done.flows, round_rows(done.rounds),
+                                             nics=nics))
+
+
+def _measure_and_judge(world, reporter, measure, judge) -> int:
+    """measure() on every rank (the wrong bytes), then judge() on rank 0, which holds the rows (a
+    refusal there reaches every rank): the links section, kept and shown. Returns what was flagged."""
     def run():
-        wrong = run_host_links(world, cfg, sizes[0], sizes[1], reporter, plan, done)
-        found = world.root_call(lambda: report(cfg.impls[0], layout, settings, done.flows, round_rows(done.rounds),
-                                               nics=nics))
+        wrong = measure()
+        found = world.root_call(judge)
         if reporter:
             reporter.attach("links", found)
         return wrong + len(found["findings"])
