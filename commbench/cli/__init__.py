@@ -10,6 +10,7 @@ import sys
 
 import click
 
+from .. import trace
 from ..errors import CommbenchError, RankError, one_line
 from ..launch import watchdog
 from ..launch.world import launch_rank
@@ -42,6 +43,7 @@ def main() -> None:
     parent passes it on to its ranks; a rank's watchdog reports it)."""
     signal.signal(signal.SIGTERM, _terminate)
     watchdog.guard_start_up()
+    trace.phase("imports")  # the interpreter's start and commbench's command line, before any command runs
     try:
         cli.main(standalone_mode=False)
     except Terminated:

@@ -17,6 +17,7 @@ from typing import NoReturn, Optional
 
 import click
 
+from .. import trace
 from ..errors import CommbenchError, one_line
 from ..launch.world import detect_launcher, dies_with, init_world, standalone_command
 from ..node.gpu import CUDA_EVENT_RESOLUTION_S, DEFAULT_TIMEOUT_S
@@ -150,12 +151,16 @@ def run_ranks(nranks: Optional[int], default_ranks: int, body, checks, timeout_s
         from ..run.reporter import PROGRESS_MARK
         ranks = nranks or default_ranks
         checks.run(ranks, ranks, socket.gethostname())
+        trace.phase("checks")
         argv, env = standalone_command(sys.argv[1:], ranks, cores())
         if sys.stderr.isatty():
             env[PROGRESS_MARK] = "1"
-        sys.exit(_spawn(argv, env))
+        status = _spawn(argv, env)
+        trace.phase("ranks-ended")
+        sys.exit(status)
     checks.before_joining(detect_launcher())
     world = init_world(timeout_s)
+    trace.phase("mpi-init" if world.comm is not None else "world-init")
     if nranks is not None and nranks != world.size:
         raise CommbenchError(f"--np {nranks} given but the launcher started {world.size} ranks; drop --np under a launcher")
     try:
@@ -265,10 +270,12 @@ def make_reporter(world, cfg, output, steps, judge=None, config: Optional[dict] 
                                                  steps, timer_floor_s(cfg.device),
                                                  (lambda doc: fit_lines_for(doc, judge)) if judge and fit else None)))
     reporter = made[0] if made else None
+    trace.phase("topology")  # rank 0's snapshot and the result file's header
     if reporter and judge and judge["fabric"]:
         from ..analysis.fabrics import measure_on_the_spot, measured_here
         if measured_here(judge["fabric"]):
             reporter.attach("on_the_spot", {judge["fabric"]: measure_on_the_spot(judge["fabric"], world.hosts[0])})
+            trace.phase("fabric-on-the-spot")
     watchdog.start(world, cfg.timeout_s, reporter)
     if reporter:
         click.echo(f"# policy: {cfg.policy.rule()}")
@@ -294,10 +301,13 @@ def sweep(reporter, run, world) -> int:
     failure keeps the rows measured so far and ends every rank (see _fail)."""
     from ..launch import watchdog
     try:
+        trace.phase("before-measuring")
         wrong = run()
+        trace.phase("measured")
         watchdog.stop()
         if reporter:
             reporter.finish()
+            trace.phase("written")
         return wrong
     except CommbenchError as e:
         watchdog.stop()

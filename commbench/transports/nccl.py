@@ -12,6 +12,7 @@ from typing import Optional
 
 import numpy as np
 
+from .. import trace
 from ..collectives.impls import ALGORITHM_TRANSPORT
 
 # NCCL says which transport each connection took only in its INFO log, in a line per connection:
@@ -69,7 +70,9 @@ def communicator(world, timeout_s: Optional[float] = None):
         from ..node.gpu import DEFAULT_TIMEOUT_S, device_comm, take_gpu
         # The initialisation waits for every peer: it must end within --timeout like any size.
         watchdog.arm("NCCL initialisation")
-        return device_comm(world, take_gpu(world), timeout_s or DEFAULT_TIMEOUT_S)
+        made = device_comm(world, take_gpu(world), timeout_s or DEFAULT_TIMEOUT_S)
+        trace.phase("nccl-init")
+        return made
     comm = world.attached("nccl", make)
     if timeout_s:
         comm.set_timeout(timeout_s)
