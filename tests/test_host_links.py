@@ -345,10 +345,12 @@ def test_a_bad_topology_file_is_one_line_naming_its_line(workdir):
 
 
 # Ground truth across namespace hosts, 2 ranks each: bandwidth is what tbf shapes (see test_links.py).
-# Run alone (quiet): the pairs inside a host are shared memory on the 2 cores, whose figures another
-# test's load moved by a quarter (a healthy host's pair read 75 % of the typical one so).
+# The pairs inside a host are shared memory on the 2 cores, which 4 pairs at once share unevenly (a
+# healthy host's pair read 65 % of the typical one, the test alone on the machine): judged on the
+# flows between hosts (--no-intra); the emulated GPUs' functional run below measures the inside too.
 CLUSTER = ["links", "--level", "host", "--judge", "bandwidth", "--bandwidth-size", "1M", "--window", "2",
            "--budget-ms", "50", "--min-iters", "3", "--warmup", "1"]
+INTER = [*CLUSTER, "--no-intra"]
 
 
 @pytest.mark.cluster
@@ -357,7 +359,7 @@ CLUSTER = ["links", "--level", "host", "--judge", "bandwidth", "--bandwidth-size
 def test_host_level_names_the_host_shaped_to_a_third_and_judges_again(make_cluster, workdir):
     c = make_cluster(4, rates=[300, 300, 100, 300])
     out = os.path.join(workdir, "links.json")
-    r = c.mpirun([COMMBENCH, *CLUSTER, "-o", out], ranks_per_host=2, timeout=240, cwd=workdir)
+    r = c.mpirun([COMMBENCH, *INTER, "-o", out], ranks_per_host=2, timeout=240, cwd=workdir)
     assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-3000:]
     slow = c.hosts[2].name
     verdicts = [line for line in r.stdout.splitlines() if VERDICT.match(line)]
