@@ -502,15 +502,18 @@ def test_a_host_that_stops_or_dies_midway_reads_fail_lost(fault, rails_cluster, 
                 os.kill(pid, signal.SIGCONT)
     assert p.returncode != 0 and elapsed < timeout + 10, (elapsed, err[-2000:])
     doc = results.load_document(out)
-    assert doc["results"] and doc["status"] in ("timeout", "peer-lost", "interrupted"), doc["status"]
     lost = c.hosts[5].name
-    # mpirun may end rank 0 once a rank's process ended, before it could judge: the rows stay.
+    # mpirun may end rank 0 once a rank's process ended, before it could close the file or judge
+    # (status still running, as tests/test_faults.py allows): the rows stay.
     if fault == "kill" and "links" not in doc:
-        assert doc["status"] in ("running", "interrupted", "peer-lost")
+        assert doc["results"] and doc["status"] in ("running", "interrupted", "peer-lost"), doc["status"]
         return
+    assert doc["results"] and doc["status"] in ("timeout", "peer-lost", "interrupted"), doc["status"]
     verdicts = doc["links"]["verdicts"]
     named = {h for h, v in verdicts.items() if v.startswith("FAIL lost: rank")}
-    assert lost in named and re.search(rf"\(hosts? [^)]*{lost}", doc["error"]), doc["error"]
+    assert lost in named, verdicts
+    # A run that mpirun's SIGTERM ended (after a killed rank) says it was interrupted, naming no host.
+    assert re.search(rf"\(hosts? [^)]*{lost}", doc["error"]) or fault == "kill", doc["error"]
     # A stopped host alone is lost. Ranks that a killed rank's process talked with may be ended by Open
     # MPI itself (a TCP connection closed: MPI_ERRORS_ARE_FATAL, no communicator to ask) before rank 0
     # reports, and read lost too: how many depends on the load (up to 3 hosts seen beside the tests).
