@@ -5,7 +5,8 @@
   rank never loads torch.
 - commbench._cuda (whenever a CUDA build of torch and a CUDA compiler of the same release are present,
   whether or not a GPU is visible): NCCL collectives, device ring/tree, copies. The compiler is chosen
-  by commbench/node/toolkit.py; NCCL comes from the nvidia-nccl wheel that torch depends on. Without a
+  by commbench/node/toolkit.py; NCCL comes from the nvidia-nccl wheel that torch depends on. Linked
+  against the CUDA runtime and NCCL alone, so that a GPU rank never loads torch either. Without a
   matching compiler only commbench._host is built, and `commbench version -v` says why.
 
 Our sources are C++17; torch 2.14's headers need C++20, which torch's build helper selects.
@@ -61,13 +62,13 @@ from torch.utils.cpp_extension import BuildExtension, CUDAExtension, library_pat
 TORCH_INCLUDE = os.path.join(os.path.dirname(torch.__file__), "include")
 
 
-def torch_cudart_dir():
-    """The folder of the libcudart that torch itself loads, so that commbench._cuda binds the same
-    runtime whichever libcudart the loader would otherwise find first."""
+def torch_cudart():
+    """The libcudart file that torch itself loads, so that commbench._cuda binds the same runtime
+    whichever libcudart the loader would otherwise find first."""
     with open("/proc/self/maps") as f:
         for line in f:
             if "/libcudart.so" in line:
-                return os.path.dirname(line.split()[-1])
+                return line.split()[-1]
     return None
 
 
@@ -147,18 +148,26 @@ def nccl_paths():
     return os.path.join(base, "include"), os.path.join(base, "lib"), f"-l:{os.path.basename(libs[0])}"
 
 
+# torch's build helper links every extension against libtorch and c10. commbench._cuda calls none of
+# them (pybind11 and c10's 16-bit floats are header-only), but with them named the loader needs torch's
+# libraries first, and every GPU rank and `version -v` imported torch to load it (1.4 s here, more on
+# a GPU node's file system). Linked against the CUDA runtime and NCCL alone, it loads them by path
+# (node/gpu.py, from the files recorded in the build information).
+TORCH_LIBRARIES = ("c10", "torch")
+
+
 def cuda_extension():
-    """commbench._cuda, or None (with the reason) when it cannot or should not be built."""
+    """(commbench._cuda or None, why not, the runtime libraries it links: CUDA's and NCCL's files)."""
     if CUDA_HOME is None:
-        return None, CUDA_CHOICE
+        return None, CUDA_CHOICE, []
     os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "8.0;9.0+PTX")
     nccl_inc, nccl_lib, nccl_link = nccl_paths()
     link_dirs = [nccl_lib]
     cudart_link = toolkit.cudart_link_dir(CUDA_HOME, os.path.join(HERE, "build", "cudart-link"))
     if cudart_link:
         link_dirs.append(cudart_link)
-    torch_cudart = torch_cudart_dir()
-    run_path = [nccl_lib] + ([torch_cudart] if torch_cudart else []) + library_paths()
+    cudart = torch_cudart()
+    run_path = [nccl_lib] + ([os.path.dirname(cudart)] if cudart else []) + library_paths()
     ext = CUDAExtension(
         "commbench._cuda",
         ["csrc/cuda/module.cpp", "csrc/cuda/copies.cpp", "csrc/cuda/kernels.cu"],
@@ -170,15 +179,17 @@ def cuda_extension():
         extra_link_args=[nccl_link] + [f"-Wl,-rpath,{d}" for d in run_path],
         define_macros=[("COMMBENCH_WITH_NCCL", "1")],  # library_calls.h: NCCL's calls
     )
-    return ext, CUDA_CHOICE
+    ext.libraries = [lib for lib in ext.libraries if lib == "cudart" or not lib.startswith(TORCH_LIBRARIES)]
+    nccl = os.path.join(nccl_lib, nccl_link[len("-l:"):]) if nccl_link.startswith("-l:") else None
+    return ext, CUDA_CHOICE, [path for path in (cudart, nccl) if path]
 
 
 extensions = [host_extension()]
-cuda_ext, cuda_detail = cuda_extension()
+cuda_ext, cuda_detail, cuda_libraries = cuda_extension()
 if cuda_ext is not None:
     extensions.append(cuda_ext)
 else:
     print(f"commbench setup: not building commbench._cuda: {cuda_detail}")
-toolkit.write_build_info(cuda_ext is not None, cuda_detail)
+toolkit.write_build_info(cuda_ext is not None, cuda_detail, cuda_libraries)
 
 setup(ext_modules=extensions, cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)})

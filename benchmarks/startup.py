@@ -1,7 +1,8 @@
 """The fixed cost of a command, measured: whole-process wall times of a standalone 2-rank one-size
 all-reduce (`commbench allreduce --device cpu --impl mpi --np 2 --sizes 1K --iters 20 --warmup 2
 --no-fit`) beside the same run of OSU 7.4's `osu_allreduce` under the same bundled mpirun
-(`-m 1024:1024 -i 20 -x 2`), interleaved, their medians and ratio; then the median time of each
+(`-m 1024:1024 -i 20 -x 2`), at mpirun's defaults and with the Open MPI settings commbench's own
+launch makes (launch/world.py: no libfabric BTL), interleaved, their medians and ratios; then the median time of each
 phase of commbench's runs (COMMBENCH_TRACE_START=1, docs/method.md) and the wall time of the
 commands that should take well under a second (version -v, topo, doctor, fit, compare and export of
 the run's own small file).
@@ -24,6 +25,8 @@ import tempfile
 import time
 
 from versus_osu import BIN, OSU, ROOT, build_osu, env, osu_exe
+
+from commbench.launch.world import WITHOUT_LIBFABRIC
 
 ONE_SIZE = ["allreduce", "--device", "cpu", "--impl", "mpi", "--np", "2", "--sizes", "1K", "--iters", "20",
             "--warmup", "2", "--no-fit"]
@@ -50,7 +53,10 @@ def main() -> int:
     base = env()
     traced = {**base, "COMMBENCH_TRACE_START": "1"}
     print(f"# load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; {args.runs} runs, interleaved")
-    walls: dict[str, list[float]] = {"commbench": [], "osu": []}
+    same = {**base, **WITHOUT_LIBFABRIC}
+    osu = [os.path.join(BIN, "mpirun"), "--np", "2", osu_exe(src, "osu_allreduce"), "-m", "1024:1024", "-i", "20",
+           "-x", "2"]
+    walls: dict[str, list[float]] = {"commbench": [], "osu": [], "osu-same": []}
     phases: dict[tuple[str, str], list[int]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(args.runs):
@@ -60,13 +66,16 @@ def main() -> int:
                 m = PHASE.match(line)
                 if m:
                     phases.setdefault((m.group(1), m.group(2)), []).append(int(m.group(3)))
-            walls["osu"].append(timed([os.path.join(BIN, "mpirun"), "--np", "2", osu_exe(src, "osu_allreduce"),
-                                       "-m", "1024:1024", "-i", "20", "-x", "2"], base, tmp)[0])
-        print(f"{'run':>3}  {'commbench (s)':>13}  {'osu_allreduce (s)':>17}")
+            walls["osu"].append(timed(osu, base, tmp)[0])
+            walls["osu-same"].append(timed(osu, same, tmp)[0])
+        print(f"{'run':>6}  {'commbench (s)':>13}  {'osu_allreduce (s)':>17}  {'osu, same settings (s)':>22}")
         for i in range(args.runs):
-            print(f"{i + 1:>3}  {walls['commbench'][i]:>13.2f}  {walls['osu'][i]:>17.2f}")
-        cb, osu = (statistics.median(walls[k]) for k in ("commbench", "osu"))
-        print(f"median  {cb:.2f} s  {osu:.2f} s  ratio {cb / osu:.2f}")
+            print(f"{i + 1:>6}  {walls['commbench'][i]:>13.2f}  {walls['osu'][i]:>17.2f}  {walls['osu-same'][i]:>22.2f}")
+        cb, osu_default, osu_same = (statistics.median(walls[k]) for k in ("commbench", "osu", "osu-same"))
+        print(f"median  {cb:>13.2f}  {osu_default:>17.2f}  {osu_same:>22.2f}")
+        print(f"ratio   commbench / osu at mpirun's defaults {cb / osu_default:.2f}, "
+              f"with commbench's launch settings ({' '.join(f'{k}={v}' for k, v in WITHOUT_LIBFABRIC.items())}) "
+              f"{cb / osu_same:.2f}")
         print("# phases of commbench's runs, median ms since the command began")
         for (who, name), ms in phases.items():
             print(f"  {who:>4}  {name:<20} {statistics.median(ms):>6.0f}")

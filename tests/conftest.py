@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from commbench.launch.world import launcher_free_env
+from commbench.launch.world import WITHOUT_LIBFABRIC, launcher_free_env
 from commbench.results.document import read_json
 
 BIN = os.path.dirname(sys.executable)
@@ -27,9 +27,10 @@ def mpi_env() -> dict:
     # spin starve the rank they wait for (the correctness matrix at 4 ranks: 93 s spinning, 54 s
     # yielding).
     env.setdefault("OMPI_MCA_mpi_yield_when_idle", "1")
-    # Open MPI's libfabric transport probes its providers for about a second in every rank's MPI_Init,
-    # and no test has a fabric for it: shared memory and TCP carry every test's traffic.
-    env.setdefault("OMPI_MCA_btl", "^ofi")
+    # As commbench's own launch: no test has a fabric for libfabric; shared memory and TCP carry
+    # every test's traffic.
+    for var, value in WITHOUT_LIBFABRIC.items():
+        env.setdefault(var, value)
     if os.geteuid() == 0:
         env["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
         env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"

@@ -2,9 +2,12 @@
 share the host path's headers, and every GPU request must fail in one line. With a GPU (marker
 `gpu`, run by `make gpu-check`): exact results and every GPU command end to end."""
 
+import json
 import multiprocessing
 import os
 import re
+import subprocess
+import sys
 import sysconfig
 
 import pytest
@@ -70,6 +73,30 @@ def test_cuda_extension_is_built_where_a_matching_toolkit_is():
     for name in ("DeviceComm", "PeerCopy", "HostCopy", "StagedCopy", "reduce_tensors", "device_identity"):
         assert hasattr(_cuda, name)
     assert toolkit.read_build_info()["cuda"]["built"] is True
+
+
+LOADS_WITHOUT_TORCH = """
+import sys
+from commbench.node.gpu import cuda_absence, cuda_module
+assert cuda_module() is not None, cuda_absence()
+print("torch" in sys.modules, cuda_module().versions())
+"""
+
+
+@pytest.mark.skipif(_matching_toolkit() is None, reason="no CUDA compiler of torch's release (make install adds one)")
+def test_the_cuda_extension_loads_without_torch(tmp_path):
+    """Linked against the CUDA runtime and NCCL alone, loaded by the files the build recorded: a GPU
+    rank and `version -v` import no torch (seconds of their start). With those files gone, as for an
+    extension built elsewhere, it still loads (from its run path, else with torch's libraries)."""
+    r = subprocess.run([sys.executable, "-c", LOADS_WITHOUT_TORCH], capture_output=True, text=True, cwd=tmp_path)
+    assert r.returncode == 0 and r.stdout.startswith("False CUDA runtime "), r.stderr
+    info = toolkit.read_build_info()
+    assert [os.path.basename(p).split(".so")[0] for p in info["cuda"]["libraries"]] == ["libcudart", "libnccl"]
+    moved = tmp_path / "_build_info.json"
+    moved.write_text(json.dumps({"cuda": {**info["cuda"], "libraries": [str(tmp_path / "gone" / "libnccl.so.2")]}}))
+    patched = f"from commbench.node import toolkit; toolkit.BUILD_INFO = {str(moved)!r}\n" + LOADS_WITHOUT_TORCH
+    r = subprocess.run([sys.executable, "-c", patched], capture_output=True, text=True, cwd=tmp_path)
+    assert r.returncode == 0 and " CUDA runtime " in r.stdout, r.stderr
 
 
 def _includes(path):

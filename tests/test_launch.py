@@ -53,6 +53,15 @@ def test_a_standalone_run_says_nothing_of_root_on_stderr(workdir):
     assert r.returncode == 0 and "OMPI_ALLOW_RUN_AS_ROOT" not in r.stderr and "root" not in r.stderr, r.stderr
 
 
+def test_standalone_leaves_libfabric_out_unless_the_user_chose_btls(monkeypatch):
+    """Its provider probe is a second of every rank's MPI_Init and carries nothing on one host; a
+    user's own OMPI_MCA_btl is theirs."""
+    monkeypatch.delenv("OMPI_MCA_btl", raising=False)
+    assert standalone_command(["p2p"], 2, cores=2)[1]["OMPI_MCA_btl"] == "^ofi"
+    monkeypatch.setenv("OMPI_MCA_btl", "self,tcp")
+    assert standalone_command(["p2p"], 2, cores=2)[1]["OMPI_MCA_btl"] == "self,tcp"
+
+
 def test_standalone_oversubscribes_beyond_the_cores():
     argv, _ = standalone_command(["p2p"], 8, cores=2)
     assert "--oversubscribe" in argv and argv[argv.index("--bind-to") + 1] == "none"

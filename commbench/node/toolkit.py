@@ -18,7 +18,7 @@ import os
 import re
 import shutil
 import subprocess
-from typing import Optional
+from typing import Optional, Sequence
 
 # In the package's top folder, beside the extensions it describes (package data of the wheel).
 BUILD_INFO = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "_build_info.json")
@@ -98,9 +98,11 @@ def cudart_link_dir(home: str, build_dir: str) -> Optional[str]:
     return build_dir
 
 
-def write_build_info(cuda_built: bool, detail: str) -> None:
+def write_build_info(cuda_built: bool, detail: str, libraries: Sequence[str] = ()) -> None:
+    """`libraries`: the files of the CUDA runtime and NCCL that commbench._cuda was linked against,
+    which node/gpu.py loads before it."""
     with open(BUILD_INFO, "w") as f:
-        json.dump({"cuda": {"built": cuda_built, "detail": detail}}, f)
+        json.dump({"cuda": {"built": cuda_built, "detail": detail, "libraries": list(libraries)}}, f)
 
 
 def read_build_info() -> dict:
