@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.commbench-installed
 NATIVE := $(shell find csrc -type f) setup.py pyproject.toml
 
-.PHONY: install install-offline cuda-compiler emu bench test test-system docs overhead versus-osu gpu-check clean
+.PHONY: install install-offline cuda-compiler emu bench check test test-system docs overhead versus-osu gpu-check clean
 
 install: $(STAMP)
 
@@ -102,10 +102,20 @@ test: install emu test-system $(JUNIT_XSD)
 	  if [ "$$pass" = gpu ]; then export COMMBENCH_GPU_EMULATION=2 PYTHONPATH=$(CURDIR)/tests/stubs/emu_nvml$${PYTHONPATH:+:$$PYTHONPATH}; \
 	  else unset COMMBENCH_GPU_EMULATION; fi; \
 	  echo "== pytest -m '$$pass'$${COMMBENCH_GPU_EMULATION:+ (COMMBENCH_GPU_EMULATION=$$COMMBENCH_GPU_EMULATION)}"; \
-	  $(BIN)/python -m pytest -q -n 2 --dist loadgroup -m "$$pass" tests; rc=$$?; \
+	  $(BIN)/python -m pytest -q -n 2 --dist loadgroup --durations=15 -m "$$pass" tests; rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "no tests collected for -m '$$pass'"; rc=1; fi; \
 	  [ $$rc -eq 0 ] || status=$$rc; \
 	done; exit $$status
+
+# The inner loop, well under two minutes: lint, the layers, every test of one process (each test that
+# would start a process skips there: --no-launch; the collectives' sweep runs on one rank over
+# MPI_COMM_SELF, tests/test_one_rank.py), then every collective and CPU impl on 3 ranks in one launch.
+# `make test` runs everything.
+check: install
+	$(BIN)/ruff check .
+	$(BIN)/lint-imports
+	$(BIN)/python -m pytest -q -p no:cacheprovider --no-launch -m "not gpu" tests
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests/test_collectives_cli.py -k three_ranks_exact
 
 # Every example output in README.md and docs/ from real runs (tools/make_docs.py; a few minutes).
 docs: install

@@ -235,20 +235,22 @@ def in_process(args: list, monkeypatch, capsys) -> tuple:
     return code, out, err
 
 
-@pytest.fixture(autouse=True)
-def _quiet_machine(request, tmp_path_factory):
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
     """A test marked `quiet` runs alone on the machine: under pytest-xdist the other workers finish
     the test they are in and wait until it is done. Its measured figures are judged (against a shaped
     link's rate, or a baseline measured minutes before), and the other worker's load moves them:
     scale's 4-rank ground truth read 0.90 to 0.99 of its prediction beside the first pass (0.96 to 0.99
     alone) and once 0.84, outside its 15 %; beside a test cluster's ranks (nice -10) a 256K all-reduce
     read 0.035 of its baseline. Every other test holds a shared lock for its run; a quiet one first
-    takes the turnstile, which lets no new test start, then the lock alone."""
+    takes the turnstile, which lets no new test start, then the lock alone. Around the whole of a
+    test's run, its fixtures' set-up and tear-down included: a module's fixture that starts ranks or a
+    test cluster does so inside the lock of the test that first asks for it."""
     if "PYTEST_XDIST_WORKER" not in os.environ:
         yield
         return
-    quiet = request.node.get_closest_marker("quiet") is not None
-    where = tmp_path_factory.getbasetemp().parent  # the run's folder, shared by its workers
+    quiet = item.get_closest_marker("quiet") is not None
+    where = item.config._tmp_path_factory.getbasetemp().parent  # the run's folder, shared by its workers
     with open(where / "quiet.turnstile", "a") as turnstile, open(where / "quiet.lock", "a") as lock:
         fcntl.flock(turnstile, fcntl.LOCK_EX)
         fcntl.flock(lock, fcntl.LOCK_EX if quiet else fcntl.LOCK_SH)
@@ -268,3 +270,26 @@ def pytest_collection_modifyitems(items):
         if item.get_closest_marker("cluster"):
             item.add_marker(pytest.mark.xdist_group("cluster"))
     items.sort(key=lambda item: not any(item.get_closest_marker(m) for m in ("wheel", "cluster", "long")))
+
+
+def pytest_addoption(parser):
+    parser.addoption("--no-launch", action="store_true",
+                     help="Skip every test at the point where it would start a process (mpirun, a command's ranks, "
+                          "a script): `make check`'s inner loop; `make test` runs them all.")
+
+
+def _needs_a_launch(*args, **kwargs):
+    pytest.skip("starts a process: `make test` runs it")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_launch(request):
+    """With --no-launch, whatever starts a process (subprocess, multiprocessing's fork) skips the test
+    there, fixtures of any scope included: the tests left are those of one process alone."""
+    if not request.config.getoption("--no-launch"):
+        yield
+        return
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(subprocess.Popen, "_execute_child", _needs_a_launch)
+        patch.setattr(os, "fork", _needs_a_launch)
+        yield

@@ -23,16 +23,24 @@ def test_quiet():
 @pytest.mark.parametrize("i", range(5))
 def test_plain(i):
     span(f"plain{i}")
+
+@pytest.fixture(scope="module")
+def measured():
+    span("fixture")
+
+def test_with_a_module_fixture(measured):
+    span("plain-after-fixture")
 '''
 
 
 def test_a_quiet_test_runs_while_no_other_test_does(tmp_path):
-    """Two workers run the plain tests side by side, never beside the quiet one."""
+    """Two workers run the plain tests side by side, never beside the quiet one, whose lock covers a
+    module fixture's set-up too."""
     (tmp_path / "conftest.py").write_text(
         "import importlib.util\n"
         f"spec = importlib.util.spec_from_file_location('suite_conftest', {os.path.join(TESTS, 'conftest.py')!r})\n"
         "suite = importlib.util.module_from_spec(spec)\nspec.loader.exec_module(suite)\n"
-        "_quiet_machine = suite._quiet_machine\n")
+        "pytest_runtest_protocol = suite.pytest_runtest_protocol\n")
     (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    quiet: alone\n")
     (tmp_path / "test_spans.py").write_text(SPANS)
     spans = tmp_path / "spans.log"
@@ -41,7 +49,7 @@ def test_a_quiet_test_runs_while_no_other_test_does(tmp_path):
                        env={**os.environ, "SPANS": str(spans)})
     assert r.returncode == 0, r.stdout + r.stderr
     found = {name: (float(a), float(b)) for name, a, b in (line.split() for line in spans.read_text().splitlines())}
-    assert len(found) == 6, found
+    assert len(found) == 8, found
     quiet = found.pop("quiet")
     assert all(end <= quiet[0] or start >= quiet[1] for start, end in found.values()), (quiet, found)
     plain = sorted(found.values())
