@@ -158,14 +158,18 @@ def _records(path: str) -> dict:
             for r in doc["results"]}
 
 
+def nccl_library_env(env: dict) -> dict:
+    """LD_LIBRARY_PATH under which nccl-tests' binaries load the NCCL wheel's library and the venv's MPI."""
+    return {"LD_LIBRARY_PATH": os.pathsep.join([os.path.join(_wheel_dir("nvidia.nccl"), "lib"),
+                                                os.path.join(os.path.dirname(BIN), "lib"), env.get("LD_LIBRARY_PATH", "")])}
+
+
 def compare(bin_dir: str, sweep: tuple, ranks: int, gpus: int, rounds: int, tmp: str, env: dict, run) -> dict:
     """{(op, placement, size): [commbench / nccl-tests per round]}; `sweep` is (smallest, largest,
     factor) as nccl-tests' -b/-e/-f take it; `ranks` above `gpus` share the GPUs (shared_launch)."""
     lo, hi, factor = (str(x) for x in sweep)
     shared_env, prefix = shared_launch(ranks, gpus)
-    nccl_env = {**env, **shared_env, "LD_LIBRARY_PATH": os.pathsep.join(
-        [os.path.join(_wheel_dir("nvidia.nccl"), "lib"), os.path.join(os.path.dirname(BIN), "lib"),
-         env.get("LD_LIBRARY_PATH", "")])}
+    nccl_env = {**env, **shared_env, **nccl_library_env(env)}
     ours_env = {**env, "COMMBENCH_SHARED_GPU": "1"} if prefix else env
     ratios: dict = {}
     for rnd in range(rounds):

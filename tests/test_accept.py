@@ -5,13 +5,14 @@ step and its evidence with a rank held back), JUnit that validates against the f
 import json
 import os
 import shlex
+import signal
 import socket
 import subprocess
 import sys
 
 import pytest
 import xmlschema
-from conftest import COMMBENCH, commbench, mpi_env
+from conftest import COMMBENCH, commbench, in_process, mpi_env, wait_for_rows
 
 from commbench.accept import plan as plans
 from commbench.accept.baselines import Baselines, sku_folder
@@ -19,6 +20,7 @@ from commbench.accept.judge import FAIL, PASS, WARN
 from commbench.cli.accept import check_argv
 from commbench.errors import CommbenchError
 from commbench.node.gpu import visible_gpus
+from commbench.node.machine import cores
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 JUNIT_XSD = xmlschema.XMLSchema(os.path.join(HERE, "data", "junit", "junit.xsd"))
@@ -119,7 +121,34 @@ def test_a_bad_plan_is_refused_before_any_step(tmp_path):
     assert r.stderr.count("\n") == 1 and not (tmp_path / "out").exists()
 
 
+NO_GPU = pytest.mark.skipif(visible_gpus()[0] > 0, reason="a GPU is visible")
+BAD_VALUES = [
+    ("a size", 'options = { sizes = "abc" }\n', "step 1 (a): bad size 'abc' for --sizes: expected a number"),
+    ("a quick size", 'quick = { sizes = "1K-" }\n', "step 1 (a) (quick): bad size '1K-' in --sizes"),
+    ("more ranks than cores", f'options = {{ device = "cpu", np = {cores() + 1} }}\n',
+     f"step 1 (a): {cores() + 1} ranks on this node's {cores()} cores: a node plan takes a core a rank (lower np)"),
+    ("ranks beyond memory", 'options = { np = 1000000 }\n', "step 1 (a): reduce of 1G on 1000000 rank(s) (each about"),
+    pytest.param("the GPUs of a node without", 'options = { np = "min(gpus,3)" }\n',
+                 "step 1 (a): Invalid value for '--np': 0 is not in the range x>=1.", marks=NO_GPU),
+    ("a rank the run lacks", 'options = { np = 2, root = 5 }\n', "step 1 (a): --root 5: only 2 rank(s)"),
+]
+
+
+@pytest.mark.parametrize("label,options,expected", BAD_VALUES, ids=[getattr(b, "values", b)[0] for b in BAD_VALUES])
+def test_a_plan_s_values_are_checked_as_its_commands_check_them_before_any_step(label, options, expected, tmp_path,
+                                                                                 monkeypatch, capsys):
+    """Checked by the commands themselves (check_only: everything a command checks before it starts
+    ranks), in this process: no step, no run folder."""
+    path = tmp_path / "mine.toml"
+    path.write_text(GOOD.replace('"allreduce"', '"reduce"') + options)
+    quick = ["--quick"] if "quick" in options else []
+    code, out, err = in_process(["accept", "--plan", str(path), *quick, "-o", str(tmp_path / "out")], monkeypatch, capsys)
+    assert code == 2 and out == "" and err.startswith(f"commbench: error: plan {path}: {expected}"), err
+    assert err.count("\n") == 1 and not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("args,expected", [
+    (["--launch", ""], "--launch '': give the command that starts the ranks"),
     (["--plan", "cpu-nod"], "no built-in plan 'cpu-nod': choose from "),
     (["--plan", "/nonexistent/p.toml"], "No such file or directory"),
     (["--launch", "srun"], "--launch is for cluster plans"),
@@ -429,6 +458,69 @@ def test_a_baseline_drop_passes_warns_or_fails_by_the_plan_s_limits(limits, stat
     assert f"(limit -{limits['tolerance_bw_pct']}%" in bw["evidence"]
     assert ("WARN beyond -10%" in bw["evidence"]) == ("warn_bw_pct" in limits)
     assert next(c for c in checks if c["check"] == "baseline latency sizes")["status"] == PASS
+
+
+INTERRUPTED_PLAN = """description = "a step to interrupt between two others"
+[[step]]
+name = "topo"
+command = "topo"
+[[step]]
+name = "allreduce"
+command = "allreduce"
+options = { device = "cpu", impl = "mpi", np = 2, sizes = "1K-4M:x4", budget-ms = 1000, warmup = 1 }
+[[step]]
+name = "p2p"
+command = "p2p"
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_an_interrupted_plan_judges_the_step_in_progress_and_writes_every_summary(signum, tmp_path):
+    """Ctrl-C, or SIGTERM from a CI job's time limit: the step in progress is stopped, judged on the
+    rows it saved, the rest listed as not run, and the summaries and JUnit written."""
+    plan = tmp_path / "p.toml"
+    plan.write_text(INTERRUPTED_PLAN)
+    out, junit = tmp_path / "out", tmp_path / "j.xml"
+    proc = subprocess.Popen([COMMBENCH, "accept", "--plan", str(plan), "-o", str(out), "--junit", str(junit)],
+                            cwd=tmp_path, env=mpi_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for_rows(str(out / socket.gethostname() / "allreduce.json"), proc)
+    proc.send_signal(signum)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signum, stdout + stderr
+    name = signal.Signals(signum).name
+    assert stderr.endswith(f"commbench: error: interrupted ({name}); the steps run so far are judged in the summary\n")
+    summary = json.loads((out / socket.gethostname() / "summary.json").read_text())
+    assert summary["interrupted"] and summary["status"] == FAIL and summary["not_run"] == ["p2p"]
+    topo, allreduce = summary["steps"]
+    assert topo["status"] == PASS and allreduce["status"] == "ERROR" and allreduce["result"] == "allreduce.json"
+    assert allreduce["checks"][0]["check"] == "interrupted", allreduce["checks"]
+    assert f"{FAIL} (interrupted; 1 ERROR, 1 PASS; " in stdout
+    assert "interrupted" in junit.read_text()
+
+
+def test_every_unreadable_baseline_is_named_not_skipped_silently(tmp_path):
+    """A baseline that cannot be read turns the regression check off for what it held: accept names
+    each such file and why, as fleet does."""
+    folder = tmp_path / "baselines" / "sku"
+    folder.mkdir(parents=True)
+    from docs import ring_run
+    good = ring_run()
+    files = {"binary.json": b"\x00\x01\xff" * 10, "latin1.json": '{"a": "\xe9"}'.encode("latin-1"),
+             "schema999.json": json.dumps({**good, "schema_version": 999}).encode(),
+             "nan.json": json.dumps(good).replace('"median": ', '"median": NaN, "x": ', 1).encode(),
+             "truncated.json": json.dumps(good)[:200].encode(), "empty.json": b""}
+    for name, data in files.items():
+        (folder / name).write_bytes(data)
+    (folder / "loop.json").symlink_to(folder / "loop.json")
+    plan = tmp_path / "p.toml"
+    plan.write_text('description = "d"\n[[step]]\nname = "topo"\ncommand = "topo"\n')
+    r = commbench(["accept", "--plan", str(plan), "--baselines", str(tmp_path / "baselines"), "-o", str(tmp_path / "out")],
+                  cwd=str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    warned = [line for line in r.stderr.splitlines() if line.startswith("warning: --baselines: skipped ")]
+    assert len(warned) == len(files) + 1, r.stderr
+    for name in [*files, "loop.json"]:
+        assert sum(str(folder / name) in line for line in warned) == 1, (name, warned)
 
 
 def test_junit_of_an_interrupted_run_is_no_pass_and_holds_any_text(tmp_path):

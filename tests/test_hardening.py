@@ -14,12 +14,13 @@ import time
 
 import numpy as np
 import pytest
-from conftest import COMMBENCH, HERE, ROOT, commbench, free_port, mpi_env, mpirun, torchrun_env, torchrun_style
+from conftest import COMMBENCH, HERE, ROOT, commbench, free_port, in_process, mpi_env, mpirun, torchrun_env, torchrun_style
 
 from commbench.analysis import fit
 from commbench.analysis import verdicts as fitreport
 from commbench.cli import main
 from commbench.errors import CommbenchError
+from commbench.launch.world import WITHOUT_LIBFABRIC
 from commbench.node import machine
 from commbench.results import atomic
 from commbench.results import document as results
@@ -250,6 +251,20 @@ def test_new_files_appear_whole_and_never_replace_one(tmp_path):
     assert sorted(os.listdir(str(tmp_path))) == ["rep", "sub"] and os.listdir(folder) == ["report.md"]
 
 
+@pytest.mark.parametrize("name,ext", [("p" * 251 + ".png", ".png"), ("é" * 125 + "x.svg", ".svg"),
+                                      ("r" * 200 + "." + "e" * 54, "")])
+def test_any_name_a_file_can_take_can_be_written(name, ext, tmp_path):
+    """Its temporary name is cut to fit (a 255-byte plot name was refused for its .partial name),
+    keeping a format's extension last (matplotlib reads it)."""
+    assert len(name.encode()) == 255
+    target = str(tmp_path / name)
+    with atomic.new_file(target, "taken") as tmp:
+        assert len(os.path.basename(tmp).encode()) <= 255 and tmp.endswith(f".partial{ext}")
+        with open(tmp, "w") as f:
+            f.write("whole")
+    assert os.listdir(tmp_path) == [name] and open(target).read() == "whole"
+
+
 # ---- refused before it measures: no file, no rank ----------------------------------------------------
 
 def test_an_mpi_run_under_torchrun_is_refused_before_the_ranks_meet(workdir):
@@ -342,11 +357,34 @@ def test_a_run_records_settings_not_secrets_and_the_command_as_typed(workdir):
     assert r.returncode == 0, r.stderr
     assert "# policy: 2 timed iterations per size after 1 warm-up(s)" in r.stdout
     doc = results.load_document(out)
-    assert doc["env"] == SETTINGS
+    assert doc["env"] == {**SETTINGS, **WITHOUT_LIBFABRIC}  # and what commbench's own launch set for its ranks
     assert doc["argv"] == ["commbench", *args]
     rep = commbench(["report", out, "-o", "rep"], cwd=workdir)
     assert rep.returncode == 0, rep.stderr
     assert f"- **command**: {shlex.join(['commbench', *args])}" in open(os.path.join(workdir, "rep", "report.md")).read()
+
+
+def test_an_accept_step_s_log_is_scrubbed_as_it_comes(tmp_path):
+    """A library's warning on a step's stderr may quote a credential-shaped setting (UCX quoting its
+    UCX_NET_DEVICES): the step's log keeps the line, not the credential."""
+    from commbench.accept import runner
+    said = "UCX  WARN  network device 'https://me:pa55@fabric.example.com' is not available"
+    log = tmp_path / "step.log"
+    ran = runner.run([sys.executable, "-c", f"import sys; print('out ghp_{'a1B2' * 9}'); sys.stderr.write({said!r})"],
+                     str(log), 60, dict(os.environ))
+    text = log.read_text()
+    assert ran.rc == 0 and "pa55" not in text and "a1B2" not in text, text
+    assert "'https://<redacted>@fabric.example.com' is not available" in text and "out <redacted>" in text
+
+
+def test_an_imported_log_s_host_names_are_scrubbed(tmp_path, monkeypatch, capsys):
+    log = tmp_path / "nccl.log"
+    with open(NCCL_LOG) as f:
+        log.write_text(f.read().replace(" hgx-a01 ", " https://me:pa55@hgx-a01 "))
+    code, _, err = in_process(["import", "nccl-tests", str(log), "-o", str(tmp_path / "i.json")], monkeypatch, capsys)
+    assert code == 0, err
+    hosts = results.load_document(str(tmp_path / "i.json"))["machine"]["hosts"]
+    assert "https://<redacted>@hgx-a01" in hosts and not any("pa55" in h for h in hosts), hosts
 
 
 def test_checked_in_baselines_are_clean():

@@ -101,6 +101,29 @@ def test_env_allowlist_never_takes_everything():
     assert recorded_env(env) == {"CUDA_VISIBLE_DEVICES": "0", "NCCL_DEBUG": "INFO", "OMPI_MCA_btl": "self"}
 
 
+def test_the_header_names_commbench_s_own_commit_never_an_enclosing_repository_s(tmp_path):
+    """A fleet repository that vendors commbench has commits of its own: they are not commbench's."""
+    import subprocess
+
+    from commbench.node.machine import checkout_commit
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "init.defaultBranch=main"]
+    fleet = tmp_path / "fleet"
+    package = fleet / "vendor" / "commbench" / "commbench"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    subprocess.run([*git, "init", "-q", str(fleet)], check=True)
+    subprocess.run([*git, "-C", str(fleet), "add", "-A"], check=True)
+    subprocess.run([*git, "-C", str(fleet), "commit", "-qm", "fleet"], check=True)
+    assert checkout_commit(str(package)) is None
+    own = fleet / "vendor" / "commbench"
+    subprocess.run([*git, "init", "-q", str(own)], check=True)
+    subprocess.run([*git, "-C", str(own), "add", "-A"], check=True)
+    subprocess.run([*git, "-C", str(own), "commit", "-qm", "commbench"], check=True)
+    head = subprocess.run(["git", "-C", str(own), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    assert checkout_commit(str(package)) == head and len(head) == 40
+    assert checkout_commit(str(tmp_path)) is None  # in no repository
+
+
 def _doc(records, **config):
     head = header()
     head["config"] = {**head["config"], **config}

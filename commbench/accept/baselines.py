@@ -122,6 +122,8 @@ class Baselines:
                         self.docs.append((path, load_document(path)))
                     except CommbenchError as e:
                         self.skipped.append(str(e))
+                    except OSError as e:  # a symbolic link in a loop, a file without read permission
+                        self.skipped.append(f"{path}: {e.strerror or e}")
 
     def pick(self, doc: dict, quick: bool, step: Optional[str] = None,
              plan: Optional[str] = None) -> tuple[Optional[tuple[str, dict]], str]:

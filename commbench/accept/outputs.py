@@ -21,7 +21,9 @@ def headline(summary: dict) -> str:
     counts = {}
     for s in summary["steps"]:
         counts[s["status"]] = counts.get(s["status"], 0) + 1
-    tally = ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
+    tally = ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "no step ended"
+    if summary.get("interrupted"):
+        tally = f"interrupted; {tally}"
     return (f"accept {summary['plan']} on {summary['host']}: {summary['status']} ({tally}; "
             f"{summary['seconds']:.0f} s)")
 

@@ -94,6 +94,18 @@ class Plan:
     def steps_for(self, gpus: int) -> list[Step]:
         return [s for s in self.steps if s.applies(gpus)]
 
+    def check_values(self, check_step: Callable[[list], None], gpus: int, quick: bool) -> None:
+        """The measuring steps this node runs, their values checked as their commands check them
+        (`check_step(argv)` raises CommbenchError), before the first step runs: a size that does
+        not parse or a rank count the node cannot hold is a mistake of the plan, not of the node."""
+        for i, step in enumerate(self.steps, 1):
+            if step.measuring and step.applies(gpus):
+                try:
+                    check_step(step.arguments(gpus, quick))
+                except CommbenchError as e:
+                    raise CommbenchError(f"plan {self.source}: step {i} ({step.name}){' (quick)' if quick else ''}: "
+                                         f"{e}") from None
+
 
 def slug(name: str) -> str:
     """A step's name as a file name: 'allreduce nccl/ring' -> 'allreduce_nccl_ring'."""

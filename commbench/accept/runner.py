@@ -11,9 +11,12 @@ import os
 import shlex
 import signal
 import subprocess
+import threading
 import time
 from dataclasses import dataclass
 from typing import Optional
+
+from ..node.machine import scrub
 
 # After SIGTERM, how long a stopped step (mpirun passing it on to its ranks) may take to exit.
 STOP_GRACE_S = 10
@@ -21,31 +24,56 @@ STOP_GRACE_S = 10
 
 @dataclass(frozen=True)
 class Ran:
-    rc: Optional[int]  # None: stopped at its time limit
+    rc: Optional[int]  # None: stopped at its time limit, or interrupted
     seconds: float
     log: str
+    interrupted: bool = False  # stopped by Ctrl-C or SIGTERM to accept: the plan ends after this step
 
 
 def run(argv: list, log: str, timeout_s: float, env: dict, stdout_file: Optional[str] = None,
         cwd: Optional[str] = None) -> Ran:
     """Runs argv, stdout and stderr into `log` (stdout into `stdout_file` where given: a document to
-    read back)."""
+    read back). What the step says is scrubbed line by line on its way into the log (node/machine.py's
+    scrub): a library's warning may quote a credential-shaped setting that a result file redacts."""
     t0 = time.monotonic()
     with contextlib.ExitStack() as files:
         log_file = files.enter_context(open(log, "w"))
-        log_file.write(f"$ {shlex.join(argv)}\n")
+        log_file.write(f"$ {scrub(shlex.join(argv))}\n")
         log_file.flush()
-        stdout = files.enter_context(open(stdout_file, "w")) if stdout_file else log_file
+        stdout = files.enter_context(open(stdout_file, "w")) if stdout_file else subprocess.PIPE
         try:
-            proc = subprocess.Popen(argv, stdout=stdout, stderr=log_file, cwd=cwd, env=env, start_new_session=True)
+            proc = subprocess.Popen(argv, stdout=stdout, stderr=subprocess.PIPE, cwd=cwd, env=env,
+                                    start_new_session=True)
         except OSError as e:  # the program is missing: this step fails, the others still run
             rc: Optional[int] = 127
             log_file.write(f"cannot start it: {e}\n")
         else:
-            rc = _wait(proc, timeout_s)
-            if rc is None:
-                log_file.write(f"\nstopped at the time limit of {timeout_s:g} s\n")
+            lock = threading.Lock()
+            relays = [threading.Thread(target=_relay, args=(pipe, log_file, lock), daemon=True)
+                      for pipe in (proc.stdout, proc.stderr) if pipe is not None]
+            for relay in relays:
+                relay.start()
+            interrupted = False
+            try:
+                rc = _wait(proc, timeout_s)
+            except KeyboardInterrupt:  # the step is stopped whole; what it saved is judged
+                rc, interrupted = None, True
+            for relay in relays:  # the pipes close with the step's last process
+                relay.join(STOP_GRACE_S)
+            log_file.write("\nstopped by an interrupt\n" if interrupted else
+                           f"\nstopped at the time limit of {timeout_s:g} s\n" if rc is None else "")
+            return Ran(rc, round(time.monotonic() - t0, 1), log, interrupted)
     return Ran(rc, round(time.monotonic() - t0, 1), log)
+
+
+def _relay(pipe, log_file, lock: threading.Lock) -> None:
+    """The step's lines into its log as they come, scrubbed (until the log is closed: a step
+    interrupted with Ctrl-C may still speak)."""
+    with pipe, contextlib.suppress(ValueError, OSError):
+        for raw in iter(pipe.readline, b""):
+            with lock:
+                log_file.write(scrub(raw.decode(errors="replace")))
+                log_file.flush()
 
 
 def _wait(proc: subprocess.Popen, timeout_s: float) -> Optional[int]:

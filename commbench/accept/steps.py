@@ -61,7 +61,9 @@ def run_step(step: Step, folder: str, gpus: int, quick: bool, launch: list, base
             *(["-o", result] if result else [])]
     ran = runner.run(argv, os.path.join(folder, f"{step.slug}.log"), step.timeout_s, {**env, **step.env}, stdout)
     checks = []
-    if ran.rc is None:
+    if ran.interrupted:
+        checks.append(check("interrupted", ERROR, f"stopped by an interrupt after {ran.seconds:g} s"))
+    elif ran.rc is None:
         checks.append(check("time limit", TIMEOUT, f"stopped after {step.timeout_s:g} s (timeout_s)"))
     doc, picked, note = None, None, "no baseline: this step writes no result file"
     if result is not None and os.path.exists(result):
@@ -90,7 +92,7 @@ def run_step(step: Step, folder: str, gpus: int, quick: bool, launch: list, base
             "status": worst(checks), "seconds": ran.seconds, "timeout_s": step.timeout_s,
             "log": os.path.basename(ran.log), "result": os.path.basename(result) if doc is not None else None,
             "baseline": picked[0] if picked else None, "baseline_note": note, "checks": checks,
-            "sku": sku_of(doc) if doc is not None else None}
+            "sku": sku_of(doc) if doc is not None else None, "interrupted": ran.interrupted}
 
 
 def overall(steps: list[dict]) -> str:
@@ -117,6 +119,8 @@ def accept(plan: Plan, folder: str, baselines: Baselines, quick: bool = False, l
             why = next((c["evidence"] for c in r["checks"] if c["status"] == r["status"]), "")
             say(f"{r['status'] if r['counted'] else r['status'].lower() + ' (not counted)':<22} {step.name}  "
                 f"({r['seconds']:.1f} s)  {why}")
+            if r["interrupted"]:
+                raise KeyboardInterrupt
     except KeyboardInterrupt:
         interrupted = True
     sku = next((s["sku"] for s in done if s["sku"]), None) or "unknown (no step left a result file)"

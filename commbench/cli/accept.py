@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import signal
 import socket
 import sys
 
@@ -34,7 +35,30 @@ def check_argv(argv: list) -> None:
         raise CommbenchError(e.format_message()) from None
 
 
+def checked_step(argv: list) -> None:
+    """check_step for a node plan's Plan.check_values: a step's command line run under check_only
+    (every value checked by its command), and no more ranks on host memory than the node has cores
+    (a plan judges the node's figures; such ranks sharing a core measure the scheduler; a GPU's rank
+    mostly waits on its GPU)."""
+    from ..node.machine import cores
+    from .common import Checked, check_only
+    check_argv(argv)
+    ctx = click.Context(cli, info_name="commbench")
+    command = cli.get_command(ctx, argv[0])
+    try:
+        with check_only(), command.make_context(argv[0], list(argv[1:]), parent=ctx) as sub:
+            command.invoke(sub)
+    except Checked as c:
+        if c.device == "cpu" and c.ranks > cores():
+            raise CommbenchError(f"{c.ranks} ranks on this node's {cores()} cores: a node plan takes a core a rank "
+                                 f"(lower np)") from None
+    except click.ClickException as e:
+        raise CommbenchError(e.format_message()) from None
+
+
 def _launch(scope: str, launch_text) -> list:
+    if launch_text is not None and not launch_text.strip():
+        raise CommbenchError("--launch '': give the command that starts the ranks, e.g. 'mpirun --hostfile hosts'")
     if scope == "node":
         if launch_text:
             raise CommbenchError("--launch is for cluster plans: a node plan starts its own ranks on this node")
@@ -87,20 +111,39 @@ def accept(plan_name, baselines_dir, junit_path, base, quick, launch_text, print
     if plan.requires_gpu and plan.scope == "node" and not gpus:
         raise CommbenchError(f"plan {plan.name} measures GPUs and none is visible: {why}")
     launch = _launch(plan.scope, launch_text)
+    if plan.scope == "node":
+        # A cluster plan's steps run under the allocation's launcher: what they check depends on the
+        # hosts it gives them (links at host level needs several), known only once they start.
+        plan.check_values(checked_step, gpus, quick)
     if junit_path:
         check_new_file(junit_path, f"{junit_path} already exists; choose another --junit")
     baselines = Baselines(baselines_dir)
+    for why in baselines.skipped:  # the regression check is off for what that file held: say so
+        click.echo(f"warning: --baselines: skipped {why}", err=True)
     folder = run_folder(base, socket.gethostname())
     click.echo(f"# accept {plan.name}: {plan.description}")
     click.echo(f"# {len(plan.steps_for(gpus))} step(s) into {folder}" + (f", each launched by {shlex.join(launch)}"
                                                                           if launch else ""))
-    summary = run_plan(plan, folder, baselines, quick, launch, gpus, say=lambda line: click.echo(line))
+    stopped_by: list[int] = []
+
+    def stop(signum, _frame):
+        # SIGTERM (a CI job's time limit, a scheduler's end of the job) ends the plan as Ctrl-C does:
+        # the step in progress stopped and judged on what it saved, the summary and JUnit written.
+        stopped_by.append(signum)
+        raise KeyboardInterrupt
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        summary = run_plan(plan, folder, baselines, quick, launch, gpus, say=lambda line: click.echo(line))
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the summary is written whole, whatever comes next
     outputs.write_all(summary, folder, junit_path)
     click.echo(f"# {outputs.headline(summary)}")
     click.echo(f"# summary: {os.path.join(folder, 'summary.md')}" + (f", JUnit: {junit_path}" if junit_path else ""))
     if summary["interrupted"]:
-        click.echo("commbench: error: interrupted; the steps run so far are judged in the summary", err=True)
-        sys.exit(130)
+        signum = stopped_by[0] if stopped_by else signal.SIGINT
+        click.echo(f"commbench: error: interrupted ({signal.Signals(signum).name}); the steps run so far are judged "
+                   f"in the summary", err=True)
+        sys.exit(128 + signum)
     sys.exit(1 if summary["status"] == "FAIL" else 0)
 
 

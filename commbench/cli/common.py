@@ -44,6 +44,9 @@ class Finite(click.FloatRange):
 # The most iterations of one size: each keeps its per-rank times (8 bytes a rank), and no sweep of
 # nccl-tests or OSU comes near it.
 MAX_ITERATIONS = 1_000_000
+# The most calls in one timed iteration (--agg): NCCL takes a group's calls on the host before the
+# first starts; more calls per sample are what --timing loop is for.
+MAX_AGG = 1024
 
 
 def policy_options(f):
@@ -141,11 +144,40 @@ def ranks_option(f):
                              "with --device cuda, else 2).")(f)
 
 
+class Checked(Exception):
+    """Raised, under check_only(), where a measuring command would start its ranks or measure: every
+    check of its input passed. `ranks`: how many it would start, measuring `device` ('cpu', 'cuda')."""
+
+    def __init__(self, ranks: int, device: str):
+        super().__init__(ranks, device)
+        self.ranks, self.device = ranks, device
+
+
+_checking = False
+
+
+@contextlib.contextmanager
+def check_only():
+    """Inside, a measuring command checks everything it checks before it starts (its options' values,
+    the preflight of its ranks) and raises Checked instead of starting: accept checks a plan's steps
+    so, each as its command would, before the first step runs."""
+    global _checking
+    _checking = True
+    try:
+        yield
+    finally:
+        _checking = False
+
+
 def run_ranks(nranks: Optional[int], default_ranks: int, body, checks, timeout_s: float) -> None:
     """Runs body(world) on every rank, after `checks` (a preflight.Checks) passed: with no launcher,
     in this process before it re-runs the command under the bundled mpirun; under a launcher, on
     rank 0 before any measurement. `timeout_s` (--timeout) bounds the ranks' meeting too. Exit
     status: 0 exact, 1 wrong elements or a failure midway, 2 bad input."""
+    if _checking:
+        ranks = nranks or default_ranks
+        checks.run(ranks, ranks, socket.gethostname())
+        raise Checked(ranks, checks.device)
     if detect_launcher() is None:
         from ..node.machine import cores
         from ..run.reporter import PROGRESS_MARK
@@ -255,6 +287,8 @@ def make_reporter(world, cfg, output, steps, judge=None, config: Optional[dict] 
     `judge` (verdict_options): the fabric the fit after the table (unless not `fit`) is judged
     against; one measured on the spot is measured here, by rank 0, before the sweep, and kept in the
     file."""
+    if _checking:  # a command of one process (copy, the peer matrix): its checks are behind it
+        raise Checked(world.size, cfg.device)
     from ..launch import watchdog
     from ..node.machine import typed_command
     from ..run.reporter import Reporter, run_metadata

@@ -17,6 +17,7 @@ from ..sizes import parse_size, parse_sizes, round_to_itemsize
 from ..transports import TRANSPORTS, default_p2p_transport, transport_names
 from ..transports.nccl import NCCL, chosen_transports, log_connections
 from .common import (
+    MAX_AGG,
     make_reporter,
     policy_options,
     ranks_option,
@@ -58,7 +59,7 @@ def sweep_sizes(sizes, min_bytes, max_bytes, step_factor, check) -> str:
     if check == 0:
         raise CommbenchError("-c 0: commbench checks every size, untimed, before it times it; nothing to turn off")
     if (min_bytes, max_bytes, step_factor) == (None, None, None):
-        return sizes or DEFAULT_SIZES
+        return DEFAULT_SIZES if sizes is None else sizes  # '' is refused as an empty sweep, not the default
     if sizes is not None:
         raise CommbenchError("--sizes and nccl-tests' -b/-e/-f describe the same sweep: give one of them")
     if min_bytes is None or max_bytes is None:
@@ -150,7 +151,7 @@ def collective_command(coll) -> click.Command:
         click.option("--buffers", type=click.Choice(["commbench", "cupy"]), default="commbench", show_default=True,
                      help="Who allocates the GPU buffers of --impl mpi: commbench itself, or CuPy (as Python HPC "
                           "codes hand them to CUDA-aware MPI)."),
-        click.option("--agg", "-m", type=click.IntRange(min=1), default=1, show_default=True,
+        click.option("--agg", "-m", type=click.IntRange(min=1, max=MAX_AGG), default=1, show_default=True,
                      help="Calls per timed iteration (nccl-tests' -m): NCCL's calls in one group, the others one "
                           "after another; times are per call."),
         click.option("--delay", default=None, metavar="RANK:US",

@@ -85,7 +85,8 @@ def numerics(ranks_text, impl_text, dtype, data, count_text, seed, repeats, devi
     if count < 1:
         raise CommbenchError(f"--count {count_text}: at least one element")
     device, gpus = resolve_device(device, impl_text, impl_text is not None and gpu_only(impl_text, coll))
-    impls = parse_impls(impl_text or ",".join(default_impls(coll, device, detect_launcher())), coll, device)
+    impls = parse_impls(",".join(default_impls(coll, device, detect_launcher())) if impl_text is None else impl_text,
+                        coll, device)
     cfg = RunConfig(op=coll.name, impls=tuple(i.name for i in impls), sizes=(), dtype=",".join(dtypes), device=device,
                     timeout_s=timeout_s)
 

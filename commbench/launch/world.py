@@ -251,8 +251,9 @@ class World:
         dist = sys.modules.get("torch.distributed")
         if dist is not None and dist.is_available() and dist.is_initialized():
             group = dist.new_group(list(range(k)))  # collective over every rank, members or not
-        # What can split (a NCCL communicator: ncclCommSplit shares the parent's resources) splits,
-        # every rank taking part in the same order; the others are made again on the subset if used.
+        # What can split (a NCCL communicator: ncclCommSplit needs no new unique id to exchange, but
+        # the child gets buffers and connections of its own, as splitShare is left off) splits, every
+        # rank taking part in the same order; the others are made again on the subset if used.
         children = {key: r.split(k) for key, r in list(self._attached.items()) if hasattr(r, "split")}
         if self.rank >= k:
             return None

@@ -108,14 +108,23 @@ def cores() -> int:
 
 @lru_cache(maxsize=1)
 def git_commit() -> Optional[str]:
-    """The commit of the checkout commbench runs from, when it runs from one."""
-    here = os.path.dirname(os.path.abspath(__file__))
+    """The commit of commbench's own checkout, when it runs from one."""
+    return checkout_commit(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def checkout_commit(package: str) -> Optional[str]:
+    """The commit of the checkout whose top folder holds the package folder `package`; None where the
+    package lies elsewhere in a repository (a fleet repository that vendors commbench has commits of
+    its own, which are not commbench's) or in none."""
     try:
-        out = subprocess.run(["git", "-C", here, "rev-parse", "HEAD"], capture_output=True, text=True,
-                             timeout=5)
+        out = subprocess.run(["git", "-C", package, "rev-parse", "--show-toplevel", "HEAD"], capture_output=True,
+                             text=True, timeout=5)
     except (OSError, subprocess.SubprocessError):
         return None
-    return out.stdout.strip() if out.returncode == 0 else None
+    lines = out.stdout.split()
+    if out.returncode != 0 or len(lines) != 2 or not os.path.samefile(lines[0], os.path.dirname(package)):
+        return None
+    return lines[1]
 
 
 def mpi_version() -> Optional[str]:

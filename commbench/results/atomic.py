@@ -16,12 +16,21 @@ from typing import Iterator
 
 from ..errors import CommbenchError
 
+# The longest file name, in bytes, on Linux's file systems.
+NAME_MAX = 255
+
 
 def _temporary_name(folder: str, name: str) -> str:
     """A hidden name in folder for `name` while it is written. The extension stays last: matplotlib
-    chooses an image's format from it."""
+    chooses an image's format from it. As long as it may be (NAME_MAX): the start of `name` is cut
+    where the two would not fit, so that any name a file can take can be written."""
     base, ext = os.path.splitext(name)
-    return os.path.join(folder, f".{base}.{os.getpid()}-{secrets.token_hex(3)}.partial{ext}")
+    if len(ext.encode()) > 16:  # no format's extension: part of the name
+        base, ext = name, ""
+    tail = f".{os.getpid()}-{secrets.token_hex(3)}.partial{ext}"
+    room = NAME_MAX - 1 - len(tail.encode())
+    base = base.encode()[:room].decode(errors="ignore")  # never half a character
+    return os.path.join(folder, f".{base}{tail}")
 
 
 def create_temporary(folder: str, name: str) -> str:

@@ -26,6 +26,7 @@ from typing import Iterable, Iterator, Optional, TextIO
 
 from .. import __version__, collectives
 from ..errors import CommbenchError
+from ..node.machine import scrub
 from ..sizes import MAX_SIZES, format_size
 from .document import header, new_document
 from .record import single
@@ -135,9 +136,12 @@ def _document(tool: str, source: str, op: str, ranks: int, records: list[dict], 
                    "impls": impls, "sizes": sorted({r["size_bytes"] for r in records}),
                    "dtype": records[0]["dtype"], "redop": records[0]["redop"], "place": _place(records),
                    "policy": {"imported_from": tool}},
-        {"hosts": hosts or ["unknown"], "ranks": ranks, "launcher": "mpi", "cpu_model": "unknown",
-         "cores": 1, "memory_bytes": 0, "os": "unknown", "python": "unknown", "torch": "unknown",
-         "mpi": None, **(extra_machine or {})},
+        # The log's own words (host and GPU names) are scrubbed as a run's environment is: a log may
+        # carry a credential-shaped value where a host name should be.
+        {"hosts": [scrub(h) for h in hosts] or ["unknown"], "ranks": ranks, "launcher": "mpi",
+         "cpu_model": "unknown", "cores": 1, "memory_bytes": 0, "os": "unknown", "python": "unknown",
+         "torch": "unknown", "mpi": None,
+         **{k: [scrub(v) for v in values] for k, values in (extra_machine or {}).items()}},
         tool={"name": "commbench", "version": __version__, "git_commit": None},
         imported={"tool": tool, "source": source, "truncated": truncated is not None})
     return new_document(head, records, "failed" if truncated else "complete", truncated)

@@ -113,6 +113,8 @@ def parse_impls(text: str, coll, device: str) -> list[Impl]:
     typed = _typed(text)
     if not typed:
         raise CommbenchError(f"empty --impl: choose from {', '.join(known)}")
+    if len(typed) != len(text.split(",")):  # 'mpi,,' or 'mpi, ': a name left out, not a list of one
+        raise CommbenchError(f"--impl '{text}' has an empty name: give a comma list of names, e.g. {','.join(list(known)[:2])}")
     names = []
     for t in typed:
         n = resolve(t, coll, device)

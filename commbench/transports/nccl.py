@@ -90,7 +90,8 @@ class NcclTransport:
         if ALGORITHM_TRANSPORT[device] != self.name:
             return {}
         return {None: f"NCCL's {coll.title}",
-                **{name: f"{text} over NCCL send/recv, reduction kernel" for name, text in coll.algorithms.items()}}
+                **{name: f"{text} over NCCL send/recv" + (", reduction kernel" if coll.reduces else "")
+                   for name, text in coll.algorithms.items()}}
 
     def prepare(self, world, cfg, what: str) -> None:
         communicator(world, cfg.timeout_s)
