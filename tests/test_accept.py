@@ -462,8 +462,9 @@ def test_a_baseline_drop_passes_warns_or_fails_by_the_plan_s_limits(limits, stat
 
 INTERRUPTED_PLAN = """description = "a step to interrupt between two others"
 [[step]]
-name = "topo"
-command = "topo"
+name = "p2p first"
+command = "p2p"
+options = { sizes = "4,64K", budget-ms = 20 }
 [[step]]
 name = "allreduce"
 command = "allreduce"
@@ -489,13 +490,23 @@ def test_an_interrupted_plan_judges_the_step_in_progress_and_writes_every_summar
     assert proc.returncode == 128 + signum, stdout + stderr
     name = signal.Signals(signum).name
     assert stderr.endswith(f"commbench: error: interrupted ({name}); the steps run so far are judged in the summary\n")
-    summary = json.loads((out / socket.gethostname() / "summary.json").read_text())
+    run = out / socket.gethostname()
+    summary = json.loads((run / "summary.json").read_text())
     assert summary["interrupted"] and summary["status"] == FAIL and summary["not_run"] == ["p2p"]
-    topo, allreduce = summary["steps"]
-    assert topo["status"] == PASS and allreduce["status"] == "ERROR" and allreduce["result"] == "allreduce.json"
+    first, allreduce = summary["steps"]
+    assert first["status"] == PASS and allreduce["status"] == "ERROR" and allreduce["result"] == "allreduce.json"
     assert allreduce["checks"][0]["check"] == "interrupted", allreduce["checks"]
     assert f"{FAIL} (interrupted; 1 ERROR, 1 PASS; " in stdout
     assert "interrupted" in junit.read_text()
+    # What passed before the interrupt can be kept as baselines, marked partial; the run whole cannot.
+    refused = commbench(["baseline", "promote", str(run), "--baselines", str(tmp_path / "bl")], cwd=str(tmp_path))
+    assert refused.returncode == 2 and "--partial promotes the steps that passed before" in refused.stderr
+    kept = commbench(["baseline", "promote", str(run), "--partial", "--baselines", str(tmp_path / "bl")],
+                     cwd=str(tmp_path))
+    assert kept.returncode == 0 and kept.stdout.count("saved ") == 1, kept.stdout + kept.stderr
+    [saved] = kept.stdout.split()[1:]
+    section = json.loads(open(saved).read())["baseline"]
+    assert section["partial"] is True and section["step"] == "p2p first"
 
 
 def test_every_unreadable_baseline_is_named_not_skipped_silently(tmp_path):

@@ -437,6 +437,38 @@ def test_figures_that_are_not_numbers_never_reach_the_file():
     assert [r["size_bytes"] for r in osu.doc["results"]] == [1]
 
 
+@pytest.mark.parametrize("version", [999, None, "3"])
+def test_an_unknown_nccl_tests_json_version_is_named_in_a_warning(version):
+    doc = json.loads(_read("nccl-tests-all_reduce_perf-8gpu.json"))
+    assert doc["version"] == 3 and _nccl(json.dumps(doc)).warnings == []
+    if version is None:
+        del doc["version"]
+    else:
+        doc["version"] = version
+    imported = _nccl(json.dumps(doc))
+    assert imported.warnings == [f"log: nccl-tests JSON version {version!r}, not one this commbench knows (1, 2, 3): "
+                                 f"read as version 3; check its figures against the file"]
+    assert len(imported.doc["results"]) == 20
+
+
+def test_an_osu_log_cut_in_the_middle_of_a_row_is_a_failed_run():
+    """OSU prints no closing line: a last row without its line end was cut short, and its figure
+    (here 46869.14 cut to 468) is no figure of the run."""
+    whole = _read("osu_allreduce-7.4-2ranks-shm.txt")
+    assert _osu_import(whole).doc["status"] == "complete"
+    last = whole.rstrip("\n").splitlines()[-1]
+    cut = whole.rstrip("\n")[:-len(last)] + last[:last.index("46869.14") + 3]
+    imported = _osu_import(cut)
+    assert imported.doc["status"] == "failed" and imported.doc["results"][-1]["size_bytes"] == 33554432
+    assert imported.warnings == [f"truncated: ar ends in the middle of a row ('{last[:last.index('46869.14') + 3]}', "
+                                 f"no line end): the run was cut short; that row is left out and the run imported as "
+                                 f"failed"]
+
+
+def _osu_import(text):
+    return importers.import_osu(io.StringIO(text), "ar")
+
+
 def test_a_truncated_log_is_a_failed_run(workdir):
     lines = _read("all_gather_perf-8gpu.txt", NCCL_TESTS).splitlines(keepends=True)
     cut = "".join(lines[:lines.index(next(line for line in lines if line.startswith("      262144")))])

@@ -308,3 +308,24 @@ def test_series_apart_by_placement_schedule_or_mode_are_named_apart():
     assert [label(key) for key in by_series(recs)] == [
         "allreduce nccl (4 ranks)", "allreduce nccl in-place (4 ranks)", "pingpong mpi (pair 0-1)",
         "pingpong mpi loaded (pair 0-1)", "peer_copy cuda ce (pair 0-1, both ways)"]
+
+
+def test_a_plot_s_legend_entry_is_cut_to_a_line(tmp_path, monkeypatch):
+    """A series' label is the file's own words: an impl name of 100,000 characters took the legend 95 s
+    to lay out. It is cut; the plot is drawn."""
+    import matplotlib.figure
+
+    from commbench.formats.plot import MAX_LABEL, plot
+    from docs import ring_run
+    doc = ring_run()
+    for r in doc["results"]:
+        r["impl"] = "x" * 100_000
+    shown, save = [], matplotlib.figure.Figure.savefig
+
+    def savefig(fig, *args, **kwargs):
+        shown.extend(t.get_text() for ax in fig.axes for t in ax.get_legend().get_texts())
+        return save(fig, *args, **kwargs)
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", savefig)
+    plot([("run", doc)], str(tmp_path / "p.png"))
+    assert (tmp_path / "p.png").stat().st_size > 0
+    assert shown and all(len(text) <= MAX_LABEL for text in shown) and shown[0].endswith("xx...")

@@ -45,13 +45,23 @@ def read_summary(run_dir: str) -> dict:
     return summary
 
 
-def promote(run_dir: str, directory: str, force: bool = False) -> list[str]:
+def promote(run_dir: str, directory: str, force: bool = False, partial: bool = False) -> list[str]:
     """The baselines written from the accept run in run_dir: one per step that left a result file and
-    passed (WARN included). A failed run is refused unless `force`; an existing baseline is never
-    replaced, and then nothing is written."""
+    passed (WARN included). A failed run is refused unless `force`; an interrupted one (stopped by a
+    signal, a job's time limit) with `partial` gives the steps that passed before it stopped, each
+    marked partial. An existing baseline is never replaced, and then nothing is written."""
     summary = read_summary(run_dir)
-    if summary.get("status") not in (PASS, WARN) and not force:
+    interrupted = bool(summary.get("interrupted"))
+    if partial and not interrupted:
+        raise CommbenchError(f"--partial promotes what an interrupted run passed; {run_dir} ran to its end "
+                             f"({summary.get('status')})")
+    if summary.get("status") not in (PASS, WARN) and not force and not partial:
+        more = "; it was interrupted: --partial promotes the steps that passed before" if interrupted else ""
         raise CommbenchError(f"{run_dir} did not pass acceptance ({summary.get('status')}): only a node shown good "
+                             f"becomes a baseline (--force to promote it anyway{more})")
+    if partial and not force and any(ORDER.get(s.get("status"), 3) > ORDER[WARN] and not s.get("interrupted")
+                                     for s in summary["steps"] if s.get("counted", True)):
+        raise CommbenchError(f"{run_dir}: a step failed before the run was interrupted: only a node shown good "
                              f"becomes a baseline (--force to promote it anyway)")
     todo = []
     for step in summary["steps"]:
@@ -70,7 +80,8 @@ def promote(run_dir: str, directory: str, force: bool = False) -> list[str]:
     for doc, path, target, exists, sku, step_name in todo:
         os.makedirs(os.path.dirname(target), exist_ok=True)
         write(doc, path, target, f"{summary['plan']}-{step_name}", exists, sku=sku, plan=summary["plan"], step=step_name,
-              host=summary.get("host"), quick=bool(summary.get("quick")), facts=facts_of(doc))
+              host=summary.get("host"), quick=bool(summary.get("quick")), facts=facts_of(doc),
+              **({"partial": True} if partial else {}))
         written.append(target)
     return written
 

@@ -151,10 +151,13 @@ def accept(plan_name, baselines_dir, junit_path, base, quick, launch_text, print
 @click.argument("run_dir", type=click.Path(file_okay=False))
 @click.option("--baselines", "directory", default=None, help="Folder of per-SKU baselines (default results/baselines).")
 @click.option("--force", is_flag=True, help="Promote a run that did not pass acceptance.")
-def baseline_promote(run_dir, directory, force) -> None:
+@click.option("--partial", is_flag=True,
+              help="Of an interrupted run (Ctrl-C, SIGTERM, a job's time limit): promote the steps that passed "
+                   "before it stopped, marked partial in their baseline section.")
+def baseline_promote(run_dir, directory, force, partial) -> None:
     """Keep the accept run in RUN_DIR (a known-good node's) as its SKU's baselines: one file per step
     in BASELINES/<SKU>/, none replaced."""
     from ..accept.baselines import promote
     from ..analysis.baseline import DEFAULT_DIR
-    for path in promote(run_dir, directory or DEFAULT_DIR, force):
+    for path in promote(run_dir, directory or DEFAULT_DIR, force, partial):
         click.echo(f"saved {path}")

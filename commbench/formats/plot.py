@@ -16,6 +16,13 @@ from ..sizes import format_size
 # Series named in a legend; a fleet's file holds thousands, and a legend of thousands took minutes
 # to lay out and says nothing: the rest are counted in one more entry.
 MAX_LEGEND = 12
+# The longest legend entry: a series' label is the file's words (an impl's name), and one of 100,000
+# characters took matplotlib 95 s to lay out.
+MAX_LABEL = 80
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= MAX_LABEL else text[:MAX_LABEL - 3] + "..."
 
 
 def plot(runs: list[tuple[str, dict]], path: Union[str, BinaryIO], baselines: Optional[list[tuple[str, dict]]] = None,
@@ -55,7 +62,7 @@ def plot(runs: list[tuple[str, dict]], path: Union[str, BinaryIO], baselines: Op
                 drawn += 1
                 if len(handles) < MAX_LEGEND:
                     handles.append(Line2D([], [], ls=style, marker="o" if style == "-" else None, ms=3, color=c,
-                                          label=tag + label(key)))
+                                          label=_short(tag + label(key))))
                 for ax, y in ((ax_bw, bw), (ax_t, t)):
                     lines[ax][style].append(np.column_stack([n, y]))
                     line_colors[ax][style].append(c)

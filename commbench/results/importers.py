@@ -68,6 +68,18 @@ def _lines(stream: TextIO) -> Iterator[str]:
     return iter(lambda: stream.readline(MAX_LINE), "")
 
 
+class _Tail:
+    """Lines read from a stream, the last one as read (its line end or none) kept."""
+
+    def __init__(self, lines: Iterable[str]):
+        self.lines, self.last = lines, ""
+
+    def __iter__(self) -> Iterator[str]:
+        for line in self.lines:
+            self.last = line
+            yield line
+
+
 def _tool_lines(lines: Iterable[str], recognised, tool: str, source: str) -> list[str]:
     """The lines up to the first UNRECOGNISED_LIMIT in a row that are not the tool's: where its
     output ends in a longer log, whose rest is not read. Refused when the file opens with such a run."""
@@ -167,6 +179,7 @@ class _Run:
     ranks: dict = field(default_factory=dict)  # rank -> (host, GPU name)
     rows: list = field(default_factory=list)
     complete: bool = False
+    warnings: list = field(default_factory=list)  # what the reader is told beside the rows left out
 
 
 _RANK = re.compile(r"#\s+Rank\s+(\d+)\s+Group\s+\d+\s+Pid\s+\d+\s+on\s+(\S+)\s+device\s+\d+\s+\[[^\]]*\]\s+(.*)$")
@@ -248,8 +261,24 @@ def _name_binary(run: _Run, name: str, source: str) -> None:
     run.binary = name
 
 
+# The versions of nccl-tests' -J files (its JSON_FILE_VERSION): 1 from 2.17, 3 in 2.19.6, whose
+# layout this reads; a file of another version is read the same way, with a warning.
+NCCL_TESTS_JSON_VERSIONS = (1, 2, 3)
+
+
+def _why(e: Exception) -> str:
+    """What a JSON file lacked or held wrong, in words rather than Python's exception names."""
+    if isinstance(e, KeyError):
+        return f"it has no '{e.args[0]}'"
+    return "a field is not of the kind nccl-tests writes" + (f" ({e})" if isinstance(e, ValueError) else "")
+
+
 def _nccl_tests_json(doc, source: str) -> _Run:
     run = _Run()
+    if isinstance(doc, dict) and doc.get("version") not in NCCL_TESTS_JSON_VERSIONS:
+        run.warnings.append(f"{source}: nccl-tests JSON version {doc.get('version')!r}, not one this commbench knows "
+                            f"({', '.join(map(str, NCCL_TESTS_JSON_VERSIONS))}): read as version "
+                            f"{NCCL_TESTS_JSON_VERSIONS[-1]}; check its figures against the file")
     try:
         m = _BINARY.search(" ".join(doc.get("args") or []))
         run.binary = m.group(1) if m else None
@@ -263,7 +292,7 @@ def _nccl_tests_json(doc, source: str) -> _Run:
                                  halves, json.dumps(r)[:200]))
         run.complete = "average_bus_bandwidth" in doc
     except (AttributeError, KeyError, TypeError, ValueError) as e:
-        raise CommbenchError(f"{source}: not the JSON of nccl-tests -J ({type(e).__name__}: {e})") from None
+        raise CommbenchError(f"{source}: not the JSON of nccl-tests -J: {_why(e)}") from None
     return run
 
 
@@ -339,7 +368,7 @@ def _nccl_tests_document(run: _Run, source: str, given: Optional[str]) -> Import
             else:
                 records.append(single(op, NCCL_IMPL, dtype, r.redop if coll.reduces else "none", ranks, r.size,
                                       r.count, time_us, wrong, in_place=in_place, **extra).as_dict())
-    warnings = left_out.warnings()
+    warnings = run.warnings + left_out.warnings()
     truncated = None
     if not run.complete:
         truncated = (f"truncated: {source} ends before nccl-tests' closing 'Avg bus bandwidth' line "
@@ -387,7 +416,12 @@ def _osu_test(lines: list[str], source: str) -> Optional[str]:
 def import_osu(stream: TextIO, source: str, test: Optional[str] = None, ranks: Optional[int] = None) -> Imported:
     """osu_latency (one-way latency), osu_bw (MB/s, 1e6 B/s, per message of a window) and
     osu_allreduce (average latency per size). `test` (latency, bw, allreduce) overrides detection."""
-    lines = _tool_lines(_lines(stream), _OSU_LINE.match, "OSU", source)
+    read = _Tail(_lines(stream))
+    lines = _tool_lines(read, _OSU_LINE.match, "OSU", source)
+    # OSU prints no closing line: a log cut short shows only as a last line without its end.
+    cut = lines[-1] if read.last and not read.last.endswith("\n") and lines[-1][:1].isdecimal() else None
+    if cut is not None:
+        lines = lines[:-1]
     detected = _osu_test(lines, source)
     if test and detected and OSU_TESTS[test] != detected:
         raise CommbenchError(f"{source}: --test {test} given but the log's title says "
@@ -421,4 +455,9 @@ def import_osu(stream: TextIO, source: str, test: Optional[str] = None, ranks: O
                     spread = (lo, hi)
                 iterations = int(_figure(cells[4], source, line) or 1)
             recs.append(single("allreduce", "osu", "int8", "sum", nranks, size, size, value, 0, iterations, spread))
-    return Imported(_document("osu", source, test, nranks, [r.as_dict() for r in recs], []), left_out.warnings())
+    truncated = (f"truncated: {source} ends in the middle of a row ('{cut.strip()}', no line end): the run was "
+                 f"cut short") if cut is not None else None
+    warnings = left_out.warnings() + ([f"{truncated}; that row is left out and the run imported as failed"]
+                                      if truncated else [])
+    return Imported(_document("osu", source, test, nranks, [r.as_dict() for r in recs], [], truncated=truncated),
+                    warnings)
