@@ -2,6 +2,7 @@
 it, promoted into per-SKU baselines and judged against them (PASS on this machine, FAIL naming the
 step and its evidence with a rank held back), JUnit that validates against the format's schema."""
 
+import contextlib
 import json
 import os
 import shlex
@@ -532,6 +533,36 @@ def test_every_unreadable_baseline_is_named_not_skipped_silently(tmp_path):
     assert len(warned) == len(files) + 1, r.stderr
     for name in [*files, "loop.json"]:
         assert sum(str(folder / name) in line for line in warned) == 1, (name, warned)
+
+
+@pytest.fixture
+def full_disk(tmp_path):
+    """A file system with no space left (a tmpfs of 64 KiB, filled): needs root."""
+    where = tmp_path / "full"
+    where.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(where)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    try:
+        with contextlib.suppress(OSError), open(where / "filler", "wb", buffering=0) as f:
+            while True:
+                f.write(b"\0" * 4096)
+        yield where
+    finally:
+        subprocess.run(["umount", str(where)], check=True)
+
+
+def test_accept_on_a_full_disk_still_writes_junit_and_says_why_in_one_line(full_disk, tmp_path):
+    """Every step an ERROR that names the file it could not write (none started: nothing of it could
+    be kept), no empty log left for it, the JUnit written where it has room, then one line, exit 2."""
+    plan = tmp_path / "p.toml"
+    plan.write_text(GOOD + 'options = { device = "cpu", sizes = "1K", iters = 2 }\n')
+    junit = tmp_path / "j.xml"
+    r = commbench(["accept", "--plan", str(plan), "-o", str(full_disk / "out"), "--junit", str(junit)], cwd=str(tmp_path))
+    run = full_disk / "out" / socket.gethostname()
+    assert r.returncode == 2 and r.stderr == f"commbench: error: cannot write {run}/summary.json: No space left on " \
+                                            f"device\n", r.stderr
+    assert f"ERROR                  a  (0.0 s)  cannot write {run}/a.log: No space left on device" in r.stdout
+    assert os.listdir(run) == [] and 'errors="1"' in junit.read_text() and "No space left" in junit.read_text()
 
 
 def test_junit_of_an_interrupted_run_is_no_pass_and_holds_any_text(tmp_path):

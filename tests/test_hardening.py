@@ -219,6 +219,8 @@ class _Filling:
     (["plot", "run.json", "-o", "p.png"], f"commbench: error: cannot write p.png: {NO_SPACE}"),
     (["report", "run.json", "-o", "rep"], f"commbench: error: cannot write rep/plot.png: {NO_SPACE}"),
     (["baseline", "save", "run.json", "--name", "a", "--dir", "bl"], f"commbench: error: cannot write bl/a.json: {NO_SPACE}"),
+    (["baseline", "save", "run.json", "--name", "a", "--dir", "bl/x/y"],
+     f"commbench: error: cannot write bl/x/y/a.json: {NO_SPACE}"),
     (["export", "run.json", "-o", "r.csv"], f"commbench: error: cannot write r.csv: {NO_SPACE}"),
     (["import", "nccl-tests", NCCL_LOG, "-o", "i.json"], f"commbench: error: cannot write i.json: {NO_SPACE}"),
 ])
@@ -228,8 +230,8 @@ def test_files_written_on_a_full_disk_leave_nothing(command, line, tmp_path, mon
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(builtins, "open", _FullDisk(str(tmp_path), builtins.open))
     assert _run_main(command, monkeypatch, capsys) == (2, line + "\n")
-    # Nothing but the folder the baseline was to go into, empty.
-    assert sorted(p.name for p in tmp_path.rglob("*")) == (["bl", "run.json"] if "baseline" in command else ["run.json"])
+    # Nothing, not even the folder the baseline or the report was to go into.
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["run.json"]
 
 
 def test_new_files_appear_whole_and_never_replace_one(tmp_path):

@@ -29,12 +29,16 @@ def _who(h: dict) -> str:
     return f"{h['op']} {variant(h)} ({h['ranks']} ranks" + (f", pair {h['pair'][0]}-{h['pair'][1]})" if h.get("pair") else ")")
 
 
-def result_checks(doc: dict, limits: dict, baseline: Optional[tuple[str, dict]]) -> list[dict]:
+def result_checks(doc: dict, limits: dict, baseline: Optional[tuple[str, dict]], said: str = "") -> list[dict]:
     """The checks of a result file: it finished, every element was right, and, where the plan or a
-    baseline gives one, its figures against the baseline, the fabric and the absolute limits."""
+    baseline gives one, its figures against the baseline, the fabric and the absolute limits.
+    `said`: the step's last line, the reason where the file could not record one (its last write
+    failed: a full disk)."""
     out = []
     if doc["status"] != "complete":
-        out.append(check("finished", FAIL, f"the run ended {doc['status']}: {doc.get('error') or 'no reason recorded'}"))
+        reason = doc.get("error") or (f"its file records no reason; the step said: {said}" if said else
+                                      "no reason recorded")
+        out.append(check("finished", FAIL, f"the run ended {doc['status']}: {reason}"))
     wrong = [r for r in doc["results"] if r.get("wrong")]
     if wrong:
         first = wrong[0]

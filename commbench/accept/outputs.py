@@ -8,6 +8,7 @@ import html
 import os
 import re
 
+from ..errors import CommbenchError
 from ..formats.html import table
 from ..results.document import write_new
 from .judge import ERROR, FAIL, TIMEOUT
@@ -128,9 +129,18 @@ def _xml_text(text: str) -> str:
 
 
 def write_all(summary: dict, folder: str, junit_path) -> None:
-    write_json(summary, os.path.join(folder, "summary.json"))
-    write_new(os.path.join(folder, "summary.md"), markdown(summary), "summary.md already exists")
-    write_new(os.path.join(folder, "summary.html"), html_page(summary), "summary.html already exists")
-    if junit_path:
-        junit(summary, junit_path)
+    """Every output, each tried whatever became of the others (the run folder's disk may be full
+    where --junit's is not, and JUnit is what a CI reads); then the first failure is raised."""
+    writes = [lambda: junit(summary, junit_path)] if junit_path else []
+    writes += [lambda: write_json(summary, os.path.join(folder, "summary.json")),
+               lambda: write_new(os.path.join(folder, "summary.md"), markdown(summary), "summary.md already exists"),
+               lambda: write_new(os.path.join(folder, "summary.html"), html_page(summary), "summary.html already exists")]
+    failed = []
+    for write in writes:
+        try:
+            write()
+        except CommbenchError as e:
+            failed.append(e)
+    if failed:
+        raise failed[0]
 

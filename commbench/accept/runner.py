@@ -24,46 +24,71 @@ STOP_GRACE_S = 10
 
 @dataclass(frozen=True)
 class Ran:
-    rc: Optional[int]  # None: stopped at its time limit, or interrupted
+    rc: Optional[int]  # None: stopped at its time limit, interrupted, or never started
     seconds: float
     log: str
     interrupted: bool = False  # stopped by Ctrl-C or SIGTERM to accept: the plan ends after this step
+    unwritable: str = ""  # why its log or output file could not be written (a full disk): it did not run
 
 
 def run(argv: list, log: str, timeout_s: float, env: dict, stdout_file: Optional[str] = None,
         cwd: Optional[str] = None) -> Ran:
     """Runs argv, stdout and stderr into `log` (stdout into `stdout_file` where given: a document to
     read back). What the step says is scrubbed line by line on its way into the log (node/machine.py's
-    scrub): a library's warning may quote a credential-shaped setting that a result file redacts."""
+    scrub): a library's warning may quote a credential-shaped setting that a result file redacts. A
+    step whose log cannot be written is not started: nothing of it could be kept."""
     t0 = time.monotonic()
-    with contextlib.ExitStack() as files:
-        log_file = files.enter_context(open(log, "w"))
-        log_file.write(f"$ {scrub(shlex.join(argv))}\n")
-        log_file.flush()
-        stdout = files.enter_context(open(stdout_file, "w")) if stdout_file else subprocess.PIPE
+    opened = []
+    try:
         try:
-            proc = subprocess.Popen(argv, stdout=stdout, stderr=subprocess.PIPE, cwd=cwd, env=env,
-                                    start_new_session=True)
-        except OSError as e:  # the program is missing: this step fails, the others still run
-            rc: Optional[int] = 127
-            log_file.write(f"cannot start it: {e}\n")
-        else:
-            lock = threading.Lock()
-            relays = [threading.Thread(target=_relay, args=(pipe, log_file, lock), daemon=True)
-                      for pipe in (proc.stdout, proc.stderr) if pipe is not None]
-            for relay in relays:
-                relay.start()
-            interrupted = False
-            try:
-                rc = _wait(proc, timeout_s)
-            except KeyboardInterrupt:  # the step is stopped whole; what it saved is judged
-                rc, interrupted = None, True
-            for relay in relays:  # the pipes close with the step's last process
-                relay.join(STOP_GRACE_S)
-            log_file.write("\nstopped by an interrupt\n" if interrupted else
-                           f"\nstopped at the time limit of {timeout_s:g} s\n" if rc is None else "")
-            return Ran(rc, round(time.monotonic() - t0, 1), log, interrupted)
-    return Ran(rc, round(time.monotonic() - t0, 1), log)
+            log_file = open(log, "w")
+            opened.append(log_file)
+            log_file.write(f"$ {scrub(shlex.join(argv))}\n")
+            log_file.flush()
+            stdout = subprocess.PIPE
+            if stdout_file:
+                stdout = open(stdout_file, "w")
+                opened.append(stdout)
+        except OSError as e:
+            for f in opened:  # what holds nothing goes: no empty log stands for the step
+                with contextlib.suppress(OSError):
+                    os.unlink(f.name)
+            return Ran(None, round(time.monotonic() - t0, 1), log,
+                       unwritable=f"cannot write {e.filename or log}: {e.strerror or e}")
+        return _run(argv, log_file, stdout, timeout_s, env, cwd, t0, log)
+    finally:
+        for f in opened:  # a full disk refuses the last flush too: what was written stays
+            with contextlib.suppress(OSError):
+                f.close()
+
+
+def _run(argv, log_file, stdout, timeout_s: float, env: dict, cwd, t0: float, log: str) -> Ran:
+    try:
+        proc = subprocess.Popen(argv, stdout=stdout, stderr=subprocess.PIPE, cwd=cwd, env=env, start_new_session=True)
+    except OSError as e:  # the program is missing: this step fails, the others still run
+        _say(log_file, f"cannot start it: {e}\n")
+        return Ran(127, round(time.monotonic() - t0, 1), log)
+    lock = threading.Lock()
+    relays = [threading.Thread(target=_relay, args=(pipe, log_file, lock), daemon=True)
+              for pipe in (proc.stdout, proc.stderr) if pipe is not None]
+    for relay in relays:
+        relay.start()
+    interrupted = False
+    try:
+        rc = _wait(proc, timeout_s)
+    except KeyboardInterrupt:  # the step is stopped whole; what it saved is judged
+        rc, interrupted = None, True
+    for relay in relays:  # the pipes close with the step's last process
+        relay.join(STOP_GRACE_S)
+    _say(log_file, "\nstopped by an interrupt\n" if interrupted else
+         f"\nstopped at the time limit of {timeout_s:g} s\n" if rc is None else "")
+    return Ran(rc, round(time.monotonic() - t0, 1), log, interrupted)
+
+
+def _say(log_file, text: str) -> None:
+    with contextlib.suppress(OSError):
+        log_file.write(text)
+        log_file.flush()
 
 
 def _relay(pipe, log_file, lock: threading.Lock) -> None:

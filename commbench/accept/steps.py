@@ -61,7 +61,9 @@ def run_step(step: Step, folder: str, gpus: int, quick: bool, launch: list, base
             *(["-o", result] if result else [])]
     ran = runner.run(argv, os.path.join(folder, f"{step.slug}.log"), step.timeout_s, {**env, **step.env}, stdout)
     checks = []
-    if ran.interrupted:
+    if ran.unwritable:
+        checks.append(check("not run", ERROR, ran.unwritable))
+    elif ran.interrupted:
         checks.append(check("interrupted", ERROR, f"stopped by an interrupt after {ran.seconds:g} s"))
     elif ran.rc is None:
         checks.append(check("time limit", TIMEOUT, f"stopped after {step.timeout_s:g} s (timeout_s)"))
@@ -74,7 +76,7 @@ def run_step(step: Step, folder: str, gpus: int, quick: bool, launch: list, base
     judged = doc is not None
     if doc is not None:
         picked, note = baselines.pick(doc, quick, step.name, plan)
-        checks += result_checks(doc, step.limits, picked)
+        checks += result_checks(doc, step.limits, picked, runner.last_line(ran.log))
         unmatched = baselines.unmatched(doc, quick, step.name) if picked is None else None
         if unmatched:  # a fleet's baseline of this step that no longer matches its node: worth a look
             checks.append(check("baseline", WARN, unmatched))

@@ -136,8 +136,8 @@ def accept(plan_name, baselines_dir, junit_path, base, quick, launch_text, print
         summary = run_plan(plan, folder, baselines, quick, launch, gpus, say=lambda line: click.echo(line))
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the summary is written whole, whatever comes next
-    outputs.write_all(summary, folder, junit_path)
     click.echo(f"# {outputs.headline(summary)}")
+    outputs.write_all(summary, folder, junit_path)  # a summary that cannot be written: one line, exit 2
     click.echo(f"# summary: {os.path.join(folder, 'summary.md')}" + (f", JUnit: {junit_path}" if junit_path else ""))
     if summary["interrupted"]:
         signum = stopped_by[0] if stopped_by else signal.SIGINT

@@ -16,9 +16,6 @@ from typing import Iterator
 
 from ..errors import CommbenchError
 
-# The longest file name, in bytes, on Linux's file systems.
-NAME_MAX = 255
-
 
 def _temporary_name(folder: str, name: str) -> str:
     """A hidden name in folder for `name` while it is written. The extension stays last: matplotlib
@@ -49,11 +46,25 @@ def _claim(tmp: str, path: str, exists_message: str) -> None:
         raise CommbenchError(exists_message) from None
 
 
-def _make_folder(folder: str, path: str) -> None:
+def _make_folder(folder: str, path: str) -> list[str]:
+    """Makes folder where missing; returns the folders made, the deepest first, for _unmake."""
+    made, missing = [], os.path.abspath(folder)
+    while not os.path.exists(missing):
+        made.append(missing)
+        missing = os.path.dirname(missing)
     try:
         os.makedirs(folder, exist_ok=True)
     except OSError as e:
+        _unmake(made)
         raise CommbenchError(f"cannot write {path}: {e.strerror} ({folder})") from None
+    return made
+
+
+def _unmake(made: list[str]) -> None:
+    """Removes the folders a failed write made (empty ones alone): a full disk leaves nothing behind."""
+    for folder in made:
+        with contextlib.suppress(OSError):
+            os.rmdir(folder)
 
 
 @contextlib.contextmanager
@@ -62,18 +73,21 @@ def new_file(path: str, exists_message: str) -> Iterator[str]:
     file takes the name `path`, which must not exist (nor be a name no file can take: check_new_file)."""
     check_new_file(path, exists_message)
     folder = os.path.dirname(path) or "."
-    _make_folder(folder, path)
-    tmp = None
+    made = _make_folder(folder, path)
+    tmp, done = None, False
     try:
         tmp = create_temporary(folder, os.path.basename(path))
         yield tmp
         _claim(tmp, path, exists_message)
+        done = True
     except OSError as e:
         raise CommbenchError(f"cannot write {path}: {e.strerror}") from None
     finally:
         if tmp is not None:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
+        if not done:
+            _unmake(made)
 
 
 @contextlib.contextmanager
@@ -82,9 +96,10 @@ def new_files_in(folder: str, exists_message: str) -> Iterator[str]:
     into `folder` (made when missing), none of them replacing a file there."""
     # The temporary folder sits where the files go (or beside a folder yet to be made), so that
     # every link stays on one file system.
-    home = folder if os.path.isdir(folder) else os.path.dirname(os.path.abspath(folder))
-    _make_folder(home, folder)
-    stage = None
+    existed = os.path.isdir(folder)
+    home = folder if existed else os.path.dirname(os.path.abspath(folder))
+    made = _make_folder(home, folder)
+    stage, done = None, False
     try:
         stage = _temporary_name(home, os.path.basename(os.path.abspath(folder)))
         os.mkdir(stage)
@@ -95,6 +110,7 @@ def new_files_in(folder: str, exists_message: str) -> Iterator[str]:
             raise CommbenchError(exists_message)
         for n in names:
             _claim(os.path.join(stage, n), os.path.join(folder, n), exists_message)
+        done = True
     except OSError as e:
         raise CommbenchError(f"cannot write into {folder}: {e.strerror}") from None
     except CommbenchError as e:
@@ -103,6 +119,8 @@ def new_files_in(folder: str, exists_message: str) -> Iterator[str]:
     finally:
         if stage is not None:
             shutil.rmtree(stage, ignore_errors=True)
+        if not done:
+            _unmake(([] if existed else [os.path.abspath(folder)]) + made)
 
 
 # The longest file name (bytes) of Linux's file systems (NAME_MAX).
