@@ -4,9 +4,12 @@ memory of the command). A fleet hands commbench tens of thousands of records; th
 100,000 records in under 10 s for each command.
 
     .venv/bin/python benchmarks/records.py [--counts 1000,10000,100000] [--limit-s 120] [--shape series|sizes]
+        [--samples 5] [--commands fit,compare,...]
 
 Two shapes of file: `series` (the records of many series of 20 sizes each: a fleet's runs side by
-side) and `sizes` (one series of N sizes: a long nccl-tests log, imported). A command past
+side) and `sizes` (one series of N sizes: a long nccl-tests log, imported). --samples: the samples
+each record keeps (5; a run of 2,000 iterations a size keeps 2,000, and the largest file commbench
+writes itself is 10,000 sizes of them: `--shape sizes --counts 10000 --samples 2000`). A command past
 --limit-s is stopped and reported as such. Prints one table row per (shape, N, command).
 """
 
@@ -34,15 +37,15 @@ COMMANDS = {
 }
 
 
-def synthesize(n: int, shape: str, path: str) -> None:
-    """n records of a 2-rank-and-up ring all-reduce (t = 5 us + n / 5 GB/s, 5 samples within 2 %)."""
+def synthesize(n: int, shape: str, path: str, samples: int = 5) -> None:
+    """n records of a 2-rank-and-up ring all-reduce (t = 5 us + n / 5 GB/s, `samples` samples within 2 %)."""
     rng = np.random.default_rng(1)
     if shape == "series":
         plan = [(2 + i // 20, 1 << (10 + i % 20)) for i in range(n)]
     else:
         plan = [(2, 8 * (i + 1)) for i in range(n)]
     recs = [record("allreduce", "ring@mpi", "float32", "sum", ranks, size, size // 4,
-                   (5 + size / 5e3) * rng.uniform(0.98, 1.02, 5) * 1e-6, 0) for ranks, size in plan]
+                   (5 + size / 5e3) * rng.uniform(0.98, 1.02, samples) * 1e-6, 0) for ranks, size in plan]
     with open(path, "w") as f:
         json.dump(result_doc(recs), f)
 
@@ -69,6 +72,8 @@ def main() -> int:
     parser.add_argument("--counts", default="1000,10000,100000")
     parser.add_argument("--limit-s", type=float, default=120.0)
     parser.add_argument("--shape", default="series,sizes")
+    parser.add_argument("--samples", type=int, default=5)
+    parser.add_argument("--commands", default=",".join(COMMANDS))
     args = parser.parse_args()
     commbench = os.path.join(os.path.dirname(sys.executable), "commbench")
     print(f"{'shape':<8}{'records':>9}  {'command':<12}{'seconds':>9}{'peak MiB':>10}  target (< 10 s at 100,000)")
@@ -76,8 +81,10 @@ def main() -> int:
         for shape in args.shape.split(","):
             for n in (int(c) for c in args.counts.split(",")):
                 path = os.path.join(tmp, f"{shape}-{n}.json")
-                synthesize(n, shape, path)
-                for name, make in COMMANDS.items():
+                synthesize(n, shape, path, args.samples)
+                print(f"# {path}: {os.path.getsize(path) / 2**20:.0f} MiB, {args.samples} samples a record", flush=True)
+                for name in args.commands.split(","):
+                    make = COMMANDS[name]
                     wall, peak, rc = timed([commbench, *make(path, os.path.join(tmp, f"{shape}-{n}-{name[:3]}"))],
                                            args.limit_s)
                     seconds = f"> {args.limit_s:g}" if wall is None else f"{wall:.2f}"

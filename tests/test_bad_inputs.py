@@ -16,6 +16,8 @@ from conftest import HERE, commbench
 
 from commbench.cli import main
 from commbench.launch.world import launcher_free_env
+from commbench.results.document import MAX_FILE_BYTES
+from commbench.results.importers import MAX_LOG
 from docs import result_doc, ring_run, row
 
 TABLE = os.path.join(HERE, "data", "bad_inputs.txt")
@@ -61,6 +63,11 @@ def _make_files(folder: str) -> None:
     for name, data in texts.items():
         with open(os.path.join(folder, name), "wb") as f:
             f.write(data)
+    # Too large to read, as sparse files (no disk taken), and a FIFO that no one writes to.
+    for name, size in (("huge.json", MAX_FILE_BYTES + 1), ("huge.log", MAX_LOG + 1)):
+        with open(os.path.join(folder, name), "wb") as f:
+            f.truncate(size)
+    os.mkfifo(os.path.join(folder, "nowriter.log"))
 
 
 def _tree(folder: str) -> dict:

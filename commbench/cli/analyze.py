@@ -187,14 +187,14 @@ def export(run, format_name, output, samples, judge) -> None:
 def import_cmd(tool, log, output, op, test, ranks) -> None:
     """Turn nccl-tests or OSU output into a commbench result file."""
     from ..results.atomic import check_new_file
-    from ..results.document import default_path, validate, write_new
-    from ..results.importers import import_nccl_tests, import_osu
+    from ..results.document import default_path, open_to_read, validate, write_new
+    from ..results.importers import MAX_LOG, import_nccl_tests, import_osu
     path = output or default_path(f"import-{tool}")
     exists = f"{path} already exists; choose another -o"
     check_new_file(path, exists)
     try:
         # Undecodable bytes become U+FFFD: a binary file is then just not the tool's output.
-        with open(log, encoding="utf-8", errors="replace") as f:
+        with open_to_read(log, f"{tool} log", MAX_LOG, encoding="utf-8") as f:
             imported = import_nccl_tests(f, log, op) if tool == "nccl-tests" else import_osu(f, log, test, ranks)
     except OSError as e:
         raise CommbenchError(f"cannot read {log}: {e.strerror}") from None

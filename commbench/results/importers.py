@@ -39,6 +39,9 @@ MAX_LINE = 1 << 16
 # Largest -J JSON read: nccl-tests writes a few hundred bytes per size, so a larger "JSON" file is
 # not its output, and reading it whole would take as long as the disk and memory allow.
 MAX_JSON = 64 << 20
+# Largest log read (a regular file's size, refused before reading): nccl-tests prints about 150 bytes
+# a size, so 10,000 sizes are 1.5 MB; a 200 MB log took 45 s to be refused at its count of rows.
+MAX_LOG = 64 << 20
 
 # nccl-tests binary (<name>_perf) -> commbench's op: the collective that has <name> as its name or
 # one of its aliases, so that a new collective module is imported with no change here.
@@ -91,6 +94,8 @@ def _tool_lines(lines: Iterable[str], recognised, tool: str, source: str) -> lis
         kept.append(line)
         if unrecognised == UNRECOGNISED_LIMIT:
             break
+    if not any(kept):  # an empty file (blank lines at most), or a FIFO that no one writes to
+        raise CommbenchError(f"{source} is empty: no {tool} output in it")
     if unrecognised == len(kept):
         raise CommbenchError(f"{source} is not {tool} output: none of its first {len(kept)} lines is")
     return kept
