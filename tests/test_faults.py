@@ -7,6 +7,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
@@ -402,3 +403,38 @@ def test_numerics_killed_on_rank_0_keeps_the_rows_it_wrote(workdir):
     assert len(kept) < 4, "rank 0 died before the last row"
     time.sleep(0.5)
     assert left_behind(out) == []
+
+
+SLOW_REPORT = """
+import sys, time
+from commbench.cli import main
+from commbench.run.reporter import Reporter
+from commbench.transports.mpi import MpiTransport
+from mpi4py import MPI
+
+# Rank 0's last write takes 5 s (a busy host), longer than a failing rank's grace of 3 s.
+fail = Reporter.fail
+Reporter.fail = lambda self, *a, **k: (time.sleep(5), fail(self, *a, **k))[1]
+# Rank 1 fails at its fourth call (the second size's check and first timed calls came before).
+times, calls = MpiTransport.times, []
+def failing(self, *a, **k):
+    calls.append(1)
+    if MPI.COMM_WORLD.rank == 1 and len(calls) == 4:
+        raise RuntimeError("rank 1 broke")
+    return times(self, *a, **k)
+MpiTransport.times = failing
+sys.argv = ["commbench", *sys.argv[1:]]
+main()
+"""
+
+
+def test_a_failure_on_another_rank_leaves_rank_0_time_to_close_its_file(workdir):
+    """The rank that failed waits while rank 0 reports, not a fixed grace: on a busy host rank 0's
+    last write took longer, mpirun ended it, and the file said `running` beside that rank's line."""
+    out = os.path.join(workdir, "r.json")
+    r = subprocess.run([MPIRUN, "--np", "2", sys.executable, "-c", SLOW_REPORT, "allreduce", "--device", "cpu",
+                        "--impl", "mpi", "--sizes", "1K,2K,4K,8K", "--iters", "2", "--warmup", "1", "--no-fit",
+                        "-o", out], capture_output=True, text=True, timeout=120, env=mpi_env(), cwd=workdir)
+    doc = results.load_document(out)
+    assert doc["status"] == "failed" and "rank 1 broke" in doc["error"], (doc["status"], r.stderr)
+    assert "commbench: error" in r.stderr and "error on rank 1" not in r.stderr, r.stderr

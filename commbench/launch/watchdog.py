@@ -47,6 +47,9 @@ FILES_RAISED_ABOVE = 512
 STALE_S = 1.0
 # How long a rank other than 0 waits for rank 0 to report its ending and end before it leaves on its own.
 GRACE_S = 3.0
+# How long they wait once rank 0 said it is reporting: its file's last write may take seconds on a
+# busy host (a rank that left at GRACE_S made mpirun end rank 0 with the file still `running`).
+REPORTING_S = 30.0
 CONNECT_TIMEOUT_S = 10.0
 
 _current: Optional["Watchdog"] = None
@@ -469,6 +472,8 @@ class Watchdog:
             os._exit(1)
 
     def _report(self, status: str, text: str) -> None:
+        for conn in list(self.peers.values()):  # wait for me: the other ranks' grace grows
+            self._send(conn, "reporting")
         kept = ""
         if self.reporter is not None:
             kept = f" ({self.reporter.fail(text, status, self._absent())})"
@@ -485,11 +490,14 @@ class Watchdog:
         with self._io:
             if self.up is not None:
                 self._send(self.up, f"fail {self.rank} {status} {one_line(text)}")
-            until = time.monotonic() + GRACE_S
+            start = time.monotonic()
+            until = start + GRACE_S
             # Until rank 0 has ended, not only reported: a rank that leaves first can make mpirun end
-            # the job and drop what rank 0 still has to say (its line, on a busy host).
+            # the job and drop what rank 0 still has to say (its line, its file, on a busy host).
             while self.up is not None and time.monotonic() < until:
-                self._read_up(max(0.0, until - time.monotonic()))
+                self._read_up(max(0.0, min(until - time.monotonic(), TICK_S)))
+                if self.reported:
+                    until = max(until, start + REPORTING_S)
         if not self.reported and self.rank == 1:  # rank 0 is stopped or gone: one rank speaks for it
             click.echo(one_line(f"commbench: error on rank 1: {text}"), err=True)
 
