@@ -656,6 +656,21 @@ def test_the_transports_nccl_chose_are_recorded(case, workdir):
     assert glob.glob(os.path.join(tmp, "commbench-nccl-*.log")) == []
 
 
+@pytest.mark.parametrize("fault", ["timeout", "failure"])
+def test_a_failed_run_leaves_no_nccl_log_behind(fault, workdir):
+    """NCCL's log of connections, asked for in a temporary file of each rank, goes however the run
+    ends: a watchdog's ending (os._exit) and a failure's MPI abort skip Python's atexit."""
+    tmp = os.path.join(workdir, "tmp")
+    os.mkdir(tmp)
+    # The ring's reduction kernel fails to launch after NCCL's own call made and logged its connections.
+    args = {"timeout": ["--impl", "nccl", "--timeout", "2", "--delay", "1:4000000"], "failure": ["--impl", "nccl,ring"]}
+    env = emu_env(2, TMPDIR=tmp, **({"COMMBENCH_EMU_FAIL_LAUNCH": "reduce kernel"} if fault == "failure" else {}))
+    r = commbench(["allreduce", "--device", "cuda", "--np", "2", "--sizes", "1K", "--iters", "3", *args[fault],
+                   "-o", os.path.join(workdir, "r.json")], env=env, cwd=workdir)
+    assert r.returncode != 0, r.stdout + r.stderr
+    assert glob.glob(os.path.join(tmp, "commbench-nccl-*.log")) == [], (r.stderr, os.listdir(tmp))
+
+
 CUDA_AWARE_MPI = os.path.join(ROOT, "build", "emu", "libcommbench_emu_mpi.so")
 
 

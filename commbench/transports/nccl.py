@@ -3,7 +3,6 @@ each rank's GPU, timed with CUDA events in native code (commbench._cuda)."""
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import os
 import re
@@ -14,6 +13,7 @@ import numpy as np
 
 from .. import trace
 from ..collectives.impls import ALGORITHM_TRANSPORT
+from ..launch import watchdog
 
 # NCCL says which transport each connection took only in its INFO log, in a line per connection:
 # "Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read", "Channel 00 : 0[0] -> 1[1] via SHM/direct/direct"
@@ -34,7 +34,7 @@ def log_connections() -> None:
     set NCCL's log up."""
     if "NCCL_DEBUG" not in os.environ and "NCCL_DEBUG_FILE" not in os.environ:
         os.environ.update(NCCL_DEBUG="INFO", NCCL_DEBUG_SUBSYS="INIT", NCCL_DEBUG_FILE=_log_path())
-        atexit.register(_remove_log)  # a run that fails midway leaves no log behind either
+        watchdog.at_exit(_remove_log)  # a run that fails midway, however it ends, leaves no log behind either
 
 
 def _remove_log() -> None:
@@ -66,7 +66,6 @@ def communicator(world, timeout_s: Optional[float] = None):
     """This rank's NCCL communicator, created on first use on the GPU the rank takes (one GPU per
     rank); `timeout_s`, when given, bounds every later wait of it for its peers."""
     def make():
-        from ..launch import watchdog
         from ..node.gpu import DEFAULT_TIMEOUT_S, device_comm, take_gpu
         # The initialisation waits for every peer: it must end within --timeout like any size.
         watchdog.arm("NCCL initialisation")
