@@ -671,6 +671,18 @@ def test_a_failed_run_leaves_no_nccl_log_behind(fault, workdir):
     assert glob.glob(os.path.join(tmp, "commbench-nccl-*.log")) == [], (r.stderr, os.listdir(tmp))
 
 
+def test_what_nccl_warned_of_before_its_error_is_in_the_error(workdir):
+    """NCCL warns of a failure's cause and remedy (NCCL_NVLS_ENABLE=0) before the error it returns,
+    whose text holds only its last warning: the earlier ones reach the line and the file too (the
+    emulated NCCL warns so before its injected failure)."""
+    out = os.path.join(workdir, "e.json")
+    r = commbench(["allreduce", "--device", "cuda", "--np", "2", "--impl", "nccl", "--sizes", "1K,2K", "--iters", "3",
+                   "-o", out], env=emu_env(2, COMMBENCH_EMU_NCCL_FAULT="error:1:3"), cwd=workdir)
+    said = "NCCL warned: the injected fault's cause, on rank 1 (set COMMBENCH_EMU_NCCL_FAULT= to disable it)"
+    assert r.returncode == 1 and said in r.stderr and r.stderr.count("\n") == 1, r.stderr
+    assert said in results.load_document(out)["error"]
+
+
 CUDA_AWARE_MPI = os.path.join(ROOT, "build", "emu", "libcommbench_emu_mpi.so")
 
 

@@ -358,6 +358,7 @@ def _fail(reporter, world, error: Exception) -> NoReturn:
     collective would hang the job. With a watchdog running, it reports: it also knows which ranks
     are gone."""
     from ..launch import watchdog
+    error = _with_nccl_warnings(error)
     if watchdog.current() is not None:
         watchdog.current().fail(error)
     abort = world.comm is not None and world.size > 1
@@ -376,6 +377,19 @@ def _fail(reporter, world, error: Exception) -> NoReturn:
             watchdog.run_at_exit()  # MPI_Abort ends the process without atexit
             world.comm.Abort(1)
         sys.exit(1)
+
+
+def _with_nccl_warnings(error: Exception) -> Exception:
+    """The error with what NCCL warned of in this rank's log beside its last error (the cause, and a
+    remedy such as NCCL_NVLS_ENABLE=0), where it said more; else the error as it is."""
+    from ..transports.nccl import warnings_said
+    said = warnings_said(str(error))
+    if not said:
+        return error
+    try:
+        return type(error)(f"{error}; NCCL warned: {said}")
+    except Exception:  # noqa: BLE001 - an exception type that takes no text keeps its own
+        return error
 
 
 def percent(text: str, flag: str) -> float:

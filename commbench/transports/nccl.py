@@ -42,6 +42,24 @@ def _remove_log() -> None:
         os.remove(_log_path())
 
 
+_WARN = re.compile(r"\bNCCL WARN (.*)$", re.MULTILINE)
+
+
+def warnings_said(beside: str = "", most: int = 3) -> str:
+    """NCCL's WARN lines in this rank's own log (the one commbench asked for), the last `most` of
+    those not already in `beside` (an error's text holds NCCL's last one), joined: NCCL warns of a
+    failure's cause and remedy (NCCL_NVLS_ENABLE=0) before the error it returns."""
+    if os.environ.get("NCCL_DEBUG_FILE") != _log_path():
+        return ""
+    try:
+        with open(_log_path(), errors="replace") as f:
+            said = [m.group(1).strip() for m in _WARN.finditer(f.read())]
+    except OSError:
+        return ""
+    fresh = [line for line in dict.fromkeys(said) if line and line not in beside]
+    return "; ".join(fresh[-most:])
+
+
 def chosen_transports(world) -> Optional[dict]:
     """{transport: connections} over every rank, on rank 0 (None elsewhere, and where a rank's NCCL log
     is the user's). Collective; each rank's log file is removed."""

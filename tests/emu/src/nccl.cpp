@@ -62,7 +62,22 @@ std::size_t segment_bytes(int n) { return rings_offset() + sizeof(Ring) * n * n;
 std::mutex error_mu;
 std::string last_error;
 
+// As NCCL does, every error is also a WARN line of its log where NCCL_DEBUG asks for WARN or more
+// (its format: "host:pid:tid NCCL WARN text"), in NCCL_DEBUG_FILE or on stdout.
+void log_warning(const std::string& text) {
+  const char* level = std::getenv("NCCL_DEBUG");
+  if (!level || (strcasecmp(level, "WARN") != 0 && strcasecmp(level, "INFO") != 0 && strcasecmp(level, "TRACE") != 0))
+    return;
+  const char* path = std::getenv("NCCL_DEBUG_FILE");
+  FILE* f = path ? std::fopen(path, "a") : stdout;
+  if (!f) return;
+  std::fprintf(f, "%s:%d:%d NCCL WARN %s\n", emu::host_name().c_str(), getpid(), static_cast<int>(gettid()),
+               text.c_str());
+  if (path) std::fclose(f);
+}
+
 ncclResult_t error(ncclResult_t rc, const std::string& text) {
+  log_warning(text);
   std::lock_guard<std::mutex> l(error_mu);
   last_error = text;
   return rc;
@@ -270,6 +285,9 @@ void run_group(const std::vector<Call>& calls) {
     ++c.groups_run;
     if (c.nranks > 1 && c.rank == injected.rank && c.groups_run == injected.group) {
       if (injected.kind == "error") {
+        // As NCCL warns of a cause and its remedy before the failure it returns (its last error).
+        log_warning("the injected fault's cause, on rank " + std::to_string(c.rank) +
+                    " (set COMMBENCH_EMU_NCCL_FAULT= to disable it)");
         c.async = error(ncclSystemError, "injected failure (COMMBENCH_EMU_NCCL_FAULT) on rank " + std::to_string(c.rank));
         return;
       }
