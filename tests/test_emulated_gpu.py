@@ -45,8 +45,8 @@ def _cases() -> list:
 @pytest.mark.parametrize("case", _cases())
 def test_the_emulation_is_strict_where_hardware_is(case):
     """Streams asynchronous and ordered, events, legacy-stream rules, device memory that host code
-    cannot touch, graphs and what a capture forbids, injectable launch failures, and NCCL's groups,
-    duplicate-GPU refusal, abort and split (tests/emu/selftest.cpp)."""
+    cannot touch, graphs and what a capture forbids, injectable launch failures, the calls CUDA refuses
+    across devices, and NCCL's groups, duplicate-GPU refusal, abort and split (tests/emu/selftest.cpp)."""
     extra = {"launch_failure": {"COMMBENCH_EMU_FAIL_LAUNCH": "selftest"},
              "nccl_destroy_in_error": {"COMMBENCH_EMU_NCCL_FAULT": "error:0:1"}}.get(case, {})
     r = subprocess.run([SELFTEST, case], capture_output=True, text=True, timeout=60, env=emu_env(2, **extra))

@@ -149,6 +149,38 @@ void events_time_the_stream() {
   EXPECT(cudaEventElapsedTime(&ms, a, b) == cudaSuccess && ms >= 95);
 }
 
+// Three calls CUDA refuses across devices (cudaErrorInvalidResourceHandle): a kernel launched into a
+// stream of another device than the current one, an event recorded on another device's stream than
+// the one current at its creation, and the elapsed time between two devices' events.
+void cross_device_calls_are_refused() {
+  cudaSetDevice(1);
+  cudaStream_t on1;
+  cudaStreamCreateWithFlags(&on1, cudaStreamNonBlocking);
+  cudaEvent_t e1;
+  cudaEventCreate(&e1);
+  EXPECT(cudaEventRecord(e1, on1) == cudaSuccess);
+  cudaSetDevice(0);
+  cudaStream_t on0;
+  cudaStreamCreateWithFlags(&on0, cudaStreamNonBlocking);
+  cudaEvent_t e0;
+  cudaEventCreate(&e0);
+  EXPECT(emu_launch("selftest kernel", 1, 1, on1, [] {}) == cudaErrorInvalidResourceHandle);
+  cudaGetLastError();
+  EXPECT(cudaEventRecord(e0, on1) == cudaErrorInvalidResourceHandle);
+  cudaGetLastError();
+  EXPECT(cudaEventRecord(e0, on0) == cudaSuccess);
+  EXPECT(cudaStreamSynchronize(on0) == cudaSuccess && cudaDeviceSynchronize() == cudaSuccess);
+  cudaSetDevice(1);
+  EXPECT(cudaStreamSynchronize(on1) == cudaSuccess);
+  float ms = 0;
+  EXPECT(cudaEventElapsedTime(&ms, e0, e1) == cudaErrorInvalidResourceHandle);
+  cudaGetLastError();
+  EXPECT(cudaEventElapsedTime(&ms, e1, e1) == cudaSuccess);
+  // Each device's own calls still run.
+  kernel(on1, [] {});
+  EXPECT(cudaStreamSynchronize(on1) == cudaSuccess);
+}
+
 // A capture records the stream's work for replay; what CUDA forbids during a capture fails and
 // invalidates it.
 void graphs() {
@@ -328,7 +360,7 @@ int main(int argc, char** argv) {
       {"launch_failure", launch_failure},                     {"nccl_groups_wait_for_peers", nccl_groups_wait_for_peers},
       {"nccl_duplicate_gpu", nccl_duplicate_gpu},             {"nccl_abort", nccl_abort},
       {"nccl_destroy_in_error", nccl_destroy_in_error},
-      {"nccl_split", nccl_split}};
+      {"nccl_split", nccl_split},                             {"cross_device_calls_are_refused", cross_device_calls_are_refused}};
   if (argc != 2 || !cases.count(argv[1])) {
     for (const auto& c : cases) std::printf("%s\n", c.first.c_str());
     return argc == 1 ? 0 : 2;

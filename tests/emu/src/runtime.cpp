@@ -63,6 +63,7 @@ struct Stream {
 };
 
 struct Event {
+  int device = 0;  // the device current when it was created: CUDA records it on that device's streams alone
   unsigned flags = 0;
   Stream* stream = nullptr;
   uint64_t seq = 0;
@@ -736,6 +737,7 @@ cudaError_t cudaEventCreate(cudaEvent_t* e) { return cudaEventCreateWithFlags(e,
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned flags) {
   if (const cudaError_t rc = ready()) return fail(rc);
   auto* ev = new Event;
+  ev->device = current;
   ev->flags = flags;
   *e = reinterpret_cast<cudaEvent_t>(ev);
   return cudaSuccess;
@@ -754,6 +756,8 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t handle) {
   if (!e) return fail(cudaErrorInvalidResourceHandle);
   std::lock_guard<std::mutex> l(mu);
   Stream* s = resolve(handle);
+  // CUDA refuses an event recorded on a stream of another device than the event's.
+  if (s->device != e->device) return fail(cudaErrorInvalidResourceHandle);
   auto stamp = std::make_shared<Clock::time_point>();
   if (const cudaError_t rc = enqueue_locked(s, [stamp] { *stamp = Clock::now(); }, nullptr, false)) return fail(rc);
   e->in_capture = s->capture != nullptr;
@@ -785,7 +789,9 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) 
   Event* b = reinterpret_cast<Event*>(end);
   if (!a || !b) return fail(cudaErrorInvalidResourceHandle);
   std::lock_guard<std::mutex> l(mu);
-  if ((a->flags | b->flags) & cudaEventDisableTiming || !a->stream || !b->stream || a->in_capture || b->in_capture)
+  // Two devices' clocks have no common time: CUDA refuses the elapsed time between their events.
+  if ((a->flags | b->flags) & cudaEventDisableTiming || !a->stream || !b->stream || a->in_capture || b->in_capture ||
+      a->device != b->device)
     return fail(cudaErrorInvalidResourceHandle);
   if (a->stream->completed < a->seq || b->stream->completed < b->seq) return fail(cudaErrorNotReady);
   *ms = std::chrono::duration<float, std::milli>(*b->stamp - *a->stamp).count();
@@ -868,5 +874,7 @@ cudaError_t emu_launch_grid(const char* name, unsigned blocks, unsigned threads,
   // stream, so that host code which reads device memory while it enqueues still faults.
   const bool opens = std::strcmp(name, "gate kernel") != 0;
   std::unique_lock<std::mutex> l(mu);
+  // CUDA launches a kernel on the current device: into a stream of another device it is refused.
+  if (resolve(stream)->device != current) return fail(cudaErrorInvalidResourceHandle);
   return fail(enqueue_locked(room_for_launch(l, stream), std::move(grid), nullptr, opens));
 }
