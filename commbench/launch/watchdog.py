@@ -46,6 +46,10 @@ BACKLOG = 4096
 FILES_RAISED_ABOVE = 512
 # A rank silent this long is stopped (or its host is gone).
 STALE_S = 1.0
+# How long rank 0 gathers news of lost ranks before it reports: a killed rank's MPI peers may be ended
+# by the MPI library itself (a TCP connection closed: MPI_ERRORS_ARE_FATAL), and their loss can reach
+# rank 0 before the killed rank's own, which must be named too.
+LOST_SETTLE_S = 0.5
 # How long a rank other than 0 waits for rank 0 to report its ending and end before it leaves on its own.
 GRACE_S = 3.0
 # How long they wait once rank 0 said it is reporting: its file's last write may take seconds on a
@@ -238,6 +242,7 @@ class Watchdog:
         self._beat_at = 0.0  # when this rank last sent its beat
         self.finished: set[int] = set()  # ranks that said goodbye
         self.lost: list[int] = []  # rank 0: ranks whose connection closed without a goodbye
+        self._lost_at = 0.0  # rank 0: when the first of them was lost
         self.failures: dict[int, tuple[str, str]] = {}  # rank 0: (status, text) other ranks reported
         self._buffers = {r: b"" for r in self.peers}
         self._ending = threading.Lock()
@@ -293,11 +298,16 @@ class Watchdog:
                 self.end("peer-lost" if news == "gone" else "failed", f"{self.label}: rank 0 did not arrive: its process ended")
             # A peer's end comes first: a launcher that saw a rank die sends this one SIGTERM next.
             if self.lost and not self.stopped:
-                self.end("peer-lost", self._lost_text())
+                self._lost_at = self._lost_at or time.monotonic()
+                if time.monotonic() - self._lost_at >= LOST_SETTLE_S:
+                    self.end("peer-lost", self._lost_text())
             if self._wake in ready:
                 signum = os.read(self._wake, 16)[-1]
+                if self.lost and not self.stopped:  # the launcher ends the job for that loss: it is the news
+                    self.end("peer-lost", self._lost_text())
                 self.end("interrupted", _interrupted_text(self.label, signum))
-            if self.failures and not self.stopped:
+            # A loss being settled comes first: a peer of the lost rank fails because of it.
+            if self.failures and not self.stopped and not self.lost:
                 rank, (status, text) = next(iter(self.failures.items()))
                 self.end(status, self._peer_failure(rank, status, text))
             if self.deadline is not None and time.monotonic() > self.deadline:
