@@ -374,7 +374,6 @@ def _fail(reporter, world, error: Exception) -> NoReturn:
             click.echo(one_line(f"commbench: error on rank {world.rank}: {type(error).__name__}: {error}"), err=True)
     finally:
         if abort:
-            watchdog.run_at_exit()  # MPI_Abort ends the process without atexit
             world.comm.Abort(1)
         sys.exit(1)
 

@@ -23,7 +23,6 @@ then ends the rest, stopped ones included).
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import errno
 import os
@@ -59,20 +58,6 @@ CONNECT_TIMEOUT_S = 10.0
 
 _current: Optional["Watchdog"] = None
 _started = False  # a watchdog ran in this process
-_at_exit: list = []  # what must go before the process does, on every path (at_exit)
-
-
-def at_exit(callback) -> None:
-    """callback() before this process ends, however commbench ends it: a normal exit (atexit), an
-    ending reported here (os._exit, which skips atexit) or a failure's MPI abort (run_at_exit)."""
-    _at_exit.append(callback)
-    atexit.register(callback)
-
-
-def run_at_exit() -> None:
-    for callback in _at_exit:
-        with contextlib.suppress(Exception):
-            callback()
 
 
 def guard_start_up(early: Sequence[int] = ()) -> None:
@@ -494,7 +479,6 @@ class Watchdog:
         finally:
             sys.stdout.flush()
             sys.stderr.flush()
-            run_at_exit()
             os._exit(1)
 
     def _report(self, status: str, text: str) -> None:

@@ -3,10 +3,10 @@ each rank's GPU, timed with CUDA events in native code (commbench._cuda)."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import tempfile
+import typing
 from typing import Optional
 
 import numpy as np
@@ -25,21 +25,30 @@ from ..launch import watchdog
 _CONNECTION = re.compile(r"Channel \d+(?:/\d+)? : \d+\[\w+\] -> \d+\[\w+\](?: \[send\])? via (\S+)")
 
 
-def _log_path() -> str:
-    return os.path.join(tempfile.gettempdir(), f"commbench-nccl-{os.getpid()}.log")
+# The file has no name: NCCL opens it through this process's /proc link to it (NCCL_DEBUG_FILE has no
+# %h or %p to expand), so that no ending, SIGKILL included, leaves a log behind in $TMPDIR.
+_log: Optional[typing.IO[bytes]] = None
+
+
+def _log_path() -> Optional[str]:
+    return f"/proc/self/fd/{_log.fileno()}" if _log is not None else None
 
 
 def log_connections() -> None:
     """Before NCCL starts in this process: its connections logged to _log_path(), unless the user
     set NCCL's log up."""
+    global _log
     if "NCCL_DEBUG" not in os.environ and "NCCL_DEBUG_FILE" not in os.environ:
+        _log = tempfile.TemporaryFile()
         os.environ.update(NCCL_DEBUG="INFO", NCCL_DEBUG_SUBSYS="INIT", NCCL_DEBUG_FILE=_log_path())
-        watchdog.at_exit(_remove_log)  # a run that fails midway, however it ends, leaves no log behind either
 
 
-def _remove_log() -> None:
-    with contextlib.suppress(OSError):
-        os.remove(_log_path())
+def _read_log() -> Optional[str]:
+    """This rank's own NCCL log (None where the user set NCCL's log up)."""
+    if _log is None or os.environ.get("NCCL_DEBUG_FILE") != _log_path():
+        return None
+    with open(_log_path(), errors="replace") as f:
+        return f.read()
 
 
 _WARN = re.compile(r"\bNCCL WARN (.*)$", re.MULTILINE)
@@ -49,29 +58,19 @@ def warnings_said(beside: str = "", most: int = 3) -> str:
     """NCCL's WARN lines in this rank's own log (the one commbench asked for), the last `most` of
     those not already in `beside` (an error's text holds NCCL's last one), joined: NCCL warns of a
     failure's cause and remedy (NCCL_NVLS_ENABLE=0) before the error it returns."""
-    if os.environ.get("NCCL_DEBUG_FILE") != _log_path():
-        return ""
-    try:
-        with open(_log_path(), errors="replace") as f:
-            said = [m.group(1).strip() for m in _WARN.finditer(f.read())]
-    except OSError:
-        return ""
+    text = _read_log()
+    said = [m.group(1).strip() for m in _WARN.finditer(text or "")]
     fresh = [line for line in dict.fromkeys(said) if line and line not in beside]
     return "; ".join(fresh[-most:])
 
 
 def chosen_transports(world) -> Optional[dict]:
     """{transport: connections} over every rank, on rank 0 (None elsewhere, and where a rank's NCCL log
-    is the user's). Collective; each rank's log file is removed."""
+    is the user's). Collective."""
+    text = _read_log()
     mine: Optional[dict] = None
-    if os.environ.get("NCCL_DEBUG_FILE") == _log_path():
+    if text is not None:
         mine = {}
-        try:
-            with open(_log_path()) as f:
-                text = f.read()
-        except OSError:
-            text = ""
-        _remove_log()
         for m in _CONNECTION.finditer(text):
             mine[m.group(1)] = mine.get(m.group(1), 0) + 1
     every = world.gather(mine)
