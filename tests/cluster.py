@@ -161,14 +161,20 @@ def reap_stale() -> None:
             continue
         for n in names:
             _run(["ip", "netns", "del", n], check=False)
+            shutil.rmtree(_etc(n), ignore_errors=True)
         _run(["ip", "link", "del", f"{tag}-br"], check=False)
+
+
+def _etc(ns: str) -> str:
+    """The files ip netns exec mounts over /etc for namespace `ns`."""
+    return os.path.join("/etc/netns", ns)
 
 
 class Cluster:
     """N namespaces on a bridge; a context manager that always tears everything down."""
 
     def __init__(self, hosts: int = 2, mbit: float = 400, rates: Optional[list] = None, tag: Optional[str] = None,
-                 rails: int = 1, leaves: Optional[list] = None):
+                 rails: int = 1, leaves: Optional[list] = None, loopback_names: bool = False):
         if not 2 <= hosts <= MAX_HOSTS:
             raise ValueError(f"a cluster has 2 to {MAX_HOSTS} hosts, not {hosts}")
         rates = list(rates) if rates is not None else [mbit] * hosts
@@ -177,6 +183,9 @@ class Cluster:
         if not 1 <= rails <= MAX_RAILS or (leaves is not None and (sum(leaves) != hosts or min(leaves) < 1)):
             raise ValueError(f"1 to {MAX_RAILS} rails, and leaves (host counts) that add up to the hosts")
         self.rails, self.leaves = rails, list(leaves) if leaves else None
+        # Each host's /etc/hosts maps its own name to 127.0.1.1, as Debian's installer writes it (ip
+        # netns exec mounts /etc/netns/NS/hosts over /etc/hosts); otherwise the names do not resolve.
+        self.loopback_names = loopback_names
         global _made
         # Interface names have at most 15 characters: "cb" + pid (<= 7 digits) + a letter + "-br".
         self.tag = tag or f"cb{os.getpid()}{chr(ord('a') + _made % 26)}"
@@ -251,6 +260,11 @@ class Cluster:
         for h in self.hosts[1:]:
             _run(["ip", "netns", "add", h.ns])
             self._add_host(h)
+        if self.loopback_names:
+            for h in self.hosts:
+                os.makedirs(_etc(h.ns), exist_ok=True)
+                with open(os.path.join(_etc(h.ns), "hosts"), "w") as f:
+                    f.write(f"127.0.0.1 localhost\n127.0.1.1 {h.ns}\n")
         self._write_agent()
         # The bridges have no STP: their ports forward as soon as both ends of every veth are up.
         deadline = time.monotonic() + 10
@@ -370,6 +384,7 @@ exec ip netns exec "$ns" unshare --uts sh -c "hostname $ns; $*"
                         pass
                 time.sleep(0.1)
             _run(["ip", "netns", "del", ns], check=False)
+            shutil.rmtree(_etc(ns), ignore_errors=True)
         for h in self.hosts:
             for bridge_dev in h.bridge_devs:
                 _run(["ip", "link", "del", bridge_dev], check=False)

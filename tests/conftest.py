@@ -126,14 +126,15 @@ def workdir(tmp_path):
 
 @pytest.fixture
 def make_cluster():
-    """Factory of test clusters (tests/cluster.py): make_cluster(hosts, mbit=..., rates=[...]) builds
+    """Factory of test clusters (tests/cluster.py): make_cluster(hosts, mbit=..., rates=[...], options of
+    Cluster) builds
     one, torn down after the test whatever happens; skips the test with one line where network
     namespaces cannot be made (not root, no ip/tc, not permitted)."""
     from cluster import Cluster, ClusterUnavailable
     made = []
 
-    def make(hosts: int = 2, mbit: float = 400, rates=None):
-        c = Cluster(hosts, mbit, rates)
+    def make(hosts: int = 2, mbit: float = 400, rates=None, **options):
+        c = Cluster(hosts, mbit, rates, **options)
         made.append(c)
         try:
             return c.__enter__()

@@ -81,3 +81,31 @@ def test_root_call_raises_rank_zero_failures_everywhere():
     assert w.root_call(lambda: 41 + 1) == 42
     with pytest.raises(CommbenchError, match="OSError: disk gone"):
         w.root_call(lambda: (_ for _ in ()).throw(OSError("disk gone")))
+
+
+def test_rank_0_does_not_publish_a_loopback_address_to_other_hosts(monkeypatch):
+    """Debian's /etc/hosts maps the host name to 127.0.1.1: the other hosts cannot reach that. Without
+    a route to another host's address either, the failure names the way out (the cluster tests show
+    the route taken: test_faults.py, a cluster whose names resolve so)."""
+    import socket
+
+    from commbench.errors import CommbenchError
+    from commbench.launch import rendezvous
+    monkeypatch.setattr(socket, "gethostbyname", lambda name: "127.0.1.1")
+    monkeypatch.setattr(rendezvous, "interface_addresses", lambda: ["10.0.0.1"])
+    with pytest.raises(CommbenchError, match=r"resolves to 127\.0\.1\.1, a loopback address.*COMMBENCH_MASTER_ADDR"):
+        rendezvous._reached_address(["10.0.0.1"])  # another host listing this host's own address: skipped
+    monkeypatch.setattr(socket, "gethostbyname", lambda name: "10.1.2.3")
+    assert rendezvous._reached_address([]) == "10.1.2.3"
+
+
+def test_this_hosts_interface_addresses_are_what_ip_lists_but_loopback():
+    import shutil
+    import subprocess
+
+    from commbench.launch.rendezvous import interface_addresses
+    if shutil.which("ip") is None:
+        pytest.skip("no ip command to compare with")
+    listed = subprocess.run(["ip", "-4", "-o", "addr", "show"], capture_output=True, text=True, check=True).stdout
+    addresses = {line.split()[3].split("/")[0] for line in listed.splitlines()}
+    assert set(interface_addresses()) == {a for a in addresses if not a.startswith("127.")}

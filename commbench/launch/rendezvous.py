@@ -4,9 +4,13 @@ group's store, the watchdog's side channel)."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import fcntl
+import ipaddress
 import os
 import socket
+import struct
 import sys
 import threading
 
@@ -59,7 +63,7 @@ def _open(world, timeout_s: float) -> _ProcessGroup:
         finally:
             timer.cancel()
         return _ProcessGroup()
-    addr = world.root_call(lambda: rendezvous_address(world.hosts))
+    addr = rendezvous_address(world)
     store = None
     if world.rank == 0:
         # wait_for_workers=False: the workers can only connect once the port is published.
@@ -81,15 +85,58 @@ def _not_met(world, timeout_s: float) -> None:
     os._exit(CommbenchError.exit_code)
 
 
-def rendezvous_address(hosts: list[str]) -> str:
-    """Where rank 0 listens: COMMBENCH_MASTER_ADDR if set, loopback when all ranks share this host,
-    else this host's resolvable address."""
+def rendezvous_address(world) -> str:
+    """Where rank 0 listens, the same on every rank (collective): COMMBENCH_MASTER_ADDR if set,
+    loopback when all ranks share this host, else this host's address that the other hosts reach.
+    The host name's own address is taken unless it is a loopback one (Debian's /etc/hosts maps the
+    host name to 127.0.1.1) or does not resolve: then the address this host's routes choose towards
+    another host's, as that host listed it."""
     if os.environ.get("COMMBENCH_MASTER_ADDR"):
         return os.environ["COMMBENCH_MASTER_ADDR"]
-    if len(set(hosts)) == 1:
+    if len(set(world.hosts)) == 1:
         return "127.0.0.1"
+    first_on_host = world.hosts.index(world.hosts[world.rank]) == world.rank
+    listed = world.gather(interface_addresses() if first_on_host and world.hosts[world.rank] != world.hosts[0] else [])
+    return world.root_call(lambda: _reached_address([a for own in listed for a in own]))
+
+
+def _reached_address(remote: list[str]) -> str:
     try:
-        return socket.gethostbyname(socket.gethostname())
+        named = socket.gethostbyname(socket.gethostname())
     except OSError as e:
-        raise CommbenchError(f"cannot resolve this host's address for the gloo rendezvous ({e}); "
-                             f"set COMMBENCH_MASTER_ADDR to an address the other hosts can reach") from None
+        named, why = None, str(e)
+    if named and not _loopback(named):
+        return named
+    why = f"it resolves to {named}, a loopback address" if named else why
+    local = set(interface_addresses())
+    for addr in remote:
+        if addr in local:  # the same address on both hosts (a container bridge): no way between them
+            continue
+        with contextlib.suppress(OSError), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect((addr, 9))  # a datagram socket's connect only picks the route: nothing is sent
+            source = probe.getsockname()[0]
+            if not _loopback(source):
+                return source
+    raise CommbenchError(f"cannot find this host's address for the other hosts: its name {socket.gethostname()!r} "
+                         f"does not serve ({why}) and no route leads to another host's address; set "
+                         f"COMMBENCH_MASTER_ADDR to an address the other hosts can reach")
+
+
+def _loopback(addr: str) -> bool:
+    return ipaddress.ip_address(addr).is_loopback
+
+
+def interface_addresses() -> list[str]:
+    """This host's IPv4 addresses other than loopback, in the order of its interfaces (Linux)."""
+    found = []
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        for _, name in socket.if_nameindex():
+            with contextlib.suppress(OSError):  # an interface with no IPv4 address
+                answer = fcntl.ioctl(s.fileno(), _SIOCGIFADDR, struct.pack("256s", name.encode()[:15]))
+                addr = socket.inet_ntoa(answer[20:24])
+                if not _loopback(addr):
+                    found.append(addr)
+    return found
+
+
+_SIOCGIFADDR = 0x8915  # <linux/sockios.h>: an interface's address, in a struct ifreq

@@ -153,11 +153,13 @@ def _side_channel(world) -> tuple[Optional[socket.socket], dict]:
     parents = relay_parents(world.hosts)
     children = [r for r, p in parents.items() if p == world.rank]
     listener, addr = None, None
+    try:
+        addr = os.environ.get("MASTER_ADDR") if world.launcher == "torchrun" else rendezvous_address(world)
+    except CommbenchError as e:
+        addr = None
+        if world.rank == 0:
+            click.echo(one_line(f"warning: the ranks of the other hosts run unwatched by rank 0: {e}"), err=True)
     if world.rank == 0:
-        try:
-            addr = os.environ.get("MASTER_ADDR") if world.launcher == "torchrun" else rendezvous_address(world.hosts)
-        except CommbenchError:
-            addr = None
         if addr:
             listener = socket.create_server(("", 0), backlog=BACKLOG)
             addr = (addr, listener.getsockname()[1])
