@@ -131,9 +131,14 @@ def _measure(world, cfg: RunConfig, coll, impl, reporter, data, pool: Buffers, d
         samples, calls = measure_loop(timings, cfg.policy, cfg.agg)
     else:
         timings = Timings(rank_times)
+        first = checked if not cfg.delay and not cfg.graph else None
+        if cfg.agg > 1:
+            # NCCL chooses an algorithm by the bytes of the whole group and may connect it on the host
+            # in its first call, which the single call's check never made: that call, ungated, is the
+            # first warm-up.
+            first = Timings(functools.partial(rank_times, gated=False))(1)
         # The check is undelayed and without the graph: then the iteration count comes from a timed call.
-        samples = measure(timings, cfg.policy, first=checked if cfg.agg == 1 and not cfg.delay and not cfg.graph else None,
-                          ops=cfg.agg)
+        samples = measure(timings, cfg.policy, first=first, ops=cfg.agg)
     if reporter:
         extra = {"root": cfg.root} if coll.rooted else {}
         if cfg.agg > 1:

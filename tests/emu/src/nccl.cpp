@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -108,6 +109,7 @@ struct Comm {
   bool blocking = true;
   Shared* shared = nullptr;
   std::atomic<bool> aborted{false}, ready{false}, enqueue_reported{true}, connected{false};
+  bool aggregate_connected = false;  // connect_aggregate() ran
   std::atomic<int> graph_holds{0};
   std::atomic<int> async{ncclSuccess};
   uint64_t split_round = 0;
@@ -187,6 +189,7 @@ struct Message {
 // One call of a group: its messages, and what it does locally before and after them with the
 // scratch it asks for.
 struct Call {
+  bool collective = true;  // not ncclSend or ncclRecv
   std::shared_ptr<Comm> comm;
   std::vector<Message> messages;
   std::size_t scratch_bytes = 0;
@@ -348,9 +351,28 @@ struct Pending {
 thread_local int group_depth = 0;
 thread_local std::vector<Pending> pending;
 
+// COMMBENCH_EMU_NCCL_CONNECT_S=SECONDS: NCCL chooses a collective's algorithm by the bytes of its
+// whole group and connects an algorithm on its first use, on the host, inside the call (run-time
+// connect, NCCL's default since 2.22): a group of several collectives (nccl-tests' -m, --agg) may need
+// one the single calls did not. Here the first such group of a communicator spends SECONDS on the host
+// before it is enqueued; behind a held stream, more than the gate's 2 s expire the gate.
+void connect_aggregate(const std::vector<Pending>& items) {
+  const char* v = std::getenv("COMMBENCH_EMU_NCCL_CONNECT_S");
+  if (!v) return;
+  std::map<Comm*, int> collectives;
+  for (const Pending& p : items)
+    if (p.call.collective) ++collectives[p.call.comm.get()];
+  for (auto& [comm, n] : collectives)
+    if (n > 1 && !comm->aggregate_connected) {
+      comm->aggregate_connected = true;
+      std::this_thread::sleep_for(std::chrono::duration<double>(std::atof(v)));
+    }
+}
+
 ncclResult_t flush() {
   std::vector<Pending> items;
   items.swap(pending);
+  connect_aggregate(items);
   std::vector<cudaStream_t> streams;
   std::vector<std::shared_ptr<Comm>> nonblocking;
   for (const Pending& p : items) {
@@ -720,6 +742,7 @@ ncclResult_t ncclSend(const void* buf, std::size_t count, ncclDataType_t t, int 
   note_call("ncclSend");
   if (const ncclResult_t rc = check_peer(comm, peer)) return rc;
   Call call;
+  call.collective = false;
   call.messages.push_back({true, peer, const_cast<char*>(static_cast<const char*>(buf)), 0, count * type_size(t)});
   return post(comm, s, std::move(call));
 }
@@ -728,6 +751,7 @@ ncclResult_t ncclRecv(void* buf, std::size_t count, ncclDataType_t t, int peer, 
   note_call("ncclRecv");
   if (const ncclResult_t rc = check_peer(comm, peer)) return rc;
   Call call;
+  call.collective = false;
   call.messages.push_back({false, peer, static_cast<char*>(buf), 0, count * type_size(t)});
   return post(comm, s, std::move(call));
 }
