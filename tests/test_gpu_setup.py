@@ -232,9 +232,23 @@ def test_the_same_gpu_id_on_two_hosts_is_no_duplicate():
 
 
 def test_nccl_reserve_follows_its_settings():
-    assert gpu.nccl_reserve_bytes({}) == 4 * 2**20 * 32 * 8
-    assert gpu.nccl_reserve_bytes({"NCCL_BUFFSIZE": "0x100000", "NCCL_MAX_NCHANNELS": "4"}) == 2**20 * 4 * 8
-    assert gpu.nccl_reserve_bytes({"NCCL_BUFFSIZE": "junk"}) == gpu.nccl_reserve_bytes({})
+    """Worked by hand from NCCL 2.28's sizes (node/gpu.py): a connection of the default 4 MiB Simple
+    buffer is 10 MiB received (LL, LL128, Simple and a header in 2 MiB granules) and 2 MiB sent."""
+    mib = 2**20
+    # 8 GPUs of one node, all-to-all: tables (32 x 3 + 16) x 2, ring and tree 32 x 12 x 3, 7 peers
+    # x 32 channels x 12, NVLS 16 x 2 x 1 MiB x 8 GPUs + 2.
+    assert gpu.nccl_reserve_bytes(8, 8, 7, {}) == (224 + 1152 + 2688 + 258) * mib
+    assert gpu.nccl_reserve_bytes(8, 8, 7, {"NCCL_NVLS_ENABLE": "0"}) == (224 + 1152 + 2688) * mib
+    # Channels above 32 (MAXCHANNELS is 64): tables (64 x 3 + 16) x 2, ring and tree 64 x 12 x 3.
+    assert gpu.nccl_reserve_bytes(8, 8, 7, {"NCCL_MAX_NCHANNELS": "64"}) == (416 + 2304 + 2688 + 258) * mib
+    assert gpu.nccl_reserve_bytes(8, 8, 7, {"NCCL_MAX_CTAS": "100"}) == gpu.nccl_reserve_bytes(8, 8, 7, {"NCCL_MAX_CTAS": "64"})
+    # 2 ranks, 1 MiB buffers (8 + 2 MiB a connection), 4 channels, a ring alone, no point-to-point.
+    assert gpu.nccl_reserve_bytes(2, 2, 0, {"NCCL_BUFFSIZE": "0x100000", "NCCL_MAX_NCHANNELS": "4"}) == \
+        (224 + 40 + 66) * mib
+    # Ranks on separate nodes: no NVLS; one rank: no connection at all.
+    assert gpu.nccl_reserve_bytes(2, 1, 0, {}) == (224 + 32 * 12) * mib
+    assert gpu.nccl_reserve_bytes(1, 1, 0, {}) == 224 * mib
+    assert gpu.nccl_reserve_bytes(8, 8, 7, {"NCCL_BUFFSIZE": "junk"}) == gpu.nccl_reserve_bytes(8, 8, 7, {})
 
 
 @pytest.fixture
@@ -255,10 +269,10 @@ def _one_rank_world():
 def test_memory_check_counts_nccls_buffers(gpu_memory):
     from commbench.run.buffers import check_device_memory
     gpu_memory(free=4 << 30)
-    check_device_memory(_one_rank_world(), 2 << 30, "an all-reduce of 1G")
-    # 3 GiB of buffers alone would fit in 90 % of 4 GiB; with NCCL's 1 GiB they do not.
-    with pytest.raises(CommbenchError, match=r"needs about 4\.0 GiB on GPU 0 \(with NCCL's buffers\)"):
-        check_device_memory(_one_rank_world(), 3 << 30, "an all-reduce of 1.5G")
+    check_device_memory(_one_rank_world(), 2 << 30, "an all-reduce of 1G", p2p_peers=0)
+    # 3.5 GiB of buffers alone would fit in 90 % of 4 GiB; with one rank's NCCL tables (224 MiB) they do not.
+    with pytest.raises(CommbenchError, match=r"needs about 3\.7 GiB on GPU 0 \(with NCCL's buffers\)"):
+        check_device_memory(_one_rank_world(), 7 << 29, "an all-reduce of 1.75G", p2p_peers=0)
 
 
 def test_device_samples_are_judged_against_the_event_timers_resolution():

@@ -10,6 +10,7 @@ class AllToAll(Collective):
     summary = "Time all-to-all implementations (size = each rank's buffer, as nccl-tests counts it)."
     in_place = False
     order = 5
+    peer_to_peer = True
     algorithms = {"pairwise": "commbench pairwise exchange (step d: send to rank+d, receive from rank-d)"}
 
     def busbw_factor(self, p):

@@ -53,6 +53,7 @@ class Collective:
     rooted = False  # takes --root
     in_place = True  # has an in-place form
     order = 0  # position in listings
+    peer_to_peer = False  # NCCL runs its call as sends and receives (its point-to-point channels to each peer)
     # Our algorithms for it: name -> what it does (the transport adds "over MPI/NCCL point-to-point").
     algorithms: dict = {}
 

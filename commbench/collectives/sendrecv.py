@@ -10,6 +10,7 @@ class SendRecv(Collective):
     summary = "Time a ring shift: each rank sends to rank+1 and receives from rank-1 at once."
     in_place = False
     order = 6
+    peer_to_peer = True
 
     def busbw_factor(self, p):
         return 1.0

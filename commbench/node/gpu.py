@@ -266,11 +266,28 @@ def take_gpu(world) -> int:
     return world.device
 
 
-def nccl_reserve_bytes(env: Optional[dict] = None) -> int:
-    """Device memory NCCL allocates outside torch, as a bound for the up-front memory check: per
-    channel and per connected peer, one NCCL_BUFFSIZE (4 MiB by default) for the Simple protocol in
-    each direction, with LL and LL128 together adding about as much again; ring and tree neighbours
-    make two peers; NCCL_MAX_NCHANNELS (at most 32 on current NVLink systems) channels."""
+# NCCL's device memory per communicator, from its sources (2.28; MAXCHANNELS 64 since 2.25, 32 before):
+# a connection of a channel to a peer is a receive side holding all three protocols' buffers (LL 512 KiB,
+# LL128 4.6875 MiB, Simple NCCL_BUFFSIZE, 4 MiB by default) and a send side, each rounded up to the 2 MiB
+# granularity of CUDA's IPC memory (transport/p2p.cc); every channel NCCL sets up holds tables of 3 x 2
+# MiB, each NVLS channel one more (channel.cc); NVLS (NVLink SHARP, on NVSwitch) 16 channels of 2 x 8
+# steps of NCCL_NVLS_CHUNKSIZE (128 KiB) per GPU of the node (transport/nvls.cc).
+_MIB = 1 << 20
+_GRANULE = 2 * _MIB
+_LL, _LL128 = 512 * 1024, 4 * _MIB + 704 * 1024
+MAX_CHANNELS = 64
+_DEFAULT_CHANNELS = 32  # a bound of what NCCL chooses on current NVLink systems (24 on an 8-GPU H100)
+_P2P_CHANNELS_PER_PEER = 32  # point-to-point channels NCCL connects to a peer on its first send or receive
+_NVLS_CHANNELS, _NVLS_STEP_BYTES = 16, 8 * 128 * 1024
+
+
+def nccl_reserve_bytes(ranks: int, local_ranks: int, p2p_peers: int, env: Optional[dict] = None) -> int:
+    """Device memory NCCL allocates outside commbench's buffers, a bound for the up-front memory check:
+    `ranks` in the communicator, `local_ranks` of them on this node (NVLS spans the node's GPUs),
+    `p2p_peers` that this rank's point-to-point calls reach (all-to-all and commbench's algorithms:
+    NCCL connects every one). Every channel's tables, a ring and a tree's connections (up to three
+    peers a channel on one node), the point-to-point channels to each peer, NVLS unless
+    NCCL_NVLS_ENABLE=0; NCCL_BUFFSIZE and NCCL_MAX_NCHANNELS (or NCCL_MAX_CTAS) as NCCL reads them."""
     env = os.environ if env is None else env
 
     def number(name, default):
@@ -278,9 +295,20 @@ def nccl_reserve_bytes(env: Optional[dict] = None) -> int:
             return int(env.get(name, ""), 0)  # NCCL reads these as C integers: decimal or 0x hex
         except ValueError:
             return default
-    buffsize = max(number("NCCL_BUFFSIZE", 4 << 20), 0)
-    channels = max(min(number("NCCL_MAX_NCHANNELS", 32), 32), 1)
-    return buffsize * channels * 2 * 2 * 2
+
+    def granules(n: int) -> int:
+        return -(-n // _GRANULE) * _GRANULE
+    buffsize = max(number("NCCL_BUFFSIZE", 4 * _MIB), 0)
+    channels = number("NCCL_MAX_NCHANNELS", number("NCCL_MAX_CTAS", _DEFAULT_CHANNELS))
+    channels = max(min(channels, MAX_CHANNELS), 1)
+    connection = granules(_LL + _LL128 + buffsize + 4096) + _GRANULE  # receive side (with its header), send side
+    tables = (max(channels, _P2P_CHANNELS_PER_PEER) * 3 + _NVLS_CHANNELS) * _GRANULE
+    collectives = channels * connection * (1 if ranks <= 2 else 3) if ranks > 1 else 0
+    p2p = p2p_peers * min(channels, _P2P_CHANNELS_PER_PEER) * connection
+    nvls = 0
+    if local_ranks > 1 and env.get("NCCL_NVLS_ENABLE", "") != "0":
+        nvls = _NVLS_CHANNELS * 2 * _NVLS_STEP_BYTES * local_ranks + _GRANULE
+    return tables + collectives + p2p + nvls
 
 
 # NCCL variables that override what commbench chooses for each communicator (NCCL's envConfigOverride):

@@ -75,8 +75,10 @@ def run_collective(world, cfg: RunConfig, coll, impls: list, reporter, where: st
             from . import cupy_buffers
             allocate = lambda count, dt: cupy_buffers.empty(count, dt, world.device)  # noqa: E731
         largest_item = max(itemsize_of(d) for d in dtypes)
+        # Commbench's algorithms and NCCL's calls of sends and receives reach other ranks: bounded by every one.
+        p2p = coll.peer_to_peer or any(i != "nccl" for i in cfg.impls)
         check_device_memory(world, collective_bytes(coll, max(cfg.sizes), largest_item, world.size, cfg.placements),
-                            f"{coll.title} of {format_size(max(cfg.sizes))}")
+                            f"{coll.title} of {format_size(max(cfg.sizes))}", p2p_peers=world.size - 1 if p2p else 0)
     else:
         data, allocate = HostData(world), allocator()
     several = len(dtypes) * len(redops) > 1

@@ -87,7 +87,7 @@ def prepare_pairs(world, cfg: RunConfig, command: str) -> None:
     transport(cfg.impls[0]).prepare(world, cfg, command)
     if cfg.device == "cuda":
         largest = max(cfg.sizes)
-        check_device_memory(world, p2p_bytes(largest), f"a p2p message of {format_size(largest)}")
+        check_device_memory(world, p2p_bytes(largest), f"a p2p message of {format_size(largest)}", p2p_peers=1)
 
 
 def run_p2p(world, cfg: RunConfig, reporter) -> int:
