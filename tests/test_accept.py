@@ -132,7 +132,30 @@ BAD_VALUES = [
     pytest.param("the GPUs of a node without", 'options = { np = "min(gpus,3)" }\n',
                  "step 1 (a): Invalid value for '--np': 0 is not in the range x>=1.", marks=NO_GPU),
     ("a rank the run lacks", 'options = { np = 2, root = 5 }\n', "step 1 (a): --root 5: only 2 rank(s)"),
+    # 15 sizes of 1 s budget (and up to half as much in warm-ups, 0.05 s besides): 2 + 15 x 1.55 s
+    ("a step past half its limit", 'options = { np = 2, impl = "mpi", sizes = "4-64K:x2", budget-ms = 1000 }\n'
+                                   'timeout_s = 40\n',
+     "step 1 (a): 15 measurements of about 1.55 s each, an estimated 25 s, more than half its timeout_s 40: "
+     "measure fewer sizes or pairs, lower its budget-ms, or raise its timeout_s"),
 ]
+
+
+def test_a_dry_run_prints_each_step_its_measurements_and_estimate(monkeypatch, capsys):
+    """What each step of cpu-node would measure, as its command counts it (the progress bar's steps),
+    and the estimate of accept/sizing.py against its limit; nothing runs, no folder is made."""
+    from commbench.accept.sizing import START_S, measurement_s
+    from commbench.run.policy import Policy
+    from commbench.sizes import parse_sizes
+    code, out, err = in_process(["accept", "--plan", "cpu-node", "--dry-run", "-o", "never"], monkeypatch, capsys)
+    assert code == 0 and err == "", err
+    rows = {line[3:35].strip(): line[35:].split() for line in out.splitlines() if not line.startswith("#")}
+    plan = plans.load(CPU_NODE)
+    assert list(rows) == [s.name for s in plan.steps if s.measuring]
+    sizes = len(parse_sizes(plan.steps[2].options["sizes"]))
+    ranks, count, estimate, limit, *command = rows["allreduce"]
+    assert (ranks, count, limit) == ("2", str(2 * sizes), "300")  # mpi and ring
+    assert int(estimate) == round(START_S["cpu"] + 2 * sizes * measurement_s(Policy()))
+    assert command[:2] == ["commbench", "allreduce"] and not os.path.exists("never")
 
 
 @pytest.mark.parametrize("label,options,expected", BAD_VALUES, ids=[getattr(b, "values", b)[0] for b in BAD_VALUES])
@@ -400,11 +423,13 @@ command = "scale"
 options = { ranks = "1,2", sizes = "1K,64K,1M", impl = "mpi" }
 limits = { min_efficiency_pct = 10 }
 
+# Rank 1 waits 5 s before its one timed call: past the step's limit, though its estimate (a start and
+# one measurement: accept/sizing.py) is within half of it.
 [[step]]
 name = "stalled"
-command = "p2p"
-options = { sizes = "1K" }
-timeout_s = 0.5
+command = "allreduce"
+options = { sizes = "1K", impl = "mpi", iters = 1, warmup = 0, delay = "1:5000000" }
+timeout_s = 4.5
 """
 
 
@@ -433,7 +458,7 @@ def test_a_plan_judges_a_measured_fabric_absolute_limits_and_scaling(tmp_path):
     suite = JUNIT_XSD.to_dict(str(tmp_path / "judged.xml"))["testsuite"][0]
     assert (suite["@tests"], suite["@failures"], suite["@errors"]) == (3, 1, 1)
     cases = {c["@name"]: c for c in suite["testcase"]}
-    assert cases["stalled"]["error"][0]["@message"] == "stopped after 0.5 s (timeout_s)"
+    assert cases["stalled"]["error"][0]["@message"] == "stopped after 4.5 s (timeout_s)"
     with open(tmp_path / "run" / HOST / "summary.md") as f:
         md = f.read()
     assert "| allreduce | FAIL | yes |" in md and "- FAIL busbw: allreduce mpi (2 ranks): " in md

@@ -141,10 +141,10 @@ def test_nccl_variables_that_override_the_communicators_mode_are_refused(variabl
 
 
 def test_one_dtypes_buffers_at_a_time(workdir):
-    """Two dtypes of 300M on 1 GiB GPUs: the memory check counts one dtype's buffers, and the first
+    """Two dtypes of 200M on 1 GiB GPUs: the memory check counts one dtype's buffers, and the first
     dtype's were still held while the second's were allocated (out of memory after the first)."""
     r = commbench(["allreduce", "--device", "cuda", "--np", "2", "--impl", "nccl", "--dtype", "float32,int32",
-                   "--sizes", "300M", "--iters", "1", "--warmup", "0", "-o", "m.json"],
+                   "--sizes", "200M", "--iters", "1", "--warmup", "0", "-o", "m.json"],
                   env=emu_env(2, COMMBENCH_EMU_MEMORY_GIB="1", NCCL_BUFFSIZE="65536", NCCL_MAX_NCHANNELS="1"),
                   cwd=workdir, timeout=120)
     assert r.returncode == 0, r.stderr
@@ -239,6 +239,40 @@ def test_gpu_check_passes_on_emulated_gpus(gpus, tmp_path):
     assert gpus == 1 or {"p2p nccl", "links nccl"} <= names
     # One GPU: the multi-rank NCCL path on ranks that share it (COMMBENCH_SHARED_GPU).
     assert gpus > 1 or {"shared GPU 2 ranks allreduce", "shared GPU 3 ranks links nccl"} <= names
+
+
+def test_the_gpu_plans_fit_their_limits_on_8_gpus(workdir):
+    """Every gpu-node step at 8 GPUs a host (the peer matrix: every ordered pair of 8), and every
+    gpu-cluster step one node can check, as its command counts its measurements: the estimate of
+    accept/sizing.py within half of each step's limit (accept refuses a plan otherwise)."""
+    from commbench.accept import plan as plans
+    from commbench.accept.sizing import LIMIT_SHARE
+    from commbench.run.copies import ACCESS
+    from commbench.sizes import parse_sizes
+    r = commbench(["accept", "--plan", "gpu-node", "--dry-run"], env=emu_env(8), cwd=workdir)
+    assert r.returncode == 0, r.stderr
+    rows = {line[3:35].strip(): line[35:].split() for line in r.stdout.splitlines() if not line.startswith("#")}
+    matrix = next(s for s in plans.load("gpu-node").steps if s.name == "p2p matrix")
+    assert rows["p2p matrix"][1] == f"{2 * len(ACCESS['write']) * 8 * 8 * len(parse_sizes(matrix.options['sizes'])):,}"
+    assert all(float(row[2]) <= LIMIT_SHARE * float(row[3]) for row in rows.values()), rows
+    # In a process of its own with 8 emulated GPUs (this one may have loaded 2); host level: several hosts.
+    r = subprocess.run([sys.executable, "-c", _CLUSTER_STEPS], capture_output=True, text=True, env=emu_env(8),
+                       cwd=workdir, timeout=120)
+    assert r.returncode == 0, r.stderr
+    checked = json.loads(r.stdout)
+    assert [name for name, *_ in checked] == [s.name for s in plans.load("gpu-cluster").steps
+                                              if s.measuring and s.options.get("level") != "host"]
+    assert all(ranks == 8 and estimate <= LIMIT_SHARE * limit for _, ranks, estimate, limit in checked), checked
+
+
+_CLUSTER_STEPS = textwrap.dedent("""
+    import json
+    from commbench.accept import plan as plans
+    from commbench.accept.sizing import estimate_s
+    from commbench.cli.accept import checked_step
+    steps = [s for s in plans.load("gpu-cluster").steps if s.measuring and s.options.get("level") != "host"]
+    print(json.dumps([(s.name, c.ranks, estimate_s(c), s.timeout_s) for s in steps for c in [checked_step(s.arguments(8))]]))
+""")
 
 
 _CHECK = textwrap.dedent("""

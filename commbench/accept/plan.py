@@ -94,17 +94,26 @@ class Plan:
     def steps_for(self, gpus: int) -> list[Step]:
         return [s for s in self.steps if s.applies(gpus)]
 
-    def check_values(self, check_step: Callable[[list], None], gpus: int, quick: bool) -> None:
+    def check_values(self, check_step: Callable[[list], object], gpus: int, quick: bool) -> list:
         """The measuring steps this node runs, their values checked as their commands check them
-        (`check_step(argv)` raises CommbenchError), before the first step runs: a size that does
-        not parse or a rank count the node cannot hold is a mistake of the plan, not of the node."""
+        (`check_step(argv)` raises CommbenchError, or returns the command's Checked), before the
+        first step runs: a size that does not parse, a rank count the node cannot hold or a step
+        estimated past half its limit (accept/sizing.py) is a mistake of the plan, not of the node.
+        Returns [(step, its Checked)]."""
+        from .sizing import too_long
+        checked = []
         for i, step in enumerate(self.steps, 1):
             if step.measuring and step.applies(gpus):
                 try:
-                    check_step(step.arguments(gpus, quick))
+                    got = check_step(step.arguments(gpus, quick))
+                    why = too_long(got, step.timeout_s) if got is not None else ""
+                    if why:
+                        raise CommbenchError(why)
                 except CommbenchError as e:
                     raise CommbenchError(f"plan {self.source}: step {i} ({step.name}){' (quick)' if quick else ''}: "
                                          f"{e}") from None
+                checked.append((step, got))
+        return checked
 
 
 def slug(name: str) -> str:

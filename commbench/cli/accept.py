@@ -35,7 +35,7 @@ def check_argv(argv: list) -> None:
         raise CommbenchError(e.format_message()) from None
 
 
-def checked_step(argv: list) -> None:
+def checked_step(argv: list):
     """check_step for a node plan's Plan.check_values: a step's command line run under check_only
     (every value checked by its command), and no more ranks on host memory than the node has cores
     (a plan judges the node's figures; such ranks sharing a core measure the scheduler; a GPU's rank
@@ -52,6 +52,7 @@ def checked_step(argv: list) -> None:
         if c.device == "cpu" and c.ranks > cores():
             raise CommbenchError(f"{c.ranks} ranks on this node's {cores()} cores: a node plan takes a core a rank "
                                  f"(lower np)") from None
+        return c
     except click.ClickException as e:
         raise CommbenchError(e.format_message()) from None
 
@@ -74,6 +75,16 @@ def _launch(scope: str, launch_text) -> list:
                          "(salloc, sbatch), or give --launch 'mpirun --hostfile FILE'")
 
 
+def _print_estimates(plan, checked: list, gpus: int, quick: bool) -> None:
+    from ..accept.sizing import estimate_s
+    click.echo(f"# accept {plan.name}{' --quick' if quick else ''}: {len(checked)} measuring step(s) checked on "
+               f"{gpus} GPU(s); each estimated against its limit (accept/sizing.py)")
+    click.echo(f"#  {'step':<32} {'ranks':>5} {'measurements':>12} {'estimate_s':>10} {'limit_s':>8}  command")
+    for step, c in checked:
+        click.echo(f"   {step.name:<32} {c.ranks:>5} {c.measurements:>12,} {estimate_s(c):>10.0f} "
+                   f"{step.timeout_s:>8g}  commbench {shlex.join(step.arguments(gpus, quick))}")
+
+
 @cli.command()
 @click.option("--plan", "plan_name", default=None, metavar="NAME|FILE",
               help="A built-in plan (cpu-node, gpu-node, gpu-cluster...) or a plan file (.toml); default gpu-node "
@@ -89,7 +100,10 @@ def _launch(scope: str, launch_text) -> list:
                    "inside a Slurm allocation: this environment's mpirun, which takes the allocation's tasks; "
                    "'srun --mpi=pmix' for an MPI built for Slurm).")
 @click.option("--print-plan", is_flag=True, help="Print the plan's TOML (to start a plan file of your own from) and exit.")
-def accept(plan_name, baselines_dir, junit_path, base, quick, launch_text, print_plan) -> None:
+@click.option("--dry-run", is_flag=True,
+              help="A node plan: check every step this node would run, print each with its measurements and its "
+                   "estimated time against its limit, and exit.")
+def accept(plan_name, baselines_dir, junit_path, base, quick, launch_text, print_plan, dry_run) -> None:
     """Run a plan's steps on this node, judge each (PASS, WARN, FAIL with its evidence) against the
     baseline of the node's SKU, its fabric and its limits, and write summary.json, summary.md,
     summary.html (and --junit) beside the steps' files. Exit 0 pass, 1 a counted step failed, 2 an
@@ -110,11 +124,17 @@ def accept(plan_name, baselines_dir, junit_path, base, quick, launch_text, print
         return
     if plan.requires_gpu and plan.scope == "node" and not gpus:
         raise CommbenchError(f"plan {plan.name} measures GPUs and none is visible: {why}")
+    if dry_run and plan.scope != "node":
+        raise CommbenchError(f"--dry-run checks a node plan's steps on this node; {plan.name} runs across an "
+                             f"allocation, whose hosts its steps' checks depend on")
     launch = _launch(plan.scope, launch_text)
     if plan.scope == "node":
         # A cluster plan's steps run under the allocation's launcher: what they check depends on the
         # hosts it gives them (links at host level needs several), known only once they start.
-        plan.check_values(checked_step, gpus, quick)
+        checked = plan.check_values(checked_step, gpus, quick)
+        if dry_run:
+            _print_estimates(plan, checked, gpus, quick)
+            return
     if junit_path:
         check_new_file(junit_path, f"{junit_path} already exists; choose another --junit")
     baselines = Baselines(baselines_dir)

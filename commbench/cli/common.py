@@ -13,7 +13,7 @@ import socket
 import subprocess
 import sys
 import time
-from typing import NoReturn, Optional
+from typing import Callable, NoReturn, Optional
 
 import click
 
@@ -146,11 +146,13 @@ def ranks_option(f):
 
 class Checked(Exception):
     """Raised, under check_only(), where a measuring command would start its ranks or measure: every
-    check of its input passed. `ranks`: how many it would start, measuring `device` ('cpu', 'cuda')."""
+    check of its input passed. `ranks`: how many it would start, measuring `device` ('cpu', 'cuda');
+    `measurements`: the sizes it would measure (its progress bar's steps), each under `policy` (None
+    where the command times no budget: numerics)."""
 
-    def __init__(self, ranks: int, device: str):
+    def __init__(self, ranks: int, device: str, measurements: int = 0, policy=None):
         super().__init__(ranks, device)
-        self.ranks, self.device = ranks, device
+        self.ranks, self.device, self.measurements, self.policy = ranks, device, measurements, policy
 
 
 _checking = False
@@ -169,15 +171,17 @@ def check_only():
         _checking = False
 
 
-def run_ranks(nranks: Optional[int], default_ranks: int, body, checks, timeout_s: float) -> None:
+def run_ranks(nranks: Optional[int], default_ranks: int, body, checks, timeout_s: float,
+              measurements: Callable[[int], int] = lambda ranks: 0, policy=None) -> None:
     """Runs body(world) on every rank, after `checks` (a preflight.Checks) passed: with no launcher,
     in this process before it re-runs the command under the bundled mpirun; under a launcher, on
-    rank 0 before any measurement. `timeout_s` (--timeout) bounds the ranks' meeting too. Exit
-    status: 0 exact, 1 wrong elements or a failure midway, 2 bad input."""
+    rank 0 before any measurement. `timeout_s` (--timeout) bounds the ranks' meeting too;
+    `measurements(ranks)` and `policy`: what Checked says under check_only(). Exit status: 0 exact,
+    1 wrong elements or a failure midway, 2 bad input."""
     if _checking:
         ranks = nranks or default_ranks
         checks.run(ranks, ranks, socket.gethostname())
-        raise Checked(ranks, checks.device)
+        raise Checked(ranks, checks.device, measurements(ranks), policy)
     if detect_launcher() is None:
         from ..node.machine import cores
         from ..run.reporter import PROGRESS_MARK
@@ -288,7 +292,7 @@ def make_reporter(world, cfg, output, steps, judge=None, config: Optional[dict] 
     against; one measured on the spot is measured here, by rank 0, before the sweep, and kept in the
     file."""
     if _checking:  # a command of one process (copy, the peer matrix): its checks are behind it
-        raise Checked(world.size, cfg.device)
+        raise Checked(world.size, cfg.device, steps, cfg.policy)
     from ..launch import watchdog
     from ..node.machine import typed_command
     from ..run.reporter import Reporter, run_metadata

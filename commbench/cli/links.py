@@ -113,8 +113,7 @@ def links(impl, latency_size, bandwidth_size, window, threshold_pct, mad_z, judg
                         window=window, timeout_s=timeout_s, policy=policy)
         if _level(level, world.hosts) == "host":
             return _host_body(world, cfg, sizes, threshold_pct, judged, host_rounds, seed, topology, intra, output)
-        pairs = world.size * (world.size - 1) // 2
-        reporter = make_reporter(world, cfg, output or default_path("links"), 2 * 2 * pairs,
+        reporter = make_reporter(world, cfg, output or default_path("links"), _rank_level_steps(world.size),
                                  config={"links": {"latency_size": sizes[0], "bandwidth_size": sizes[1],
                                                    "threshold_pct": threshold_pct, "mad_z": mad_z,
                                                    "judged": list(judged)}})
@@ -123,7 +122,12 @@ def links(impl, latency_size, bandwidth_size, window, threshold_pct, mad_z, judg
                                   lambda: section(impl, world.hosts, sizes[0], sizes[1], threshold_pct, mad_z,
                                                   reporter.records, judged))
 
-    run_ranks(nranks, max(gpus, 2), body, checks, timeout_s)
+    run_ranks(nranks, max(gpus, 2), body, checks, timeout_s, measurements=_rank_level_steps, policy=policy)
+
+
+def _rank_level_steps(ranks: int) -> int:
+    """Links at rank level: every pair, its latency and its bandwidth, each way."""
+    return 2 * 2 * (ranks * (ranks - 1) // 2)
 
 
 def _host_rounds(level: str, rounds_text, seed: int, topology_path, intra: bool) -> Optional[str | int]:

@@ -109,9 +109,10 @@ def collective_command(coll) -> click.Command:
         if cfg.delay:
             notes.append(delay_text(cfg.describe()["delay"], agg))
 
+        steps = len(dtypes) * len(redops) * len(impls) * len(size_list) * len(cfg.placements)
+
         def body(world):
             from ..run.collective import run_collective  # torch: on the ranks alone
-            steps = len(dtypes) * len(redops) * len(impls) * len(size_list) * len(cfg.placements)
             reporter = make_reporter(world, cfg, output, steps, judge, fit=not no_fit)
             if reporter:
                 for n in notes:
@@ -131,7 +132,8 @@ def collective_command(coll) -> click.Command:
                 return wrong
             return sweep(reporter, run, world)
 
-        run_ranks(nranks, gpus if device == "cuda" else 2, body, preflight.for_collective(coll, cfg, output), timeout_s)
+        run_ranks(nranks, gpus if device == "cuda" else 2, body, preflight.for_collective(coll, cfg, output), timeout_s,
+                  measurements=lambda ranks: steps, policy=policy)
 
     options = [
         click.option("--sizes", "-s", default=None,
@@ -242,7 +244,7 @@ def p2p(sizes, impl, device, pairs, window, access, nranks, timeout_s, output, p
         return sweep(reporter, lambda: run_p2p(world, cfg, reporter), world)
 
     run_ranks(nranks, max(gpus, 2), body, preflight.for_p2p(size_list, pairs, device, output, impl, "commbench p2p"),
-              timeout_s)
+              timeout_s, measurements=lambda ranks: 2 * len(preflight.resolve_pairs(pairs, ranks)) * len(size_list), policy=policy)
 
 
 def _local_peer_matrix(size_list, output, policy, modes) -> None:

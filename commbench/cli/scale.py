@@ -145,7 +145,8 @@ def scale(op, counts_text, sizes, impl_text, device, dtype, compute_ms, grad_byt
             _show(reporter.file.doc["scale"], plot_path, as_json)
         return wrong
 
-    run_ranks(nranks, max(counts) if device == "cpu" else gpus, body, checks, timeout_s)
+    run_ranks(nranks, max(counts) if device == "cpu" else gpus, body, checks, timeout_s,
+              measurements=lambda ranks: len(counts) * len(impls) * len(size_list), policy=policy)
 
 
 def _analyses(records, coll, impls, workload, extra, fabric, per_host: Optional[int], config: dict) -> list[dict]:
