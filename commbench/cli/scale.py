@@ -124,6 +124,7 @@ def scale(op, counts_text, sizes, impl_text, device, dtype, compute_ms, grad_byt
 
     def body(world):
         from ..run.collective import run_counts  # torch: on the ranks alone
+        world.subsets = True
         for impl in impls:
             impl.prepare(world, cfg)  # on every rank: gloo's group must exist before its subgroups
         reporter = make_reporter(world, cfg, output, len(counts) * len(impls) * len(size_list), judge,

@@ -140,6 +140,9 @@ class World:
     _attached: dict = field(default_factory=dict, repr=False)
     device: Optional[int] = None  # this rank's GPU, once chosen (node/gpu.take_gpu)
     group: Any = None  # torch.distributed group of these ranks; None: the default (all launched ranks)
+    # Rank counts of it will be measured (subset): a NCCL communicator made on it keeps the one it
+    # splits them from (csrc/cuda/device_comm.h); elsewhere that one goes once the split is made.
+    subsets: bool = False
 
     @property
     def has_mpi(self) -> bool:

@@ -331,4 +331,4 @@ def device_comm(world, device: int, timeout_s: float):
     refuse_mode_overrides()
     mod = cuda_module()
     uid = world.root_call(mod.nccl_unique_id)
-    return mod.DeviceComm(uid, world.rank, world.size, device, timeout_s)
+    return mod.DeviceComm(uid, world.rank, world.size, device, timeout_s, splits=world.subsets)

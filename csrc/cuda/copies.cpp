@@ -2,6 +2,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <stdexcept>
@@ -92,10 +93,13 @@ constexpr const char* kCopyRemedy = "unset CUDA_LAUNCH_BLOCKING";
 // Device-to-device copy of `bytes`: "ce" (copy engine, cudaMemcpyPeerAsync) or "sm" (a copy kernel),
 // issued by the source GPU, which writes into its peer, or with `read` by the destination GPU, which
 // reads from its peer (a link can be slower one way: nvbandwidth's read and write tests).
-// Bidirectional runs both directions at once on two streams; an iteration ends when both are done. Each sample is enqueued behind the gate (gate.h), so that the host's call and the
-// launch latency stay out of it and both directions start together (the reverse stream waits on an
-// event recorded behind the gate), as nvbandwidth holds its streams; except a copy-engine copy
-// without peer access, which the driver stages through the host, as the host may wait for it.
+// Bidirectional runs both directions at once, each on the stream of the GPU that issues it. Each
+// sample is enqueued behind the gate (gate.h), so that the host's call and the launch latency stay out
+// of it, as nvbandwidth holds its streams; except a copy-engine copy without peer access, which the
+// driver stages through the host, as the host may wait for it. Both directions are held by a gate on
+// each GPU, released together, and each is timed by events on its own stream: the slower is the
+// sample. No event crosses between the GPUs inside a sample (a wait on another GPU's event costs
+// microseconds, which a 1-16 MiB copy would read as a lower bandwidth).
 class PeerCopy {
  public:
   PeerCopy(int64_t dst_dev, int64_t src_dev, int64_t bytes, const std::string& mode, bool bidirectional, bool read)
@@ -103,11 +107,11 @@ class PeerCopy {
         sm_(check_mode(mode, a_, b_, read)), bidi_(bidirectional), read_(read),
         direct_(sm_ || peer_status(a_, b_).empty()), t_(read_ && !bidi_ ? b_ : a_), w_{0, a_},
         src_(n_, a_, w_), dst_(n_, b_, w_), back_src_(bidi_ ? n_ : 0, b_, w_), back_dst_(bidi_ ? n_ : 0, a_, w_),
-        count_a_(a_, w_), count_b_(b_, w_), s0_(a_, w_), s1_(b_, w_), fork_(event_on(a_, w_)), join_(event_on(b_, w_)),
-        gate_(w_) {}
+        count_a_(a_, w_), count_b_(b_, w_), s0_(a_, w_), s1_(b_, w_), gate_(w_), back_gate_(w_) {}
 
   std::vector<double> times(int64_t iters) {
     pybind11::gil_scoped_release no_gil;
+    if (bidi_) return both_ways_times(iters);
     on(t_, w_);
     const unsigned expired = gate_.expired();
     std::vector<double> t = event_times(timing_stream(), iters, w_, [&] { idle(); }, [&] { enqueue(); }, [&] { idle(); }, 1,
@@ -151,10 +155,59 @@ class PeerCopy {
     return sm;
   }
 
-  // The stream the events time on, which the gate holds: the issuing GPU's where one GPU issues the
-  // copy (timed on the copy's own stream, as nvbandwidth times); both directions at once are timed on
-  // the source's, the destination's stream forked from it and joined back.
+  // The stream the events time on, which the gate holds: the issuing GPU's (timed on the copy's own
+  // stream, as nvbandwidth times).
   cudaStream_t timing_stream() const { return t_ == a_ ? s0_.s : s1_.s; }
+
+  // Each sample: per direction a start and an end event on its stream, made on its stream's GPU.
+  std::vector<double> both_ways_times(int64_t iters) {
+    std::vector<Event> ev;
+    ev.reserve(static_cast<std::size_t>(4 * iters));
+    for (int64_t i = 0; i < iters; ++i)
+      for (int device : {a_, a_, b_, b_}) {
+        on(device, w_);
+        ev.emplace_back(w_);
+      }
+    const unsigned expired = gate_.expired(), back_expired = back_gate_.expired();
+    for (int64_t i = 0; i < iters; ++i) {
+      idle();
+      struct Release {  // on every way out: a failed enqueue must not leave a stream held
+        Gate* a;
+        Gate* b;
+        ~Release() {
+          if (a) a->release();
+          if (b) b->release();
+        }
+      } release{direct_ ? &gate_ : nullptr, direct_ ? &back_gate_ : nullptr};
+      Event* e = &ev[static_cast<std::size_t>(4 * i)];
+      on(a_, w_);
+      if (direct_) gate_.hold(s0_.s);
+      cuda_check(cudaEventRecord(e[0].e, s0_.s), "cudaEventRecord", w_);
+      on(b_, w_);
+      if (direct_) back_gate_.hold(s1_.s);
+      cuda_check(cudaEventRecord(e[2].e, s1_.s), "cudaEventRecord", w_);
+      enqueue();
+      on(a_, w_);
+      cuda_check(cudaEventRecord(e[1].e, s0_.s), "cudaEventRecord", w_);
+      on(b_, w_);
+      cuda_check(cudaEventRecord(e[3].e, s1_.s), "cudaEventRecord", w_);
+    }
+    idle();
+    require_held(gate_, expired, "peer copy", kCopyRemedy, w_);
+    require_held(back_gate_, back_expired, "peer copy", kCopyRemedy, w_);
+    std::vector<double> t(static_cast<std::size_t>(iters));
+    for (int64_t i = 0; i < iters; ++i) {
+      float forth = 0, back = 0;
+      const Event* e = &ev[static_cast<std::size_t>(4 * i)];
+      on(a_, w_);
+      cuda_check(cudaEventElapsedTime(&forth, e[0].e, e[1].e), "cudaEventElapsedTime", w_);
+      on(b_, w_);
+      cuda_check(cudaEventElapsedTime(&back, e[2].e, e[3].e), "cudaEventElapsedTime", w_);
+      t[static_cast<std::size_t>(i)] = std::max(forth, back) * 1e-3;
+    }
+    on(t_, w_);
+    return t;
+  }
 
   void idle() {
     sync(s0_.s, w_);
@@ -171,11 +224,6 @@ class PeerCopy {
   }
 
   void enqueue() {
-    // Both directions: s1 starts behind the gate on s0 and ends before s0's end event.
-    if (bidi_) {
-      cuda_check(cudaEventRecord(fork_.e, s0_.s), "cudaEventRecord", w_);
-      cuda_check(cudaStreamWaitEvent(s1_.s, fork_.e, 0), "cudaStreamWaitEvent", w_);
-    }
     // Each direction on the stream of the GPU that issues it: the writer's, or the reader's.
     if (read_)
       copy(dst_.ptr, b_, src_.ptr, a_, s1_.s, b_);
@@ -186,8 +234,6 @@ class PeerCopy {
         copy(back_dst_.ptr, a_, back_src_.ptr, b_, s0_.s, a_);
       else
         copy(back_dst_.ptr, a_, back_src_.ptr, b_, s1_.s, b_);
-      cuda_check(cudaEventRecord(join_.e, s1_.s), "cudaEventRecord", w_);
-      cuda_check(cudaStreamWaitEvent(s0_.s, join_.e, 0), "cudaStreamWaitEvent", w_);
     }
     on(t_, w_);
   }
@@ -200,8 +246,7 @@ class PeerCopy {
   DeviceBuffer src_, dst_, back_src_, back_dst_;
   Counter count_a_, count_b_;
   Stream s0_, s1_;
-  Event fork_, join_;
-  Gate gate_;
+  Gate gate_, back_gate_;  // the timing stream's; with both directions, s0's and s1's
 };
 
 // Host <-> device copies: direction "h2d" or "d2h", from pinned or pageable host memory. A pinned copy

@@ -109,7 +109,8 @@ class NcclComm {
   // A communicator in error (a peer's failure seen by NCCL after the last call) is aborted: NCCL's
   // destroy of one returns at once, leaving a group open on this thread that would defer every later
   // NCCL call of it (init.cc, ncclCommDestroy).
-  ~NcclComm() {
+  ~NcclComm() { close(); }
+  void close() {
     if (!comm_) return;
     ncclResult_t state = ncclSuccess;
     const ncclResult_t rc = ncclCommGetAsyncError(comm_, &state);
@@ -117,6 +118,7 @@ class NcclComm {
       ncclCommAbort(comm_);
     else
       ncclCommDestroy(comm_);
+    comm_ = nullptr;
   }
   ncclComm_t get() const { return comm_; }
   bool alive() const { return comm_ != nullptr; }
@@ -146,7 +148,10 @@ constexpr std::size_t kPairSendOffset = 4, kPairRecvOffset = 8;
 // stream is bounded (see wait()).
 class DeviceComm {
  public:
-  DeviceComm(const std::string& uid, int rank, int size, int device, double timeout_s)
+  // `splits`: rank counts of it follow (split()); otherwise the non-blocking communicator it was split
+  // from goes once the split is made, so that no second full communicator (its connections, its NVLS
+  // objects, about 1-1.5 GiB a GPU where NCCL connects at initialisation) is held all run.
+  DeviceComm(const std::string& uid, int rank, int size, int device, double timeout_s, bool splits)
       : where_{rank, device}, size_(size), timeout_s_(timeout_s), stream_(device, where_),
         scratch_(kScratch, device, where_), gate_(where_),
         init_("ncclCommInitRankConfig",
@@ -160,7 +165,9 @@ class DeviceComm {
                 const ncclResult_t rc = ncclCommSplit(init_.get(), 0, rank, c, config);
                 return rc;
               },
-              &init_, true, timeout_s, where_) {}
+              &init_, true, timeout_s, where_) {
+    if (!splits) init_.close();
+  }
 
   // The first `size` ranks of this communicator as one of their own (ncclCommSplit from the
   // non-blocking init_, within the deadline, instead of a whole new communicator per rank count; it
@@ -168,8 +175,8 @@ class DeviceComm {
   // config says splitShare); every rank of this one calls it, and those not in it get none.
   std::unique_ptr<DeviceComm> split(int64_t size) {
     if (!init_.alive())
-      throw std::logic_error("split: only a communicator over all ranks splits (this one is a split, or was aborted)" +
-                             where_.text());
+      throw std::logic_error("split: only a communicator over all ranks made to split splits (this one is a split, "
+                             "was made without splits, or was aborted)" + where_.text());
     cuda_check(cudaSetDevice(where_.device), "cudaSetDevice", where_);
     const bool member = where_.rank < size;
     auto child = std::unique_ptr<DeviceComm>(new DeviceComm(*this, member, static_cast<int>(size)));
@@ -402,12 +409,16 @@ class DeviceComm {
   // NCCL connects peers and algorithms on first use, on the host, inside the call, which neither a
   // capture nor a held stream may contain: the graph runs the body once before its capture (and once
   // after its upload); a collective's untimed check, ungated, comes before its gated samples.
-  // A delay spins on the host between the barrier and the start event of each timed iteration.
-  // The barrier leaves the stream idle, so holding back the enqueue holds back this GPU's start of
-  // the call by the same time, as a compute kernel queued ahead of it would; the start event is
-  // recorded after the wait, so the delay stays out of this rank's own time and shows in its
-  // peers', which wait for it inside the call. The graph path gets the same delay without
-  // capturing it.
+  // Gated, every rank releases its stream once its own enqueue is done, and one rank may take longer
+  // (an interior rank of `tree` enqueues more): behind the gate and before the start event, a
+  // one-element all-reduce on the stream (the ranks' device-side barrier) starts every rank's sample
+  // when the last rank's stream is released, so the spread of the releases stays out of the samples.
+  // A delay then spins on this rank's device after that barrier, as a compute kernel queued ahead of
+  // the call would hold it; the start event follows, so the delay stays out of this rank's own time
+  // and shows in its peers', which wait for it inside the call. Ungated (a loop of calls), the
+  // delay spins on the host between the barrier and the start event: the barrier leaves the stream
+  // idle, so holding back the enqueue holds back this GPU's start of the call by the same time. The
+  // graph path gets the same delay without capturing it.
   template <typename Body>
   std::vector<double> timed(int64_t iters, int64_t calls, bool graph, bool launch_free, double delay_s, const char* what,
                             Body&& body) {
@@ -416,11 +427,18 @@ class DeviceComm {
     auto sync = [&] { barrier(); };
     auto start = [&] {
       barrier();
-      spin_for(delay_s);
+      if (!gate) spin_for(delay_s);
     };
+    std::function<void()> released_together;
+    if (gate)
+      released_together = [&] {
+        nccl_enqueued(ncclAllReduce(scratch_.ptr, scratch_.ptr, 1, ncclInt32, ncclSum, comm(), stream_.s), comm(),
+                      "ncclAllReduce", where_);
+        if (delay_s > 0) launch_spin(delay_s, stream_.s);
+      };
     auto done = [&] { wait(what); };
     std::vector<double> t = or_abort([&] {
-      if (!graph) return event_times(stream_.s, iters, where_, start, body, done, calls, gate);
+      if (!graph) return event_times(stream_.s, iters, where_, start, body, done, calls, gate, released_together);
       // No iterations: the graph's own check (nccl-tests' -G checks one launch), on buffers just
       // filled: captured and launched once, without the uncaptured run, which would change an
       // in-place result; the untimed check just before it ran the same call and connected its peers.
@@ -433,7 +451,7 @@ class DeviceComm {
       sync();
       g.launch();
       done();
-      return event_times(stream_.s, iters, where_, start, [&] { g.launch(); }, done, calls, gate);
+      return event_times(stream_.s, iters, where_, start, [&] { g.launch(); }, done, calls, gate, released_together);
     });
     require_gates_held(expired, what);
     return t;

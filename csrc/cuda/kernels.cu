@@ -103,6 +103,15 @@ __global__ void gate_kernel(const volatile unsigned* flag, unsigned seq, unsigne
   }
 }
 
+__global__ void spin_kernel(long long ns) {
+  const long long start = now_ns();
+  while (now_ns() - start < ns) {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 700
+    __nanosleep(256);
+#endif
+  }
+}
+
 template <typename T, typename F>
 void launch_split(T* dst, const T* src, std::size_t n, cudaStream_t stream, const char* name) {
   if (n == 0) return;
@@ -176,6 +185,10 @@ void launch_reduce(T* dst, const T* src, std::size_t n, cudaStream_t stream) {
 
 void launch_gate(const volatile unsigned* flag, unsigned seq, unsigned* expired, cudaStream_t stream) {
   launch(gate_kernel, "gate kernel", 1, 1, stream, flag, seq, expired);
+}
+
+void launch_spin(double seconds, cudaStream_t stream) {
+  launch(spin_kernel, "spin kernel", 1, 1, stream, static_cast<long long>(seconds * 1e9));
 }
 
 void launch_sm_copy(void* dst, const void* src, std::size_t bytes, cudaStream_t stream) {

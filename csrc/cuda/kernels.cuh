@@ -45,6 +45,10 @@ void launch_count_bytes_wrong(const void* data, std::size_t bytes, unsigned seed
 constexpr double kGateSeconds = 2.0;
 void launch_gate(const volatile unsigned* flag, unsigned seq, unsigned* expired, cudaStream_t stream);
 
+// Holds `stream` for `seconds` of the device's clock: a rank's --delay, on its device after the ranks'
+// device-side barrier, as a compute kernel queued ahead of the call would hold it.
+void launch_spin(double seconds, cudaStream_t stream);
+
 // A copy done by streaming multiprocessors (16-byte loads and stores where alignment allows), for
 // peer memory that the copy engines would otherwise move.
 void launch_sm_copy(void* dst, const void* src, std::size_t bytes, cudaStream_t stream);

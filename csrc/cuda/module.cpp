@@ -213,8 +213,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   py::register_exception<DeadlineExceeded>(m, "DeadlineExceeded", PyExc_TimeoutError);
   bind_collective_enums(m);
   py::class_<DeviceComm>(m, "DeviceComm")
-      .def(py::init<const std::string&, int, int, int, double>(), py::arg("unique_id"), py::arg("rank"), py::arg("size"),
-           py::arg("device"), py::arg("timeout_s"), py::call_guard<py::gil_scoped_release>())
+      .def(py::init<const std::string&, int, int, int, double, bool>(), py::arg("unique_id"), py::arg("rank"),
+           py::arg("size"), py::arg("device"), py::arg("timeout_s"), py::arg("splits") = false,
+           py::call_guard<py::gil_scoped_release>())
       .def("split", &DeviceComm::split, py::arg("size"), py::call_guard<py::gil_scoped_release>())
       .def("set_timeout", &DeviceComm::set_timeout, py::arg("seconds"))
       .def("barrier", &DeviceComm::barrier, py::call_guard<py::gil_scoped_release>())

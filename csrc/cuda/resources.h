@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -107,11 +108,13 @@ struct Event {
 
 // One start/stop event pair per sample, recorded on `stream`; before each sample `sync()` runs
 // untimed, after the last `wait()` must return once the stream is idle; a sample is `calls` calls of
-// body() back to back. With a `gate`, each sample is enqueued behind it and released once enqueued.
-// Seconds per sample.
+// body() back to back. With a `gate`, each sample is enqueued behind it and released once enqueued;
+// `before_start`, where given, enqueues what comes between the gate and the start event. Seconds per
+// sample.
 template <typename Sync, typename Body, typename Wait>
 std::vector<double> event_times(cudaStream_t stream, int64_t iters, const Where& w, Sync&& sync, Body&& body,
-                                Wait&& wait, int64_t calls = 1, Gate* gate = nullptr) {
+                                Wait&& wait, int64_t calls = 1, Gate* gate = nullptr,
+                                const std::function<void()>& before_start = {}) {
   std::vector<Event> ev;
   ev.reserve(static_cast<std::size_t>(2 * iters));
   for (int64_t i = 0; i < 2 * iters; ++i) ev.emplace_back(w);
@@ -125,6 +128,7 @@ std::vector<double> event_times(cudaStream_t stream, int64_t iters, const Where&
       }
     } release{gate};
     if (gate) gate->hold(stream);
+    if (before_start) before_start();
     cuda_check(cudaEventRecord(ev[2 * i].e, stream), "cudaEventRecord", w);
     for (int64_t c = 0; c < calls; ++c) body();
     cuda_check(cudaEventRecord(ev[2 * i + 1].e, stream), "cudaEventRecord", w);

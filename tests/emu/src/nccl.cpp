@@ -369,10 +369,21 @@ void connect_aggregate(const std::vector<Pending>& items) {
     }
 }
 
+// COMMBENCH_EMU_NCCL_ENQUEUE_US=RANK:US: each group that rank RANK of a communicator enqueues costs its
+// host US more (a rank whose host is slower to enqueue than its peers').
+void slow_enqueue(const std::vector<Pending>& items) {
+  const char* v = std::getenv("COMMBENCH_EMU_NCCL_ENQUEUE_US");
+  int rank = -1;
+  long us = 0;
+  if (!v || std::sscanf(v, "%d:%ld", &rank, &us) != 2 || items.empty() || items.front().call.comm->rank != rank) return;
+  std::this_thread::sleep_for(std::chrono::microseconds(us));
+}
+
 ncclResult_t flush() {
   std::vector<Pending> items;
   items.swap(pending);
   connect_aggregate(items);
+  slow_enqueue(items);
   std::vector<cudaStream_t> streams;
   std::vector<std::shared_ptr<Comm>> nonblocking;
   for (const Pending& p : items) {
@@ -399,8 +410,9 @@ ncclResult_t flush() {
   return ncclSuccess;
 }
 
-// COMMBENCH_EMU_NCCL_LOG: a line per communicator made ("init" or "split") and per communicator's
-// first call ("call"): how, pid, rank, ranks and whether the communicator is blocking.
+// COMMBENCH_EMU_NCCL_LOG: a line per communicator made ("init" or "split"), per communicator's first
+// call ("call") and per communicator ended ("destroy" or "abort"): how, pid, rank, ranks and whether
+// the communicator is blocking.
 void log_comm(const char* how, int rank, int nranks, bool blocking) {
   const char* path = std::getenv("COMMBENCH_EMU_NCCL_LOG");
   if (!path) return;
@@ -711,6 +723,7 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm) {
     return error(state == ncclInProgress ? ncclInvalidArgument : static_cast<ncclResult_t>(state),
                  "ncclCommDestroy of a communicator in error or in progress");
   --group_depth;
+  log_comm("destroy", comm->impl->rank, comm->impl->nranks, comm->impl->blocking);
   // The segment stays mapped while queued work or a graph still refers to the communicator.
   delete comm;
   return ncclSuccess;
@@ -721,6 +734,7 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm) {
 ncclResult_t ncclCommAbort(ncclComm_t comm) {
   if (!comm) return ncclSuccess;
   comm->impl->aborted = true;
+  log_comm("abort", comm->impl->rank, comm->impl->nranks, comm->impl->blocking);
   unsigned rounds = 0;
   while (comm->impl->graph_holds.load() > 0) emu::idle(rounds);
   delete comm;

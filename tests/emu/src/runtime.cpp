@@ -96,6 +96,9 @@ struct Runtime {
   bool peer_access = true;
   std::string fail_launch, skip_launch;
   long launch_delay_us = 0;  // COMMBENCH_EMU_LAUNCH_DELAY_US: the host's cost of each kernel launch
+  // COMMBENCH_EMU_EVENT_HOP_US: how much later than the event a stream waiting on another device's
+  // event goes on (the signal crosses between the GPUs).
+  long event_hop_us = 0;
   // COMMBENCH_EMU_SLOW_DEVICE=<device>:<us>: each task of that device's streams that touches memory
   // takes that much longer (the work a GPU issues is slow: which GPU issued a copy shows).
   int slow_device = -1;
@@ -139,8 +142,10 @@ Runtime& rt() {
     } else {
       for (int d = 0; d < n; ++d) visible.push_back(d);
     }
+    // 16 GiB a device by default (reserved, not touched): room for NCCL's bound on 8 GPUs (node/gpu.py,
+    // 4.2 GiB) beside a sweep's buffers.
     const std::string gib = env("COMMBENCH_EMU_MEMORY_GIB");
-    r->per_device = (gib.empty() ? 4 : std::max(1L, std::strtol(gib.c_str(), nullptr, 10))) << 30;
+    r->per_device = (gib.empty() ? 16 : std::max(1L, std::strtol(gib.c_str(), nullptr, 10))) << 30;
     r->arena_bytes = r->per_device * visible.size();
     if (r->arena_bytes) {
       void* p = mmap(nullptr, r->arena_bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -161,6 +166,7 @@ Runtime& rt() {
     r->fail_launch = env("COMMBENCH_EMU_FAIL_LAUNCH");
     r->skip_launch = env("COMMBENCH_EMU_SKIP_LAUNCH");
     r->launch_delay_us = std::strtol(env("COMMBENCH_EMU_LAUNCH_DELAY_US").c_str(), nullptr, 10);
+    r->event_hop_us = std::strtol(env("COMMBENCH_EMU_EVENT_HOP_US").c_str(), nullptr, 10);
     const std::string slow = env("COMMBENCH_EMU_SLOW_DEVICE");
     if (const std::size_t colon = slow.find(':'); colon != std::string::npos) {
       r->slow_device = std::atoi(slow.substr(0, colon).c_str());
@@ -727,7 +733,11 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t handle, cudaEvent_t event, unsigned
   }
   Stream* other = e->stream;
   const uint64_t seq = e->seq;
-  if (const cudaError_t rc = enqueue_locked(s, [] {}, nullptr, false)) return fail(rc);
+  const long hop_us = other->device != s->device ? rt().event_hop_us : 0;
+  auto hop = [hop_us] {
+    if (hop_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(hop_us));
+  };
+  if (const cudaError_t rc = enqueue_locked(s, hop, nullptr, false)) return fail(rc);
   s->queue.back().after.emplace_back(other, seq);
   return cudaSuccess;
 }
