@@ -11,7 +11,7 @@ import textwrap
 import time
 
 import pytest
-from conftest import COMMBENCH, HERE, ROOT, commbench, mpi_env
+from conftest import COMMBENCH, HERE, MPIRUN, ROOT, commbench, mpi_env
 
 from commbench.collectives import all_collectives
 from commbench.node.gpu import EMULATION, cuda_module
@@ -125,6 +125,23 @@ def test_every_rank_s_sample_starts_once_the_last_rank_s_stream_is_released(work
     assert r.returncode == 0, r.stderr
     [rec] = results.load_document(out)["results"]
     assert rec["wrong"] == 0 and rec["time_us"]["median"] < 10_000, rec["per_rank"]
+
+
+@pytest.mark.parametrize("command", [["allreduce", "--np", "2", "--impl", "nccl"], ["p2p", "--device", "cuda"]])
+def test_a_time_below_what_the_bytes_take_fails_the_run_as_a_defect(command, workdir):
+    """Emulated GPUs whose memory moves about 9 MB/s (COMMBENCH_EMU_MEMORY_GBPS: a clock of 7 kHz over
+    5120 bits): a 1M call cannot take less than 58 ms, far more than the emulated calls take. The run
+    stops on the first such record, kept in the file, as a defect of the timing (at the default 3,352
+    GB/s every other test passes the check)."""
+    out = os.path.join(workdir, "floor.json")
+    r = commbench([*command, "--sizes", "1M", "--iters", "3", "--warmup", "0", "-o", out],
+                  env=emu_env(2, COMMBENCH_EMU_MEMORY_GBPS="0.01"), cwd=workdir)
+    lines = [line for line in r.stderr.splitlines() if line.startswith("commbench: error")]
+    assert r.returncode == 1 and len(lines) == 1, r.stderr
+    assert ": TimingDefect: " in lines[0] and "(0.00896 GB/s); the timing is wrong, a defect of commbench" in lines[0]
+    assert lines[0].endswith(f"(measured rows kept in {out})"), lines
+    doc = results.load_document(out)
+    assert len(doc["results"]) == 1 and doc["config"]["gpus"][0]["memory_gbps"] == 0.00896, doc["config"]["gpus"]
 
 
 def test_a_delayed_rank_holds_its_device_after_the_ranks_barrier(workdir):
@@ -355,6 +372,32 @@ def test_peer_copies_leave_the_hosts_launches_out():
     assert r.returncode == 0, r.stderr
     rows = [line.split() for line in r.stdout.splitlines()]
     assert len(rows) == 2 and all(float(ms) < 10 and wrong == "0" for ms, wrong in rows), rows
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs to stand for 2 sockets")
+def test_each_rank_runs_on_its_gpu_s_cpus_or_the_run_says_it_does_not(workdir):
+    """Two sockets (emulated NVML): GPU 0 local to the second CPU, GPU 1 to the first, so that Open
+    MPI's binding by slot puts each rank beside the other's GPU. Standalone, every rank moves onto its
+    GPU's CPUs, which the header and the file say; under a user's mpirun that binds by core the binding
+    stands and the run warns, naming a rank away from its GPU."""
+    cpus = [str(c) for c in sorted(os.sched_getaffinity(0))[:2]]
+    env = emu_env(2, COMMBENCH_EMU_GPU_CPUS=f"{cpus[1]};{cpus[0]}")
+    args = ["allreduce", "--device", "cuda", "--impl", "nccl", "--sizes", "1K", "--iters", "3", "--warmup", "0"]
+    r = commbench([*args, "--np", "2", "-o", "own.json"], env=env, cwd=workdir)
+    assert r.returncode == 0, r.stderr
+    config = results.load_document(os.path.join(workdir, "own.json"))["config"]
+    assert [(g["cpus"], g["gpu_cpus"], g["local"]) for g in config["gpus"]] == [(cpus[1], cpus[1], True),
+                                                                                (cpus[0], cpus[0], True)]
+    assert "cpu_binding_warning" not in config and "cuda:0 commbench emulated GPU (" in r.stdout
+    assert f", CPUs {cpus[1]}, local to the GPU" in r.stdout
+    r = subprocess.run([MPIRUN, "--np", "2", "--bind-to", "core", "--report-bindings", COMMBENCH, *args,
+                        "-o", "user.json"], capture_output=True, text=True, env=env, cwd=workdir, timeout=120)
+    assert r.returncode == 0, r.stderr
+    config = results.load_document(os.path.join(workdir, "user.json"))["config"]
+    assert [g["local"] for g in config["gpus"]] == [False, False], config["gpus"]
+    assert config["cpu_binding_warning"].startswith("2 rank(s) run on CPUs away from their GPU, e.g. rank 0 (")
+    assert f"warning: {config['cpu_binding_warning']}" in r.stderr
+    assert f", CPUs {cpus[0]}, none local to the GPU (its CPUs: {cpus[1]})" in r.stdout
+
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs to stand for 2 sockets")

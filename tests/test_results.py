@@ -190,3 +190,18 @@ def test_a_bad_sample_is_named_by_its_path(bad, message):
     with pytest.raises(CommbenchError) as e:
         results.validate(doc, "run.json")
     assert str(e.value) == f"run.json: invalid field 'results/1/samples_us/2': {message}"
+
+
+def test_the_physical_floor_of_a_record():
+    """The least time the bytes some rank's GPU must write take at its memory's bandwidth."""
+    from commbench.results import physical
+    rec = {"op": "allreduce", "impl": "nccl", "size_bytes": 64 << 20, "ranks": 8, "in_place": False,
+           "time_us": {"median": 2.0}}
+    assert physical.floor_s(rec, 1000.0) == pytest.approx((8 << 20) / 1e12)  # 8 MiB at 1 TB/s: 8.4 us
+    with pytest.raises(physical.TimingDefect, match=r"a median of 2\.00 us, below the 8\.39 us"):
+        physical.check(rec, 1000.0)
+    physical.check({**rec, "time_us": {"median": 9.0}}, 1000.0)
+    physical.check(rec, None)  # bandwidth unknown: nothing checked
+    physical.check({**rec, "size_bytes": 8 << 10}, 1000.0)  # a floor below the event timer's steps
+    assert physical.floor_s({**rec, "ranks": 1, "in_place": True}, 1000.0) == 0
+    assert physical.floor_s({**rec, "op": "peer_copy"}, 1000.0) == pytest.approx((64 << 20) / 1e12)

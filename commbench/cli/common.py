@@ -188,7 +188,7 @@ def run_ranks(nranks: Optional[int], default_ranks: int, body, checks, timeout_s
         ranks = nranks or default_ranks
         checks.run(ranks, ranks, socket.gethostname())
         trace.phase("checks")
-        argv, env = standalone_command(sys.argv[1:], ranks, cores())
+        argv, env = standalone_command(sys.argv[1:], ranks, cores(), gpu=checks.device == "cuda")
         if sys.stderr.isatty():
             env[PROGRESS_MARK] = "1"
         status = _spawn(argv, env)
@@ -299,8 +299,11 @@ def make_reporter(world, cfg, output, steps, judge=None, config: Optional[dict] 
     made = []  # the Reporter stays on rank 0; only the success travels
     config = {**cfg.describe(), **(config or {})}
     if cfg.device == "cuda":
+        from ..node.affinity import bind_rank
         from ..node.gpu import gpu_layout
-        config.update(gpu_layout(world, devices))  # collective: every rank says which GPU it took
+        # A rank's CPUs beside its GPU's, before NCCL starts (a command of one process binds per GPU).
+        binding = bind_rank(world) if devices is None and world.launcher != "local" else None
+        config.update(gpu_layout(world, devices, binding))  # collective: every rank says which GPU it took
         if config.get("shared_gpu"):
             judge = None  # the shared-GPU functional test: times that are not the GPU's
     world.root_call(lambda: made.append(Reporter(run_metadata(world, config,
@@ -317,8 +320,9 @@ def make_reporter(world, cfg, output, steps, judge=None, config: Optional[dict] 
     watchdog.start(world, cfg.timeout_s, reporter)
     if reporter:
         click.echo(f"# policy: {cfg.policy.rule()}")
-    if reporter and config.get("binding_warning"):
-        reporter.warn(config["binding_warning"])
+    for warning in ("binding_warning", "cpu_binding_warning"):
+        if reporter and config.get(warning):
+            reporter.warn(config[warning])
     if reporter and world.local_size > reporter.meta["machine"]["cores"]:
         reporter.warn(f"{world.local_size} ranks share {reporter.meta['machine']['cores']} cores on "
                       f"{world.hosts[0]}: ranks compete for CPU and times inflate; remedy: use at most one "

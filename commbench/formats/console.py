@@ -99,7 +99,7 @@ def gpu_lines(cfg: dict) -> list[str]:
     if not cfg.get("gpus"):
         return []
     lines = [f"# GPUs: {cfg['cuda_versions']}"]
-    lines += [f"#   rank {g['rank']}: {g['host']} cuda:{g['device']} {g['name']} ({g['uuid']})" for g in cfg["gpus"]]
+    lines += [f"#   rank {g['rank']}: {g['host']} cuda:{g['device']} {g['name']} ({g['uuid']}){_cpus(g)}" for g in cfg["gpus"]]
     if cfg.get("shared_gpu"):
         uuids = {(g["host"], g["uuid"]) for g in cfg["gpus"]}
         lines.append(f"# shared GPU: {len(cfg['gpus'])} ranks on {len(uuids)} GPU(s) (COMMBENCH_SHARED_GPU: NCCL over "
@@ -222,3 +222,12 @@ def render(doc: dict, options) -> str:
             lines += block_header(variant(h), name, widths, loop=loop)
             lines += [row(r, widths) for r in recs]
     return "\n".join(lines) + "\n"
+
+
+def _cpus(gpu: dict) -> str:
+    """The CPUs a rank ran on beside its GPU's local ones (config.gpus, node/gpu.gpu_layout)."""
+    if not gpu.get("cpus"):
+        return ""
+    if gpu.get("local") is False:
+        return f", CPUs {gpu['cpus']}, none local to the GPU (its CPUs: {gpu['gpu_cpus']})"
+    return f", CPUs {gpu['cpus']}" + (", local to the GPU" if gpu.get("local") else "")

@@ -106,8 +106,10 @@ def dies_with(parent_pid: int):
 WITHOUT_LIBFABRIC = {"OMPI_MCA_btl": "^ofi"}
 
 
-def standalone_command(cli_args: list[str], nranks: int, cores: int) -> tuple[list[str], dict]:
-    """(argv, environment) that re-run this command as `nranks` MPI ranks on this host."""
+def standalone_command(cli_args: list[str], nranks: int, cores: int, gpu: bool = False) -> tuple[list[str], dict]:
+    """(argv, environment) that re-run this command as `nranks` MPI ranks on this host; ranks of a
+    `gpu` run unbound, each to move onto its GPU's CPUs (node/gpu.take_gpu): Open MPI binds by slot,
+    which on a node of two sockets puts ranks beside the other socket's GPUs."""
     env = dict(os.environ)
     env[STANDALONE_MARK] = "1"
     # The ranks go on this host whatever allocation it belongs to: inside `salloc` or `srun --pty bash`
@@ -119,6 +121,8 @@ def standalone_command(cli_args: list[str], nranks: int, cores: int) -> tuple[li
     if nranks > cores:
         # Open MPI refuses more ranks than cores unless told, and binding would then fail.
         argv += ["--oversubscribe", "--bind-to", "none"]
+    elif gpu:
+        argv += ["--bind-to", "none"]
     if os.geteuid() == 0:
         # Open MPI refuses root without them. Set for commbench's own mpirun, silently: the user has
         # nothing to do (docs/launching.md says what a user's own mpirun needs as root).

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from typing import Iterator
+from typing import Iterator, Optional
 
 from .topo import Nvml, cpulist_to_set, set_to_cpulist
 
@@ -41,25 +41,45 @@ def gpu_cpus(device: int) -> tuple[set[int], str]:
         nvml.close()
 
 
-@contextlib.contextmanager
-def near_gpu(device: int) -> Iterator[dict]:
-    """Runs the block on the allowed CPUs local to GPU `device` (this thread's affinity, which the
-    threads it starts inherit) and gives where its host memory lands: the CPUs it runs on, the GPU's
-    local CPUs (None: unknown, and why) and whether they meet (None: unknown). The affinity is restored
-    after. A memory policy of the user's (numactl --membind, --interleave) places pages its own way:
-    what the kernel does then is not seen here."""
+def onto_gpu_cpus(device: int, move: bool = True) -> dict:
+    """With `move`, this thread onto the allowed CPUs local to GPU `device` (the threads it starts
+    later inherit them; a user's binding stands where none of them is allowed); then where it runs:
+    its CPUs, the GPU's local CPUs (None: unknown, and why) and whether they meet (None: unknown)."""
     allowed = os.sched_getaffinity(0)
     local, why = gpu_cpus(device)
     chosen = allowed & local
-    moved = bool(chosen) and chosen != allowed
-    if moved:
+    if move and chosen and chosen != allowed:
         os.sched_setaffinity(0, chosen)
+    return {"cpus": set_to_cpulist(os.sched_getaffinity(0)), "gpu_local_cpus": set_to_cpulist(local) if local else None,
+            "local": bool(chosen) if local else None, **({"unknown": why} if why else {})}
+
+
+_bound: Optional[dict] = None  # this rank's binding, once made (bind_rank)
+
+
+def bind_rank(world) -> dict:
+    """This rank's GPU taken and the rank's CPUs beside its GPU's (onto_gpu_cpus), once a process: a
+    rank of commbench's own launch, which mpirun leaves unbound, moves onto its GPU's CPUs before CUDA
+    and NCCL start their threads (which inherit them; NCCL logs an empty affinity otherwise); under a
+    user's launcher the rank's binding stands, and gpu_layout says where it misses the GPU."""
+    global _bound
+    from .gpu import take_gpu
+    device = take_gpu(world)
+    if _bound is None:
+        _bound = onto_gpu_cpus(device, move=world.launcher == "standalone")
+    return _bound
+
+
+@contextlib.contextmanager
+def near_gpu(device: int) -> Iterator[dict]:
+    """Runs the block on the allowed CPUs local to GPU `device` (onto_gpu_cpus) and gives where its
+    host memory lands. The affinity is restored after. A memory policy of the user's (numactl
+    --membind, --interleave) places pages its own way: what the kernel does then is not seen here."""
+    allowed = os.sched_getaffinity(0)
     try:
-        yield {"cpus": set_to_cpulist(os.sched_getaffinity(0)), "gpu_local_cpus": set_to_cpulist(local) if local else None,
-               "local": bool(chosen) if local else None, **({"unknown": why} if why else {})}
+        yield onto_gpu_cpus(device)
     finally:
-        if moved:
-            os.sched_setaffinity(0, allowed)
+        os.sched_setaffinity(0, allowed)
 
 
 def placement_line(device: int, placement: dict) -> tuple[str, bool]:

@@ -242,21 +242,29 @@ def binding_warning(seen: list[int], on_host: list[int], hosts: list[str]) -> Op
             f"CUDA_VISIBLE_DEVICES): commbench gives local rank i GPU i")
 
 
-def gpu_layout(world, devices: Optional[list[int]] = None) -> dict:
+def gpu_layout(world, devices: Optional[list[int]] = None, binding: Optional[dict] = None) -> dict:
     """What a GPU run's header and result file say of its GPUs: every rank's (host, device, model,
     UUID), the library versions, whether the ranks share GPUs (shared_gpu), and a binding that may cost
     NCCL its direct paths (binding_warning). `devices`: the GPUs a command of one process drives itself
-    (copy, the peer matrix), listed instead of the one its rank took. Collective."""
+    (copy, the peer matrix), listed instead of the one its rank took; `binding`: the CPUs the rank
+    runs on beside its GPU's (affinity.bind_rank), and ranks away from theirs (cpu_binding_warning).
+    Collective."""
     take_gpu(world)
     mod = cuda_module()
     mine = [{"rank": world.rank, "host": world.hosts[world.rank], "device": d, "name": mod.device_name(d),
-             "uuid": printed_uuid(mod.device_identity(d)[0])} for d in (devices or [world.device])]
+             "uuid": printed_uuid(mod.device_identity(d)[0]), "memory_gbps": float(f"{mod.memory_bandwidth(d) / 1e9:.4g}")}
+            for d in (devices or [world.device])]
+    if binding is not None:
+        mine[0].update(cpus=binding["cpus"], gpu_cpus=binding["gpu_local_cpus"], local=binding["local"])
     ranks = world.gather({"gpus": mine, "seen": visible_gpus()[0], "on_host": host_gpu_count()})
     if world.rank != 0:
         return {}
+    gpus = [g for r in ranks for g in r["gpus"]]
     warning = binding_warning([r["seen"] for r in ranks], [r["on_host"] for r in ranks], world.hosts)
-    return {"gpus": [g for r in ranks for g in r["gpus"]], "cuda_versions": mod.versions(), "shared_gpu": shared_gpu(),
-            **({"binding_warning": warning} if warning else {})}
+    cpu_warning = cpu_binding_warning(gpus)
+    return {"gpus": gpus, "cuda_versions": mod.versions(), "shared_gpu": shared_gpu(),
+            **({"binding_warning": warning} if warning else {}),
+            **({"cpu_binding_warning": cpu_warning} if cpu_warning else {})}
 
 
 def take_gpu(world) -> int:
@@ -264,6 +272,19 @@ def take_gpu(world) -> int:
     if world.device is None:
         world.device = rank_device(world)
     return world.device
+
+
+def cpu_binding_warning(ranks: list[dict]) -> Optional[str]:
+    """ranks: each rank's gpus entry (rank, host, device, cpus, gpu_cpus, local). The ranks whose CPUs
+    none of their GPU's local CPUs are among."""
+    away = [r for r in ranks if r.get("local") is False]
+    if not away:
+        return None
+    r = away[0]
+    return (f"{len(away)} rank(s) run on CPUs away from their GPU, e.g. rank {r['rank']} ({r['host']}) on CPUs "
+            f"{r['cpus']}, none local to its GPU {r['device']} (CPUs {r['gpu_cpus']}): NCCL's threads and the host's "
+            f"side of each call cross between the CPU sockets; remedy: bind each rank to its GPU's CPUs (mpirun "
+            f"--bind-to none lets commbench do it; srun --cpu-bind=... per GPU), or run standalone, which binds")
 
 
 # NCCL's device memory per communicator, from its sources (2.28; MAXCHANNELS 64 since 2.25, 32 before):

@@ -11,6 +11,7 @@ import click
 from ..analysis import stragglers
 from ..formats import console as table
 from ..node import machine
+from ..results import physical
 from ..results.document import default_path, header
 from ..results.record import Record
 from ..results.stats import flag_lines, record_flags
@@ -30,6 +31,9 @@ class Reporter(FileOutput):
         self.meta = meta
         self.fit = fit  # result document -> fit lines printed after the table
         self.clock_floor_s = clock_floor_s
+        # The slowest memory of the run's GPUs (each rank's, or the ones a command of one process drives).
+        gbps = [g.get("memory_gbps") for g in meta["config"].get("gpus", [])]
+        self.memory_gbps = min(gbps) if gbps and all(gbps) else None
         self.warnings: list[str] = []
         self.flagged: dict[tuple[str, str], list[tuple[str, dict]]] = {}  # (block, flag) -> sizes
         # --place both: a size's out-of-place record waits for its in-place one, to share its row.
@@ -91,6 +95,8 @@ class Reporter(FileOutput):
                 self.flagged.setdefault((block, flag), []).append((size_label, record["time_us"]))
         if self._progress is not None:
             self._progress.advance(self._task, len(rows))
+        for record in records:  # written first: the file keeps the row that failed
+            physical.check(record, self.memory_gbps)
 
     def warn(self, text: str) -> None:
         self.warnings.append(text)

@@ -51,6 +51,11 @@ enum cudaMemcpyKind {
   cudaMemcpyDefault = 4,
 };
 
+enum cudaDeviceAttr {
+  cudaDevAttrMemoryClockRate = 36,       // kHz
+  cudaDevAttrGlobalMemoryBusWidth = 37,  // bits
+};
+
 enum cudaStreamCaptureMode {
   cudaStreamCaptureModeGlobal = 0,
   cudaStreamCaptureModeThreadLocal = 1,
@@ -113,6 +118,7 @@ cudaError_t cudaGetDeviceCount(int*);
 cudaError_t cudaGetDevice(int*);
 cudaError_t cudaSetDevice(int);
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp*, int);
+cudaError_t cudaDeviceGetAttribute(int*, cudaDeviceAttr, int);
 cudaError_t cudaDeviceGetPCIBusId(char*, int, int);
 cudaError_t cudaDeviceSynchronize();
 cudaError_t cudaDeviceCanAccessPeer(int*, int, int);

@@ -502,6 +502,25 @@ cudaError_t cudaSetDevice(int d) {
   return cudaSuccess;
 }
 
+// The memory's clock and bus width: an H100 SXM's (3,352 GB/s) unless COMMBENCH_EMU_MEMORY_GBPS sets
+// the bandwidth they give (a clock over a 5120-bit bus, two transfers a clock).
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int d) {
+  if (const cudaError_t rc = ready()) return fail(rc);
+  if (!valid_device(d)) return fail(cudaErrorInvalidDevice);
+  constexpr int kBusBits = 5120;
+  const std::string gbps = env("COMMBENCH_EMU_MEMORY_GBPS");
+  const double bandwidth = gbps.empty() ? 3352.32e9 : std::strtod(gbps.c_str(), nullptr) * 1e9;
+  switch (attr) {
+    case cudaDevAttrMemoryClockRate:
+      *value = static_cast<int>(bandwidth / (2.0 * kBusBits / 8) / 1e3);
+      return cudaSuccess;
+    case cudaDevAttrGlobalMemoryBusWidth:
+      *value = kBusBits;
+      return cudaSuccess;
+  }
+  return fail(cudaErrorInvalidValue);
+}
+
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int d) {
   if (const cudaError_t rc = ready()) return fail(rc);
   if (!valid_device(d)) return fail(cudaErrorInvalidDevice);

@@ -1,0 +1,45 @@
+"""The least time a GPU record's call can take: the bytes some rank's device must write, at the GPU's
+peak memory bandwidth. A median below it is no measurement but a defect of commbench's timing (events
+recorded out of order, a call that never ran, which read 0.1-0.5 us at every size): every GPU run
+checks each record against it, so that such a defect fails the run instead of passing as a figure."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from ..collectives import PAIRWISE
+from ..sizes import format_size
+
+# Floors shorter than a few steps of the event timer (0.5 us) are not checked: the timer rounds.
+RESOLVABLE_S = 2e-6
+
+
+class TimingDefect(RuntimeError):
+    """A time no GPU can reach: the run fails midway (exit 1, the rows kept), not as bad input."""
+
+
+def floor_s(record: dict, gbps: float) -> float:
+    """A pair's message or copy is written whole on its receiving side; of a collective's, every rank
+    together writes at least the size, so some rank writes at least its share; but one rank in place
+    may write nothing (NCCL leaves its result where it is)."""
+    ranks = max(record["ranks"], 1)
+    if record["op"] in PAIRWISE:
+        written = record["size_bytes"]
+    elif ranks == 1 and record.get("in_place"):
+        written = 0
+    else:
+        written = record["size_bytes"] / ranks
+    return written / (gbps * 1e9)
+
+
+def check(record: dict, gbps: Optional[float]) -> None:
+    """Raises where `record`'s median is below its floor on GPUs of `gbps` GB/s (None: unknown)."""
+    if not gbps:
+        return
+    floor = floor_s(record, gbps)
+    median_s = record["time_us"]["median"] * 1e-6
+    if floor >= RESOLVABLE_S and median_s < floor:
+        raise TimingDefect(
+            f"{record['op']} {record['impl']} at {format_size(record['size_bytes'])}: a median of "
+            f"{median_s * 1e6:.2f} us, below the {floor * 1e6:.2f} us its bytes take at the GPU's memory "
+            f"bandwidth ({gbps:g} GB/s); the timing is wrong, a defect of commbench, not a figure of the node")
