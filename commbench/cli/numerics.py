@@ -98,6 +98,9 @@ def numerics(ranks_text, impl_text, dtype, data, count_text, seed, repeats, devi
         from ..run.numerics import NumericsOutput, Plan, rows  # torch: on the ranks alone
         plan = Plan(data, seed, count, asked or default_counts(world.size), dtypes, repeats)
         world.subsets = True  # its rank counts
+        if device == "cuda":  # each rank onto its GPU's CPUs before NCCL starts (node/affinity.py)
+            from ..node.affinity import bind_rank
+            bind_rank(world)
         for impl in impls:  # on every rank: refusals (an MPI impl under torchrun) before the result file
             impl.prepare(world, cfg)  # exists, and gloo's group before its subgroups
         made = []  # the output stays on rank 0; only the success travels
