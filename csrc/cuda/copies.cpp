@@ -98,7 +98,8 @@ constexpr const char* kCopyRemedy = "unset CUDA_LAUNCH_BLOCKING";
 // of it, as nvbandwidth holds its streams; except a copy-engine copy without peer access, which the
 // driver stages through the host, as the host may wait for it. Both directions are held by a gate on
 // each GPU, released together, and each is timed by events on its own stream: the slower is the
-// sample. No event crosses between the GPUs inside a sample (a wait on another GPU's event costs
+// sample (the two gates' releases reach the GPUs about a microsecond apart, which this leaves out). No
+// event crosses between the GPUs inside a sample (a wait on another GPU's event costs
 // microseconds, which a 1-16 MiB copy would read as a lower bandwidth).
 class PeerCopy {
  public:

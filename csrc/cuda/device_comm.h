@@ -411,7 +411,8 @@ class DeviceComm {
   // after its upload); a collective's untimed check, ungated, comes before its gated samples.
   // Gated, every rank releases its stream once its own enqueue is done, and one rank may take longer
   // (an interior rank of `tree` enqueues more): behind the gate and before the start event, a
-  // one-element all-reduce on the stream (the ranks' device-side barrier) starts every rank's sample
+  // one-element all-reduce on the stream (the ranks' device-side barrier, whose end reaches ranks a few hops
+  // apart within its own skew) starts every rank's sample
   // when the last rank's stream is released, so the spread of the releases stays out of the samples.
   // A delay then spins on this rank's device after that barrier, as a compute kernel queued ahead of
   // the call would hold it; the start event follows, so the delay stays out of this rank's own time
