@@ -131,6 +131,30 @@ void device_memory_faults() {
   EXPECT(cudaMemcpy(&host, x, 2 * sizeof(int) + 4096, cudaMemcpyDeviceToHost) == cudaErrorInvalidValue);
 }
 
+// A host destination reads as poison until its copy completes, so that a read that races the copy
+// reads garbage, not the old contents; one that another queued copy still reads keeps its contents.
+void copies_poison_their_host_destination() {
+  cudaStream_t s;
+  cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  int* x = device_int();
+  int value = 42;
+  EXPECT(cudaMemcpy(x, &value, sizeof(int), cudaMemcpyHostToDevice) == cudaSuccess);
+  kernel(s, [] { sleep_ms(100); });
+  int host = 0;
+  EXPECT(cudaMemcpyAsync(&host, x, sizeof(int), cudaMemcpyDeviceToHost, s) == cudaSuccess);
+  EXPECT(static_cast<unsigned>(host) == 0x7F7F7F7Fu);
+  EXPECT(cudaStreamSynchronize(s) == cudaSuccess);
+  EXPECT(host == 42);
+  // A staging slot: the copy out of it (queued first) must still read 7, not poison.
+  int slot = 7, back = 0;
+  kernel(s, [] { sleep_ms(100); });
+  EXPECT(cudaMemcpyAsync(x, &slot, sizeof(int), cudaMemcpyHostToDevice, s) == cudaSuccess);
+  EXPECT(cudaMemcpyAsync(&slot, x, sizeof(int), cudaMemcpyDeviceToHost, s) == cudaSuccess);
+  EXPECT(cudaStreamSynchronize(s) == cudaSuccess);
+  EXPECT(cudaMemcpy(&back, x, sizeof(int), cudaMemcpyDeviceToHost) == cudaSuccess);
+  EXPECT(slot == 7 && back == 7);
+}
+
 // Events complete when reached, and time what lies between them.
 void events_time_the_stream() {
   cudaStream_t s;
@@ -356,6 +380,7 @@ int main(int argc, char** argv) {
   const std::map<std::string, void (*)()> cases = {
       {"streams_are_asynchronous", streams_are_asynchronous}, {"streams_need_events", streams_need_events},
       {"legacy_stream_rules", legacy_stream_rules},           {"device_memory_faults", device_memory_faults},
+      {"copies_poison_their_host_destination", copies_poison_their_host_destination},
       {"events_time_the_stream", events_time_the_stream},     {"graphs", graphs},
       {"launch_failure", launch_failure},                     {"nccl_groups_wait_for_peers", nccl_groups_wait_for_peers},
       {"nccl_duplicate_gpu", nccl_duplicate_gpu},             {"nccl_abort", nccl_abort},

@@ -341,6 +341,25 @@ bool valid_range(const void* p, std::size_t n) {
   return dev < 0 || off != SIZE_MAX;
 }
 
+// Under mu: the byte ranges that copies queued and not yet completed read or write, each copy's two
+// entries under one key.
+std::multimap<uint64_t, std::pair<const char*, const char*>> in_flight;
+uint64_t copies_queued = 0;
+
+bool overlaps_in_flight(const char* lo, const char* hi) {
+  for (const auto& [key, range] : in_flight)
+    if (lo < range.second && range.first < hi) return true;
+  return false;
+}
+
+// What an asynchronous copy's host destination holds until the copy completes: where the host reads it
+// too early (before synchronising), it reads this, not the old contents that often look right. 0x7F in
+// every byte is a large positive value in every integer and floating type (a count of wrong elements,
+// a time), never a plausible one. The destination is poisoned at enqueue only where no queued copy
+// still reads or writes it (a staging slot another stream copies out of first); device destinations
+// are not: host code cannot read device memory at all (the arena is PROT_NONE outside the workers).
+constexpr unsigned char kPoison = 0x7F;
+
 cudaError_t copy_async(void* dst, const void* src, std::size_t n, cudaMemcpyKind kind, cudaStream_t stream,
                        bool wait) {
   if (const cudaError_t rc = ready()) return fail(rc);
@@ -355,8 +374,24 @@ cudaError_t copy_async(void* dst, const void* src, std::size_t n, cudaMemcpyKind
   if (n == 0) return cudaSuccess;
   if (wait && breaks_capture()) return fail(cudaErrorStreamCaptureUnsupported);
   Stream* s = resolve(stream);
-  if (const cudaError_t rc = enqueue_locked(s, [=] { std::memmove(dst, src, n); }, nullptr)) return fail(rc);
-  if (wait) drain(l, s);
+  if (wait || s->capture) {
+    if (const cudaError_t rc = enqueue_locked(s, [=] { std::memmove(dst, src, n); }, nullptr)) return fail(rc);
+    if (wait) drain(l, s);
+    return cudaSuccess;
+  }
+  char* const d = static_cast<char*>(dst);
+  const char* const c = static_cast<const char*>(src);
+  const bool poison = !d_dev && !overlaps_in_flight(d, d + n);
+  const uint64_t key = ++copies_queued;
+  const cudaError_t rc = enqueue_locked(s, [=] {
+    std::memmove(d, c, n);
+    std::lock_guard<std::mutex> g(mu);
+    in_flight.erase(key);
+  }, nullptr);
+  if (rc) return fail(rc);
+  in_flight.emplace(key, std::make_pair(c, c + n));
+  in_flight.emplace(key, std::make_pair(static_cast<const char*>(d), static_cast<const char*>(d + n)));
+  if (poison) std::memset(d, kPoison, n);
   return cudaSuccess;
 }
 
