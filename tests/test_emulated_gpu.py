@@ -254,6 +254,24 @@ def test_the_calls_run_on_a_blocking_communicator(workdir, tmp_path):
                         ("destroy", "blocking")], mine
 
 
+def test_a_failure_seen_as_a_communicator_is_destroyed_aborts_it(workdir, tmp_path):
+    """A peer's failure that NCCL sees between commbench's check of a communicator's state and its
+    destroy makes ncclCommDestroy return at once with its group left open on the thread (NCCL 2.28's
+    init.cc): every later NCCL call of the rank would be deferred and the communicator never freed.
+    The group is closed and the communicator aborted."""
+    log = tmp_path / "nccl.log"
+    r = commbench(["allreduce", "--device", "cuda", "--np", "2", "--impl", "nccl", "--sizes", "1K", "--iters", "5",
+                   "--timeout", "20", "-o", os.path.join(workdir, "out.json")],
+                  env=emu_env(2, COMMBENCH_EMU_NCCL_LOG=str(log), COMMBENCH_EMU_NCCL_FAULT="destroy-error:0"), cwd=workdir)
+    assert r.returncode == 0, r.stderr
+    lines = [line.split() for line in log.read_text().splitlines()]
+    ranks = {rank: [(how, blocking) for how, p, rank_, _, blocking in lines if p == pid]
+             for pid, rank in {(pid, rank) for how, pid, rank, *_ in lines if how == "init"}}
+    assert ranks["0"] == [("init", "nonblocking"), ("split", "blocking"), ("abort", "nonblocking"), ("call", "blocking"),
+                          ("abort", "blocking")], ranks
+    assert ranks["1"][-1] == ("destroy", "blocking"), ranks
+
+
 @pytest.mark.parametrize("op,calls", [("alltoall", {"ncclAlltoAll"}), ("sendrecv", {"ncclSend", "ncclRecv"})])
 def test_nccls_own_alltoall_where_the_library_has_it(workdir, tmp_path, op, calls):
     """`nccl` all-to-all is NCCL's ncclAlltoAll (2.28 and later, as the emulated NCCL declares itself),

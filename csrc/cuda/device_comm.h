@@ -109,19 +109,27 @@ class NcclComm {
   // A communicator in error (a peer's failure seen by NCCL after the last call) is aborted: NCCL's
   // destroy of one returns at once, leaving a group open on this thread that would defer every later
   // NCCL call of it (init.cc, ncclCommDestroy).
+  // A failure seen between the state check and the destroy makes the destroy return it the same way:
+  // the group it left open is closed and the communicator aborted.
   ~NcclComm() { close(); }
   void close() {
     if (!comm_) return;
-    ncclResult_t state = ncclSuccess;
-    const ncclResult_t rc = ncclCommGetAsyncError(comm_, &state);
-    if (rc != ncclSuccess || state != ncclSuccess)
-      ncclCommAbort(comm_);
-    else
-      ncclCommDestroy(comm_);
+    if (!in_error()) {
+      if (ncclCommDestroy(comm_) == ncclSuccess) {
+        comm_ = nullptr;
+        return;
+      }
+      if (in_error()) ncclGroupEnd();
+    }
+    ncclCommAbort(comm_);
     comm_ = nullptr;
   }
   ncclComm_t get() const { return comm_; }
   bool alive() const { return comm_ != nullptr; }
+  bool in_error() const {
+    ncclResult_t state = ncclSuccess;
+    return ncclCommGetAsyncError(comm_, &state) != ncclSuccess || state != ncclSuccess;
+  }
   void abort() {
     if (comm_) ncclCommAbort(comm_);
     comm_ = nullptr;

@@ -4,7 +4,7 @@
 // through the rings at once, as NCCL progresses a group's operations together, so a group completes
 // only once its peers' matching groups run. Collectives are their messages plus a local step (the
 // reduction in rank order, the same on every rank). Faults are injected with
-// COMMBENCH_EMU_NCCL_FAULT=KIND:RANK[:GROUP] (KIND stall, error or init-stall); with
+// COMMBENCH_EMU_NCCL_FAULT=KIND:RANK[:GROUP] (KIND stall, error, init-stall or destroy-error); with
 // COMMBENCH_EMU_NCCL_LOG=FILE every communicator made is logged there (how, rank, ranks).
 #include <fcntl.h>
 #include <strings.h>
@@ -716,8 +716,13 @@ ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* rank) {
 // still in progress) makes it return that error at once, the group left open on this thread (every
 // later call of the thread deferred) and the communicator not freed. A communicator in error is for
 // ncclCommAbort.
+// COMMBENCH_EMU_NCCL_FAULT=destroy-error:RANK: a peer's failure seen by RANK's communicators just as
+// they are destroyed, after the caller last asked for their state.
 ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   if (!comm) return error(ncclInvalidArgument, "invalid communicator");
+  static const Fault injected = fault();
+  if (injected.kind == "destroy-error" && injected.rank == comm->impl->rank && comm->impl->nranks > 1)
+    comm->impl->async = ncclSystemError;
   ++group_depth;
   if (const int state = comm->impl->async.load(); state != ncclSuccess)
     return error(state == ncclInProgress ? ncclInvalidArgument : static_cast<ncclResult_t>(state),
