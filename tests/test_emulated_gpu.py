@@ -114,17 +114,21 @@ def test_an_aggregated_call_connects_before_the_gated_samples(workdir):
     assert results.load(out)["wrong"].tolist() == [0]
 
 
-def test_every_rank_s_sample_starts_once_the_last_rank_s_stream_is_released(workdir):
+@pytest.mark.parametrize("command", [["allreduce", "--np", "3"], ["p2p", "--np", "2"]], ids=["allreduce", "p2p"])
+def test_every_rank_s_sample_starts_once_the_last_rank_s_stream_is_released(command, workdir):
     """Each rank lets its held stream go once its own enqueue is done, and one rank's host may be slower
-    (here rank 1 takes 20 ms more to enqueue NCCL's call, COMMBENCH_EMU_NCCL_ENQUEUE_US, so its release
-    comes 20 ms after the others', which waited for it inside the call). The ranks' device-side
-    barrier between the gate and the start event keeps that spread out of every rank's samples."""
+    (here rank 1 takes 20 ms more to enqueue each of NCCL's groups, COMMBENCH_EMU_NCCL_ENQUEUE_US, so
+    its release comes 20 ms after the others', which waited for it inside the call). The ranks'
+    device-side barrier between the gate and the start event (an all-reduce of one element; a pair's
+    exchange of one) keeps that spread out of every rank's samples: the p2p pingpong read 20 ms."""
     out = os.path.join(workdir, "late.json")
-    r = commbench(["allreduce", "--device", "cuda", "--np", "3", "--impl", "nccl", "--sizes", "4K", "--iters", "5",
-                   "--warmup", "1", "-o", out], env=emu_env(3, COMMBENCH_EMU_NCCL_ENQUEUE_US="1:20000"), cwd=workdir)
+    r = commbench([*command, "--device", "cuda", "--impl", "nccl", "--sizes", "4K", "--iters", "5", "--warmup", "1",
+                   "-o", out], env=emu_env(3, COMMBENCH_EMU_NCCL_ENQUEUE_US="1:20000"), cwd=workdir)
     assert r.returncode == 0, r.stderr
-    [rec] = results.load_document(out)["results"]
-    assert rec["wrong"] == 0 and rec["time_us"]["median"] < 10_000, rec["per_rank"]
+    records = results.load_document(out)["results"]
+    assert len(records) == (1 if command[0] == "allreduce" else 2), records
+    for rec in records:
+        assert rec["wrong"] == 0 and rec["time_us"]["median"] < 10_000, rec["per_rank"]
 
 
 @pytest.mark.parametrize("command", [["allreduce", "--np", "2", "--impl", "nccl"], ["p2p", "--device", "cuda"]])

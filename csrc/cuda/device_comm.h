@@ -290,7 +290,10 @@ class DeviceComm {
   // scaled by `scale` per body, the maximum over the pair. leg(true) posts this rank's send of the
   // message, leg(false) its receive; `lead` says this rank is the lower of the two. A pair barrier
   // before each sample keeps the pair's skew out of it. One body per sample is held behind the gate
-  // (launch-free); a loop is not, as the loop timing lets the host enqueue ahead.
+  // (launch-free); a loop is not, as the loop timing lets the host enqueue ahead. Gated, each rank
+  // releases its stream once its own enqueue is done: behind the gate and before the start event, the
+  // pair's exchange of one element (their device-side barrier, as timed()'s all-reduce) starts both
+  // samples once the later stream is released.
   template <typename Body>
   std::vector<double> pair_times(const Buffer& send, const Buffer& recv, int64_t bytes, int64_t peer, int64_t iters,
                                  int64_t loop, double scale, const char* what, Body&& body) {
@@ -313,8 +316,9 @@ class DeviceComm {
       pair_barrier(other);
       body(leg, lead);
       wait(what);
+      const bool gated = loop == 1;
       return event_times(stream_.s, iters, where_, [&] { pair_barrier(other); }, [&] { body(leg, lead); }, [&] { wait(what); },
-                         loop, loop == 1 ? &gate_ : nullptr);
+                         loop, gated ? &gate_ : nullptr, gated ? [&] { pair_exchange(other); } : std::function<void()>{});
     });
     require_gates_held(expired, what);
     for (double& x : t) x *= scale / static_cast<double>(loop);
@@ -358,12 +362,17 @@ class DeviceComm {
 
   // Untimed: this rank and `peer` meet, and this rank's stream is idle.
   void pair_barrier(int peer) {
+    pair_exchange(peer);
+    wait("pair barrier");
+  }
+
+  // One element each way between this rank and `peer`, enqueued on the stream.
+  void pair_exchange(int peer) {
     char* s = static_cast<char*>(scratch_.ptr);
     NcclGroup g(comm(), where_);
     nccl_enqueued(ncclSend(s + kPairSendOffset, 1, ncclInt32, peer, comm(), stream_.s), comm(), "ncclSend", where_);
     nccl_enqueued(ncclRecv(s + kPairRecvOffset, 1, ncclInt32, peer, comm(), stream_.s), comm(), "ncclRecv", where_);
     g.end();
-    wait("pair barrier");
   }
 
   // collective_times.h's backend: NCCL on this communicator's stream, the reduction kernel, CUDA
