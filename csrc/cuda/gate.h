@@ -61,6 +61,8 @@ class Gate {
   // Gates that gave up waiting since the gate was made: their samples include the enqueue.
   unsigned expired() const { return __atomic_load_n(flag() + 1, __ATOMIC_ACQUIRE); }
   // One more operation enqueued by this thread: past kGateOps behind a held gate, the gate lets go.
+  // A thread holds two gates at once only for a bidirectional copy (one per GPU's stream), whose
+  // operations then count against the second: one copy a direction, far below kGateOps either way.
   static void enqueued() {
     if (held_gate && ++held_gate->ops_ >= kGateOps) held_gate->release();
   }
