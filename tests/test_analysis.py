@@ -304,6 +304,71 @@ def test_nccl_tests_table_and_json_agree():
     assert f_out["alpha_us"] == pytest.approx(5.5, rel=0.01) and f_out["bandwidth_gbps"] == pytest.approx(360, rel=0.01)
 
 
+PER_ITER = "nccl-tests-all_reduce_perf-2proc-g2-I1.json"
+
+
+def test_nccl_tests_per_iteration_json_keeps_each_iteration_and_each_process():
+    """nccl-tests 2.19's -J file of a -I 1 -K 2 run on 2 processes of 2 GPUs each (-g 2), written as
+    util.cu writes it: each iteration's time (the slowest GPU's) becomes a sample, the 2 skipped
+    left out as nccl-tests leaves them out of its statistics; each process's own times make the
+    per-rank figures, one entry per process (its slowest GPU's, not per rank), so that the late
+    process is named as a run's straggler would be."""
+    raw = json.loads(_read(PER_ITER))
+    imported = _nccl(_read(PER_ITER))
+    doc = imported.doc
+    results.validate(doc)
+    assert imported.warnings == [] and results.timing_of(doc) == "per-iteration (nccl-tests -I 1)"
+    assert len(doc["results"]) == 6 and doc["machine"]["ranks"] == 4
+    for rec in doc["results"]:
+        [row] = [r for r in raw["results"] if r["size"] == rec["size_bytes"]]
+        half = "in_place" if rec["in_place"] else "out_of_place"
+        report = row[f"{half}_per_iter"]
+        assert rec["samples_us"] == report["times_us"][2:] and rec["iterations"] == 6
+        assert rec["time_us"]["median"] == pytest.approx(np.median(report["times_us"][2:]))
+        assert rec["nccl_tests_time_us"] == row[half]["time"]
+        assert [(p["rank"], p["process"], p["process_ranks"], p["host"]) for p in rec["per_rank"]] == \
+            [(0, 0, 2, "node-a"), (2, 1, 2, "node-b")]
+        assert rec["per_rank"][1]["skew_median_us"] == pytest.approx(20.0)
+        assert rec["straggler"] == {"rank": 2, "host": "node-b", "waited_us": pytest.approx(20.0), "process": 1,
+                                    "process_ranks": 2}
+    from commbench.analysis import stragglers
+    assert stragglers.summary_lines(doc)[0] == (
+        "straggler: allreduce nccl (4 ranks): process 1 (ranks 2-3, host node-b) arrives 20.0 us late at every size; "
+        "the others wait for it (= 20.0 us of the 31.2-62.2 us per call)")
+    # One process (-g 4): no per-process rows, the samples all the same; a file without -I 1, one figure.
+    one = copy.deepcopy(raw)
+    for row in one["results"]:
+        for half in ("out_of_place_per_iter", "in_place_per_iter"):
+            del row[half]["per_process_max_times_us"]
+    rec = _nccl(json.dumps(one)).doc["results"][0]
+    assert "per_rank" not in rec and len(rec["samples_us"]) == 6
+
+
+def test_nccl_tests_per_iteration_json_that_does_not_add_up_is_refused_or_left_out(workdir):
+    raw = json.loads(_read(PER_ITER))
+    nan = copy.deepcopy(raw)
+    nan["results"][1]["in_place_per_iter"]["times_us"][4] = "nan"
+    imported = _nccl(json.dumps(nan))
+    assert imported.warnings == ["log: left out 1 row(s) at 32K: nccl in-place has an iteration time that is not a "
+                                 "number"]
+    assert len(imported.doc["results"]) == 5
+    rows = copy.deepcopy(raw)
+    rows["results"][0]["out_of_place_per_iter"]["per_process_max_times_us"].pop()
+    with pytest.raises(CommbenchError, match=r"^log: per_process_max_times_us holds 1 rows where 2 processes ran "
+                                             r"\(4 ranks, 2 a process\), each of 8 iterations, in: "):
+        _nccl(json.dumps(rows))
+    mixed = copy.deepcopy(raw)
+    del mixed["results"][2]["in_place_per_iter"]
+    with pytest.raises(CommbenchError, match="some results carry nccl-tests' per-iteration times"):
+        _nccl(json.dumps(mixed))
+    path = os.path.join(workdir, "rows.json")
+    with open(path, "w") as f:
+        json.dump(rows, f)
+    r = commbench(["import", "nccl-tests", path, "-o", os.path.join(workdir, "out.json")], cwd=workdir)
+    assert r.returncode == 2 and r.stderr.startswith(f"commbench: error: {path}: per_process_max_times_us holds 1 rows")
+    assert len(r.stderr.splitlines()) == 1 and not os.path.exists(os.path.join(workdir, "out.json"))
+
+
 # Per log of tests/data/nccl-tests: op, ranks, hosts, records, dtype, redop, root, rows as the log
 # prints them: (in place, size, count, time, algbw, busbw), and the sizes of in-place rows left out.
 # Rooted collectives print their root, the

@@ -10,6 +10,7 @@ from conftest import COMMBENCH, commbench, in_process, mpirun, stub_gpu_env
 
 from commbench.analysis import stragglers
 from commbench.errors import CommbenchError
+from commbench.results import arrival
 from commbench.results import document as results
 from commbench.run.collective import Timings
 
@@ -22,13 +23,13 @@ HOSTS = ["h0", "h1", "h2"]
 def test_per_rank_arithmetic():
     # Rank 2 is fast at every iteration (it arrived late); the slowest rank sets the pace.
     ranks_s = np.array([[10, 12, 30, 11], [11, 10, 31, 10], [2, 3, 1, 2]]) * 1e-6
-    got = stragglers.per_rank(ranks_s, HOSTS)
+    got = arrival.per_rank(ranks_s, HOSTS)
     assert [p["rank"] for p in got] == [0, 1, 2] and [p["host"] for p in got] == HOSTS
     assert [p["median_us"] for p in got] == [11.5, 10.5, 2.0]
     # skew = max over ranks - own: rank 0 [1, 0, 1, 0], rank 1 [0, 2, 0, 1], rank 2 [9, 9, 30, 9]
     assert [p["skew_median_us"] for p in got] == [0.5, 0.5, 9.0]
     assert got[2]["skew_p90_us"] == pytest.approx(np.percentile([9, 9, 30, 9], 90))
-    found = stragglers.finding(got, median_us=11.5, clock_floor_s=1e-8)
+    found = arrival.finding(got, median_us=11.5, clock_floor_s=1e-8)
     assert found == {"rank": 2, "host": "h2", "waited_us": 9.0}
 
 
@@ -42,18 +43,18 @@ def test_per_rank_arithmetic():
 def test_finding_rules(skews, median, floor_s, named):
     ranks = [{"rank": r, "host": f"h{r}", "median_us": median, "skew_median_us": s, "skew_p90_us": s}
              for r, s in enumerate(skews)]
-    assert (stragglers.finding(ranks, median, floor_s) is not None) == named
+    assert (arrival.finding(ranks, median, floor_s) is not None) == named
 
 
 def test_one_rank_is_never_a_straggler():
-    assert stragglers.finding(stragglers.per_rank(np.ones((1, 5)), ["h"]), 1e6, 1e-9) is None
+    assert arrival.finding(arrival.per_rank(np.ones((1, 5)), ["h"]), 1e6, 1e-9) is None
 
 
 def test_a_rooted_collective_names_no_straggler():
     # A broadcast's root only sends: its own time is short by its role, not by arriving late.
     ranks_s = np.array([[100e-6] * 5, [10e-6] * 5, [100e-6] * 5])
-    assert "straggler" in stragglers.figures(ranks_s, ["h"] * 3, 100.0, 1e-9)
-    found = stragglers.figures(ranks_s, ["h"] * 3, 100.0, 1e-9, same_work=False)
+    assert "straggler" in arrival.figures(ranks_s, ["h"] * 3, 100.0, 1e-9)
+    found = arrival.figures(ranks_s, ["h"] * 3, 100.0, 1e-9, same_work=False)
     assert "straggler" not in found and found["per_rank"][1]["skew_median_us"] == pytest.approx(90.0)
 
 

@@ -243,6 +243,12 @@ EXAMPLES: dict[str, Example] = {
         sh("commbench import nccl-tests tests/data/nccl-tests/alltoall_perf-8gpu.txt -o a2a.json", stderr=True),
         sh("commbench export a2a.json --format console"),
     ]),
+    "import-per-iteration": Example([
+        sh("commbench import nccl-tests tests/fixtures/imports/nccl-tests-all_reduce_perf-2proc-g2-I1.json -o pi.json",
+           stderr=True),
+        sh("commbench report pi.json -o pi-report"),
+        sh("grep -E 'timing|straggler' pi-report/report.md"),
+    ]),
     "import-osu": Example([
         sh("commbench import osu tests/fixtures/imports/osu_latency-7.4-2ranks-shm.txt -o osu.json", stderr=True),
         sh("commbench fit osu.json"),

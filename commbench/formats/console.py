@@ -15,7 +15,7 @@ from __future__ import annotations
 import itertools
 from typing import Optional
 
-from ..results.document import timing_of
+from ..results.document import NCCL_TESTS_PER_ITERATION, timing_of
 from ..results.series import SERIES_FIELDS, by_series, series_head, variant, where
 from ..results.stats import iqr
 
@@ -71,6 +71,10 @@ def timing_lines(meta: dict) -> list[str]:
     cfg = meta["config"]
     spread = "# CV = stdev / mean; IQR = (p75 - p25) / median, a spread that a few long outliers leave alone"
     tool = cfg["policy"].get("imported_from")
+    if timing_of(meta) == NCCL_TESTS_PER_ITERATION:
+        return ["# timing: imported from nccl-tests -I 1: each iteration between CUDA events on a stream the host "
+                "keeps filling, the slowest GPU's; time = median (p50) over the iterations (the -K skipped left out); "
+                "GB/s = 1e9 B/s", spread]
     if tool:
         how = ("a loop of back-to-back calls, the time per call averaged over the ranks" if timing_of(meta) == "loop"
                else "each call alone between barriers, each rank's own mean averaged over the ranks")

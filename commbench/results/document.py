@@ -268,14 +268,20 @@ def load_document(path: str) -> dict:
             gc.enable()
 
 
+# An import of nccl-tests -I 1 (2.19): each iteration timed between CUDA events on a stream the host
+# keeps filling, the slowest GPU's, not one call alone after a barrier as commbench's per-iteration.
+NCCL_TESTS_PER_ITERATION = "per-iteration (nccl-tests -I 1)"
+
+
 def timing_of(doc: dict) -> str:
     """How a document's samples were taken (run/policy.py TIMINGS): as its policy says; files written
-    before the choice existed, per iteration. nccl-tests times loops; OSU 7.4's collectives time each
-    call alone, as per-iteration timing does, but average the ranks' own times."""
+    before the choice existed, per iteration. nccl-tests times loops (with -I 1 each iteration too,
+    NCCL_TESTS_PER_ITERATION); OSU 7.4's collectives time each call alone, as per-iteration timing
+    does, but average the ranks' own times."""
     policy = doc.get("config", {}).get("policy", {})
     tool = policy.get("imported_from")
     if tool:
-        return "loop" if tool == "nccl-tests" else "per-iteration, the ranks' average"
+        return policy.get("timing", "loop") if tool == "nccl-tests" else "per-iteration, the ranks' average"
     return policy.get("timing", "per-iteration")
 
 

@@ -3,6 +3,8 @@ plotted: nccl-tests (its stdout table, or its -J JSON) and the OSU micro-benchma
 
 Those tools report one figure per size (an average), not per-iteration samples, so each imported
 record has that one figure as its only sample; the fit's confidence intervals are then degenerate.
+nccl-tests 2.19's -J JSON of a run with -I 1 is the exception: each iteration's time is a sample, and
+with several processes each process's own times make the record's per_rank figures (per process).
 
 Three rules hold:
 - a file that is not the tool's output is given up early: unless one of its first
@@ -24,12 +26,16 @@ import re
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator, Optional, TextIO
 
+import numpy as np
+
 from .. import __version__, collectives
 from ..errors import CommbenchError
+from ..node.gpu import CUDA_EVENT_RESOLUTION_S
 from ..node.machine import scrub
 from ..sizes import MAX_SIZES, format_size
-from .document import header, new_document
-from .record import single
+from . import arrival
+from .document import NCCL_TESTS_PER_ITERATION, header, new_document
+from .record import measured, single
 from .series import variant
 
 UNRECOGNISED_LIMIT = 50
@@ -143,7 +149,8 @@ def _place(records: list[dict]) -> str:
 
 
 def _document(tool: str, source: str, op: str, ranks: int, records: list[dict], hosts: list[str],
-              extra_machine: Optional[dict] = None, truncated: Optional[str] = None) -> dict:
+              extra_machine: Optional[dict] = None, truncated: Optional[str] = None,
+              timing: Optional[str] = None) -> dict:
     if not records:
         raise CommbenchError(f"{source}: no result rows found in this {tool} output")
     impls = list(dict.fromkeys(r["impl"] for r in records))
@@ -152,7 +159,7 @@ def _document(tool: str, source: str, op: str, ranks: int, records: list[dict], 
         {"op": op if op in collectives.names() else "p2p",
                    "impls": impls, "sizes": sorted({r["size_bytes"] for r in records}),
                    "dtype": records[0]["dtype"], "redop": records[0]["redop"], "place": _place(records),
-                   "policy": {"imported_from": tool}},
+                   "policy": {"imported_from": tool, **({"timing": timing} if timing else {})}},
         # The log's own words (host and GPU names) are scrubbed as a run's environment is: a log may
         # carry a credential-shaped value where a host name should be.
         {"hosts": [scrub(h) for h in hosts] or ["unknown"], "ranks": ranks, "launcher": "mpi",
@@ -167,6 +174,16 @@ def _document(tool: str, source: str, op: str, ranks: int, records: list[dict], 
 # ---- nccl-tests ----------------------------------------------------------------------------------
 
 @dataclass
+class _PerIter:
+    """One half's -I 1 figures (nccl-tests 2.19, util.cu's writePerIterReport): each iteration's time
+    in us, the maximum over every GPU of every process; the first `skipped` (-K) are left out of its
+    statistics; with several processes, each process's own times (the maximum over its GPUs)."""
+    times: list
+    skipped: int
+    per_process: Optional[list]
+
+
+@dataclass
 class _Row:
     """One size of a nccl-tests table (or -J result), its figures as printed."""
     size: int
@@ -174,7 +191,8 @@ class _Row:
     type: str
     redop: str
     root: int
-    halves: list  # (in_place, time, #wrong) per placement; None where the log has no such half
+    # (in_place, time, #wrong, _PerIter or None) per placement; None where the log has no such half
+    halves: list
     context: str  # the line, for messages
 
 
@@ -185,6 +203,7 @@ class _Run:
     rows: list = field(default_factory=list)
     complete: bool = False
     warnings: list = field(default_factory=list)  # what the reader is told beside the rows left out
+    ranks_per_process: int = 1  # -t threads x -g GPUs: a process drives that many ranks
 
 
 _RANK = re.compile(r"#\s+Rank\s+(\d+)\s+Group\s+\d+\s+Pid\s+\d+\s+on\s+(\S+)\s+device\s+\d+\s+\[[^\]]*\]\s+(.*)$")
@@ -253,7 +272,8 @@ def _nccl_tests_table(lines: list[str], source: str) -> _Run:
         cells = line.split()
         _room_for_a_row(run.rows, source)
         run.rows.append(_Row(int(cells[0]), int(cells[1]), cells[2], cells[3], int(cells[4]),
-                             [(in_place, cells[t], cells[w]) if w < len(cells) else None for in_place, t, w in halves],
+                             [(in_place, cells[t], cells[w], None) if w < len(cells) else None
+                              for in_place, t, w in halves],
                              line.strip()))
     return run
 
@@ -287,11 +307,16 @@ def _nccl_tests_json(doc, source: str) -> _Run:
     try:
         m = _BINARY.search(" ".join(doc.get("args") or []))
         run.binary = m.group(1) if m else None
-        for d in doc.get("config", {}).get("devices", []):
+        config = doc.get("config", {})
+        run.ranks_per_process = int(config.get("nthreads", 1)) * int(config.get("ngpus", 1))
+        for d in config.get("devices", []):
             run.ranks[int(d["rank"])] = (d.get("hostname", "unknown"), d.get("device_info", ""))
         for r in doc["results"]:
-            halves = [(in_place, h.get("time", h.get("cpu_time")), h.get("nwrong")) if h else None
-                      for in_place, h in zip(NCCL_PLACEMENTS, (r.get("out_of_place"), r.get("in_place")))]
+            halves = []
+            for in_place, key in zip(NCCL_PLACEMENTS, ("out_of_place", "in_place")):
+                h = r.get(key)
+                halves.append((in_place, h.get("time", h.get("cpu_time")), h.get("nwrong"),
+                               _per_iter(r.get(f"{key}_per_iter"))) if h else None)
             _room_for_a_row(run.rows, source)
             run.rows.append(_Row(int(r["size"]), int(r["count"]), r["type"], r["redop"], int(str(r["root"]).strip()),
                                  halves, json.dumps(r)[:200]))
@@ -299,6 +324,18 @@ def _nccl_tests_json(doc, source: str) -> _Run:
     except (AttributeError, KeyError, TypeError, ValueError) as e:
         raise CommbenchError(f"{source}: not the JSON of nccl-tests -J: {_why(e)}") from None
     return run
+
+
+def _per_iter(report) -> Optional[_PerIter]:
+    """A half's -I 1 report (`<placement>_per_iter`), or None where the run was not timed so. Its
+    figures stay as written ("nan" included) until the record is made."""
+    if report is None:
+        return None
+    times = report["times_us"]
+    per_process = report.get("per_process_max_times_us")
+    if not isinstance(times, list) or not times or not (per_process is None or isinstance(per_process, list)):
+        raise ValueError("times_us is not a list of iteration times")
+    return _PerIter(times, int(report.get("skipped_iterations", 0)), per_process)
 
 
 def _layout_problem(op: str, row: _Row, ranks: int) -> Optional[str]:
@@ -362,17 +399,30 @@ def _nccl_tests_document(run: _Run, source: str, given: Optional[str]) -> Import
         for half in r.halves:
             if half is None:
                 continue
-            in_place, time_text, wrong_text = half
+            in_place, time_text, wrong_text, per_iter = half
             time_us = _figure(time_text, source, r.context)
             wrong = _figure(wrong_text, source, r.context)
             which = variant({"impl": NCCL_IMPL, "in_place": in_place})
+            iterations = per_iter and _iteration_times(per_iter, run, ranks, source, r.context)
+            redop = r.redop if coll.reduces else "none"
             if time_us is None:
                 left_out.add(f"{which} time is {time_text}", r.size)
             elif wrong is None:
                 left_out.add(f"{which} #wrong is {wrong_text or 'null'}: nccl-tests did not check the result", r.size)
+            elif per_iter and iterations is None:
+                left_out.add(f"{which} has an iteration time that is not a number", r.size)
+            elif iterations:
+                samples, own = iterations
+                ranked = {} if own is None else _per_process_figures(own, samples, run, coll)
+                records.append(measured(op, NCCL_IMPL, dtype, redop, ranks, r.size, r.count, samples, wrong,
+                                        in_place=in_place, **extra, **ranked, nccl_tests_time_us=time_us).as_dict())
             else:
-                records.append(single(op, NCCL_IMPL, dtype, r.redop if coll.reduces else "none", ranks, r.size,
-                                      r.count, time_us, wrong, in_place=in_place, **extra).as_dict())
+                records.append(single(op, NCCL_IMPL, dtype, redop, ranks, r.size, r.count, time_us, wrong,
+                                      in_place=in_place, **extra).as_dict())
+    timed_each = [bool(half[3]) for r in run.rows for half in r.halves if half]
+    if any(timed_each) and not all(timed_each):
+        raise CommbenchError(f"{source}: some results carry nccl-tests' per-iteration times (-I 1) and some do not: "
+                             f"not the JSON of one run")
     warnings = run.warnings + left_out.warnings()
     truncated = None
     if not run.complete:
@@ -381,8 +431,50 @@ def _nccl_tests_document(run: _Run, source: str, given: Optional[str]) -> Import
         warnings.append(f"{truncated}; imported as a failed run")
     hosts = list(dict.fromkeys(h for h, _ in run.ranks.values()))
     gpus = sorted({g for _, g in run.ranks.values()} - {""})
-    doc = _document("nccl-tests", source, op, ranks, records, hosts, {"gpus": gpus} if gpus else None, truncated)
+    doc = _document("nccl-tests", source, op, ranks, records, hosts, {"gpus": gpus} if gpus else None, truncated,
+                    NCCL_TESTS_PER_ITERATION if any(timed_each) else None)
     return Imported(doc, warnings)
+
+
+def _iteration_times(per_iter: _PerIter, run: _Run, ranks: int, source: str, context: str):
+    """(each iteration's time, s; with several processes, each process's own, s, one row a process),
+    the first skipped iterations left out as nccl-tests leaves them out of its statistics; None where a
+    time is not a number ("nan")."""
+    if not 0 <= per_iter.skipped < len(per_iter.times):
+        raise CommbenchError(f"{source}: skipped_iterations {per_iter.skipped} of {len(per_iter.times)} iterations, in: "
+                             f"{context}")
+    kept = slice(per_iter.skipped, None)
+    times = [_figure(t, source, context) for t in per_iter.times]
+    if None in times:
+        return None
+    samples = np.array(times[kept]) * 1e-6
+    rows = per_iter.per_process
+    if rows is None:
+        return samples, None
+    processes = ranks // run.ranks_per_process
+    if len(rows) != processes or not all(isinstance(row, list) and len(row) == len(times) for row in rows):
+        raise CommbenchError(f"{source}: per_process_max_times_us holds {len(rows)} rows where {processes} processes "
+                             f"ran ({ranks} ranks, {run.ranks_per_process} a process), each of {len(times)} iterations, "
+                             f"in: {context}")
+    own = [[_figure(t, source, context) for t in row] for row in rows]
+    if any(None in row for row in own):
+        return None
+    return samples, np.array(own)[:, kept] * 1e-6
+
+
+def _per_process_figures(own: np.ndarray, samples: np.ndarray, run: _Run, coll) -> dict:
+    """per_rank and straggler (arrival.py) from each process's own times. A process of
+    several ranks (-g or -t above 1) has one row, its slowest GPU's: its entry is its first rank's,
+    with the process and how many ranks it drives."""
+    k = run.ranks_per_process
+    hosts = [run.ranks.get(p * k, ("unknown", ""))[0] for p in range(len(own))]
+    found = arrival.figures(own, hosts, float(np.median(samples)) * 1e6, CUDA_EVENT_RESOLUTION_S,
+                               same_work=not coll.rooted)
+    if k > 1:
+        for entry in [*found["per_rank"], found.get("straggler")]:
+            if entry:
+                entry.update(rank=entry["rank"] * k, process=entry["rank"], process_ranks=k)
+    return found
 
 
 # ---- OSU --------------------------------------------------------------------------------------------

@@ -9,11 +9,11 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from ..analysis import stragglers
 from ..collectives.base import UNTOUCHED
 from ..collectives.dtypes import itemsize_of, redop_code
 from ..launch import watchdog
 from ..node.gpu import take_gpu
+from ..results import arrival
 from ..results.record import measured
 from ..sizes import format_size
 from .buffers import Buffers, allocator, check_device_memory
@@ -152,7 +152,7 @@ def _measure(world, cfg: RunConfig, coll, impl, reporter, data, pool: Buffers, d
             rec = rec.but(timing="loop", loop_calls=calls,
                           rank_max_us=round(float(np.median(timings.last.max(axis=0))) * 1e6, 4))
         else:
-            rec = rec.but(**stragglers.figures(timings.last, world.hosts, rec.time_us["median"],
+            rec = rec.but(**arrival.figures(timings.last, world.hosts, rec.time_us["median"],
                                               reporter.clock_floor_s, same_work=not coll.rooted))
         reporter.add(rec, block, size_label)
     return wrong
