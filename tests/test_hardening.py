@@ -121,16 +121,20 @@ def test_torchrun_style_variables_are_checked_in_one_line(var, value, line, work
     assert (r.returncode, r.stderr) == (2, f"commbench: error: {line}\n") and os.listdir(workdir) == []
 
 
-@pytest.mark.parametrize("rank", [0, 1])  # the rank that listens, a rank that connects
-def test_a_torchrun_style_rank_whose_peers_never_come_ends_within_its_timeout(rank, workdir):
-    """Within --timeout, or the 10 s that ranks loading torch on a busy node may take to meet."""
-    port = free_port()
-    r = subprocess.run([COMMBENCH, "allreduce", "--device", "cpu", "--sizes", "1K", "--timeout", "2", "-o", "x.json"],
-                       env=torchrun_env(rank, 2, port), cwd=workdir, capture_output=True, text=True, timeout=60)
-    assert (r.returncode, r.stderr) == (2, f"commbench: error: rank {rank}: the torchrun-style rendezvous at "
-                                           f"127.0.0.1:{port} did not complete within 10 s (--timeout 2 s, at least "
-                                           f"10 s for the ranks to start): start all 2 ranks "
-                                           f"(WORLD_SIZE) with the same MASTER_ADDR and MASTER_PORT\n")
+def test_a_torchrun_style_rank_whose_peers_never_come_ends_within_its_timeout(workdir):
+    """Within --timeout, or the 10 s that ranks loading torch on a busy node may take to meet: the rank
+    that listens (0) and a rank that connects (1), each of a rendezvous of its own, waited for side by
+    side."""
+    ports = {rank: free_port() for rank in (0, 1)}
+    procs = {rank: subprocess.Popen([COMMBENCH, "allreduce", "--device", "cpu", "--sizes", "1K", "--timeout", "2", "-o",
+                                     "x.json"], env=torchrun_env(rank, 2, port), cwd=workdir, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True) for rank, port in ports.items()}
+    for rank, p in procs.items():
+        _, err = p.communicate(timeout=60)
+        assert (p.returncode, err) == (2, f"commbench: error: rank {rank}: the torchrun-style rendezvous at "
+                                          f"127.0.0.1:{ports[rank]} did not complete within 10 s (--timeout 2 s, at "
+                                          f"least 10 s for the ranks to start): start all 2 ranks "
+                                          f"(WORLD_SIZE) with the same MASTER_ADDR and MASTER_PORT\n")
     assert os.listdir(workdir) == []
 
 

@@ -128,7 +128,8 @@ class NcclComm {
   bool alive() const { return comm_ != nullptr; }
   bool in_error() const {
     ncclResult_t state = ncclSuccess;
-    return ncclCommGetAsyncError(comm_, &state) != ncclSuccess || state != ncclSuccess;
+    const ncclResult_t rc = ncclCommGetAsyncError(comm_, &state);
+    return rc != ncclSuccess || state != ncclSuccess;
   }
   void abort() {
     if (comm_) ncclCommAbort(comm_);
