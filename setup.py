@@ -3,6 +3,10 @@
 - commbench._host (always): timed loops over MPI, linked against the MPI library that mpi4py uses and
   nothing of torch (it reads only torch's header-only pybind11 and 16-bit float types), so that a CPU
   rank never loads torch.
+- commbench._nccl_choices (always): not a Python module but a profiler plugin for NCCL
+  (csrc/profiler), which NCCL loads through NCCL_PROFILER_PLUGIN and hands its choice of algorithm,
+  protocol and channels for each collective; read through ctypes (transports/nccl_choices.py). It
+  needs nothing of NCCL's or CUDA's to build.
 - commbench._cuda (whenever a CUDA build of torch and a CUDA compiler of the same release are present,
   whether or not a GPU is visible): NCCL collectives, device ring/tree, copies. The compiler is chosen
   by commbench/node/toolkit.py; NCCL comes from the nvidia-nccl wheel that torch depends on. Linked
@@ -134,6 +138,12 @@ def host_extension() -> Extension:
     )
 
 
+def nccl_choices_extension() -> Extension:
+    return Extension("commbench._nccl_choices", ["csrc/profiler/nccl_choices.cpp"], language="c++",
+                     extra_compile_args={"cxx": [OPT, "-g0", "-fvisibility=hidden", "-Wall", "-Wextra",
+                                                 "-Wno-unused-parameter"]})
+
+
 def nccl_paths():
     """(include dir, library dir, link argument) of NCCL."""
     if os.environ.get("NCCL_HOME"):
@@ -184,7 +194,7 @@ def cuda_extension():
     return ext, CUDA_CHOICE, [path for path in (cudart, nccl) if path]
 
 
-extensions = [host_extension()]
+extensions = [host_extension(), nccl_choices_extension()]
 cuda_ext, cuda_detail, cuda_libraries = cuda_extension()
 if cuda_ext is not None:
     extensions.append(cuda_ext)

@@ -864,3 +864,51 @@ def test_the_mpi_librarys_calls_on_gpu_buffers(name, workdir):
     df = results.load(out)
     assert set(df["impl"]) == {"mpi"} and (df["wrong"] == 0).all() and len(set(df["dtype"])) == 6
     assert set(df["in_place"]) == ({False, True} if coll.in_place else {False})
+
+
+# The emulated NCCL's documented choice (tests/emu/src/nccl.cpp, docs/testing.md): all-reduce on 3 ranks
+# or more below 64 KiB by Tree, else Ring; LL below 64 KiB, LL128 below 1 MiB, Simple above; 1, 4, 8
+# channels with them.
+EMULATED_CHOICE = {4096: ("TREE", "LL", 1), 262144: ("RING", "LL128", 4), 2097152: ("RING", "SIMPLE", 8)}
+
+
+def test_nccls_choice_is_recorded_per_size_as_nccl_reports_it(workdir):
+    """NCCL hands each collective's algorithm, protocol and channels to a profiler plugin
+    (NCCL_PROFILER_PLUGIN); commbench's (csrc/profiler) gives them to the record of NCCL's call
+    (nccl_choice), the table's algo/proto column and export. Our algorithms over NCCL choose nothing
+    of NCCL's; NCCL runs all-to-all as sends and receives."""
+    out = os.path.join(workdir, "ar.json")
+    r = commbench(["allreduce", "--device", "cuda", "--np", "3", "--impl", "nccl,ring", "--sizes", "4K,256K,2M",
+                   "--iters", "5", "-o", out], env=emu_env(3), cwd=workdir)
+    assert r.returncode == 0, r.stderr
+    doc = results.load_document(out)
+    got = {(x["impl"], x["size_bytes"]): x.get("nccl_choice") for x in doc["results"]}
+    assert {size: got[("nccl", size)] for size in EMULATED_CHOICE} == \
+        {size: {"algo": a, "proto": p, "channels": c} for size, (a, p, c) in EMULATED_CHOICE.items()}
+    assert all(got[("ring@nccl", size)] is None for size in EMULATED_CHOICE)
+    for printed in (r.stdout, commbench(["export", out, "--format", "console"], cwd=workdir).stdout):
+        nccl_block, ring_block = printed.split("# impl nccl")[1].split("# impl ring@nccl")
+        assert nccl_block.splitlines()[1].split()[-1] == "algo/proto" and "algo/proto" not in ring_block
+        rows = [line.split() for line in nccl_block.splitlines()[1:] if line and not line.startswith("#")]
+        assert [(int(row[0]), row[-1]) for row in rows] == [(s, f"{a}/{p}") for s, (a, p, _) in EMULATED_CHOICE.items()]
+    csv = commbench(["export", out, "--format", "csv"], cwd=workdir).stdout.splitlines()
+    assert {"nccl_choice_algo", "nccl_choice_proto", "nccl_choice_channels"} <= set(csv[0].split(","))
+    out = os.path.join(workdir, "a2a.json")
+    r = commbench(["alltoall", "--device", "cuda", "--np", "2", "--impl", "nccl", "--sizes", "4K", "--iters", "3",
+                   "-o", out], env=emu_env(2), cwd=workdir)
+    assert r.returncode == 0, r.stderr
+    [rec] = results.load_document(out)["results"]
+    assert "nccl_choice" not in rec and r.stdout.split("# impl nccl")[1].splitlines()[3].split()[-1] == "p2p"
+
+
+def test_a_profiler_plugin_of_the_users_keeps_its_place(workdir):
+    """NCCL loads one profiler plugin: where NCCL_PROFILER_PLUGIN names the user's, it stays, and the
+    run says that NCCL's choices are not recorded."""
+    out = os.path.join(workdir, "ar.json")
+    r = commbench(["allreduce", "--device", "cuda", "--np", "2", "--impl", "nccl", "--sizes", "4K", "--iters", "3",
+                   "-o", out], env=emu_env(2, NCCL_PROFILER_PLUGIN="none"), cwd=workdir)
+    assert r.returncode == 0, r.stderr
+    assert "# note: NCCL_PROFILER_PLUGIN names the user's own profiler plugin: NCCL's choices are not recorded" \
+        in r.stdout.splitlines()
+    [rec] = results.load_document(out)["results"]
+    assert "nccl_choice" not in rec and r.stdout.split("# impl nccl")[1].splitlines()[3].split()[-1] == "-"

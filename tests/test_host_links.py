@@ -410,8 +410,9 @@ def test_a_topology_that_misses_the_hosts_is_one_line_before_measuring(make_clus
 # slow below half of the typical one: on 2 cores shared by 16 ranks, scheduling moves a healthy flow
 # by up to a third. The rank pairs inside a host are shared memory, the cores' and not the links'
 # (--no-intra): with every flow link-bound, the faults are named beside another test's load too
-# (checked beside three busy loops), so these run with the other worker, not alone. The uplink is unshaped when healthy (above any round's load), at 200 Mbit/s when
-# faulted: below its leaf's 6 flows of a cross-leaf round (1.2 Gbit/s).
+# (checked beside three busy loops), so these run with the other worker, not alone. The uplink is
+# unshaped when healthy (above any round's load), at 200 Mbit/s when faulted: below its leaf's 6 flows
+# of a cross-leaf round (1.2 Gbit/s).
 RAILS = ["links", "--level", "host", "--judge", "bandwidth", "--bandwidth-size", "1M", "--window", "2",
          "--budget-ms", "50", "--min-iters", "3", "--warmup", "1", "--threshold-pct", "50", "--no-intra"]
 HEALTHY, FAULT, UPLINK = 200, 50, 200

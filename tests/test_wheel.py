@@ -48,6 +48,7 @@ def test_wheel_installs_and_runs_outside_the_checkout(tmp_path):
     assert "commbench/_build_info.json" in shipped and "commbench/fabrics.json" in shipped
     assert sorted(shipped - names) == []
     assert any(n.startswith("commbench/_host") for n in names)
+    assert any(n.startswith("commbench/_nccl_choices") for n in names)  # NCCL's profiler plugin
 
     install = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--target", site, wheel],
                              capture_output=True, text=True, timeout=600)

@@ -14,7 +14,7 @@ from ..run import preflight
 from ..run.config import PLACES
 from ..run.copies import ACCESS
 from ..sizes import parse_size, parse_sizes, round_to_itemsize
-from ..transports import TRANSPORTS, default_p2p_transport, transport_names
+from ..transports import TRANSPORTS, default_p2p_transport, nccl_choices, transport_names
 from ..transports.nccl import NCCL, chosen_transports, log_connections
 from .common import (
     MAX_AGG,
@@ -122,6 +122,9 @@ def collective_command(coll) -> click.Command:
                 # Inside the sweep: a NCCL initialisation that a dead peer stops fails like any size.
                 if any(i.transport is NCCL for i in impls):
                     log_connections()
+                    unrecorded = nccl_choices.record()
+                    if reporter and unrecorded:
+                        reporter.note(unrecorded)
                 for impl in impls:
                     impl.prepare(world, cfg)
                 wrong = run_collective(world, cfg, coll, impls, reporter)

@@ -7,6 +7,7 @@ class AllGather(Collective):
     name = "allgather"
     aliases = ("all_gather",)
     title = "all-gather"
+    nccl_function = "AllGather"
     summary = "Time all-gather implementations (size = the gathered buffer, as nccl-tests counts it)."
     order = 1
     algorithms = {"ring": "commbench ring all-gather (the all-reduce ring's second half)"}

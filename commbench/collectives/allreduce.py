@@ -8,6 +8,7 @@ class AllReduce(Collective):
     name = "allreduce"
     aliases = ("all_reduce",)
     title = "all-reduce"
+    nccl_function = "AllReduce"
     summary = "Time all-reduce implementations across message sizes."
     reduces = True
     order = 0

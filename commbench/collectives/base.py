@@ -54,6 +54,9 @@ class Collective:
     in_place = True  # has an in-place form
     order = 0  # position in listings
     peer_to_peer = False  # NCCL runs its call as sends and receives (its point-to-point channels to each peer)
+    # NCCL's name for its call in its log and its profiler's collective events (AllReduce); empty where
+    # NCCL runs the call as sends and receives, for which it chooses no algorithm.
+    nccl_function = ""
     # Our algorithms for it: name -> what it does (the transport adds "over MPI/NCCL point-to-point").
     algorithms: dict = {}
 

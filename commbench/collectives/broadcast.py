@@ -7,6 +7,7 @@ class Broadcast(Collective):
     name = "broadcast"
     aliases = ("bcast",)
     title = "broadcast"
+    nccl_function = "Broadcast"
     summary = "Time broadcast implementations from --root."
     rooted = True
     order = 3

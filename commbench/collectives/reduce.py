@@ -6,6 +6,7 @@ from .base import REDUCED, UNTOUCHED, Collective, Segment, rooted_pipeline_model
 class Reduce(Collective):
     name = "reduce"
     title = "reduce"
+    nccl_function = "Reduce"
     summary = "Time reduce implementations towards --root."
     reduces = True
     rooted = True

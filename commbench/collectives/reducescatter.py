@@ -7,6 +7,7 @@ class ReduceScatter(Collective):
     name = "reducescatter"
     aliases = ("reduce_scatter",)
     title = "reduce-scatter"
+    nccl_function = "ReduceScatter"
     summary = "Time reduce-scatter implementations (size = each rank's input, as nccl-tests counts it)."
     reduces = True
     order = 2

@@ -15,6 +15,7 @@ from __future__ import annotations
 import itertools
 from typing import Optional
 
+from .. import collectives
 from ..results.document import NCCL_TESTS_PER_ITERATION, timing_of
 from ..results.series import SERIES_FIELDS, by_series, series_head, variant, where
 from ..results.stats import iqr
@@ -42,6 +43,24 @@ def both(out: tuple, inp: tuple) -> tuple:
 
 
 BOTH_WIDTHS = both(DEFAULT_WIDTHS, DEFAULT_WIDTHS)
+# NCCL's own call of a collective ends its rows with the algorithm and protocol NCCL reported for it
+# (transports/nccl_choices.py): "RING/SIMPLE"; "p2p" where NCCL runs the call as sends and receives,
+# "-" where it reported nothing (one rank, a profiler plugin of the user's, NCCL before 2.27).
+CHOICE, CHOICE_WIDTH = "algo/proto", 12
+
+
+def shows_choice(meta: dict, impl: str) -> bool:
+    """Whether a block of `impl` has the algo/proto column: NCCL's call of a collective (impl nccl, the
+    transport's own call) measured by commbench, not imported."""
+    cfg = meta["config"]
+    return impl == "nccl" and cfg["op"] in collectives.names() and not cfg["policy"].get("imported_from")
+
+
+def choice_cell(rec: dict) -> str:
+    c = rec.get("nccl_choice")
+    if c:
+        return f"{c['algo']}/{c['proto']}"
+    return "p2p" if collectives.get(rec["op"]).peer_to_peer else "-"
 
 
 def header(meta: dict) -> list[str]:
@@ -126,7 +145,8 @@ def _groups(widths) -> str:
     return "#" + line.rstrip()[1:]
 
 
-def block_header(impl: str, description: str, widths=None, loop: bool = False, paired: bool = False) -> list[str]:
+def block_header(impl: str, description: str, widths=None, loop: bool = False, paired: bool = False,
+                 choice: bool = False) -> list[str]:
     # The column names' first character gives way to '#', as nccl-tests marks its header lines.
     columns = LOOP_COLUMNS if loop else COLUMNS
     lines = ["#", f"# impl {impl}: {description}"]
@@ -136,7 +156,9 @@ def block_header(impl: str, description: str, widths=None, loop: bool = False, p
         lines.append(_groups(widths))
     else:
         units, widths = UNITS, widths or DEFAULT_WIDTHS
-    return lines + ["#" + _line(columns, widths)[1:], "#" + _line(units, widths)[1:]]
+    if choice:
+        columns, units, widths = (*columns, CHOICE), (*units, ""), (*widths, CHOICE_WIDTH)
+    return lines + ["#" + _line(columns, widths)[1:].rstrip(), "#" + _line(units, widths)[1:].rstrip()]
 
 
 def _num(x: Optional[float], digits: int = 2) -> str:
@@ -167,12 +189,17 @@ def paired_cells(out: Optional[dict], inp: Optional[dict]) -> tuple:
     return both(*(head + MISSING + MISSING if h is None else h for h in halves))
 
 
-def row(rec: dict, widths=DEFAULT_WIDTHS) -> str:
+def row(rec: dict, widths=DEFAULT_WIDTHS, choice: bool = False) -> str:
+    if choice:
+        return _line((*cells(rec), choice_cell(rec)), (*widths, CHOICE_WIDTH))
     return _line(cells(rec), widths)
 
 
-def paired_row(out: Optional[dict], inp: Optional[dict], widths=None) -> str:
-    return _line(paired_cells(out, inp), widths or BOTH_WIDTHS)
+def paired_row(out: Optional[dict], inp: Optional[dict], widths=None, choice: bool = False) -> str:
+    widths = widths or BOTH_WIDTHS
+    if choice:
+        return _line((*paired_cells(out, inp), choice_cell(out or inp)), (*widths, CHOICE_WIDTH))
+    return _line(paired_cells(out, inp), widths)
 
 
 def _widths(rows: list[tuple], defaults: tuple) -> tuple:
@@ -219,12 +246,13 @@ def render(doc: dict, options) -> str:
     for key, recs, paired in blocks:
         h, loop = series_head(key), any("rank_max_us" in r for r in recs)
         name = f"{h['op']} ({where(key)})"
+        choice = shows_choice(doc, h["impl"])
         if paired:
-            lines += block_header(variant(h), name, paired_widths, loop=loop, paired=True)
-            lines += [paired_row(*p, widths=paired_widths) for p in paired]
+            lines += block_header(variant(h), name, paired_widths, loop=loop, paired=True, choice=choice)
+            lines += [paired_row(*p, widths=paired_widths, choice=choice) for p in paired]
         else:
-            lines += block_header(variant(h), name, widths, loop=loop)
-            lines += [row(r, widths) for r in recs]
+            lines += block_header(variant(h), name, widths, loop=loop, choice=choice)
+            lines += [row(r, widths, choice) for r in recs]
     return "\n".join(lines) + "\n"
 
 

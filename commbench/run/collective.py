@@ -93,7 +93,7 @@ def run_collective(world, cfg: RunConfig, coll, impls: list, reporter, where: st
             for impl in impls:
                 block = (f"{impl.name} {dname} {redop}" if several else impl.name) + where
                 if reporter:
-                    reporter.block(block, impl.description)
+                    reporter.block(block, impl.description, impl.name)
                 for size in cfg.sizes:
                     shape = coll.shape(size, itemsize, world.size)
                     for in_place in cfg.placements:
@@ -145,6 +145,9 @@ def _measure(world, cfg: RunConfig, coll, impl, reporter, data, pool: Buffers, d
         extra = {"root": cfg.root} if coll.rooted else {}
         if cfg.agg > 1:
             extra["agg"] = cfg.agg
+        choice = impl.choice(coll, shape.send * itemsize_of(dname), shape.recv * itemsize_of(dname))
+        if choice:
+            extra["nccl_choice"] = choice
         rec = measured(coll.name, impl.name, dname, redop, world.size, shape.size, shape.count, samples, wrong,
                        in_place=in_place, **extra)
         if cfg.policy.timing == "loop":

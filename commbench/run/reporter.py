@@ -39,6 +39,7 @@ class Reporter(FileOutput):
         # --place both: a size's out-of-place record waits for its in-place one, to share its row.
         self.paired = meta["config"].get("place") == "both"
         self.waiting: Optional[dict] = None
+        self.choice = False  # the current block has the algo/proto column (console.shows_choice)
         for line in table.header(meta):
             click.echo(line)
         self._progress = None
@@ -60,12 +61,14 @@ class Reporter(FileOutput):
     def note(self, text: str) -> None:
         click.echo(f"# note: {text}")
 
-    def block(self, impl: str, description: str) -> None:
+    def block(self, label: str, description: str, impl: Optional[str] = None) -> None:
+        """A block's header: `label` names it; `impl`, where given, decides the algo/proto column."""
         # A collective's loop gives the slowest rank's time beside the ranks' average; a pair's figure
         # is its slower side already.
         cfg = self.meta["config"]
         loop = cfg["policy"].get("timing") == "loop" and cfg["op"] not in ("p2p", "copy")
-        for line in table.block_header(impl, description, loop=loop, paired=self.paired):
+        self.choice = impl is not None and table.shows_choice(self.meta, impl)
+        for line in table.block_header(label, description, loop=loop, paired=self.paired, choice=self.choice):
             click.echo(line)
 
     def step(self, label: str) -> None:
@@ -84,9 +87,9 @@ class Reporter(FileOutput):
             self.file.add(*records)
             for record in records if show else ():
                 if not self.paired:
-                    click.echo(table.row(record))
+                    click.echo(table.row(record, choice=self.choice))
                 elif record["in_place"]:
-                    click.echo(table.paired_row(self.waiting, record))
+                    click.echo(table.paired_row(self.waiting, record, choice=self.choice))
                     self.waiting = None
                 else:
                     self.waiting = record
@@ -103,7 +106,7 @@ class Reporter(FileOutput):
 
     def stop(self) -> None:
         if self.waiting is not None:  # a run that ended between a size's two placements
-            click.echo(table.paired_row(self.waiting, None))
+            click.echo(table.paired_row(self.waiting, None, choice=self.choice))
             self.waiting = None
         if self._progress is not None:
             self._progress.stop()

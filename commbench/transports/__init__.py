@@ -69,6 +69,12 @@ class Impl:
     def prepare(self, world, cfg) -> None:
         self.transport.prepare(world, cfg, f"--impl {self.name}")
 
+    def choice(self, coll, send_bytes: int, recv_bytes: int) -> Optional[dict]:
+        """What the library chose for its call on buffers of these bytes, as it reports it (NCCL's
+        algorithm, protocol and channels); None for our algorithms and where the library reports
+        nothing."""
+        return self.transport.library_choice(coll, send_bytes, recv_bytes) if self.algorithm is None else None
+
     def rank_times(self, world, coll, send, recv, op: int, iters: int, cfg, agg: int = 1,
                    delayed: bool = False, loop: int = 1, gated: bool = True) -> np.ndarray:
         """Every rank's own seconds per call, ranks x samples, on every rank: a sample is `loop`

@@ -109,6 +109,10 @@ class GlooTransport:
             return {}
         return {None: f"torch.distributed {coll.title}, gloo backend (timed from Python)"}
 
+    def library_choice(self, coll, send_bytes: int, recv_bytes: int) -> Optional[dict]:
+        """gloo says nothing of the algorithm its call took."""
+        return None
+
     def prepare(self, world, cfg, what: str) -> None:
         join(world)  # a collective: every rank joins, members of a timed pair or not
 

@@ -26,6 +26,10 @@ class MpiTransport:
             return library
         return {**library, **{name: f"{text} over MPI point-to-point" for name, text in coll.algorithms.items()}}
 
+    def library_choice(self, coll, send_bytes: int, recv_bytes: int) -> Optional[dict]:
+        """The MPI library says nothing of the algorithm its call took."""
+        return None
+
     def prepare(self, world, cfg, what: str) -> None:
         """`what` needs MPI: the option or command a refusal names."""
         world.require_mpi(what)

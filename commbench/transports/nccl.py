@@ -14,6 +14,7 @@ import numpy as np
 from .. import trace
 from ..collectives.impls import ALGORITHM_TRANSPORT
 from ..launch import watchdog
+from . import nccl_choices
 
 # NCCL says which transport each connection took only in its INFO log, in a line per connection:
 # "Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read", "Channel 00 : 0[0] -> 1[1] via SHM/direct/direct"
@@ -108,6 +109,11 @@ class NcclTransport:
         return {None: f"NCCL's {coll.title}",
                 **{name: f"{text} over NCCL send/recv" + (", reduction kernel" if coll.reduces else "")
                    for name, text in coll.algorithms.items()}}
+
+    def library_choice(self, coll, send_bytes: int, recv_bytes: int) -> Optional[dict]:
+        """The algorithm, protocol and channels NCCL reported since the last size for its call on
+        buffers of these bytes (nccl_choices.py): on the rank that writes the records."""
+        return nccl_choices.choice_for(nccl_choices.take(), coll, send_bytes, recv_bytes)
 
     def prepare(self, world, cfg, what: str) -> None:
         communicator(world, cfg.timeout_s)

@@ -5,7 +5,11 @@
 // only once its peers' matching groups run. Collectives are their messages plus a local step (the
 // reduction in rank order, the same on every rank). Faults are injected with
 // COMMBENCH_EMU_NCCL_FAULT=KIND:RANK[:GROUP] (KIND stall, error, init-stall or destroy-error); with
-// COMMBENCH_EMU_NCCL_LOG=FILE every communicator made is logged there (how, rank, ranks).
+// COMMBENCH_EMU_NCCL_LOG=FILE every communicator made is logged there (how, rank, ranks). Each
+// collective's algorithm, protocol and channels are chosen by choose() (NCCL_ALGO and NCCL_PROTO as
+// each communicator's initialisation found them) and reported to a profiler plugin
+// (NCCL_PROFILER_PLUGIN) through NCCL's own version 5 interface.
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <strings.h>
 #include <sys/mman.h>
@@ -23,6 +27,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <utility>
@@ -117,6 +122,12 @@ struct Comm {
   std::thread init_thread, split_thread;
   // A split's new communicator, while it is made: its parent's abort ends its initialisation too.
   const std::atomic<bool>* parent_aborted = nullptr;
+  // NCCL_ALGO and NCCL_PROTO as the environment held them when it was made (NCCL reads them in each
+  // communicator's initialisation, splits included): the names they allow, none for NCCL's choice.
+  std::set<std::string> algos, protos;
+  std::string algo_env, proto_env;
+  void* profiler = nullptr;  // the profiler plugin's context for it
+  uint64_t collectives = 0;  // its collectives so far: the profiler's sequence numbers
 
   bool aborting() const { return aborted || (parent_aborted && *parent_aborted); }
 
@@ -473,6 +484,163 @@ void log_connections(const Comm& c) {
   if (path) std::fclose(f);
 }
 
+// ---- NCCL's choice of algorithm and protocol, and its profiler plugin ------------------------------
+// The emulated NCCL's choice, a function of the collective, its bytes and the rank count alone, so that
+// tests can assert it (docs/testing.md): all-reduce on 3 ranks or more below 64 KiB by Tree, everything
+// else by Ring; LL below 64 KiB, LL128 below 1 MiB, Simple from 1 MiB on; 1, 4 and 8 channels with
+// them. Tree serves all-reduce alone; NVLS, NVLSTree, CollNet and PAT need hardware the emulation has
+// not. NCCL_ALGO and NCCL_PROTO restrict the choice as NCCL's do (case-insensitive lists, "^" to
+// exclude; the per-function "func:list;..." form is not read here): a name NCCL does not know fails the
+// communicator's initialisation, and where nothing allowed serves a collective its call fails with
+// ncclInvalidUsage (NCCL 2.28's enqueue.cc).
+
+const char* const kAlgos[] = {"Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT"};
+const char* const kProtos[] = {"LL", "LL128", "Simple"};
+
+template <std::size_t N>
+ncclResult_t allowed(const char* var, const char* const (&names)[N], std::set<std::string>& out, std::string& text) {
+  const char* v = std::getenv(var);
+  out.clear();
+  text = v ? v : "";
+  if (text.empty()) return ncclSuccess;
+  const bool exclude = text[0] == '^';
+  std::set<std::string> listed;
+  std::size_t pos = exclude ? 1 : 0;
+  while (pos <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', pos), text.size());
+    const std::string token = text.substr(pos, comma - pos);
+    const auto* known = std::find_if(std::begin(names), std::end(names),
+                                     [&](const char* n) { return strcasecmp(n, token.c_str()) == 0; });
+    if (known == std::end(names)) return error(ncclInvalidUsage, std::string(var) + ": Unrecognized element token \"" + token + "\"");
+    listed.insert(*known);
+    pos = comma + 1;
+  }
+  for (const char* n : names)
+    if (listed.count(n) != exclude) out.insert(n);
+  return ncclSuccess;
+}
+
+struct Pick {
+  const char* algo;   // as NCCL's profiler names them: "TREE", "RING"
+  const char* proto;  // "LL", "LL128", "SIMPLE"
+  uint8_t channels;
+};
+
+ncclResult_t choose(const Comm& c, const char* func, std::size_t bytes, const char* datatype, Pick& pick) {
+  const bool allreduce = std::strcmp(func, "AllReduce") == 0;
+  const char* algo = allreduce && c.nranks >= 3 && bytes < (64u << 10) ? "Tree" : "Ring";
+  const char* proto = bytes < (64u << 10) ? "LL" : bytes < (1u << 20) ? "LL128" : "Simple";
+  auto ok_algo = [&](const char* a) {
+    return (std::strcmp(a, "Ring") == 0 || (allreduce && std::strcmp(a, "Tree") == 0)) && (c.algos.empty() || c.algos.count(a));
+  };
+  auto ok_proto = [&](const char* p) { return c.protos.empty() || c.protos.count(p); };
+  if (!ok_algo(algo)) algo = ok_algo("Tree") ? "Tree" : ok_algo("Ring") ? "Ring" : nullptr;
+  if (!ok_proto(proto)) proto = ok_proto("LL") ? "LL" : ok_proto("LL128") ? "LL128" : ok_proto("Simple") ? "Simple" : nullptr;
+  if (!algo || !proto) {
+    std::string set;
+    if (!c.algo_env.empty()) set += " NCCL_ALGO was set to " + c.algo_env + ".";
+    if (!c.proto_env.empty()) set += " NCCL_PROTO was set to " + c.proto_env + ".";
+    return error(ncclInvalidUsage, std::string("No algorithm/protocol available for function ") + func + " with datatype " +
+                                       datatype + "." + set);
+  }
+  pick.algo = std::strcmp(algo, "Tree") == 0 ? "TREE" : "RING";
+  pick.proto = std::strcmp(proto, "Simple") == 0 ? "SIMPLE" : proto;
+  pick.channels = std::strcmp(proto, "LL") == 0 ? 1 : std::strcmp(proto, "LL128") == 0 ? 4 : 8;
+  return ncclSuccess;
+}
+
+// NCCL's profiler plugin interface, version 5 (NCCL 2.28): what it hands a plugin for a collective.
+struct ProfilerColl {
+  uint64_t seq;
+  const char* func;
+  const void* send;
+  void* recv;
+  std::size_t count;
+  int root;
+  const char* datatype;
+  uint8_t channels, warps;
+  const char* algo;
+  const char* proto;
+  void* parent_group;
+};
+struct ProfilerDescr {
+  uint64_t type;
+  void* parent;
+  int rank;
+  ProfilerColl coll;
+};
+struct Profiler {
+  const char* name;
+  ncclResult_t (*init)(void**, uint64_t, int*, const char*, int, int, int, void (*)(int, unsigned long, const char*, int,
+                                                                                     const char*, ...));
+  ncclResult_t (*start)(void*, void**, ProfilerDescr*);
+  ncclResult_t (*stop)(void*);
+  ncclResult_t (*record)(void*, int, void*);
+  ncclResult_t (*finalize)(void*);
+};
+constexpr int kProfileColl = 1 << 1;
+int profiled_events = 0;  // the activation mask, one for the process as NCCL's
+
+void no_log(int, unsigned long, const char*, int, const char*, ...) {}
+
+// NCCL_PROFILER_PLUGIN, loaded once as NCCL loads it (a path or a name dlopen finds; "none" for none):
+// missing, it is left out without a word, as NCCL says so only at INFO level.
+const Profiler* profiler() {
+  static const Profiler* loaded = [] () -> const Profiler* {
+    const char* path = std::getenv("NCCL_PROFILER_PLUGIN");
+    if (!path || !*path || strcasecmp(path, "none") == 0) return nullptr;
+    void* lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    return lib ? static_cast<const Profiler*>(dlsym(lib, "ncclProfiler_v5")) : nullptr;
+  }();
+  return loaded;
+}
+
+uint64_t fnv(const std::string& text) {
+  uint64_t h = 1469598103934665603ULL;
+  for (unsigned char ch : text) h = (h ^ ch) * 1099511628211ULL;
+  return h;
+}
+
+// Once a communicator is made: the plugin's context for it.
+void profile_start(Comm& c) {
+  if (const Profiler* p = profiler(); p && p->init(&c.profiler, fnv(c.name), &profiled_events, c.name.c_str(), 1,
+                                                  c.nranks, c.rank, no_log) != ncclSuccess)
+    c.profiler = nullptr;
+}
+
+void profile_end(Comm& c) {
+  if (const Profiler* p = profiler(); p && c.profiler) p->finalize(c.profiler);
+  c.profiler = nullptr;
+}
+
+const char* type_name(ncclDataType_t t) {
+  static const char* const names[] = {"ncclInt8", "ncclUint8", "ncclInt32", "ncclUint32", "ncclInt64", "ncclUint64",
+                                      "ncclFloat16", "ncclFloat32", "ncclFloat64", "ncclBfloat16"};
+  return t >= 0 && t < static_cast<int>(sizeof(names) / sizeof(names[0])) ? names[t] : "Unknown";
+}
+
+// A collective about to be posted: its algorithm and protocol chosen, and reported to the profiler as
+// NCCL reports it, an all-gather's and a broadcast's count in bytes of ncclInt8 (NCCL 2.28's
+// enqueue.cc). One rank, or nothing to move, has no choice to make and no event, as in NCCL.
+ncclResult_t chosen(ncclComm_t comm, const char* func, const void* in, void* out, std::size_t count, ncclDataType_t t,
+                    int root) {
+  Comm& c = *comm->impl;
+  if (c.nranks < 2 || count == 0) return ncclSuccess;
+  Pick pick{};
+  if (const ncclResult_t rc = choose(c, func, count * type_size(t), type_name(t), pick)) return rc;
+  const Profiler* p = profiler();
+  if (!p || !c.profiler || !(profiled_events & kProfileColl)) return ncclSuccess;
+  const bool in_bytes = std::strcmp(func, "AllGather") == 0 || std::strcmp(func, "Broadcast") == 0;
+  ProfilerDescr d{};
+  d.type = kProfileColl;
+  d.rank = c.rank;
+  d.coll = {c.collectives++, func, in, out, in_bytes ? count * type_size(t) : count, root,
+            in_bytes ? "ncclInt8" : type_name(t), pick.channels, 16, pick.algo, pick.proto, nullptr};
+  void* handle = nullptr;
+  if (p->start(c.profiler, &handle, &d) == ncclSuccess && handle) p->stop(handle);
+  return ncclSuccess;
+}
+
 ncclResult_t post(ncclComm_t comm, cudaStream_t stream, Call call) {
   if (!comm || !comm->impl) return error(ncclInvalidArgument, "invalid communicator");
   Comm& c = *comm->impl;
@@ -554,6 +722,9 @@ ncclResult_t start(ncclComm_t* out, const std::string& name, int nranks, int ran
     return error(ncclInvalidArgument, "rank " + std::to_string(rank) + " of " + std::to_string(nranks));
   auto impl = std::make_shared<Comm>();
   impl->blocking = blocking;
+  if (ncclResult_t rc = allowed("NCCL_ALGO", kAlgos, impl->algos, impl->algo_env);
+      rc || (rc = allowed("NCCL_PROTO", kProtos, impl->protos, impl->proto_env)))
+    return rc;
   if (parent) {
     impl->parent_aborted = &parent->aborted;
     impl->device = parent->device;
@@ -564,6 +735,7 @@ ncclResult_t start(ncclComm_t* out, const std::string& name, int nranks, int ran
     const ncclResult_t rc = init(*impl, name, nranks, rank);
     impl->parent_aborted = nullptr;  // the parent may go once its child is made
     if (rc != ncclSuccess) return rc;
+    profile_start(*impl);
     impl->ready = true;
   } else {
     Comm* c = impl.get();
@@ -571,6 +743,7 @@ ncclResult_t start(ncclComm_t* out, const std::string& name, int nranks, int ran
     c->init_thread = std::thread([c, name, nranks, rank] {
       const ncclResult_t rc = init(*c, name, nranks, rank);
       c->parent_aborted = nullptr;
+      if (rc == ncclSuccess) profile_start(*c);
       c->ready = rc == ncclSuccess;
       c->async = rc;
     });
@@ -729,6 +902,7 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm) {
                  "ncclCommDestroy of a communicator in error or in progress");
   --group_depth;
   log_comm("destroy", comm->impl->rank, comm->impl->nranks, comm->impl->blocking);
+  profile_end(*comm->impl);
   // The segment stays mapped while queued work or a graph still refers to the communicator.
   delete comm;
   return ncclSuccess;
@@ -740,6 +914,7 @@ ncclResult_t ncclCommAbort(ncclComm_t comm) {
   if (!comm) return ncclSuccess;
   comm->impl->aborted = true;
   log_comm("abort", comm->impl->rank, comm->impl->nranks, comm->impl->blocking);
+  profile_end(*comm->impl);
   unsigned rounds = 0;
   while (comm->impl->graph_holds.load() > 0) emu::idle(rounds);
   delete comm;
@@ -802,6 +977,7 @@ ncclResult_t ncclAllReduce(const void* in, void* out, std::size_t count, ncclDat
     for (int r = 1; r < n; ++r) reduce_into(scratch, scratch + r * bytes, count, t, op);
     std::memcpy(out, scratch, bytes);
   };
+  if (const ncclResult_t rc = chosen(comm, "AllReduce", in, out, count, t, -1)) return rc;
   return post(comm, s, std::move(call));
 }
 
@@ -820,6 +996,7 @@ ncclResult_t ncclReduce(const void* in, void* out, std::size_t count, ncclDataTy
       for (int r = 1; r < n; ++r) reduce_into(scratch, scratch + r * bytes, count, t, op);
       std::memcpy(out, scratch, bytes);
     };
+  if (const ncclResult_t rc = chosen(comm, "Reduce", in, out, count, t, root)) return rc;
   return post(comm, s, std::move(call));
 }
 
@@ -841,6 +1018,7 @@ ncclResult_t ncclBroadcast(const void* in, void* out, std::size_t count, ncclDat
   } else {
     call.messages.push_back({false, root, dst, 0, bytes});
   }
+  if (const ncclResult_t rc = chosen(comm, "Broadcast", in, out, count, t, root)) return rc;
   return post(comm, s, std::move(call));
 }
 
@@ -854,6 +1032,7 @@ ncclResult_t ncclAllGather(const void* in, void* out, std::size_t count, ncclDat
   Call call = gather_all(comm, in, bytes);
   call.after = [out, bytes, n](char* scratch) { std::memcpy(out, scratch, bytes * n); };
   (void)me;
+  if (const ncclResult_t rc = chosen(comm, "AllGather", in, out, count, t, -1)) return rc;
   return post(comm, s, std::move(call));
 }
 
@@ -898,5 +1077,6 @@ ncclResult_t ncclReduceScatter(const void* in, void* out, std::size_t count, ncc
     for (int r = 1; r < n; ++r) reduce_into(scratch, scratch + r * bytes, count, t, op);
     std::memcpy(out, scratch, bytes);
   };
+  if (const ncclResult_t rc = chosen(comm, "ReduceScatter", in, out, count, t, -1)) return rc;
   return post(comm, s, std::move(call));
 }
