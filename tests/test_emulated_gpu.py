@@ -912,3 +912,55 @@ def test_a_profiler_plugin_of_the_users_keeps_its_place(workdir):
         in r.stdout.splitlines()
     [rec] = results.load_document(out)["results"]
     assert "nccl_choice" not in rec and r.stdout.split("# impl nccl")[1].splitlines()[3].split()[-1] == "-"
+
+
+def test_forced_algorithms_and_protocols_are_measured_beside_nccls_default(workdir):
+    """--nccl-algo and --nccl-proto: every combination of the values given, each on a communicator of
+    its own split with NCCL_ALGO and NCCL_PROTO set (NCCL reads them at each initialisation), beside
+    NCCL's unforced default; each variant's records carry what was forced, and NCCL's report of what it
+    ran agrees. A summary puts the default beside the best forced combination at each size."""
+    out = os.path.join(workdir, "v.json")
+    r = commbench(["allreduce", "--device", "cuda", "--np", "3", "--impl", "nccl", "--nccl-algo", "Ring,TREE",
+                   "--nccl-proto", "ll,simple", "--sizes", "4K,2M", "--iters", "3", "-o", out], env=emu_env(3),
+                  cwd=workdir)
+    assert r.returncode == 0, r.stderr
+    doc = results.load_document(out)
+    assert doc["config"]["nccl_variants"] == [{"nccl_algo": a, "nccl_proto": p} for a in ("ring", "tree")
+                                              for p in ("ll", "simple")]
+    by = {(x.get("nccl_algo"), x.get("nccl_proto"), x["size_bytes"]): x for x in doc["results"]}
+    assert len(by) == 10 and all(x["impl"] == "nccl" and x["wrong"] == 0 for x in by.values())
+    for (algo, proto, size), x in by.items():
+        expected = EMULATED_CHOICE[4096 if size == 4096 else 2097152] if algo is None else \
+            (algo.upper(), proto.upper(), {"ll": 1, "simple": 8}[proto])
+        assert (x["nccl_choice"]["algo"], x["nccl_choice"]["proto"], x["nccl_choice"]["channels"]) == expected, x
+    assert "# impl nccl algo=tree proto=simple: NCCL's call with NCCL_ALGO=tree, NCCL_PROTO=simple" in r.stdout
+    summary = r.stdout.split("# NCCL's default against the best forced choice: allreduce nccl (3 ranks)\n")[1]
+    lines = summary.splitlines()[:2]
+    for line, size in zip(lines, (4096, 2097152)):
+        default = by[(None, None, size)]["time_us"]["median"]
+        best = min((x for (a, _, s), x in by.items() if a and s == size), key=lambda x: x["time_us"]["median"])
+        assert line.startswith(f"#   {'4K' if size == 4096 else '2M'}: default ({'/'.join(EMULATED_CHOICE[size][:2])}) "
+                               f"{default:.2f} us, best algo={best['nccl_algo']} proto={best['nccl_proto']}"), line
+        assert line.endswith(f"default slower by {100 * (default / best['time_us']['median'] - 1):.0f} %") == \
+            (default > 1.1 * best["time_us"]["median"]), line
+
+
+def test_a_combination_nccl_refuses_is_reported_and_the_rest_measured(workdir):
+    """NCCL serves all-gather by no Tree (all-reduce alone has one) and the emulation has no NVLS: those
+    variants' calls fail on every rank with NCCL's warning, which the run reports (and the file keeps,
+    nccl_refused) while it measures the others."""
+    out = os.path.join(workdir, "v.json")
+    r = commbench(["allgather", "--device", "cuda", "--np", "2", "--impl", "nccl", "--nccl-algo", "tree,ring",
+                   "--sizes", "4K", "--iters", "3", "-o", out], env=emu_env(2), cwd=workdir)
+    assert r.returncode == 0, r.stderr
+    doc = results.load_document(out)
+    said = "No algorithm/protocol available for function AllGather with datatype ncclFloat32. NCCL_ALGO was set to tree"
+    assert doc["nccl_refused"] == {"nccl algo=tree": said} and doc["status"] == "complete"
+    assert f"# note: nccl algo=tree: NCCL refuses it: {said}" in r.stdout.splitlines()
+    assert sorted(str(x.get("nccl_algo")) for x in doc["results"]) == ["None", "ring"]
+    # The environment forcing NCCL already would leave no default to compare with.
+    r = commbench(["allgather", "--device", "cuda", "--np", "2", "--impl", "nccl", "--nccl-algo", "ring", "--sizes", "4K",
+                   "-o", os.path.join(workdir, "x.json")], env=emu_env(2, NCCL_ALGO="ring"), cwd=workdir)
+    assert (r.returncode, r.stderr) == (2, "commbench: error: NCCL_ALGO=ring is set: impl nccl would not be NCCL's own "
+                                           "choice beside the forced ones of --nccl-algo; unset NCCL_ALGO\n")
+    assert not os.path.exists(os.path.join(workdir, "x.json"))

@@ -86,6 +86,9 @@ class Example:
     slurm: Optional[int] = None  # a real Slurm (tests/slurm.py) of this many hosts: lines typed on its head node
     no_gpu: bool = False  # shows a GPU-less host's answer: skipped where a GPU is visible
     files: dict = dataclasses.field(default_factory=dict)  # file written -> repository path to copy it to
+    # Runs on this many emulated GPUs a host (`make emu`; NVML answering for them, tests/stubs/emu_nvml):
+    # the GPU path's output as it reads, its figures the host's and meaningless.
+    emulated_gpus: int = 0
 
 
 def sh(line: str, **kw) -> Step:
@@ -107,6 +110,9 @@ EXAMPLES: dict[str, Example] = {
                                  "-o rs.json")]),
     "broadcast-root": Example([sh("commbench broadcast --np 3 --root 1 --impl mpi,tree,chain --sizes 1K-4M:x64 "
                                   "--budget-ms 20 --no-fit -o bcast.json")]),
+    "nccl-choice": Example([sh("commbench allreduce --device cuda --np 3 --impl nccl --nccl-algo ring,tree "
+                               "--nccl-proto ll,simple --sizes 4K,256K,2M --iters 20 --no-fit -o forced.json")],
+                           emulated_gpus=3),
     "timing-loop": Example([sh("commbench broadcast --impl mpi --sizes 1K,64K,1M --budget-ms 50 --no-fit "
                                "-o step.json"),
                             sh("commbench broadcast --impl mpi --sizes 1K,64K,1M --budget-ms 50 --no-fit --timing loop "
@@ -500,6 +506,8 @@ class Runner:
                 return reason
         if ex.no_gpu and self.gpu():
             return "it shows a GPU-less host's answer, and a GPU is visible here"
+        if ex.emulated_gpus and not os.path.exists(os.path.join(ROOT, "build", "emu", ".built")):
+            return "it runs on emulated GPUs, and the emulated build is missing: run `make emu`"
         if ex.cluster or ex.slurm:
             from cluster import Cluster, ClusterUnavailable
             try:
@@ -543,6 +551,11 @@ class Runner:
                 env = slurm.env(c.env())
                 env.update({k: self.env[k] for k in ("PATH", "PYTHONPATH", "PYTHONUNBUFFERED")})
                 text = self._steps(ex, folder, env, None, lambda argv: c.in_host(0, argv))
+        elif ex.emulated_gpus:
+            stubs = os.path.join(ROOT, "tests", "stubs", "emu_nvml")
+            env = {**self.env, "COMMBENCH_GPU_EMULATION": str(ex.emulated_gpus),
+                   "PYTHONPATH": os.pathsep.join([stubs, self.env["PYTHONPATH"]])}
+            text = self._steps(ex, folder, env, None)
         else:
             text = self._steps(ex, folder, self.env, None)
         for produced, target in ex.files.items():

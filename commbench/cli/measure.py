@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 import click
@@ -53,6 +54,25 @@ def _impl_help(coll) -> str:
 DEFAULT_SIZES = "1K-1G"
 
 
+def nccl_variants_of(nccl_algo, nccl_proto, impls) -> list[dict]:
+    """--nccl-algo and --nccl-proto as the variants of NCCL's call they ask for, refused in one line
+    where NCCL's call is not among the impls or the environment forces NCCL's choice already (then
+    the impl nccl would not be NCCL's own choice)."""
+    variants = nccl_choices.forced_variants(nccl_choices.forced_names(nccl_algo, "nccl_algo"),
+                                            nccl_choices.forced_names(nccl_proto, "nccl_proto"))
+    if not variants:
+        return []
+    option = "--nccl-algo" if nccl_algo is not None else "--nccl-proto"
+    if not any(i.transport is NCCL and i.algorithm is None for i in impls):
+        raise CommbenchError(f"{option} forces the choice of NCCL's own call, impl nccl, which this run does not "
+                             f"measure (impls: {', '.join(i.name for i in impls)}); add nccl to --impl, on GPUs")
+    for _, env, _ in nccl_choices.FORCED.values():
+        if os.environ.get(env):
+            raise CommbenchError(f"{env}={os.environ[env]} is set: impl nccl would not be NCCL's own choice beside the "
+                                 f"forced ones of {option}; unset {env}")
+    return variants
+
+
 def sweep_sizes(sizes, min_bytes, max_bytes, step_factor, check) -> str:
     """The sweep as --sizes gives it, or as nccl-tests' -b, -e and -f spell it (smallest, largest, factor);
     -c 1 (nccl-tests' check) is what commbench always does."""
@@ -75,11 +95,11 @@ def collective_command(coll) -> click.Command:
     where one of our algorithms pipelines)."""
 
     def run(sizes, min_bytes, max_bytes, step_factor, check, impl_text, device, graph, dtype, agg, buffers, delay,
-            nranks, timeout_s, output, policy, no_fit, judge, redop="none", root=0, place="out",
+            nccl_algo, nccl_proto, nranks, timeout_s, output, policy, no_fit, judge, redop="none", root=0, place="out",
             chunk="1M") -> None:
         from ..analysis.stragglers import delay_text, parse_delay
         from ..run.config import RunConfig
-        from ..transports import default_impls, gpu_only, parse_impls
+        from ..transports import default_impls, gpu_only, nccl_variants, parse_impls
         if policy.timing == "loop" and delay is not None:
             raise CommbenchError("--delay holds a rank back before each timed iteration: it needs --timing per-iteration")
         dtypes = names_or_all(dtype, DTYPES, itemsize_of)
@@ -94,6 +114,7 @@ def collective_command(coll) -> click.Command:
         if graph and device != "cuda":
             raise CommbenchError("--graph replays CUDA graphs: it needs --device cuda")
         impls = parse_impls(",".join(default_impls(coll, device, detect_launcher())) if impl_text is None else impl_text, coll, device)
+        variants = nccl_variants_of(nccl_algo, nccl_proto, impls)
         uncaptured = [i.name for i in impls if graph and not i.transport.captures_graphs]
         if uncaptured:
             raise CommbenchError(f"--graph captures NCCL's calls and commbench's algorithms over NCCL; --impl "
@@ -105,14 +126,17 @@ def collective_command(coll) -> click.Command:
         cfg = RunConfig(op=coll.name, impls=tuple(i.name for i in impls), sizes=tuple(size_list), buffers=buffers,
                         dtype=",".join(dtypes), redop=",".join(redops), place=place, device=device, graph=graph,
                         chunk_bytes=chunk_bytes, root=root, agg=agg, timeout_s=timeout_s, delay=parse_delay(delay, timeout_s),
-                        policy=policy)
+                        policy=policy, nccl_variants=tuple(variants))
         if cfg.delay:
             notes.append(delay_text(cfg.describe()["delay"], agg))
 
+        impls += nccl_variants(variants)
         steps = len(dtypes) * len(redops) * len(impls) * len(size_list) * len(cfg.placements)
 
         def body(world):
             from ..run.collective import run_collective  # torch: on the ranks alone
+            # Each forced variant's communicator splits from the world's, which stays for them.
+            world.subsets = world.subsets or bool(variants)
             reporter = make_reporter(world, cfg, output, steps, judge, fit=not no_fit)
             if reporter:
                 for n in notes:
@@ -162,6 +186,12 @@ def collective_command(coll) -> click.Command:
         click.option("--delay", default=None, metavar="RANK:US",
                      help="Rank RANK busy-waits US microseconds before each timed iteration (not the check), "
                           "to show what one slow rank costs the others: their time grows by about US."),
+        click.option("--nccl-algo", default=None, metavar="LIST",
+                     help="Impl nccl: also measure it with NCCL_ALGO forced to each of these (NCCL's names, any "
+                          f"case: {', '.join(nccl_choices.NCCL_ALGOS)}), beside NCCL's own choice."),
+        click.option("--nccl-proto", default=None, metavar="LIST",
+                     help="Impl nccl: also measure it with NCCL_PROTO forced to each of these "
+                          f"({', '.join(nccl_choices.NCCL_PROTOS)}); with --nccl-algo, every combination."),
     ]
     if coll.reduces:
         options.append(click.option("--op", "redop", default="sum", show_default=True,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import shlex
 
-from ..analysis import stragglers
+from ..analysis import nccl_default, stragglers
 from ..analysis.verdicts import fits_with_verdicts, span
 from ..node.machine import typed_command
 from ..results.document import timing_of
@@ -26,7 +26,9 @@ def facts(doc: dict, source: str) -> list[tuple[str, str]]:
             ("timing", timing_of(doc)),
             ("wrong elements", str(sum(r["wrong"] for r in doc["results"])))] + \
         ([("delay", stragglers.delay_text(cfg["delay"], cfg.get("agg", 1)))] if cfg.get("delay") else []) + \
-        [("straggler", line.partition(": ")[2]) for line in stragglers.summary_lines(doc)]
+        [("straggler", line.partition(": ")[2]) for line in stragglers.summary_lines(doc)] + \
+        [("NCCL's default", line.strip()) for line in nccl_default.summary_lines(doc)] + \
+        [("NCCL refuses", f"{name}: {said}") for name, said in doc.get("nccl_refused", {}).items()]
 
 
 FIT_HEADER = ["op", "impl", "ranks", "alpha (us)", "alpha from", "bandwidth (GB/s)", "95% CI (GB/s)",

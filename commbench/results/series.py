@@ -4,7 +4,8 @@ plots and every format that shows series apart, and how a series is named."""
 
 from __future__ import annotations
 
-SERIES_FIELDS = ("op", "impl", "ranks", "dtype", "redop", "pair", "bidirectional", "in_place", "schedule", "mode")
+SERIES_FIELDS = ("op", "impl", "ranks", "dtype", "redop", "pair", "bidirectional", "in_place", "schedule", "mode",
+                 "nccl_algo", "nccl_proto")
 
 
 def series_key(r: dict) -> tuple:
@@ -35,10 +36,12 @@ def where(key: tuple) -> str:
 
 def variant(h: dict) -> str:
     """The impl of a record or series head, and what sets its records apart from the impl's plain
-    ones: 'ring@mpi', 'nccl in-place', 'mpi loaded' (links' clean schedule is the plain one), 'cuda ce'."""
+    ones: 'ring@mpi', 'nccl in-place', 'mpi loaded' (links' clean schedule is the plain one), 'cuda ce',
+    'nccl algo=ring proto=simple' (NCCL's choice forced)."""
     return " ".join([h["impl"]] + (["in-place"] if h.get("in_place") else [])
                     + ([h["schedule"]] if h.get("schedule", "clean") != "clean" else [])
-                    + ([h["mode"]] if h.get("mode") else []))
+                    + ([h["mode"]] if h.get("mode") else [])
+                    + [f"{k[len('nccl_'):]}={h[k]}" for k in ("nccl_algo", "nccl_proto") if h.get(k)])
 
 
 def label(key: tuple) -> str:

@@ -21,13 +21,14 @@ _STALE = 77
 _PAGE = 4096
 
 
-def check_device_memory(world, need_per_rank: int, what: str, p2p_peers: int) -> None:
+def check_device_memory(world, need_per_rank: int, what: str, p2p_peers: int, communicators: int = 1) -> None:
     """Refuses up front a sweep whose largest buffers do not fit in a rank's GPU, NCCL's own buffers
-    (their bound, with `p2p_peers` reached by point-to-point calls) on top of ours. (The host's memory
-    was checked before the ranks started, preflight.py; a GPU's is seen by its rank alone.)"""
+    (their bound, with `p2p_peers` reached by point-to-point calls, for each of `communicators` that
+    make calls: a forced variant's has buffers of its own) on top of ours. (The host's memory was checked
+    before the ranks started, preflight.py; a GPU's is seen by its rank alone.)"""
     from ..node.gpu import cuda_module, nccl_reserve_bytes
     avail = cuda_module().mem_get_info(world.device)[0]
-    nccl = nccl_reserve_bytes(world.size, world.local_size, p2p_peers)
+    nccl = communicators * nccl_reserve_bytes(world.size, world.local_size, p2p_peers)
     problem = memory_problem(what, need_per_rank + nccl, avail, f"GPU {world.device} (with NCCL's buffers)")
     problems = world.gather(problem)
     first = world.bcast(next((p for p in problems if p), None) if world.rank == 0 else None)

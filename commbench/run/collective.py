@@ -78,11 +78,13 @@ def run_collective(world, cfg: RunConfig, coll, impls: list, reporter, where: st
         # Commbench's algorithms and NCCL's calls of sends and receives reach other ranks: bounded by every one.
         p2p = coll.peer_to_peer or any(i != "nccl" for i in cfg.impls)
         check_device_memory(world, collective_bytes(coll, max(cfg.sizes), largest_item, world.size, cfg.placements),
-                            f"{coll.title} of {format_size(max(cfg.sizes))}", p2p_peers=world.size - 1 if p2p else 0)
+                            f"{coll.title} of {format_size(max(cfg.sizes))}", p2p_peers=world.size - 1 if p2p else 0,
+                            communicators=1 + len(cfg.nccl_variants))
     else:
         data, allocate = HostData(world), allocator()
     several = len(dtypes) * len(redops) > 1
     total_wrong = 0
+    refused: dict[str, str] = {}  # a forced variant of NCCL's call NCCL refuses -> what NCCL said
     for dname in dtypes:
         itemsize = itemsize_of(dname)
         # One dtype's buffers at a time, as the memory check counts them: the last ones go first.
@@ -91,14 +93,27 @@ def run_collective(world, cfg: RunConfig, coll, impls: list, reporter, where: st
         for redop in redops:
             code = redop_code(redop) if coll.reduces else _MOVE_ONLY
             for impl in impls:
-                block = (f"{impl.name} {dname} {redop}" if several else impl.name) + where
+                if impl.label in refused:
+                    continue
+                block = (f"{impl.label} {dname} {redop}" if several else impl.label) + where
                 if reporter:
                     reporter.block(block, impl.description, impl.name)
-                for size in cfg.sizes:
-                    shape = coll.shape(size, itemsize, world.size)
-                    for in_place in cfg.placements:
-                        total_wrong += _measure(world, cfg, coll, impl, reporter, data, pool, dname, redop, code,
-                                                shape, in_place, block)
+                try:
+                    for size in cfg.sizes:
+                        shape = coll.shape(size, itemsize, world.size)
+                        for in_place in cfg.placements:
+                            total_wrong += _measure(world, cfg, coll, impl, reporter, data, pool, dname, redop, code,
+                                                    shape, in_place, block)
+                except RuntimeError as e:
+                    # NCCL refuses the variant at its first call on every rank alike: the run goes on
+                    # without it, and says so.
+                    said = impl.refusal(e)
+                    if said is None:
+                        raise
+                    refused[impl.label] = said
+                    if reporter:
+                        reporter.note(f"{impl.label}: NCCL refuses it: {said}")
+                        reporter.attach("nccl_refused", dict(refused))
     return total_wrong
 
 
@@ -143,6 +158,7 @@ def _measure(world, cfg: RunConfig, coll, impl, reporter, data, pool: Buffers, d
         samples = measure(timings, cfg.policy, first=first, ops=cfg.agg)
     if reporter:
         extra = {"root": cfg.root} if coll.rooted else {}
+        extra.update(impl.fields)
         if cfg.agg > 1:
             extra["agg"] = cfg.agg
         choice = impl.choice(coll, shape.send * itemsize_of(dname), shape.recv * itemsize_of(dname))

@@ -33,6 +33,9 @@ class RunConfig:
     pairs: tuple[tuple[int, int], ...] = field(default_factory=tuple)
     delay: Optional[tuple[int, float]] = None  # collectives: (rank, us) that rank waits before each timed iteration
     policy: Policy = Policy()
+    # Collectives: variants of NCCL's call measured beside it (--nccl-algo, --nccl-proto), each as the
+    # fields its records carry (transports/nccl_choices.forced_variants).
+    nccl_variants: tuple = ()
 
     def delay_for(self, rank: int) -> float:
         """The seconds `rank` waits before each timed iteration (--delay)."""
@@ -49,4 +52,5 @@ class RunConfig:
                 "chunk_bytes": self.chunk_bytes, "root": self.root, "agg": self.agg, "buffers": self.buffers, "timeout_s": self.timeout_s,
                 "window": self.window, "pairs": [list(p) for p in self.pairs],
                 "delay": {"rank": self.delay[0], "us": self.delay[1]} if self.delay else None,
-                "policy": self.policy.describe()}
+                "policy": self.policy.describe(),
+                **({"nccl_variants": [dict(v) for v in self.nccl_variants]} if self.nccl_variants else {})}

@@ -8,7 +8,7 @@ from typing import Callable, Optional
 
 import click
 
-from ..analysis import stragglers
+from ..analysis import nccl_default, stragglers
 from ..formats import console as table
 from ..node import machine
 from ..results import physical
@@ -121,6 +121,10 @@ class Reporter(FileOutput):
                 click.echo(line)
         for line in stragglers.summary_lines(self.file.doc):
             click.echo(f"# {line}")
+        for line in nccl_default.summary_lines(self.file.doc):
+            click.echo(f"# {line}")
+        for name, said in self.file.doc.get("nccl_refused", {}).items():
+            click.echo(f"# {name}: NCCL refuses it: {said}")
         if self.file.doc.get("nccl_transports"):
             click.echo("# NCCL's transports (connections): " +
                        ", ".join(f"{name} {n}" for name, n in self.file.doc["nccl_transports"].items()))

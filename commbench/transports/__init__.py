@@ -11,6 +11,8 @@ import numpy as np
 
 from ..collectives.impls import impl_name, resolve, split_impl
 from ..errors import CommbenchError
+from ..results.series import variant
+from . import nccl_choices
 from .gloo import GLOO
 from .mpi import MPI
 from .nccl import NCCL
@@ -62,9 +64,12 @@ class Impl:
     """One way to run a collective: our algorithm over a transport, or (algorithm None) the
     transport's own call."""
 
-    def __init__(self, transport, algorithm: Optional[str], description: str):
+    def __init__(self, transport, algorithm: Optional[str], description: str, fields: Optional[dict] = None):
         self.transport, self.algorithm, self.description = transport, algorithm, description
         self.name = impl_name(algorithm, transport.name)
+        # What its records carry beside the impl's name: a variant of NCCL's call (nccl_algo, nccl_proto).
+        self.fields = fields or {}
+        self.label = variant({"impl": self.name, **self.fields})
 
     def prepare(self, world, cfg) -> None:
         self.transport.prepare(world, cfg, f"--impl {self.name}")
@@ -74,6 +79,11 @@ class Impl:
         algorithm, protocol and channels); None for our algorithms and where the library reports
         nothing."""
         return self.transport.library_choice(coll, send_bytes, recv_bytes) if self.algorithm is None else None
+
+    def refusal(self, error: Exception) -> Optional[str]:
+        """Where `error` is the library refusing a forced variant (every rank alike), what it said;
+        None otherwise, and for every impl that is no variant."""
+        return self.transport.refusal(error) if self.fields else None
 
     def rank_times(self, world, coll, send, recv, op: int, iters: int, cfg, agg: int = 1,
                    delayed: bool = False, loop: int = 1, gated: bool = True) -> np.ndarray:
@@ -99,6 +109,13 @@ def default_impls(coll, device: str, launcher) -> list[str]:
     if device == "cpu":
         return ["gloo"] if launcher == "torchrun" and "gloo" in known else list(known)
     return [n for n, i in known.items() if i.transport is NCCL]
+
+
+def nccl_variants(variants: list[dict]) -> list[Impl]:
+    """NCCL's call once per variant of nccl_choices.forced_variants, each on a communicator of its own."""
+    from .nccl import ForcedNccl
+    return [Impl(ForcedNccl(v), None, "NCCL's call with " + ", ".join(
+        f"{env}={v[field]}" for field, (_, env, _) in nccl_choices.FORCED.items() if field in v), v) for v in variants]
 
 
 def _typed(text: str) -> list[str]:

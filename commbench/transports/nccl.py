@@ -96,6 +96,35 @@ def communicator(world, timeout_s: Optional[float] = None):
     return comm
 
 
+def forced_communicator(world, variant: dict, timeout_s: Optional[float] = None):
+    """A communicator over all ranks on which NCCL's choice is restricted as `variant` says
+    (nccl_choices.forced_variants): split from the world's (which keeps the communicator it splits from,
+    World.subsets), NCCL_ALGO and NCCL_PROTO set while the split is made, as NCCL reads them in each
+    communicator's initialisation, and restored after it."""
+    base = communicator(world, timeout_s)
+
+    def make():
+        saved = {name: os.environ.get(name) for name in nccl_choices.forced_environment(variant)}
+        try:
+            for name, value in nccl_choices.forced_environment(variant).items():
+                _set(name, value)
+            return base.split(world.size)
+        finally:
+            for name, value in saved.items():
+                _set(name, value)
+    comm = world.attached("nccl " + " ".join(f"{k}={v}" for k, v in sorted(variant.items())), make)
+    if timeout_s:
+        comm.set_timeout(timeout_s)
+    return comm
+
+
+def _set(name: str, value: Optional[str]) -> None:
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value
+
+
 class NcclTransport:
     name = "nccl"
     p2p_device = "cuda"
@@ -126,9 +155,13 @@ class NcclTransport:
         from ..node.gpu import cuda_module
         _cuda = cuda_module()
         from .native import native_call
-        return np.asarray(communicator(world).collective_times(
+        return np.asarray(self.comm(world).collective_times(
             *native_call(_cuda, coll, algorithm), send, recv, op, cfg.root, iters, cfg.chunk_bytes, cfg.graph, agg,
             delay_s, loop, gated and cfg.policy.timing == "per-iteration"))
+
+    def comm(self, world):
+        """The communicator its calls run on: the world's."""
+        return communicator(world)
 
     def open_pairs(self, world, pairs, window: int) -> Optional[NcclPair]:
         mine = next((pair for pair in pairs if world.rank in pair), None)
@@ -151,5 +184,30 @@ class NcclPair:
     def close(self) -> None:
         """The communicator is the world's, closed with it."""
 
+
+class ForcedNccl(NcclTransport):
+    """NCCL's call on a communicator whose choice of algorithm and protocol NCCL_ALGO and NCCL_PROTO
+    restrict (--nccl-algo, --nccl-proto): `variant` is what its records carry of it."""
+
+    def __init__(self, variant: dict):
+        self.variant = variant
+
+    def prepare(self, world, cfg, what: str) -> None:
+        forced_communicator(world, self.variant, cfg.timeout_s)
+
+    def comm(self, world):
+        return forced_communicator(world, self.variant)
+
+    def refusal(self, error: Exception) -> Optional[str]:
+        """NCCL's warning where it serves this variant's collective by nothing NCCL_ALGO and NCCL_PROTO
+        allow: its call fails with ncclInvalidUsage and "No algorithm/protocol available" (NCCL 2.28's
+        enqueue.cc; NVLS without NVSwitch, Tree beside all-reduce), on every rank alike. None for
+        any other failure."""
+        said = _REFUSED.search(str(error))
+        return said.group(0).rstrip(".)") if said else None
+
+
+# NCCL's warning as the error text carries it ("... (NCCL's last warning: No algorithm/protocol ...)").
+_REFUSED = re.compile(r"No algorithm/protocol available[^()]*")
 
 NCCL = NcclTransport()
