@@ -22,6 +22,7 @@ from commbench.cli.accept import check_argv
 from commbench.errors import CommbenchError
 from commbench.node.gpu import visible_gpus
 from commbench.node.machine import cores
+from commbench.results import importers
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 JUNIT_XSD = xmlschema.XMLSchema(os.path.join(HERE, "data", "junit", "junit.xsd"))
@@ -606,3 +607,26 @@ def test_junit_of_an_interrupted_run_is_no_pass_and_holds_any_text(tmp_path):
     cases = {c["@name"]: c for c in suite["testcase"]}
     assert cases["allreduce"]["error"][0]["@message"] == "exit 3: \ufffd[31mboom\ufffd[0m \ufffd"
     assert cases["interrupted"]["error"][0]["@type"] == "INTERRUPTED" and "skipped" in cases["links"]
+
+
+def test_a_steps_envelope_placement_is_shown_and_judges_nothing(tmp_path):
+    """A step's result file placed in the reference envelopes of its node (an 8-GPU H100 node's
+    all-reduce, the nccl-tests fixture imported): the lines go to the summary's step section and the
+    JUnit case's output; the step's verdict stays its checks'."""
+    from commbench.accept import outputs, steps
+    from commbench.analysis import envelopes
+    doc = importers.import_nccl_tests(open(os.path.join(HERE, "fixtures", "imports",
+                                                        "nccl-tests-all_reduce_perf-8gpu.json")), "h100").doc
+    placed = [line.strip() for line in envelopes.lines(doc)]
+    assert placed[1] == "allreduce nccl (8 ranks): peak busbw 354.8 GB/s, below (which algorithm NCCL ran is not recorded)"
+    step = {"step": "allreduce", "status": PASS, "counted": True, "seconds": 1.0, "baseline": None,
+            "command_line": "commbench allreduce", "baseline_note": "no --baselines given",
+            "checks": [{"status": PASS, "check": "ran", "evidence": "exit 0"}], "envelopes": placed}
+    summary = {"plan": "gpu-node", "host": "hgx-a01", "status": PASS, "seconds": 1.0, "description": "d", "sku": "s",
+               "plan_source": "p", "baselines": None, "steps": [step], "started": "2026-11-28T10:00:00",
+               "interrupted": False, "not_run": []}
+    text = outputs.markdown(summary)
+    assert "| allreduce | PASS | yes |" in text and all(f"- {line}" in text for line in placed)
+    outputs.junit(summary, str(tmp_path / "j.xml"))
+    assert placed[1] in (tmp_path / "j.xml").read_text()
+    assert steps.overall([step]) == PASS

@@ -304,6 +304,38 @@ def test_nccl_tests_table_and_json_agree():
     assert f_out["alpha_us"] == pytest.approx(5.5, rel=0.01) and f_out["bandwidth_gbps"] == pytest.approx(360, rel=0.01)
 
 
+def test_a_run_is_placed_in_the_reference_envelopes_of_its_node():
+    """An 8-GPU H100 node's all-reduce (the fixture's figures) against the Ring envelope, its algorithm
+    not recorded (an import); where NCCL's own report says NVLS, only the NVLS envelope places it, and a
+    busbw above the range reads as the bus factor's doing. Another GPU, or another GPU count, names no
+    envelope."""
+    from commbench.analysis import envelopes
+    from commbench.formats.report import facts
+    doc = _nccl(_read("nccl-tests-all_reduce_perf-8gpu.json")).doc
+    placed = {(p["series"], p["envelope"]): (p["placement"], round(p["peak"], 1), p["algo_known"])
+              for p in envelopes.placements(doc)}
+    assert placed == {("allreduce nccl (8 ranks)", "hgx-h100-allreduce-ring"): ("below", 354.8, False),
+                      ("allreduce nccl in-place (8 ranks)", "hgx-h100-allreduce-ring"): ("within", 362.0, False)}
+    assert ("envelope", "allreduce nccl (8 ranks): peak busbw 354.8 GB/s, below (which algorithm NCCL ran is not "
+                        "recorded)") in facts(doc, "h100.json")
+    nvls = copy.deepcopy(doc)
+    big = copy.deepcopy(max(nvls["results"], key=lambda r: r["size_bytes"]))
+    nvls["results"].append({**big, "size_bytes": 8 << 30, "busbw_gbps": 481.0, "in_place": True})
+    for r in nvls["results"]:
+        r["nccl_choice"] = {"algo": "NVLS", "proto": "SIMPLE", "channels": 16}
+    [p] = envelopes.placements(nvls)
+    assert (p["envelope"], p["series"], p["placement"], p["algo_known"]) == \
+        ("hgx-h100-allreduce-nvls", "allreduce nccl in-place (8 ranks)", "within", True)
+    nvls["results"][-1]["busbw_gbps"] = 520.0
+    assert envelopes.placements(nvls)[0]["placement"] == "above: check the bus factor"
+    other = copy.deepcopy(doc)
+    other["machine"]["gpus"] = ["NVIDIA A100-SXM4-80GB"]
+    four = copy.deepcopy(doc)
+    four["machine"]["ranks"] = 4
+    assert envelopes.placements(other) == [] and envelopes.placements(four) == []
+    assert all(e["source"] and e["range"][0] < e["range"][1] for e in envelopes.catalog())
+
+
 PER_ITER = "nccl-tests-all_reduce_perf-2proc-g2-I1.json"
 
 

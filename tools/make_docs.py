@@ -255,6 +255,10 @@ EXAMPLES: dict[str, Example] = {
         sh("commbench report pi.json -o pi-report"),
         sh("grep -E 'timing|straggler' pi-report/report.md"),
     ]),
+    "envelope": Example([
+        sh("commbench import nccl-tests tests/fixtures/imports/nccl-tests-all_reduce_perf-8gpu.json -o h100.json"),
+        sh("commbench fit h100.json"),
+    ]),
     "import-osu": Example([
         sh("commbench import osu tests/fixtures/imports/osu_latency-7.4-2ranks-shm.txt -o osu.json", stderr=True),
         sh("commbench fit osu.json"),

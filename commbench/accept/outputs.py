@@ -15,7 +15,7 @@ from .judge import ERROR, FAIL, TIMEOUT
 
 
 def _lines(step: dict) -> list[str]:
-    return [f"{c['status']} {c['check']}: {c['evidence']}" for c in step["checks"]]
+    return [f"{c['status']} {c['check']}: {c['evidence']}" for c in step["checks"]] + step.get("envelopes", [])
 
 
 def headline(summary: dict) -> str:

@@ -13,6 +13,7 @@ import sys
 import time
 from typing import Callable, Optional
 
+from ..analysis import envelopes
 from ..analysis.sku import sku_of
 from ..errors import CommbenchError
 from ..launch.world import launcher_free_env
@@ -94,7 +95,9 @@ def run_step(step: Step, folder: str, gpus: int, quick: bool, launch: list, base
             "status": worst(checks), "seconds": ran.seconds, "timeout_s": step.timeout_s,
             "log": os.path.basename(ran.log), "result": os.path.basename(result) if doc is not None else None,
             "baseline": picked[0] if picked else None, "baseline_note": note, "checks": checks,
-            "sku": sku_of(doc) if doc is not None else None, "interrupted": ran.interrupted}
+            "sku": sku_of(doc) if doc is not None else None, "interrupted": ran.interrupted,
+            # Shown, not judged: the plan's limits decide.
+            "envelopes": [line.strip() for line in envelopes.lines(doc)] if doc is not None else []}
 
 
 def overall(steps: list[dict]) -> str:

@@ -121,9 +121,11 @@ def expectation(judge: dict, meta: dict, source: str = "the run"):
 
 
 def fit_lines_for(doc: dict, judge: dict, source: str = "the run") -> list[str]:
+    """The fit with its verdicts, then the run placed in the reference envelopes of its node."""
+    from ..analysis import envelopes
     from ..analysis.verdicts import fit_lines, fits_with_verdicts
     return fit_lines(fits_with_verdicts(doc["results"], expectation(judge, doc, source), judge["pass_pct"],
-                                        judge["fail_pct"]))
+                                        judge["fail_pct"])) + [f"# {line}" for line in envelopes.lines(doc)]
 
 
 # The shortest --timeout: the watchdog looks every TICK_S (0.25 s), and a rank needs its peers' news.

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import shlex
 
-from ..analysis import nccl_default, stragglers
+from ..analysis import envelopes, nccl_default, stragglers
 from ..analysis.verdicts import fits_with_verdicts, span
 from ..node.machine import typed_command
 from ..results.document import timing_of
@@ -28,7 +28,8 @@ def facts(doc: dict, source: str) -> list[tuple[str, str]]:
         ([("delay", stragglers.delay_text(cfg["delay"], cfg.get("agg", 1)))] if cfg.get("delay") else []) + \
         [("straggler", line.partition(": ")[2]) for line in stragglers.summary_lines(doc)] + \
         [("NCCL's default", line.strip()) for line in nccl_default.summary_lines(doc)] + \
-        [("NCCL refuses", f"{name}: {said}") for name, said in doc.get("nccl_refused", {}).items()]
+        [("NCCL refuses", f"{name}: {said}") for name, said in doc.get("nccl_refused", {}).items()] + \
+        [("envelope", line.strip()) for line in envelopes.lines(doc)]
 
 
 FIT_HEADER = ["op", "impl", "ranks", "alpha (us)", "alpha from", "bandwidth (GB/s)", "95% CI (GB/s)",
