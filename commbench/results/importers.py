@@ -300,6 +300,9 @@ def _why(e: Exception) -> str:
 
 def _nccl_tests_json(doc, source: str) -> _Run:
     run = _Run()
+    if isinstance(doc, dict) and "schema_version" in doc and (doc.get("tool") or {}).get("name") == "commbench":
+        raise CommbenchError(f"{source} is a commbench result file, not nccl-tests' JSON: read it as it is (fit, "
+                             f"compare, export), no import needed")
     if isinstance(doc, dict) and doc.get("version") not in NCCL_TESTS_JSON_VERSIONS:
         run.warnings.append(f"{source}: nccl-tests JSON version {doc.get('version')!r}, not one this commbench knows "
                             f"({', '.join(map(str, NCCL_TESTS_JSON_VERSIONS))}): read as version "
