@@ -70,6 +70,11 @@ def test_the_plugin_keeps_each_collectives_choice_as_nccl_hands_it(version):
                                                         datatype=b"ncclFloat32", nChannels=channels, algo=algo,
                                                         proto=proto))
         assert p.startEvent(ctx, ctypes.byref(handle), ctypes.byref(coll)) == 0
+    # Not listening (a sweep's timed calls): NCCL's mask loses collective events, which NCCL then skips.
+    with nccl_choices.listening():
+        assert mask.value & COLL_EVENT
+    assert mask.value == GROUP_EVENT
+    ctypes.CDLL(nccl_choices.plugin_path()).commbench_nccl_choices_listen(1)
     taken = nccl_choices.take()
     assert sorted(taken, key=lambda c: c.count) == [
         nccl_choices.Choice("AllReduce", "ncclFloat32", 256, "RING", "LL", 2, 2),

@@ -131,8 +131,9 @@ def _measure(world, cfg: RunConfig, coll, impl, reporter, data, pool: Buffers, d
     # One call, checked: in place, a second one would start from the first one's result. Without the
     # graph, whose making runs the call twice more on the same buffers; not gated, as the first call of
     # a size connects NCCL's peers on the host.
-    checked = Timings(functools.partial(impl.rank_times, world, coll, send, recv, code,
-                                        cfg=replace(cfg, graph=False), gated=False))(1)
+    with impl.choice_reported():  # NCCL's report of its choice: for this call alone, not the timed ones
+        checked = Timings(functools.partial(impl.rank_times, world, coll, send, recv, code,
+                                            cfg=replace(cfg, graph=False), gated=False))(1)
     expected = coll.expected(world.rank, world.size, cfg.root, shape)
     wrong = world.sum(_count_wrong(data, recv, expected, code, in_place))
     if cfg.graph:

@@ -5,6 +5,7 @@ transport's point-to-point calls (`algorithm@transport`, collectives/impls.py)."
 
 from __future__ import annotations
 
+import contextlib
 from typing import Optional, Protocol
 
 import numpy as np
@@ -79,6 +80,11 @@ class Impl:
         algorithm, protocol and channels); None for our algorithms and where the library reports
         nothing."""
         return self.transport.library_choice(coll, send_bytes, recv_bytes) if self.algorithm is None else None
+
+    def choice_reported(self):
+        """The scope in which the library reports its choice (a size's untimed check): outside it, the
+        timed calls run without the reports' cost."""
+        return self.transport.choice_reported() if self.algorithm is None else contextlib.nullcontext()
 
     def refusal(self, error: Exception) -> Optional[str]:
         """Where `error` is the library refusing a forced variant (every rank alike), what it said;

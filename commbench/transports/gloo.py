@@ -4,6 +4,7 @@ of torch.distributed (a few microseconds)."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Optional
 
@@ -112,6 +113,9 @@ class GlooTransport:
     def library_choice(self, coll, send_bytes: int, recv_bytes: int) -> Optional[dict]:
         """gloo says nothing of the algorithm its call took."""
         return None
+
+    def choice_reported(self):
+        return contextlib.nullcontext()
 
     def prepare(self, world, cfg, what: str) -> None:
         join(world)  # a collective: every rank joins, members of a timed pair or not

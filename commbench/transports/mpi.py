@@ -4,6 +4,7 @@ on GPU buffers, and only with a CUDA-aware MPI library."""
 
 from __future__ import annotations
 
+import contextlib
 from typing import Optional
 
 import numpy as np
@@ -29,6 +30,9 @@ class MpiTransport:
     def library_choice(self, coll, send_bytes: int, recv_bytes: int) -> Optional[dict]:
         """The MPI library says nothing of the algorithm its call took."""
         return None
+
+    def choice_reported(self):
+        return contextlib.nullcontext()
 
     def prepare(self, world, cfg, what: str) -> None:
         """`what` needs MPI: the option or command a refusal names."""

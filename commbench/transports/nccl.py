@@ -144,6 +144,10 @@ class NcclTransport:
         buffers of these bytes (nccl_choices.py): on the rank that writes the records."""
         return nccl_choices.choice_for(nccl_choices.take(), coll, send_bytes, recv_bytes)
 
+    def choice_reported(self):
+        """NCCL reports its choice to the plugin inside this scope alone (nccl_choices.listening)."""
+        return nccl_choices.listening()
+
     def prepare(self, world, cfg, what: str) -> None:
         communicator(world, cfg.timeout_s)
 

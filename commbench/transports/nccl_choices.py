@@ -10,6 +10,7 @@ NCCL's choices are not recorded: NCCL loads one plugin only."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import glob
 import os
@@ -70,9 +71,23 @@ def record() -> Optional[str]:
     lib = ctypes.CDLL(path)
     lib.commbench_nccl_choices.restype = ctypes.c_size_t
     lib.commbench_nccl_choices.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+    lib.commbench_nccl_choices_listen.argtypes = [ctypes.c_int]
     _lib = lib
     os.environ["NCCL_PROFILER_PLUGIN"] = path
     return None
+
+
+@contextlib.contextmanager
+def listening():
+    """NCCL's collectives reported inside (a size's untimed check), not after: the timed calls then
+    run without the profiler's events on the host, as they would without the plugin."""
+    if _lib is not None:
+        _lib.commbench_nccl_choices_listen(1)
+    try:
+        yield
+    finally:
+        if _lib is not None:
+            _lib.commbench_nccl_choices_listen(0)
 
 
 def take() -> list[Choice]:

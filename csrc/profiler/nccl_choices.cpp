@@ -78,18 +78,21 @@ void note(const Coll& c) {
 
 // Every communicator's events share the table: the context only has to be non-null.
 int context_token;
+// NCCL's activation mask, one for the process, which NCCL reads at each event: where the process
+// listens (commbench_nccl_choices_listen), collective events are on.
+int* active_mask = nullptr;
+bool listening = true;
 
-Result init_v5(void** context, uint64_t, int* mask, const char*, int, int, int, Logger) {
-  *mask |= kCollEvent;
+Result init(void** context, int* mask) {
+  std::lock_guard<std::mutex> hold(mu);
+  active_mask = mask;
+  if (listening) *mask |= kCollEvent;
   *context = &context_token;
   return 0;
 }
 
-Result init_v4(void** context, int* mask, const char*, uint64_t, int, int, int, Logger) {
-  *mask |= kCollEvent;
-  *context = &context_token;
-  return 0;
-}
+Result init_v5(void** context, uint64_t, int* mask, const char*, int, int, int, Logger) { return init(context, mask); }
+Result init_v4(void** context, int* mask, const char*, uint64_t, int, int, int, Logger) { return init(context, mask); }
 
 // NCCL also starts group and API events whenever collective events are on: each gets a null handle,
 // written every time (NCCL keeps a slot's handle until the next start).
@@ -127,6 +130,14 @@ __attribute__((visibility("default"))) Plugin<DescrV5, decltype(&init_v5)> ncclP
     "commbench", init_v5, start_v5, stop, record_state, finalize};
 __attribute__((visibility("default"))) Plugin<DescrV4, decltype(&init_v4)> ncclProfiler_v4{
     "commbench", init_v4, start_v4, stop, record_state, finalize};
+
+// Whether NCCL hands its collectives to the plugin from now on: a sweep listens to the untimed check of
+// each size and not to the timed calls, which then run without the profiler's events on the host.
+__attribute__((visibility("default"))) void commbench_nccl_choices_listen(int on) {
+  std::lock_guard<std::mutex> hold(mu);
+  listening = on != 0;
+  if (active_mask) *active_mask = listening ? (*active_mask | kCollEvent) : (*active_mask & ~kCollEvent);
+}
 
 // The choices seen since the last call, one line each, "function datatype count algorithm protocol
 // channels calls", into `out` (at most `room` bytes, NUL-terminated); the table is emptied. Returns the
