@@ -271,6 +271,22 @@ def test_any_name_a_file_can_take_can_be_written(name, ext, tmp_path):
     assert os.listdir(tmp_path) == [name] and open(target).read() == "whole"
 
 
+def test_a_run_writes_any_legal_name_and_touches_nothing_beside_it(workdir):
+    """A result file rewritten as rows come went through '<name>.partial': a legal name of 248 bytes or
+    more failed once measured (that name too long), and a file of the user's called so was replaced and
+    removed. Each rewrite now goes through a new hidden file of its own."""
+    name = "a" * 250 + ".json"
+    with open(os.path.join(workdir, "x.json.partial"), "w") as f:
+        f.write("precious")
+    for out in (name, "x.json"):
+        r = subprocess.run([COMMBENCH, "allreduce", "--device", "cpu", "--impl", "mpi", "--sizes", "1K,2K", "--iters",
+                            "3", "-o", out], cwd=workdir, env=mpi_env(), capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        assert results.load_document(os.path.join(workdir, out))["status"] == "complete"
+    assert sorted(os.listdir(workdir)) == sorted([name, "x.json", "x.json.partial"])
+    assert open(os.path.join(workdir, "x.json.partial")).read() == "precious"
+
+
 # ---- refused before it measures: no file, no rank ----------------------------------------------------
 
 def test_an_mpi_run_under_torchrun_is_refused_before_the_ranks_meet(workdir):

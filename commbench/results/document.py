@@ -415,8 +415,10 @@ class ResultFile:
 
     def _write(self, text: str) -> None:
         """Replaces the file whole or not at all: a write that fails (a full disk) leaves the last
-        good version and no temporary file."""
-        tmp = f"{self.path}.partial"
+        good version and no temporary file. The temporary file is a new hidden one of atomic.py's
+        (any legal name can be written; nothing of the user's beside it is touched)."""
+        from .atomic import create_temporary
+        tmp = create_temporary(os.path.dirname(self.path) or ".", os.path.basename(self.path))
         try:
             with open(tmp, "w") as f:
                 f.write(text)
