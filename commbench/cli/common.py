@@ -47,6 +47,9 @@ MAX_ITERATIONS = 1_000_000
 # The most calls in one timed iteration (--agg): NCCL takes a group's calls on the host before the
 # first starts; more calls per sample are what --timing loop is for.
 MAX_AGG = 1024
+# The most messages in flight in a bandwidth iteration (--window): OSU's default is 64; a window is
+# posted at once, each message a request the library tracks.
+MAX_WINDOW = 65536
 
 
 def policy_options(f):

@@ -14,7 +14,18 @@ from ..launch.world import detect_launcher
 from ..run import preflight
 from ..sizes import parse_size
 from ..transports import TRANSPORTS, default_p2p_transport, transport_names
-from .common import Finite, make_reporter, policy_options, ranks_option, resolve_device, run_ranks, sweep, timeout_option, timing_options
+from .common import (
+    MAX_WINDOW,
+    Finite,
+    make_reporter,
+    policy_options,
+    ranks_option,
+    resolve_device,
+    run_ranks,
+    sweep,
+    timeout_option,
+    timing_options,
+)
 from .group import cli
 
 LEVELS = ("auto", "rank", "host")
@@ -27,7 +38,7 @@ RANK_LEVEL_MAX = 8
               help="Transport between ranks: " + "; ".join(f"{t.name} ({t.p2p_summary})" for t in TRANSPORTS) + ".")
 @click.option("--latency-size", default="8", show_default=True, help="Ping-pong message size in bytes.")
 @click.option("--bandwidth-size", default="4M", show_default=True, help="Bandwidth message size in bytes.")
-@click.option("--window", type=click.IntRange(min=1), default=64, show_default=True,
+@click.option("--window", type=click.IntRange(min=1, max=MAX_WINDOW), default=64, show_default=True,
               help="Messages in flight per bandwidth iteration.")
 @click.option("--threshold-pct", type=Finite(0, 100, min_open=True, max_open=True), default=75.0, show_default=True,
               help="Flag a pair below this percent of the typical bandwidth of comparable pairs (the median over "

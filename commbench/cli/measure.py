@@ -19,6 +19,7 @@ from ..transports import TRANSPORTS, default_p2p_transport, nccl_choices, transp
 from ..transports.nccl import NCCL, chosen_transports, log_connections
 from .common import (
     MAX_AGG,
+    MAX_WINDOW,
     make_reporter,
     policy_options,
     ranks_option,
@@ -231,7 +232,7 @@ _register_collectives()
               help="cuda with --impl mpi: the peer-to-peer matrix of this process's GPUs (no ranks).")
 @click.option("--pairs", default="0:1", show_default=True,
               help="Rank pairs: 0:1, a list 0:1,0:2, or 'all'; the lower rank sends.")
-@click.option("--window", type=click.IntRange(min=1), default=64, show_default=True,
+@click.option("--window", type=click.IntRange(min=1, max=MAX_WINDOW), default=64, show_default=True,
               help="Messages in flight per bandwidth iteration.")
 @click.option("--access", type=click.Choice(list(ACCESS)), default=None,
               help="--device cuda: which GPU issues each peer copy: the source, writing into its peer (default), "
