@@ -187,6 +187,29 @@ def test_a_fault_under_torchrun_style_gloo_ends_every_rank(fault, workdir):
     assert left_behind(out) == []
 
 
+def test_a_killed_rank_0_leaves_its_file_closed_by_the_launch(workdir):
+    """Rank 0 owns the result file: SIGKILLed, it cannot close it, and the file said `running` for
+    ever. The standalone launch, once every rank ended, closes a file its rank 0 left so (peer-lost,
+    rows kept) and says so; rank 1 has named the rank it lost."""
+    out = os.path.join(workdir, "kill0.json")
+    p = subprocess.Popen([COMMBENCH, *SWEEP, "-o", out, "--np", "3"], env=_env("cpu"), stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        wait_for_rows(out, p)
+        os.kill(rank_pids(out)[0], signal.SIGKILL)
+        _, err = p.communicate(timeout=TIMEOUT_S + 30)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    doc = results.load_document(out)
+    assert p.returncode != 0 and doc["results"] and doc["status"] == "peer-lost", (doc["status"], err)
+    assert doc["error"].startswith("rank 0 ended without closing this file"), doc["error"]
+    assert f"commbench: error: rank 0 ended without closing {out}: its process was killed or its host lost " \
+           f"(measured rows kept)" in err.splitlines(), err
+    time.sleep(0.5)
+    assert left_behind(out) == []
+
+
 # A lost or stopped rank on another host, named through the network; an interrupt names no rank, and
 # ends every rank the same way on one host or several (the tests above).
 @pytest.mark.cluster

@@ -198,6 +198,13 @@ def run_ranks(nranks: Optional[int], default_ranks: int, body, checks, timeout_s
             env[PROGRESS_MARK] = "1"
         status = _spawn(argv, env)
         trace.phase("ranks-ended")
+        if status != 0 and checks.output is not None:
+            from ..results.document import close_abandoned
+            if close_abandoned(checks.output, f"rank 0 ended without closing this file (the launch ended with status "
+                                              f"{status}): its process was killed or its host lost; the rows "
+                                              f"measured before are kept"):
+                click.echo(f"commbench: error: rank 0 ended without closing {checks.output}: its process was killed "
+                           f"or its host lost (measured rows kept)", err=True)
         sys.exit(status)
     checks.before_joining(detect_launcher())
     world = init_world(timeout_s)

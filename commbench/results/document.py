@@ -414,16 +414,38 @@ class ResultFile:
         os.unlink(self.path)
 
     def _write(self, text: str) -> None:
-        """Replaces the file whole or not at all: a write that fails (a full disk) leaves the last
-        good version and no temporary file. The temporary file is a new hidden one of atomic.py's
-        (any legal name can be written; nothing of the user's beside it is touched)."""
-        from .atomic import create_temporary
-        tmp = create_temporary(os.path.dirname(self.path) or ".", os.path.basename(self.path))
-        try:
-            with open(tmp, "w") as f:
-                f.write(text)
-            os.replace(tmp, self.path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        replace_whole(self.path, text)
+
+
+def replace_whole(path: str, text: str) -> None:
+    """Replaces a file whole or not at all: a write that fails (a full disk) leaves the last good
+    version and no temporary file. The temporary file is a new hidden one of atomic.py's (any legal
+    name can be written; nothing of the user's beside it is touched)."""
+    from .atomic import create_temporary
+    tmp = create_temporary(os.path.dirname(path) or ".", os.path.basename(path))
+    try:
+        with open(tmp, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def close_abandoned(path: str, error: str) -> bool:
+    """A result file that its owner, rank 0, left `running` (its process ended: killed, or its host
+    lost), closed by the process that started the ranks once every one of them has ended: status
+    peer-lost, `error`, the rows kept. Returns whether it was one."""
+    try:
+        with open(path) as f:
+            doc = json.load(f)
+    except (OSError, ValueError):
+        return False
+    if not isinstance(doc, dict) or doc.get("status") != "running":
+        return False
+    doc["status"], doc["error"] = "peer-lost", error
+    with contextlib.suppress(OSError):
+        replace_whole(path, json.dumps(doc, indent=1) + "\n")
+        return True
+    return False
