@@ -133,6 +133,10 @@ def _resolve(value, gpus: int):
     return value
 
 
+# The largest plan file read: the built-in plans are a few KiB.
+MAX_PLAN_BYTES = 1 << 20
+
+
 def load(name_or_path: str, check_argv: Optional[Callable[[list], None]] = None) -> Plan:
     """The plan of that built-in name or TOML file. `check_argv(argv)` raises CommbenchError where a
     step's command line would not parse (the commands' own options and types decide)."""
@@ -143,13 +147,18 @@ def load(name_or_path: str, check_argv: Optional[Callable[[list], None]] = None)
         if not os.path.isfile(path):
             raise CommbenchError(f"no built-in plan '{name_or_path}': choose from {', '.join(builtin())}, "
                                  f"or give a plan file (NAME.toml)")
+    from ..results.document import open_to_read
     try:
-        with open(path, "rb") as f:
+        # A FIFO reads as empty without waiting for a writer; a file far larger than any plan is
+        # refused unread.
+        with open_to_read(path, "plan", MAX_PLAN_BYTES) as f:
             data = tomllib.load(f)
     except OSError as e:
         raise CommbenchError(f"plan {path}: {e.strerror}") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise CommbenchError(f"plan {path}: not TOML: {e}") from None
+    if not data:
+        raise CommbenchError(f"plan {path} is empty")
     return parse(data, name, path, check_argv)
 
 

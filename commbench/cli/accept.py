@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import signal
 import socket
 import sys
@@ -65,7 +66,13 @@ def _launch(scope: str, launch_text) -> list:
             raise CommbenchError("--launch is for cluster plans: a node plan starts its own ranks on this node")
         return []
     if launch_text:
-        return shlex.split(launch_text)
+        try:
+            launch = shlex.split(launch_text)
+        except ValueError as e:
+            raise CommbenchError(f"--launch {launch_text!r}: {e} (it is split as a shell splits words)") from None
+        if shutil.which(launch[0]) is None:
+            raise CommbenchError(f"--launch {launch_text!r}: no program {launch[0]!r} on PATH")
+        return launch
     if os.environ.get("SLURM_JOB_ID") and not os.environ.get("SLURM_STEP_ID"):
         # This environment's mpirun takes the allocation's nodes and tasks from Slurm (and starts its
         # daemons with srun); srun alone starts ranks only for an MPI built for Slurm's PMI.
@@ -117,6 +124,8 @@ def accept(plan_name, baselines_dir, junit_path, base, quick, launch_text, print
     from ..results.atomic import check_new_file
 
     gpus, why = visible_gpus()
+    if plan_name is not None and not plan_name.strip():
+        raise CommbenchError("--plan '': give a built-in plan's name or a plan file (NAME.toml)")
     plan = load(plan_name or ("gpu-node" if gpus else "cpu-node"), check_argv)
     if print_plan:
         with open(plan.source) as f:
