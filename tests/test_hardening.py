@@ -355,6 +355,9 @@ SHAPED = [
     ("NCCL_IB_HCA", "mlx5_0:1,mlx5_1:1", "mlx5_0:1,mlx5_1:1"),
     ("NCCL_SOCKET_IFNAME", "^lo,docker0", "^lo,docker0"),
     ("NCCL_ALGO", "Ring,Tree", "Ring,Tree"),
+    # a setting named like a secret at the value's start, or after a comma or a space
+    ("NCCL_NET", "password=abc123xyz", "password=<redacted>"),
+    ("UCX_NET_DEVICES", "mlx5_0:1,secret=zz", "mlx5_0:1,secret=<redacted>"),
 ]
 
 
