@@ -287,6 +287,20 @@ def test_a_run_writes_any_legal_name_and_touches_nothing_beside_it(workdir):
     assert open(os.path.join(workdir, "x.json.partial")).read() == "precious"
 
 
+def test_a_file_name_that_is_no_utf8_is_shown_not_crashed_on(workdir):
+    """A result file named with a Latin-1 byte: report wrote it into its pages and plot into a legend,
+    and both ended in a traceback (Python keeps such bytes as surrogates no encoder writes). They show
+    U+FFFD for it instead."""
+    name = os.fsdecode(b"caf\xe9.json")
+    fixture = os.path.join(HERE, "fixtures", "imports", "nccl-tests-all_reduce_perf-8gpu.json")
+    for args in (["import", "nccl-tests", fixture, "-o", name], ["report", name, "-o", "rep"],
+                 ["plot", name, "--baseline", name, "-o", "p.png"]):
+        r = subprocess.run([COMMBENCH, *args], cwd=workdir, env=mpi_env(), capture_output=True, timeout=120)
+        assert r.returncode == 0 and r.stderr == b"", (args, r.stderr[-2000:])
+    assert "caf\ufffd.json" in open(os.path.join(workdir, "rep", "report.md")).read()
+    assert os.path.getsize(os.path.join(workdir, "p.png")) > 0
+
+
 # ---- refused before it measures: no file, no rank ----------------------------------------------------
 
 def test_an_mpi_run_under_torchrun_is_refused_before_the_ranks_meet(workdir):

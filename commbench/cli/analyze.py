@@ -8,6 +8,7 @@ import click
 
 from .. import collectives, formats
 from ..errors import CommbenchError
+from ..formats.options import printable
 from .common import expectation, fit_lines_for, percent, verdict_options
 from .group import cli
 
@@ -164,7 +165,7 @@ def export(run, format_name, output, samples, judge) -> None:
     doc = load_document(run)
     if not doc["results"] and "numerics" not in doc:
         raise CommbenchError(f"{run} holds no records to export")
-    options = formats.Options(source=os.path.basename(run), expected=expectation(judge, doc, run),
+    options = formats.Options(source=printable(os.path.basename(run)), expected=expectation(judge, doc, run),
                               pass_pct=judge["pass_pct"], fail_pct=judge["fail_pct"], samples=samples)
     data = formats.render(format_name, doc, options)
     if output:
@@ -212,7 +213,7 @@ def write_report(run_path: str, doc: dict, out_dir: str, expected, pass_pct: flo
 
     from ..formats.report import PLOT
     from ..results.document import write_new
-    options = formats.Options(source=os.path.basename(run_path), expected=expected, pass_pct=pass_pct,
+    options = formats.Options(source=printable(os.path.basename(run_path)), expected=expected, pass_pct=pass_pct,
                               fail_pct=fail_pct, image=PLOT)
     written = []
     for name, fmt in ((PLOT, "png"), ("report.md", "markdown"), ("report.html", "html")):

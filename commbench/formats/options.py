@@ -22,6 +22,12 @@ class Options:
     image: Optional[str] = None  # markdown, html: the plot file shown beside the text (a report folder)
 
 
+def printable(name: str) -> str:
+    """A file name as text a page, a plot or a terminal can show: bytes of it that are no UTF-8 (kept by
+    Python as surrogates, which no encoder writes) become U+FFFD."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
 def records(doc: dict, samples: bool) -> list[dict]:
     """The document's records, without their raw samples unless `samples`."""
     return doc["results"] if samples else [{k: v for k, v in r.items() if k != "samples_us"} for r in doc["results"]]

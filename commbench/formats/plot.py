@@ -12,6 +12,7 @@ from ..analysis.fit import fit_records
 from ..collectives import cost_model
 from ..results.series import by_series, label, series_head, series_key
 from ..sizes import format_size
+from .options import printable
 
 # Series named in a legend; a fleet's file holds thousands, and a legend of thousands took minutes
 # to lay out and says nothing: the rest are counted in one more entry.
@@ -47,7 +48,8 @@ def plot(runs: list[tuple[str, dict]], path: Union[str, BinaryIO], baselines: Op
     handles = []
     drawn = 0
     for group, style in ((runs, "-"), (baselines or [], "--")):
-        for name, doc in group:
+        for raw_name, doc in group:
+            name = printable(raw_name)
             fits = {series_key(f): f for f in fit_records(doc["results"])}
             tag = "" if len(runs) == 1 and not baselines else f"{name}: "
             if style == "--":

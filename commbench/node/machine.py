@@ -32,8 +32,9 @@ PATH_SUFFIXES = ("_ROOT", "_PATH", "_DIR", "_HOME", "_FILE", "_PREFIX")
 
 
 # Values shaped like credentials, whatever the variable's name: a URL's user:password, a query
-# parameter or a setting named like a secret (password=..., at the start or after , ; & ? or a space), and the shapes of well-known keys (GitHub and Slack tokens, AWS
-# access key ids, JSON web tokens, PEM private keys). Each is replaced by REDACTED; the rest of the
+# parameter or a setting named like a secret (password=..., at the start or after , ; & ? or a
+# space), and the shapes of well-known keys (GitHub and Slack tokens, AWS access key ids, JSON web
+# tokens, PEM private keys). Each is replaced by REDACTED; the rest of the
 # value (a host, a port, a tuning setting beside it) stays.
 REDACTED = "<redacted>"
 _SECRET_SHAPES = [

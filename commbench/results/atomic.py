@@ -22,12 +22,17 @@ def _temporary_name(folder: str, name: str) -> str:
     chooses an image's format from it. As long as it may be (NAME_MAX): the start of `name` is cut
     where the two would not fit, so that any name a file can take can be written."""
     base, ext = os.path.splitext(name)
-    if len(ext.encode()) > 16:  # no format's extension: part of the name
+    if len(os.fsencode(ext)) > 16:  # no format's extension: part of the name
         base, ext = name, ""
     tail = f".{os.getpid()}-{secrets.token_hex(3)}.partial{ext}"
-    room = NAME_MAX - 1 - len(tail.encode())
-    base = base.encode()[:room].decode(errors="ignore")  # never half a character
-    return os.path.join(folder, f".{base}{tail}")
+    room = NAME_MAX - 1 - len(os.fsencode(tail))
+    # Counted in the file system's bytes (a name may hold bytes that are no UTF-8, which Python keeps as
+    # surrogates); a UTF-8 character the cut would halve is left out whole.
+    raw = os.fsencode(base)
+    cut = raw[:room]
+    while cut and len(cut) < len(raw) and raw[len(cut)] & 0xC0 == 0x80:
+        cut = cut[:-1]
+    return os.path.join(folder, f".{os.fsdecode(cut)}{tail}")
 
 
 def create_temporary(folder: str, name: str) -> str:
