@@ -15,3 +15,12 @@ class RankError(CommbenchError):
 def one_line(text: str) -> str:
     """An error message as the single line the user gets."""
     return " ".join(part.strip() for part in str(text).splitlines() if part.strip())
+
+
+def described(error: BaseException) -> str:
+    """An unexpected failure in the error line's words: a system call's (a full disk) as the system
+    says it, with the file it concerned, not as Python names it; anything else with its type, which
+    says what failed (TimingDefect, RuntimeError from NCCL)."""
+    if isinstance(error, OSError) and error.strerror:
+        return error.strerror + (f" ({error.filename})" if error.filename else "")
+    return f"{type(error).__name__}: {error}"

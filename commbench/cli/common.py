@@ -18,7 +18,8 @@ from typing import Callable, NoReturn, Optional
 import click
 
 from .. import trace
-from ..errors import CommbenchError, one_line
+from ..errors import CommbenchError, described, one_line
+from ..launch import relay
 from ..launch.world import detect_launcher, dies_with, init_world, standalone_command
 from ..node.gpu import CUDA_EVENT_RESOLUTION_S, DEFAULT_TIMEOUT_S
 from ..run.policy import TIMINGS, Policy
@@ -196,9 +197,10 @@ def run_ranks(nranks: Optional[int], default_ranks: int, body, checks, timeout_s
         argv, env = standalone_command(sys.argv[1:], ranks, cores(), gpu=checks.device == "cuda")
         if sys.stderr.isatty():
             env[PROGRESS_MARK] = "1"
-        status = _spawn(argv, env)
+        status, ending = _spawn(argv, env)
         trace.phase("ranks-ended")
-        if status != 0 and checks.output is not None:
+        # Rank 0 that spoke has closed the file, or said why it could not (a full disk).
+        if status != 0 and checks.output is not None and not relay.by_rank_0(ending):
             from ..results.document import close_abandoned
             if close_abandoned(checks.output, f"rank 0 ended without closing this file (the launch ended with status "
                                               f"{status}): its process was killed or its host lost; the rows "
@@ -227,13 +229,12 @@ def run_ranks(nranks: Optional[int], default_ranks: int, body, checks, timeout_s
 STOP_WITHIN_S = 10.0
 
 
-def _spawn(argv: list[str], env: dict) -> int:
-    """Runs the ranks under mpirun and returns the exit status; their stderr and mpirun's pass through
-    launch/relay.py. SIGINT/SIGTERM go on to the ranks
+def _spawn(argv: list[str], env: dict) -> tuple[int, Optional[bytes]]:
+    """Runs the ranks under mpirun and returns the exit status and the line that ended the run (None:
+    no rank's error line); their stderr and mpirun's pass through launch/relay.py. SIGINT/SIGTERM go on to the ranks
     themselves (rank 0 then closes the result file and speaks, and mpirun ends the rest): a signalled
     mpirun would stop relaying the ranks' output. mpirun gets a session of its own so that whatever
     is left after STOP_WITHIN_S goes with it, and it ends with this process, even a SIGKILLed one."""
-    from ..launch import relay
     read_end, write_end = os.pipe()
     # SIGPIPE stays ignored in mpirun (restore_signals=False): once this process is SIGKILLed, its
     # pipe is broken, and mpirun, killed by the first line it wrote there, would leave its ranks
@@ -261,7 +262,7 @@ def _spawn(argv: list[str], env: dict) -> int:
                 os.killpg(proc.pid, signal.SIGKILL)
     relayed.join(STOP_WITHIN_S)  # what mpirun wrote last, on the user's stderr before the exit
     # A rank killed by a signal makes mpirun's own status a signal number; the command's is 1.
-    return rc if rc in (0, 1, 2) and not (interrupted and rc == 0) else 1
+    return (rc if rc in (0, 1, 2) and not (interrupted and rc == 0) else 1), relayed.ending
 
 
 def _session_members(sid: int) -> list[int]:
@@ -385,13 +386,15 @@ def _fail(reporter, world, error: Exception) -> NoReturn:
     try:
         if reporter:
             where = f" at {reporter.current}" if reporter.current else ""
-            kept = reporter.fail(f"{type(error).__name__}{where}: {error}")
-            click.echo(one_line(f"commbench: error{where}: {type(error).__name__}: {error} ({kept})"), err=True)
+            said = described(error)
+            kept = reporter.fail(f"{type(error).__name__}{where}: {error}" if said.startswith(type(error).__name__)
+                                 else f"{said}{where}")
+            click.echo(one_line(f"commbench: error{where}: {described(error)} ({kept})"), err=True)
             reporter.summary()
         else:
             if abort and world.rank != 0:
                 time.sleep(RANK_SPEAKS_AFTER_S)
-            click.echo(one_line(f"commbench: error on rank {world.rank}: {type(error).__name__}: {error}"), err=True)
+            click.echo(one_line(f"commbench: error on rank {world.rank}: {described(error)}"), err=True)
     finally:
         if abort:
             world.comm.Abort(1)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import re
 import threading
-from typing import BinaryIO
+from typing import BinaryIO, Optional
 
 # Terminal control sequences (the progress bar redraws its line with them).
 _CONTROL = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]")
@@ -24,7 +24,12 @@ def _ends_the_run(line: bytes) -> bool:
     return shown.startswith(_ENDING)
 
 
-def start(source: int, sink: BinaryIO) -> threading.Thread:
+class Relay(threading.Thread):
+    """The relaying thread; `ending` is the line that ended the run once one did (None before)."""
+    ending: Optional[bytes] = None
+
+
+def start(source: int, sink: BinaryIO) -> Relay:
     """Relays the pipe `source` to `sink` on a thread of its own (joined once the pipe ends). Bytes
     go on as they arrive, not a line at a time: the progress bar never ends its line."""
     def run() -> None:
@@ -37,6 +42,7 @@ def start(source: int, sink: BinaryIO) -> threading.Thread:
                 head, _, chunk = chunk.partition(b"\n")
                 if _ends_the_run(line + head):
                     shown = shown[:len(shown) - len(chunk)]  # up to this line's end, nothing after
+                    thread.ending = _CONTROL.sub(b"", (line + head).rsplit(b"\r", 1)[-1])
                     ended = True
                     break
                 line = b""
@@ -46,6 +52,11 @@ def start(source: int, sink: BinaryIO) -> threading.Thread:
             sink.flush()
         os.close(source)
 
-    thread = threading.Thread(target=run, name="commbench-stderr", daemon=True)
+    thread = Relay(target=run, name="commbench-stderr", daemon=True)
     thread.start()
     return thread
+
+
+def by_rank_0(line: Optional[bytes]) -> bool:
+    """Whether an ending line is rank 0's own: the others' say 'commbench: error on rank N'."""
+    return line is not None and not line.startswith(b"commbench: error on rank")

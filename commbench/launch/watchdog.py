@@ -36,7 +36,7 @@ from typing import Optional, Sequence
 
 import click
 
-from ..errors import one_line
+from ..errors import described, one_line
 
 TICK_S = 0.25
 # Connections a listener holds waiting to be accepted: a leader per host may connect at once.
@@ -453,7 +453,7 @@ class Watchdog:
                                     f"(the launch closed this rank's output: {error.strerror})")
         # A failure caused by a peer that died arrives a moment after its connection closed.
         time.sleep(2 * TICK_S)
-        text = f"{type(error).__name__}: {error}"
+        text = described(error)
         # TimeoutError: a wait for peers that ran past --timeout inside a call (the GPU path's NCCL
         # waits): the same deadline as the watchdog's, seen from inside the call.
         status = "timeout" if isinstance(error, TimeoutError) else "failed"

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from ..errors import CommbenchError, RankError
+from ..errors import CommbenchError, RankError, described
 from ..node.gpu import DEFAULT_TIMEOUT_S
 from .rendezvous import all_gather_flat
 
@@ -229,7 +229,7 @@ class World:
             except CommbenchError as e:
                 error = str(e)
             except Exception as e:  # noqa: BLE001 - reported on every rank as one line
-                error = f"{type(e).__name__}: {e}"
+                error = described(e)
         value, error = self.bcast((value, error))
         if error:
             raise CommbenchError(error)

@@ -427,6 +427,10 @@ def replace_whole(path: str, text: str) -> None:
         with open(tmp, "w") as f:
             f.write(text)
         os.replace(tmp, path)
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise OSError(e.errno, e.strerror, path) from None  # the file written, not its temporary name
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
