@@ -203,9 +203,10 @@ def test_a_killed_rank_0_leaves_its_file_closed_by_the_launch(workdir):
             os.killpg(p.pid, signal.SIGKILL)
     doc = results.load_document(out)
     assert p.returncode != 0 and doc["results"] and doc["status"] == "peer-lost", (doc["status"], err)
-    assert doc["error"].startswith("rank 0 ended without closing this file"), doc["error"]
-    assert f"commbench: error: rank 0 ended without closing {out}: its process was killed or its host lost " \
-           f"(measured rows kept)" in err.splitlines(), err
+    assert doc["error"].startswith("the ranks ended (status 1) with this file still open: rank 0's process was "
+                                   "killed"), doc["error"]
+    assert f"commbench: error: the ranks ended with {out} still open: rank 0's process was killed, or ended for " \
+           f"another rank's (measured rows kept)" in err.splitlines(), err
     time.sleep(0.5)
     assert left_behind(out) == []
 
@@ -468,3 +469,27 @@ def test_a_failure_on_another_rank_leaves_rank_0_time_to_close_its_file(workdir)
     doc = results.load_document(out)
     assert doc["status"] == "failed" and "rank 1 broke" in doc["error"], (doc["status"], r.stderr)
     assert "commbench: error" in r.stderr and "error on rank 1" not in r.stderr, r.stderr
+
+
+def test_a_hang_up_ends_the_ranks_as_sigterm_does(workdir):
+    """SIGHUP to a standalone run (its terminal or ssh session closed): the command died of it, no
+    line, the file saying its output was closed, and Open MPI's session folder left in $TMPDIR. It
+    now ends the ranks as SIGTERM does."""
+    out = os.path.join(workdir, "hup.json")
+    tmp = os.path.join(workdir, "tmp")
+    os.mkdir(tmp)
+    p = subprocess.Popen([COMMBENCH, *SWEEP, "-o", out, "--np", "2"], env=_env("cpu", TMPDIR=tmp),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        wait_for_rows(out, p)
+        os.kill(p.pid, signal.SIGHUP)
+        _, err = p.communicate(timeout=TIMEOUT_S + 30)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    doc = results.load_document(out)
+    assert p.returncode == 1 and doc["status"] == "interrupted" and "SIGTERM" in doc["error"], (doc["error"], err)
+    assert [line for line in err.splitlines() if line.startswith("commbench: error")] == \
+        [f"commbench: error: {doc['error']} (measured rows kept in {out})"], err
+    time.sleep(0.5)
+    assert left_behind(out) == [] and os.listdir(tmp) == []

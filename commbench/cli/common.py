@@ -202,11 +202,11 @@ def run_ranks(nranks: Optional[int], default_ranks: int, body, checks, timeout_s
         # Rank 0 that spoke has closed the file, or said why it could not (a full disk).
         if status != 0 and checks.output is not None and not relay.by_rank_0(ending):
             from ..results.document import close_abandoned
-            if close_abandoned(checks.output, f"rank 0 ended without closing this file (the launch ended with status "
-                                              f"{status}): its process was killed or its host lost; the rows "
-                                              f"measured before are kept"):
-                click.echo(f"commbench: error: rank 0 ended without closing {checks.output}: its process was killed "
-                           f"or its host lost (measured rows kept)", err=True)
+            if close_abandoned(checks.output, f"the ranks ended (status {status}) with this file still open: rank 0's "
+                                              f"process was killed, or ended by the launch for another rank's; the "
+                                              f"rows measured before are kept"):
+                click.echo(f"commbench: error: the ranks ended with {checks.output} still open: rank 0's process was "
+                           f"killed, or ended for another rank's (measured rows kept)", err=True)
         sys.exit(status)
     checks.before_joining(detect_launcher())
     world = init_world(timeout_s)
@@ -247,11 +247,14 @@ def _spawn(argv: list[str], env: dict) -> tuple[int, Optional[bytes]]:
 
     def forward(signum, _frame):
         interrupted.append(signum)
+        # A hang-up (the terminal or the ssh session closed) ends the ranks as SIGTERM does: in order,
+        # the file closed, no Open MPI session folder left in $TMPDIR.
+        sent = signal.SIGTERM if signum == signal.SIGHUP else signum
         for pid in _session_members(proc.pid) or [proc.pid]:  # no ranks yet: mpirun ends its launch
             with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signum)
+                os.kill(pid, sent)
 
-    for s in (signal.SIGINT, signal.SIGTERM):
+    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(s, forward)
     while True:
         try:
