@@ -50,6 +50,7 @@ def _make_files(folder: str) -> None:
             json.dump(doc, f)
     texts = {
         "latin1.json": b'{"tool": "caf\xe9"}',  # Latin-1, not UTF-8
+        "utf16.json": json.dumps(run).encode("utf-16"),  # a valid run, but UTF-16 (json reads it)
         "notjson.json": b"hello\n",
         "list.json": b"[1, 2]",
         "nan.json": json.dumps(ring_run()).replace('"samples_us": [', '"samples_us": [NaN, ', 1).encode(),

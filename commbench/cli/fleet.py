@@ -51,10 +51,12 @@ def fleet(results, threshold, as_json, plot_path) -> None:
             docs.append((path, load_document(path)))
         except CommbenchError as e:  # a fleet's folder holds other files too: say so, go on
             skipped.append(str(e))
+    if not docs:  # one line: the reason itself where there was one file, else how many and one of them
+        raise CommbenchError(skipped[0] if len(skipped) == 1 else
+                             f"no result files among {', '.join(results)}" +
+                             (f" ({len(skipped)} file(s) that are not, e.g. {skipped[0]})" if skipped else ""))
     if skipped:
         click.echo(f"warning: skipped {len(skipped)} file(s) that are not result files, e.g. {skipped[0]}", err=True)
-    if not docs:
-        raise CommbenchError(f"no result files among {', '.join(results)}")
     found = analyse(docs, threshold)
     if not found["nodes"]:
         raise CommbenchError("none of the result files gives a node's own figures (a run on one host, or a "

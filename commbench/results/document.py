@@ -234,10 +234,12 @@ def _read_json(path: str, what: str) -> tuple:
     except orjson.JSONDecodeError:
         pass
     try:
+        # Decoded first: json reads bytes in UTF-16 or UTF-32 too, and a result file is UTF-8 alone.
+        text = raw.decode("utf-8")
         try:
-            return json.loads(raw, parse_constant=_refuse_constant, parse_float=_finite_float), True
+            return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float), True
         except _Overflow:  # kept: the schema's check names the field
-            return json.loads(raw, parse_constant=_refuse_constant), False
+            return json.loads(text, parse_constant=_refuse_constant), False
     except UnicodeDecodeError:
         raise CommbenchError(f"{path} is not a {what}: not UTF-8 text") from None
     except RecursionError:
