@@ -14,6 +14,7 @@ import sys
 import pytest
 from conftest import HERE, commbench
 
+from commbench import collectives
 from commbench.cli import main
 from commbench.launch.world import launcher_free_env
 from commbench.results.document import MAX_FILE_BYTES
@@ -44,6 +45,7 @@ def _make_files(folder: str) -> None:
         "norows.json": result_doc([], status="failed"),
         "empty-messages.json": result_doc([row(0, 0.0), row(0, 0.0, impl="mpi")]),
         "negative.json": result_doc([dict(r, samples_us=[-1.0, *r["samples_us"][1:]]) for r in run["results"]]),
+        "unknown-op.json": result_doc([dict(r, op="frobnicate") for r in run["results"]]),
     }
     for name, doc in docs.items():
         with open(os.path.join(folder, name), "w") as f:
@@ -77,7 +79,8 @@ def _tree(folder: str) -> dict:
 
 
 def _expected_pattern(expected: str, tmp: str) -> str:
-    pattern = re.escape(expected.replace("{tmp}", tmp).replace("{host}", socket.gethostname()))
+    pattern = re.escape(expected.replace("{tmp}", tmp).replace("{host}", socket.gethostname())
+                        .replace("{ops}", ", ".join((*collectives.names(), *collectives.PAIRWISE))))
     for name, regex in PLACEHOLDERS.items():
         pattern = pattern.replace(re.escape(name), regex)
     return pattern

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Optional
 import numpy as np
 import orjson
 
+from .. import collectives
 from ..errors import CommbenchError
 from .legacy import upgrade
 from .series import series_key
@@ -146,10 +147,18 @@ def validate(doc: dict, source: str = "result", finite: bool = False) -> None:
     `finite`: the caller read doc with every number finite (load_document's parse said so)."""
     if not (finite or _all_finite(doc)) or not _accepted(doc):
         _refuse(doc, source)
+    unknown = next(((i, r["op"]) for i, r in enumerate(doc["results"]) if r["op"] not in _OPS), None)
+    if unknown is not None:
+        raise CommbenchError(f"{source}: record {unknown[0]} has op '{unknown[1]}', which commbench does not measure "
+                             f"(its ops: {', '.join(_OPS)})")
     repeated = _repeated_record(doc["results"])
     if repeated is not None:
         raise CommbenchError(f"{source}: record {repeated[1]} repeats record {repeated[0]} (the same series and size): "
                              f"a result file measures each size of a series once")
+
+
+# What a record's op may be: a registered collective, a p2p test or a copy.
+_OPS = (*collectives.names(), *collectives.PAIRWISE)
 
 
 def _repeated_record(records: list[dict]) -> Optional[tuple[int, int]]:
