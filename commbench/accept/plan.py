@@ -5,6 +5,7 @@ key, so a typo in a fleet's plan fails in CI at once rather than after an hour o
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import sys
@@ -116,6 +117,12 @@ class Plan:
         return checked
 
 
+# The run's own files in a node's folder (summary.json, .md, .html) beside the steps' <slug>.json and
+# .log; a step's files keep room for their extension and a temporary name's within NAME_MAX.
+RESERVED_SLUGS = ("summary",)
+MAX_STEP_SLUG = 200
+
+
 def slug(name: str) -> str:
     """A step's name as a file name: 'allreduce nccl/ring' -> 'allreduce_nccl_ring'."""
     return re.sub(r"[^A-Za-z0-9]+", "_", name).strip("_")
@@ -191,6 +198,10 @@ def parse(data: dict, name: str, source: str, check_argv: Optional[Callable[[lis
             raise bad(f"step {i} needs a name")
         if slug(step_name).lower() in seen:  # two files that differ in case alone are one on some file systems
             raise bad(f"two steps are named '{step_name}' (their files would collide)")
+        if slug(step_name).lower() in RESERVED_SLUGS:
+            raise bad(f"{where}: the name '{step_name}' is the run's own (its {slug(step_name)}.* files): choose another")
+        if len(slug(step_name)) > MAX_STEP_SLUG:
+            raise bad(f"{where}: a name of at most {MAX_STEP_SLUG} characters (it names the step's files)")
         seen.add(slug(step_name).lower())
         if not isinstance(command, str) or not command:
             raise bad(f"{where}: needs a command")
@@ -293,6 +304,6 @@ def _limits(table: dict, bad, where: str) -> dict:
             from ..analysis.fabrics import catalog
             if v not in catalog():
                 raise bad(f"{prefix}limits.fabric: unknown fabric '{v}' (see 'commbench fabrics')")
-        elif isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
-            raise bad(f"{prefix}limits.{k}: a number >= 0 ({LIMITS[k]})")
+        elif isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+            raise bad(f"{prefix}limits.{k}: a finite number >= 0 ({LIMITS[k]})")
     return table
