@@ -11,7 +11,8 @@ import re
 from .errors import CommbenchError
 
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-_SIZE_RE = re.compile(r"^\s*(\d+)\s*([BKMGT]?)(?:I?B)?\s*$", re.IGNORECASE)
+# ASCII digits alone: \d would take any script's (a full-width '１K').
+_SIZE_RE = re.compile(r"^\s*([0-9]+)\s*([BKMGT]?)(?:I?B)?\s*$", re.IGNORECASE)
 # Most sizes one sweep may have: far more than any useful sweep, and few enough to list at once
 # (1-1T:+1 would name 10^12 sizes, and take all memory before one is measured).
 MAX_SIZES = 10_000

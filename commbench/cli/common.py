@@ -110,6 +110,9 @@ def verdict_options(f):
             raise CommbenchError(f"unknown fabric '{fabric}': choose from {', '.join(catalog())}, or give --expect-gbps")
         if fail_pct > pass_pct:
             raise CommbenchError(f"--fail-pct {fail_pct:g} exceeds --pass-pct {pass_pct:g}")
+        if fabric is not None and expect_gbps is not None:
+            raise CommbenchError(f"--fabric {fabric} and --expect-gbps {expect_gbps:g} both say what to expect: give "
+                                 f"one (--expect-us may go with either)")
         kwargs["judge"] = {"fabric": fabric, "expect_gbps": expect_gbps, "expect_us": expect_us,
                            "pass_pct": pass_pct, "fail_pct": fail_pct}
         return f(*args, **kwargs)

@@ -49,7 +49,8 @@ def _workload(compute_ms, grad_bytes, params, dtype, overlap, strong, largest: i
     from ..analysis.scaling import Workload
     if grad_bytes is not None and params is not None:
         raise CommbenchError("give --grad-bytes or --params, not both")
-    size = params * itemsize_of(dtype) if params is not None else parse_size(grad_bytes, "--grad-bytes") if grad_bytes else largest
+    size = params * itemsize_of(dtype) if params is not None else \
+        parse_size(grad_bytes, "--grad-bytes") if grad_bytes is not None else largest
     if size <= 0:
         raise CommbenchError("the gradients must be at least one byte (--grad-bytes, --params)")
     return Workload(compute_ms, size, overlap, strong)
