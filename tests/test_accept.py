@@ -635,3 +635,20 @@ def test_a_steps_envelope_placement_is_shown_and_judges_nothing(tmp_path):
     outputs.junit(summary, str(tmp_path / "j.xml"))
     assert placed[1] in (tmp_path / "j.xml").read_text()
     assert steps.overall([step]) == PASS
+
+
+def test_a_run_folder_on_a_full_file_system_is_refused_first(tmp_path, monkeypatch):
+    """On a full disk every step failed to write (7 ERRORs) and then the summaries did: the run folder
+    is refused before any step where its file system has less than MIN_FREE_BYTES free."""
+    from commbench.accept import steps
+    real = os.statvfs
+
+    class Full:
+        def __init__(self, fs):
+            self.f_frsize, self.f_bavail = fs.f_frsize, (64 << 10) // fs.f_frsize
+    monkeypatch.setattr(os, "statvfs", lambda path: Full(real(path)))
+    with pytest.raises(CommbenchError, match=r"acc: 64 KiB free, less than the 16 MiB a run's files may take"):
+        steps.run_folder(str(tmp_path / "acc"), "h")
+    assert os.listdir(tmp_path) == []
+    monkeypatch.setattr(os, "statvfs", real)
+    assert steps.run_folder(str(tmp_path / "acc"), "h") == str(tmp_path / "acc" / "h")

@@ -27,9 +27,22 @@ from .plan import Plan, Step
 COMMBENCH = [sys.executable, "-m", "commbench"]
 
 
+# The least room a run's folder must have: its steps' result files and logs, the summaries, JUnit.
+MIN_FREE_BYTES = 16 << 20
+
+
 def run_folder(base: str, host: str) -> str:
-    """base/<host>, made here: two runs never share a folder, and a folder never takes a second run."""
+    """base/<host>, made here: two runs never share a folder, and a folder never takes a second run.
+    A file system with less than MIN_FREE_BYTES free is refused first: every step would fail to
+    write, and the summaries after them."""
     folder = os.path.join(base, host)
+    existing = os.path.abspath(base)
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    fs = os.statvfs(existing)
+    if fs.f_bavail * fs.f_frsize < MIN_FREE_BYTES:
+        raise CommbenchError(f"{base}: {fs.f_bavail * fs.f_frsize >> 10} KiB free, less than the "
+                             f"{MIN_FREE_BYTES >> 20} MiB a run's files may take: free some room or choose another -o")
     os.makedirs(base, exist_ok=True)
     try:
         os.mkdir(folder)
