@@ -301,6 +301,18 @@ def test_a_file_name_that_is_no_utf8_is_shown_not_crashed_on(workdir):
     assert os.path.getsize(os.path.join(workdir, "p.png")) > 0
 
 
+def test_a_files_leftover_temporaries_are_told_from_anything_else(tmp_path):
+    """What a process killed while it rewrote a result file leaves (the standalone launch removes it
+    after its ranks): its temporary names alone, not a user's files of like names."""
+    target = str(tmp_path / "out.json")
+    with atomic.new_file(target, "taken") as tmp:
+        left = tmp
+    for name in ("out.json.partial", ".out.json", ".out.1-abcdef.partial.png", "out.json"):
+        (tmp_path / name).write_text("mine")
+    os.link(target, left)  # as if a rewrite were cut short
+    assert atomic.leftovers(target) == [left]
+
+
 # ---- refused before it measures: no file, no rank ----------------------------------------------------
 
 def test_an_mpi_run_under_torchrun_is_refused_before_the_ranks_meet(workdir):

@@ -202,6 +202,11 @@ def run_ranks(nranks: Optional[int], default_ranks: int, body, checks, timeout_s
             env[PROGRESS_MARK] = "1"
         status, ending = _spawn(argv, env)
         trace.phase("ranks-ended")
+        if status != 0 and checks.output is not None:  # a rank 0 killed while it rewrote the file left this
+            from ..results.atomic import leftovers
+            for path in leftovers(checks.output):
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
         # Rank 0 that spoke has closed the file, or said why it could not (a full disk).
         if status != 0 and checks.output is not None and not relay.by_rank_0(ending):
             from ..results.document import close_abandoned

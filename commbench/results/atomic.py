@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import secrets
 import shutil
 from typing import Iterator
@@ -17,13 +18,16 @@ from typing import Iterator
 from ..errors import CommbenchError
 
 
+def _split(name: str) -> tuple[str, str]:
+    base, ext = os.path.splitext(name)
+    return (name, "") if len(os.fsencode(ext)) > 16 else (base, ext)  # no format's extension: part of the name
+
+
 def _temporary_name(folder: str, name: str) -> str:
     """A hidden name in folder for `name` while it is written. The extension stays last: matplotlib
     chooses an image's format from it. As long as it may be (NAME_MAX): the start of `name` is cut
     where the two would not fit, so that any name a file can take can be written."""
-    base, ext = os.path.splitext(name)
-    if len(os.fsencode(ext)) > 16:  # no format's extension: part of the name
-        base, ext = name, ""
+    base, ext = _split(name)
     tail = f".{os.getpid()}-{secrets.token_hex(3)}.partial{ext}"
     room = NAME_MAX - 1 - len(os.fsencode(tail))
     # Counted in the file system's bytes (a name may hold bytes that are no UTF-8, which Python keeps as
@@ -33,6 +37,19 @@ def _temporary_name(folder: str, name: str) -> str:
     while cut and len(cut) < len(raw) and raw[len(cut)] & 0xC0 == 0x80:
         cut = cut[:-1]
     return os.path.join(folder, f".{os.fsdecode(cut)}{tail}")
+
+
+def leftovers(path: str) -> list[str]:
+    """The temporary files of `path` that a process killed while it wrote them left behind (their
+    names as _temporary_name makes them), for whoever outlives it to remove."""
+    folder, name = os.path.split(path)
+    base, ext = _split(name)
+    head, tail = "." + base[:64], re.compile(r"\.[0-9]+-[0-9a-f]{6}\.partial" + re.escape(ext) + "$")
+    try:
+        names = os.listdir(folder or ".")
+    except OSError:
+        return []
+    return [os.path.join(folder, n) for n in names if n.startswith(head) and tail.search(n)]
 
 
 def create_temporary(folder: str, name: str) -> str:
