@@ -582,18 +582,16 @@ def full_disk(tmp_path):
         subprocess.run(["umount", str(where)], check=True)
 
 
-def test_accept_on_a_full_disk_still_writes_junit_and_says_why_in_one_line(full_disk, tmp_path):
-    """Every step an ERROR that names the file it could not write (none started: nothing of it could
-    be kept), no empty log left for it, the JUnit written where it has room, then one line, exit 2."""
+def test_accept_on_a_full_disk_is_refused_before_any_step(full_disk, tmp_path):
+    """Every step an ERROR on its first write, then the summaries failing too: a run folder whose file
+    system has no room is refused first, in one line, nothing made (the unit test below: the bound)."""
     plan = tmp_path / "p.toml"
     plan.write_text(GOOD + 'options = { device = "cpu", sizes = "1K", iters = 2 }\n')
     junit = tmp_path / "j.xml"
     r = commbench(["accept", "--plan", str(plan), "-o", str(full_disk / "out"), "--junit", str(junit)], cwd=str(tmp_path))
-    run = full_disk / "out" / socket.gethostname()
-    assert r.returncode == 2 and r.stderr == f"commbench: error: cannot write {run}/summary.json: No space left on " \
-                                            f"device\n", r.stderr
-    assert f"ERROR                  a  (0.0 s)  cannot write {run}/a.log: No space left on device" in r.stdout
-    assert os.listdir(run) == [] and 'errors="1"' in junit.read_text() and "No space left" in junit.read_text()
+    assert (r.returncode, r.stderr) == (2, f"commbench: error: {full_disk / 'out'}: 0 KiB free, less than the 16 MiB a "
+                                           f"run's files may take: free some room or choose another -o\n")
+    assert r.stdout == "" and os.listdir(full_disk) == ["filler"] and not junit.exists()
 
 
 def test_junit_of_an_interrupted_run_is_no_pass_and_holds_any_text(tmp_path):

@@ -747,10 +747,9 @@ _MPI_ON_GPU = textwrap.dedent("""
     from commbench.launch.world import World
     from commbench.run.collective import run_collective
     from commbench.run.config import RunConfig
-    from commbench.transports import impls_for
+    from commbench.transports import Impl, impls_for
 
-    class Copy:  # the MPI library's all-reduce of one rank, on GPU buffers: its input
-        name, description = "mpi", "one rank's all-reduce"
+    class Copy(Impl):  # the MPI library's all-reduce of one rank, on GPU buffers: its input
         def rank_times(self, world, coll, send, recv, op, iters, cfg, agg=1, delayed=False, loop=1, gated=True):
             recv[:] = send.to_numpy()
             return np.full((1, iters), 1e-5)
@@ -759,8 +758,9 @@ _MPI_ON_GPU = textwrap.dedent("""
     world = World(rank=0, size=1, hosts=["h"], launcher="local", comm=MPI.COMM_SELF)
     coll = collectives.get("allreduce")
     cfg = RunConfig(op="allreduce", impls=("mpi",), sizes=(4096, 65536), device="cuda", dtype="float32,int64")
-    impls_for(coll, "cuda")["mpi"].prepare(world, cfg)
-    print(run_collective(world, cfg, coll, [Copy()], None), world.device)
+    mpi = impls_for(coll, "cuda")["mpi"]
+    mpi.prepare(world, cfg)
+    print(run_collective(world, cfg, coll, [Copy(mpi.transport, None, "one rank's all-reduce")], None), world.device)
 """)
 
 
