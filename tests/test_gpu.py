@@ -30,6 +30,10 @@ def _matching_toolkit():
 
 GPUS = visible_gpus()[0]
 needs_gpu = pytest.mark.skipif(GPUS == 0, reason="no CUDA device visible")
+# Hardware's own checks of what the emulated build covers in full already: every collective, dtype,
+# reduction and placement on 3 ranks (test_emulated_gpu.py::test_the_exact_matrix_on_gpus).
+on_hardware = pytest.mark.skipif(bool(os.environ.get("COMMBENCH_GPU_EMULATION")),
+                                 reason="emulated: test_emulated_gpu.py::test_the_exact_matrix_on_gpus covers it")
 
 # The argument lists of the command-line tests below (each run adds its own `-o`), at module level so
 # that test_gpu_arguments.py parses these very lists on a host without a GPU.
@@ -186,6 +190,7 @@ def test_reduction_kernel_matches_torch():
 
 @pytest.mark.gpu
 @needs_gpu
+@on_hardware
 @pytest.mark.parametrize("dtype,op,place", EXACT_CASES)
 def test_device_allreduce_exact(dtype, op, place, workdir):
     out = os.path.join(workdir, "gpu.json")
@@ -198,6 +203,7 @@ def test_device_allreduce_exact(dtype, op, place, workdir):
 
 @pytest.mark.gpu
 @needs_gpu
+@on_hardware
 @pytest.mark.parametrize("name", COLLECTIVE_NAMES)
 def test_every_collective_on_the_gpus(name, workdir):
     from commbench import collectives
