@@ -523,7 +523,9 @@ def test_a_host_that_stops_or_dies_midway_reads_fail_lost(fault, rails_cluster, 
     # reports, and read lost too: how many depends on the load (up to 3 hosts seen beside the tests).
     if fault == "stop":
         assert named == {lost}, verdicts
-    assert f"{lost} | FAIL lost: " in said
+    # A user's mpirun that saw a rank's process end may stop relaying rank 0's output before its
+    # verdicts (docs/launching.md): the file has them (above) either way.
+    assert f"{lost} | FAIL lost: " in said or (fault == "kill" and "| FAIL" not in said), said[-2000:]
 
 
 # On emulated GPUs (the gpu pass of `make test`): NCCL send/recv on the world communicator at host
