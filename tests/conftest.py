@@ -1,5 +1,6 @@
 """Shared helpers: run commbench and Python under the bundled mpirun, as a user would."""
 
+import contextlib
 import fcntl
 import os
 import subprocess
@@ -122,6 +123,22 @@ def wait_for_rows(out: str, proc, deadline_s: float = 90) -> None:
 @pytest.fixture
 def workdir(tmp_path):
     return str(tmp_path)
+
+
+@pytest.fixture
+def full_disk(tmp_path):
+    """A file system with no space left (a tmpfs of 64 KiB, filled): needs root."""
+    where = tmp_path / "full"
+    where.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(where)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    try:
+        with contextlib.suppress(OSError), open(where / "filler", "wb", buffering=0) as f:
+            while True:
+                f.write(b"\0" * 4096)
+        yield where
+    finally:
+        subprocess.run(["umount", str(where)], check=True)
 
 
 @pytest.fixture

@@ -2,7 +2,6 @@
 it, promoted into per-SKU baselines and judged against them (PASS on this machine, FAIL naming the
 step and its evidence with a rank held back), JUnit that validates against the format's schema."""
 
-import contextlib
 import json
 import os
 import shlex
@@ -566,22 +565,6 @@ def test_every_unreadable_baseline_is_named_not_skipped_silently(tmp_path):
         assert sum(str(folder / name) in line for line in warned) == 1, (name, warned)
 
 
-@pytest.fixture
-def full_disk(tmp_path):
-    """A file system with no space left (a tmpfs of 64 KiB, filled): needs root."""
-    where = tmp_path / "full"
-    where.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(where)], capture_output=True).returncode:
-        pytest.skip("cannot mount a tmpfs here (needs root)")
-    try:
-        with contextlib.suppress(OSError), open(where / "filler", "wb", buffering=0) as f:
-            while True:
-                f.write(b"\0" * 4096)
-        yield where
-    finally:
-        subprocess.run(["umount", str(where)], check=True)
-
-
 def test_accept_on_a_full_disk_is_refused_before_any_step(full_disk, tmp_path):
     """Every step an ERROR on its first write, then the summaries failing too: a run folder whose file
     system has no room is refused first, in one line, nothing made (the unit test below: the bound)."""
@@ -589,8 +572,8 @@ def test_accept_on_a_full_disk_is_refused_before_any_step(full_disk, tmp_path):
     plan.write_text(GOOD + 'options = { device = "cpu", sizes = "1K", iters = 2 }\n')
     junit = tmp_path / "j.xml"
     r = commbench(["accept", "--plan", str(plan), "-o", str(full_disk / "out"), "--junit", str(junit)], cwd=str(tmp_path))
-    assert (r.returncode, r.stderr) == (2, f"commbench: error: {full_disk / 'out'}: 0 KiB free, less than the 16 MiB a "
-                                           f"run's files may take: free some room or choose another -o\n")
+    assert (r.returncode, r.stderr) == (2, f"commbench: error: cannot write {full_disk / 'out'}: 0 KiB free, less than "
+                                           f"the 16 MiB it may take: free some room or choose another place\n")
     assert r.stdout == "" and os.listdir(full_disk) == ["filler"] and not junit.exists()
 
 
@@ -643,9 +626,9 @@ def test_a_run_folder_on_a_full_file_system_is_refused_first(tmp_path, monkeypat
 
     class Full:
         def __init__(self, fs):
-            self.f_frsize, self.f_bavail = fs.f_frsize, (64 << 10) // fs.f_frsize
+            self.f_frsize, self.f_blocks, self.f_bavail = fs.f_frsize, fs.f_blocks, (64 << 10) // fs.f_frsize
     monkeypatch.setattr(os, "statvfs", lambda path: Full(real(path)))
-    with pytest.raises(CommbenchError, match=r"acc: 64 KiB free, less than the 16 MiB a run's files may take"):
+    with pytest.raises(CommbenchError, match=r"acc: 64 KiB free, less than the 16 MiB it may take"):
         steps.run_folder(str(tmp_path / "acc"), "h")
     assert os.listdir(tmp_path) == []
     monkeypatch.setattr(os, "statvfs", real)

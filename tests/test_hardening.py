@@ -8,6 +8,7 @@ import json
 import os
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -62,6 +63,40 @@ def test_full_disk_mid_sweep_ends_every_rank_with_one_line(workdir):
     doc = results.load_document(out)
     assert [r["size_bytes"] for r in doc["results"]] == [1024, 2048] and doc["status"] == "running"
     assert os.listdir(workdir) == ["full.json"]
+
+
+@pytest.mark.parametrize("args,target", [
+    (["allreduce", "--device", "cpu", "--sizes", "1K", "-o", "{full}/r.json"], "{full}/r.json"),
+    (["scale", "--device", "cpu", "--ranks", "1,2", "--sizes", "1K", "-o", "r.json", "--plot", "{full}/s.png"], "{full}/s.png"),
+    (["links", "--np", "2", "-o", "{full}/sub/l.json"], "{full}/sub/l.json"),
+])
+def test_a_file_system_that_is_full_already_is_refused_before_any_rank(args, target, full_disk, tmp_path):
+    """scale measured for 10 s and then failed on its plot; a result file failed on its first row:
+    each file a run writes is refused first where its file system has less than a MiB free."""
+    r = commbench([a.format(full=full_disk) for a in args], cwd=str(tmp_path), timeout=60)
+    assert (r.returncode, r.stderr) == (2, f"commbench: error: cannot write {target.format(full=full_disk)}: 0 KiB free, "
+                                           f"less than the 1 MiB it may take: free some room or choose another place\n")
+    assert r.stdout == "" and sorted(os.listdir(tmp_path)) == ["full"] and os.listdir(full_disk) == ["filler"]
+
+
+def test_accept_on_a_disk_that_fills_during_the_run_shows_its_summary(tmp_path):
+    """The step's rank fails on its second write, and the summaries on theirs: the step's evidence is
+    its error line (not the fit it printed after), what the full disk took is shown on stdout, and
+    the run ends with the first write that failed."""
+    env = mpi_env()
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [FULL_DISK, env.get("PYTHONPATH")]))
+    env["COMMBENCH_STUB_FULL_AFTER"] = "2"  # each process: JUnit and summary.json, or the file's making and a row
+    plan = tmp_path / "p.toml"
+    plan.write_text('description = "d"\n[[step]]\nname = "sweep"\ncommand = "allreduce"\n'
+                    'options = { device = "cpu", impl = "ring", sizes = "1K-64K", budget-ms = 5 }\n')
+    junit, folder = tmp_path / "j.xml", tmp_path / "acc" / socket.gethostname()
+    r = commbench(["accept", "--plan", str(plan), "-o", str(tmp_path / "acc"), "--junit", str(junit)],
+                  cwd=str(tmp_path), env=env, timeout=180)
+    assert (r.returncode, _error_lines(r.stderr)) == (2, [f"commbench: error: cannot write {folder / 'summary.md'}: {NO_SPACE}"])
+    said = f"commbench: error at ring@mpi 2K: {NO_SPACE}"
+    assert "| sweep | FAIL | yes |" in r.stdout and said in r.stdout.split("## sweep: FAIL")[1], r.stdout
+    assert said in json.loads((folder / "summary.json").read_text())["steps"][0]["checks"][0]["evidence"]
+    assert junit.exists() and sorted(os.listdir(folder)) == ["summary.json", "sweep.json", "sweep.log"]
 
 
 class _Comm:

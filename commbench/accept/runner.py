@@ -123,10 +123,12 @@ def stop(proc: subprocess.Popen) -> None:
 
 
 def last_line(log: str) -> str:
-    """The last line a step said (its error line, mostly), for the verdict's evidence."""
+    """The step's last error line, else the last line it said, for the verdict's evidence: a sweep
+    that fails midway still prints its fit and the name of its file after the error."""
     try:
         with open(log, errors="replace") as f:
             lines = [line.strip() for line in f if line.strip()]
     except OSError:
         return ""
-    return lines[-1] if len(lines) > 1 else ""
+    errors = [line for line in lines[1:] if line.startswith("commbench: error")]
+    return errors[-1] if errors else lines[-1] if len(lines) > 1 else ""

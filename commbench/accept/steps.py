@@ -17,6 +17,7 @@ from ..analysis import envelopes
 from ..analysis.sku import sku_of
 from ..errors import CommbenchError
 from ..launch.world import launcher_free_env
+from ..results.atomic import check_folder
 from ..results.document import load_document
 from . import runner
 from .baselines import Baselines
@@ -36,13 +37,7 @@ def run_folder(base: str, host: str) -> str:
     A file system with less than MIN_FREE_BYTES free is refused first: every step would fail to
     write, and the summaries after them."""
     folder = os.path.join(base, host)
-    existing = os.path.abspath(base)
-    while not os.path.exists(existing):
-        existing = os.path.dirname(existing)
-    fs = os.statvfs(existing)
-    if fs.f_bavail * fs.f_frsize < MIN_FREE_BYTES:
-        raise CommbenchError(f"{base}: {fs.f_bavail * fs.f_frsize >> 10} KiB free, less than the "
-                             f"{MIN_FREE_BYTES >> 20} MiB a run's files may take: free some room or choose another -o")
+    check_folder(base, base, MIN_FREE_BYTES)
     os.makedirs(base, exist_ok=True)
     try:
         os.mkdir(folder)

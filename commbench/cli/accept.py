@@ -166,7 +166,13 @@ def accept(plan_name, baselines_dir, junit_path, base, quick, launch_text, print
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the summary is written whole, whatever comes next
     click.echo(f"# {outputs.headline(summary)}")
-    outputs.write_all(summary, folder, junit_path)  # a summary that cannot be written: one line, exit 2
+    try:
+        outputs.write_all(summary, folder, junit_path)
+    except CommbenchError:
+        # A disk that filled during the run: the verdicts are shown where they can still go, then
+        # the one error line and exit 2.
+        click.echo(outputs.markdown(summary), nl=False)
+        raise
     click.echo(f"# summary: {os.path.join(folder, 'summary.md')}" + (f", JUnit: {junit_path}" if junit_path else ""))
     if summary["interrupted"]:
         signum = stopped_by[0] if stopped_by else signal.SIGINT

@@ -167,10 +167,15 @@ def check_new_file(path: str, exists_message: str) -> None:
     check_folder(os.path.dirname(path) or ".", path)
 
 
-def check_folder(folder: str, path: str) -> None:
-    """The nearest existing folder on the way to `folder` must take a new file. A probe file is
-    created there and removed, because permission bits tell nothing for root, nor for read-only and
-    virtual file systems (/proc, /sys)."""
+# The least room a new file's file system must have: a result file grows row by row and a plot is
+# written once the measuring is done, so a disk that is full already would fail them after it.
+MIN_ROOM_BYTES = 1 << 20
+
+
+def check_folder(folder: str, path: str, room: int = MIN_ROOM_BYTES) -> None:
+    """The nearest existing folder on the way to `folder` must take a new file, on a file system with
+    `room` bytes free. A probe file is created there and removed, because permission bits tell
+    nothing for root, nor for read-only and virtual file systems (/proc, /sys)."""
     existing = folder
     while not os.path.exists(existing):
         existing = os.path.dirname(os.path.abspath(existing))
@@ -182,3 +187,12 @@ def check_folder(folder: str, path: str) -> None:
         raise CommbenchError(f"cannot write {path}: {existing} takes no new files ({e.strerror})") from None
     with contextlib.suppress(OSError):
         os.unlink(probe)
+    fs = os.statvfs(existing)
+    free = fs.f_bavail * fs.f_frsize
+    if fs.f_blocks and free < room:  # a file system that tells no size (some FUSE ones) is not judged
+        raise CommbenchError(f"cannot write {path}: {free >> 10} KiB free, less than the {_size(room)} it may take: "
+                             f"free some room or choose another place")
+
+
+def _size(n: int) -> str:
+    return f"{n >> 20} MiB" if n >= 1 << 20 else f"{n >> 10} KiB"
