@@ -62,9 +62,11 @@ def collective_args(name):
 
 
 COLLECTIVE_NAMES = ["allgather", "reducescatter", "broadcast", "reduce", "alltoall", "sendrecv"]
-PEER_MATRIX_ARGS = ["p2p", "--device", "cuda", "--sizes", "4,16M", "--budget-ms", "20"]
-PEER_READ_ARGS = ["p2p", "--device", "cuda", "--access", "read", "--sizes", "4,1M", "--budget-ms", "10"]
-COPY_ARGS = ["copy", "--sizes", "4K,64M", "--budget-ms", "20"]
+# At most 100 timed iterations a cell: a 4-byte copy's budget would buy 2,000, each paying the host's
+# synchronisation (about 90 us on the emulated GPUs, 16 cells a matrix) for what 100 show as well.
+PEER_MATRIX_ARGS = ["p2p", "--device", "cuda", "--sizes", "4,16M", "--budget-ms", "20", "--max-iters", "100"]
+PEER_READ_ARGS = ["p2p", "--device", "cuda", "--access", "read", "--sizes", "4,1M", "--budget-ms", "10", "--max-iters", "100"]
+COPY_ARGS = ["copy", "--sizes", "4K,64M", "--budget-ms", "20", "--max-iters", "100"]
 NCCL_P2P_ARGS = ["p2p", "--impl", "nccl", "--np", "2", "--sizes", "8,1M", "--budget-ms", "20"]
 GPU_TEST_ARGS = [*NO_GPU_REQUESTS, *(exact_args(*case) for case in EXACT_CASES), GRAPH_ARGS, PEER_MATRIX_ARGS, PEER_READ_ARGS,
                  COPY_ARGS, NCCL_P2P_ARGS, *(collective_args(n) for n in COLLECTIVE_NAMES)]
