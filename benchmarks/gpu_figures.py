@@ -76,10 +76,10 @@ class Loan:
         """Runs argv into <name>.log within min(limit_s, what the budget has left); says its exit status
         and seconds, then the last `worth` of its lines worth reading (`every`: of all its lines, for a
         script that prints a summary). None: not run or stopped."""
-        limit = min(limit_s, self.left())
-        if limit < 5:
+        if self.left() < 5:
             self.say(f"{name}: not run, the budget is spent")
             return None
+        limit = min(limit_s, self.left())
         log = os.path.join(self.out, f"{name}.log")
         t0 = time.monotonic()
         with open(log, "w") as f:
@@ -99,6 +99,7 @@ class Loan:
                 rc = None
         self.say(f"== {name}: {'stopped at its limit' if rc is None else f'exit {rc}'}, {time.monotonic() - t0:.1f} s")
         with open(log, errors="replace") as f:
+            next(f)  # the command line
             lines = [line.rstrip() for line in f if every or WORTH.search(line)]
         for line in lines[-worth:]:
             self.say(f"   {line[:220]}")
@@ -130,7 +131,8 @@ def main() -> int:
     # OSU and nccl-tests build beside the first checks (16 cores); the comparisons wait for them.
     builds = subprocess.Popen([python, os.path.join(HERE, "versus_osu.py"), "--build-only", "--osu-tar", osu_tar,
                                "--nccl-tests-tar", nccl_tests_tar, "--build-dir", BUILD_DIR],
-                              stdout=open(os.path.join(out, "builds.log"), "w"), stderr=subprocess.STDOUT, env=loan.env)
+                              stdout=open(os.path.join(out, "builds.log"), "w"), stderr=subprocess.STDOUT, env=loan.env,
+                              start_new_session=True)  # make and the compilers with it, stopped as one
     cb = [COMMBENCH]
     loan.check("version", 60, [*cb, "version", "-v"], worth=0)
     loan.check("topo", 60, [*cb, "topo"], worth=0)
@@ -149,8 +151,9 @@ def main() -> int:
     try:
         builds.wait(timeout=max(1.0, min(120.0, loan.left() - 150)))
     except subprocess.TimeoutExpired:
-        builds.kill()
-    loan.say(f"== builds: exit {builds.poll()}")
+        os.killpg(builds.pid, 9)
+        builds.wait()
+    loan.say(f"== builds: exit {builds.returncode}")
     common = ["--osu-tar", osu_tar, "--nccl-tests-tar", nccl_tests_tar, "--build-dir", BUILD_DIR]
     loan.check("startup", 90, [python, os.path.join(HERE, "startup.py"), "--runs", "3", *common], worth=60, every=True)
     loan.check("beside-nccl-tests", 120, [python, os.path.join(HERE, "versus_osu.py"), "--gpu-only", "--rounds", "2",

@@ -4,11 +4,13 @@ without a GPU or OSU."""
 import os
 import subprocess
 import sys
+import time
 
 from conftest import ROOT, mpi_env, mpirun
 
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 import beside_nccl_tests  # noqa: E402
+import gpu_figures  # noqa: E402
 
 SHOW = ["sh", "-c", 'echo "$OMPI_COMM_WORLD_RANK $NCCL_HOSTID $NCCL_TESTS_DEVICE $NCCL_NET $NCCL_SOCKET_IFNAME '
         '$NCCL_P2P_DISABLE $NCCL_SHM_DISABLE"']
@@ -38,3 +40,23 @@ def test_the_fleet_benchmark_times_the_command_and_checks_what_it_named():
     lines = r.stdout.splitlines()
     assert lines[0].startswith("# 30 node files written in ") and lines[0].endswith("target 10 s per fleet run")
     assert lines[2].split()[0] == "1" and lines[2].endswith("exactly the planted"), r.stdout
+
+
+def test_a_gpu_loans_checks_keep_their_limits_and_the_budget(tmp_path):
+    """benchmarks/gpu_figures.py: a check's exit status and the lines worth reading reach figures.txt;
+    one past its limit is stopped with everything it started; none starts once the budget is spent."""
+    loan = gpu_figures.Loan(str(tmp_path / "out"), budget_s=20)
+    assert loan.check("quick", 5, ["sh", "-c", "echo '# impl nccl: x'; echo noise; echo 'commbench: error: y'; exit 3"]) == 3
+    t0 = time.monotonic()
+    assert loan.check("slow", 1, ["sh", "-c", "sleep 30 & echo $! > child; wait"]) is None
+    assert time.monotonic() - t0 < 8
+    child = int((tmp_path / "out" / "child").read_text())
+    time.sleep(0.2)
+    assert not os.path.exists(f"/proc/{child}") or open(f"/proc/{child}/stat").read().split()[2] == "Z"
+    loan.budget_s = 0
+    assert loan.check("late", 5, ["true"]) is None
+    loan.summary.close()
+    lines = (tmp_path / "out" / "figures.txt").read_text().splitlines()
+    assert lines[0].startswith("== quick: exit 3, ") and lines[1:3] == ["   # impl nccl: x", "   commbench: error: y"]
+    assert lines[3].startswith("== slow: stopped at its limit, ") and lines[-1] == "late: not run, the budget is spent"
+    assert (tmp_path / "out" / "quick.log").read_text().startswith("$ sh -c ")
