@@ -61,6 +61,18 @@ def test_a_plan_s_defaults_reach_only_the_commands_that_have_the_option():
     assert allreduce.arguments(0, quick=True)[-4:] == ["--sizes", "1K-1M:x4", "--budget-ms", "20"]
 
 
+def test_a_plan_s_quick_table_reaches_the_commands_that_have_the_option_under_a_step_s_own():
+    quick = {"sizes": "1K", "budget-ms": 5, "window": 4}
+    plan = plans.parse({"description": "d", "quick": quick, "step": [
+        {"name": "d", "command": "doctor"}, {"name": "a", "command": "allreduce", "options": {"sizes": "1K-1G"}},
+        {"name": "l", "command": "links", "quick": {"budget-ms": 9}}]}, "p", "p.toml", check_argv)
+    doctor, allreduce, links = plan.steps
+    assert doctor.arguments(0, quick=True) == ["doctor", "--json"]
+    assert allreduce.arguments(0) == ["allreduce", "--sizes", "1K-1G"]
+    assert allreduce.arguments(0, quick=True) == ["allreduce", "--sizes", "1K", "--budget-ms", "5"]
+    assert links.arguments(0, quick=True) == ["links", "--budget-ms", "9", "--window", "4"]  # links has no --sizes
+
+
 def test_gpu_counts_in_option_values():
     step = plans.parse({"description": "d", "step": [{"name": "l", "command": "links",
                                                       "options": {"np": "gpus"}, "quick": {"np": "min(gpus,3)"}}]},

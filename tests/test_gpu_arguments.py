@@ -9,12 +9,13 @@ from test_gpu import GPU_TEST_ARGS
 from commbench import collectives
 from commbench.accept import plan as plans
 from commbench.cli import cli
+from commbench.cli.accept import check_argv
 from commbench.cli.measure import sweep_sizes
 from commbench.collectives.dtypes import dtype_of, itemsize_of, redop_code
 from commbench.sizes import parse_size, parse_sizes, round_to_itemsize
 from commbench.transports import parse_impls
 
-GPU_NODE = plans.load("gpu-node")
+GPU_NODE = plans.load("gpu-node", check_argv)  # [defaults] and [quick] reach the commands that have the option
 
 
 def parse(argv: list) -> dict:

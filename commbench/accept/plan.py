@@ -41,7 +41,7 @@ LIMITS = {
 }
 DEFAULT_LIMITS = {"tolerance_bw_pct": 10.0, "tolerance_lat_pct": 25.0, "pass_pct": 80.0, "fail_pct": 60.0}
 STEP_KEYS = {"name", "command", "options", "quick", "limits", "timeout_s", "counted", "when", "env"}
-PLAN_KEYS = {"description", "scope", "requires_gpu", "defaults", "limits", "step"}
+PLAN_KEYS = {"description", "scope", "requires_gpu", "defaults", "quick", "limits", "step"}
 WHEN_KEYS = {"min_gpus", "max_gpus"}
 # An option value that names the node's GPU count: "gpus", or "min(gpus,N)" for at most N of them.
 _GPUS = re.compile(r"^(?:gpus|min\(gpus,\s*(\d+)\))$")
@@ -183,6 +183,7 @@ def parse(data: dict, name: str, source: str, check_argv: Optional[Callable[[lis
     if not isinstance(requires_gpu, bool):
         raise bad("requires_gpu must be true or false")
     defaults = _table(data, "defaults", bad, "")
+    quick_defaults = _table(data, "quick", bad, "")
     plan_limits = _limits(_table(data, "limits", bad, ""), bad, "")
     raw_steps = data.get("step")
     if not isinstance(raw_steps, list) or not raw_steps:
@@ -206,9 +207,11 @@ def parse(data: dict, name: str, source: str, check_argv: Optional[Callable[[lis
         if not isinstance(command, str) or not command:
             raise bad(f"{where}: needs a command")
         options = _table(raw, "options", bad, f"{where}: ")
+        quick = _table(raw, "quick", bad, f"{where}: ")
         if command not in PRINTING:
-            # The plan's defaults, for the options this command has (check_argv tells).
-            options = {**{k: v for k, v in defaults.items() if _accepts(command, k, v, check_argv)}, **options}
+            # The plan's defaults and quick defaults, for the options this command has (check_argv tells).
+            options = {**_accepted(command, defaults, check_argv), **options}
+            quick = {**_accepted(command, quick_defaults, check_argv), **quick}
         timeout = raw.get("timeout_s", DEFAULT_TIMEOUT_S)
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 86400:
             raise bad(f"{where}: timeout_s must be a number of seconds in (0, 86400]")
@@ -240,8 +243,7 @@ def parse(data: dict, name: str, source: str, check_argv: Optional[Callable[[lis
                 options = _measured_fabric(command, options, limits.get("fabric"), check_argv)
             except CommbenchError as e:
                 raise bad(f"{where}: {e}") from None
-        step = Step(step_name, command, options, _table(raw, "quick", bad, f"{where}: "), limits,
-                    float(timeout), counted, when, env)
+        step = Step(step_name, command, options, quick, limits, float(timeout), counted, when, env)
         if check_argv is not None:
             for quick in (False, True):
                 try:
@@ -266,6 +268,11 @@ def _measured_fabric(command: str, options: dict, fabric: Optional[str], check_a
         raise CommbenchError(f"limits.fabric '{fabric}' is measured on the spot by the step's own run, which options.fabric "
                   f"'{options['fabric']}' would measure instead: give one fabric")
     return {**options, "fabric": fabric}
+
+
+def _accepted(command: str, table: dict, check_argv) -> dict:
+    """The options of a plan-wide table that `command` has."""
+    return {k: v for k, v in table.items() if _accepts(command, k, v, check_argv)}
 
 
 def _accepts(command: str, key: str, value, check_argv) -> bool:
