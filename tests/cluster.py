@@ -61,6 +61,7 @@ mpirun command and tears the cluster down.
 
 from __future__ import annotations
 
+import glob
 import os
 import re
 import shlex
@@ -372,6 +373,7 @@ exec ip netns exec "$ns" unshare --uts sh -c "hostname $ns; $*"
                 pass
         self._procs.clear()
         names = [h.ns for h in self.hosts] or [f"{self.tag}-h0"]
+        killed = []
         for ns in names:
             for _ in range(3):
                 pids = _run(["ip", "netns", "pids", ns], check=False).stdout.split()
@@ -380,11 +382,18 @@ exec ip netns exec "$ns" unshare --uts sh -c "hostname $ns; $*"
                 for pid in pids:
                     try:
                         os.kill(int(pid), signal.SIGKILL)
+                        killed.append(pid)
                     except (ProcessLookupError, ValueError):
                         pass
                 time.sleep(0.1)
             _run(["ip", "netns", "del", ns], check=False)
             shutil.rmtree(_etc(ns), ignore_errors=True)
+        # The session folders of what was killed, which it never removes: Open MPI's of each host
+        # (ompi.<host name>.<uid>) and each PRRTE daemon's (prted.<pid>).
+        tmp = tempfile.gettempdir()
+        for session in [*(p for ns in names for p in glob.glob(os.path.join(tmp, f"ompi.{ns}.*"))),
+                        *(os.path.join(tmp, f"prted.{pid}") for pid in killed)]:
+            shutil.rmtree(session, ignore_errors=True)
         for h in self.hosts:
             for bridge_dev in h.bridge_devs:
                 _run(["ip", "link", "del", bridge_dev], check=False)

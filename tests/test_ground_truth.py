@@ -12,7 +12,7 @@ import json
 import os
 import subprocess
 import sys
-import time
+import tempfile
 
 import pytest
 from conftest import COMMBENCH, commbench
@@ -71,11 +71,21 @@ def test_cluster_runs_mpi_with_a_daemon_and_host_name_per_namespace_and_tears_do
     # Ranks by slot, two on each host, and all of them in one communicator (shared memory within a
     # host, TCP across).
     assert sorted(r.stdout.splitlines()) == [f"{rank} {c.hosts[rank // 2].name} 6" for rank in range(6)]
-    # Something left running in a namespace is killed, and nothing of the cluster survives teardown.
+    # Something left running in a namespace is killed, and nothing of the cluster survives teardown:
+    # nor the session folders of Open MPI's daemons, which a killed daemon never removes.
     sleeper = c.popen(c.in_host(1, ["sleep", "600"]))
-    time.sleep(0.2)
+    hanging = c.popen([*c.mpirun_prefix(2), sys.executable, "-c",
+                       "from mpi4py import MPI; import time; MPI.COMM_WORLD.barrier(); print(flush=True); time.sleep(600)"])
+    assert hanging.stdout.readline() == "\n"  # every rank past the barrier
+    tmp = tempfile.gettempdir()
+    daemons = [pid for h in c.hosts for pid in subprocess.run(["ip", "netns", "pids", h.ns], capture_output=True,
+                                                               text=True).stdout.split()]
+    made = [name for name in os.listdir(tmp) if name.startswith(f"ompi.{c.tag}-h")
+            or name in {f"prted.{pid}" for pid in daemons}]
+    assert sum(name.startswith("prted.") for name in made) == len(c.hosts), made  # one daemon a host
     c.teardown()
-    assert sleeper.poll() is not None
+    assert sleeper.poll() is not None and hanging.poll() is not None
+    assert [name for name in made if os.path.exists(os.path.join(tmp, name))] == []
     left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert c.tag not in left
     assert subprocess.run(["ip", "link", "show", c.bridge], capture_output=True).returncode != 0
