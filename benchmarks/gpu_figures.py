@@ -48,7 +48,7 @@ SHARED = {"COMMBENCH_SHARED_GPU": "1"}
 # The lines of a log worth reading at once in figures.txt.
 WORTH = re.compile(r"commbench: error|^# start |^# accept |^(PASS|FAIL|WARN|ERROR|TIMEOUT|pass) |default slower|"
                    r"NCCL's default|^#   \d|refused|NCCL WARN|PROFILER/Plugin|profiler plugin|\d+ passed|\d+ failed|"
-                   r"^# impl |^#   rank 0|^exit |^left: ")
+                   r"^# impl |^#   rank \d|^exit |^left: |[Aa]ffinity|bound to")
 
 
 class Loan:
@@ -157,13 +157,18 @@ def main() -> int:
     common = ["--osu-tar", osu_tar, "--nccl-tests-tar", nccl_tests_tar, "--build-dir", BUILD_DIR]
     loan.check("startup", 90, [python, os.path.join(HERE, "startup.py"), "--runs", "3", *common], worth=60, every=True)
     loan.check("beside-nccl-tests", 120, [python, os.path.join(HERE, "versus_osu.py"), "--gpu-only", "--rounds", "2",
-                                          "--gpu-sweep", "1K,1G,16", "--keep", os.path.join(out, "beside"), *common],
+                                          "--gpu-sweep", "1K,1G,4", "--keep", os.path.join(out, "beside"), *common],
                worth=60, every=True)
-    # NCCL's WARN in the error line, and its log file removed on the failing path.
-    loan.check("nccl-warn", 60, ["sh", "-c", f"{COMMBENCH} allreduce --device cuda --np 2 --impl nccl --sizes 1K "
+    # NCCL's WARN in the error line, and nothing left in a temporary folder of its own on the failing path.
+    loan.check("nccl-warn", 60, ["sh", "-c", "export TMPDIR=$(mktemp -d); "
+                                             f"{COMMBENCH} allreduce --device cuda --np 2 --impl nccl --sizes 1K "
                                              "--timeout 20 -o warn.json; echo exit $?; "
-                                             "ls ${TMPDIR:-/tmp}/commbench-nccl-* 2>&1 | sed 's/^/left: /'"],
+                                             "ls -A $TMPDIR | sed 's/^/left: /'"],
                env={**SHARED, "NCCL_SOCKET_IFNAME": "nosuchif0"})
+    # The binding: the header's rank lines beside NCCL's own affinity line and Open MPI's report.
+    loan.check("binding", 60, [*cb, "allreduce", "--device", "cuda", "--np", "2", "--impl", "nccl", "--sizes", "1K",
+                               "--iters", "5", "-o", "binding.json"],
+               env={**SHARED, "NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT", "OMPI_MCA_hwloc_base_report_bindings": "1"})
     for timing in ("per-iteration", "loop"):
         loan.check(f"spread-{timing}", 60, [*cb, "allreduce", "--device", "cuda", "--np", "3", "--impl", "nccl",
                                             "--sizes", "8,1K,64K", "--timing", timing, "--iters", "200",

@@ -42,11 +42,19 @@ def _began() -> Optional[float]:
         return _process_began()
 
 
-def phase(name: str) -> None:
-    """One line for the phase that just ended, where tracing is on."""
+def phase(name: str, at: Optional[float] = None) -> None:
+    """One line for the phase that just ended (at epoch second `at`; None: now), where tracing is on."""
     began = _began()
     if began is None:
         return
     who = next((os.environ[v] for v in _RANK_VARS if os.environ.get(v, "").isdecimal()), "top")
-    sys.stderr.write(f"# start {who} {name} {1000 * (time.time() - began):.0f}\n")
+    sys.stderr.write(f"# start {who} {name} {1000 * ((at or time.time()) - began):.0f}\n")
     sys.stderr.flush()
+
+
+def launched() -> None:
+    """In a process that a commbench process launched (a rank of the standalone launch): `started`,
+    when the kernel started it, so that the launcher's time (mpirun's start, its daemon's fork) is
+    told from the rank's own interpreter start and imports."""
+    if os.environ.get(VAR) and BEGAN_VAR in os.environ:
+        phase("started", at=_process_began())

@@ -3,6 +3,8 @@
 import contextlib
 import fcntl
 import os
+import re
+import signal
 import subprocess
 import sys
 import time
@@ -47,10 +49,29 @@ def stub_gpu_env(gpus: int = 1) -> dict:
     return env
 
 
-def mpirun(n: int, args: list, timeout: float = 300, cwd=None, env=None) -> subprocess.CompletedProcess:
+# How long a command of a test may take before it counts as hung: 2.5 times the longest one the
+# tests run (gpu-check on 8 emulated GPUs, 46 s on a busy VM), well before the 300 s of commbench's
+# own --timeout and of a plan's step, so that a hang fails its test in 2 minutes, not 5.
+HUNG_S = 120
+
+
+def bounded(cmd: list, timeout: float, **kw) -> subprocess.CompletedProcess:
+    """subprocess.run(cmd) with its output, in a session of its own, so that a command past `timeout`
+    is killed with everything it started (mpirun, the ranks) before TimeoutExpired is raised."""
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                          **kw) as p:
+        try:
+            out, err = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.communicate()
+            raise
+    return subprocess.CompletedProcess(cmd, p.returncode, out, err)
+
+
+def mpirun(n: int, args: list, timeout: float = HUNG_S, cwd=None, env=None) -> subprocess.CompletedProcess:
     extra = ["--oversubscribe", "--bind-to", "none"] if n > (os.cpu_count() or 1) else []
-    return subprocess.run([MPIRUN, "--np", str(n), *extra, *args], capture_output=True, text=True,
-                          timeout=timeout, env=env or mpi_env(), cwd=cwd)
+    return bounded([MPIRUN, "--np", str(n), *extra, *args], timeout, env=env or mpi_env(), cwd=cwd)
 
 
 def free_port() -> int:
@@ -68,20 +89,32 @@ def torchrun_env(rank: int, world: int, port: int) -> dict:
     return env
 
 
-def torchrun_style(args: list, ranks: int = 2, cwd=None, timeout: float = 300) -> list:
-    """commbench ARGS launched torchrun-style: `ranks` processes with torchrun's variables and no
-    torchrun (whose own process loads torch: seconds; the real torchrun is test_collectives_cli's);
-    [(exit status, stdout, stderr)] by rank."""
+def torchrun_style(args: list, ranks: int = 2, cwd=None, timeout: float = HUNG_S, env_extra=None) -> list:
+    """commbench ARGS launched torchrun-style: `ranks` processes with torchrun's variables (and
+    `env_extra`) and no torchrun (whose own process loads torch: seconds; the real torchrun is
+    test_collectives_cli's); [(exit status, stdout, stderr)] by rank."""
     port = free_port()
-    procs = [subprocess.Popen([COMMBENCH, *args], env=torchrun_env(r, ranks, port), cwd=cwd, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for r in range(ranks)]
+    procs = [subprocess.Popen([COMMBENCH, *args], env={**torchrun_env(r, ranks, port), **(env_extra or {})}, cwd=cwd,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(ranks)]
     outs = [p.communicate(timeout=timeout) for p in procs]
     return [(p.returncode, *out) for p, out in zip(procs, outs)]
 
 
-def commbench(args: list, timeout: float = 300, cwd=None, env=None) -> subprocess.CompletedProcess:
-    return subprocess.run([COMMBENCH, *args], capture_output=True, text=True, timeout=timeout,
-                          env=env or mpi_env(), cwd=cwd)
+def commbench(args: list, timeout: float = HUNG_S, cwd=None, env=None) -> subprocess.CompletedProcess:
+    return bounded([COMMBENCH, *args], timeout, env=env or mpi_env(), cwd=cwd)
+
+
+TRACE_LINE = re.compile(r"^# start (top|\d+) ([a-z-]+) (\d+)$")
+
+
+def traced_phases(stderr: str) -> dict:
+    """{'top' or rank: [(phase, ms)]} from a traced command's stderr, every such line well formed."""
+    lines = [TRACE_LINE.match(x) for x in stderr.splitlines() if x.startswith("# start ")]
+    assert lines and all(lines), stderr
+    seen: dict[str, list[tuple[str, int]]] = {}
+    for m in lines:
+        seen.setdefault(m.group(1), []).append((m.group(2), int(m.group(3))))
+    return seen
 
 
 # ---- ranks of a run under way (the fault tests) --------------------------------------------------

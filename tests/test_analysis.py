@@ -333,7 +333,35 @@ def test_a_run_is_placed_in_the_reference_envelopes_of_its_node():
     four = copy.deepcopy(doc)
     four["machine"]["ranks"] = 4
     assert envelopes.placements(other) == [] and envelopes.placements(four) == []
+    # A run of 4 ranks on a node whose snapshot shows 8 GPUs is not the 8-GPU figure; its 8-rank run is.
+    snap = copy.deepcopy(doc)
+    snap["topology"] = {"gpus": {"devices": [{"index": i, "name": "NVIDIA H100 80GB HBM3"} for i in range(8)]}}
+    assert {p["series"] for p in envelopes.placements(snap)} == {"allreduce nccl (8 ranks)", "allreduce nccl in-place (8 ranks)"}
+    for r in snap["results"]:
+        r["ranks"] = 4
+    assert envelopes.placements(snap) == []
     assert all(e["source"] and e["range"][0] < e["range"][1] for e in envelopes.catalog())
+
+
+def test_nccls_default_is_marked_where_the_best_forced_choice_beats_it_by_more_than_a_tenth():
+    """The default-versus-best summary on fixed figures: at one size the default loses by 25 % (marked),
+    at another by 5 % (shown, not marked), at a third it wins; a size no variant measured is left out."""
+    from commbench.analysis import nccl_default
+    base = {"op": "allreduce", "impl": "nccl", "ranks": 8, "dtype": "float32", "redop": "sum", "in_place": False}
+
+    def rec(size, us, **forced):
+        choice = {"algo": forced.get("nccl_algo", "nvls").upper(), "proto": forced.get("nccl_proto", "simple").upper()}
+        return {**base, **forced, "size_bytes": size, "time_us": {"median": us}, "nccl_choice": choice}
+    doc = {"results": [rec(1024, 12.5), rec(1 << 20, 21.0), rec(1 << 30, 2000.0), rec(4 << 30, 8000.0),
+                       rec(1024, 10.0, nccl_algo="ring", nccl_proto="ll"), rec(1 << 20, 20.0, nccl_algo="ring", nccl_proto="ll"),
+                       rec(1 << 30, 2500.0, nccl_algo="ring", nccl_proto="ll"),
+                       rec(1024, 11.0, nccl_algo="tree", nccl_proto="ll"), rec(1 << 30, 2400.0, nccl_algo="tree", nccl_proto="ll")]}
+    assert nccl_default.summary_lines(doc) == [
+        "NCCL's default against the best forced choice: allreduce nccl (8 ranks)",
+        "  1K: default (NVLS/SIMPLE) 12.50 us, best algo=ring proto=ll (RING/LL) 10.00 us: default slower by 25 %",
+        "  1M: default (NVLS/SIMPLE) 21.00 us, best algo=ring proto=ll (RING/LL) 20.00 us",
+        "  1G: default (NVLS/SIMPLE) 2000.00 us, best algo=tree proto=ll (TREE/LL) 2400.00 us"]
+    assert nccl_default.summary_lines({"results": doc["results"][:4]}) == []
 
 
 PER_ITER = "nccl-tests-all_reduce_perf-2proc-g2-I1.json"
@@ -341,7 +369,8 @@ PER_ITER = "nccl-tests-all_reduce_perf-2proc-g2-I1.json"
 
 def test_nccl_tests_per_iteration_json_keeps_each_iteration_and_each_process():
     """nccl-tests 2.19's -J file of a -I 1 -K 2 run on 2 processes of 2 GPUs each (-g 2), written as
-    util.cu writes it: each iteration's time (the slowest GPU's) becomes a sample, the 2 skipped
+    util.cu writes it (its devices list each process's first GPU only, ranks 0 and 2, so the ranks
+    are the entries times -g): each iteration's time (the slowest GPU's) becomes a sample, the 2 skipped
     left out as nccl-tests leaves them out of its statistics; each process's own times make the
     per-rank figures, one entry per process (its slowest GPU's, not per rank), so that the late
     process is named as a run's straggler would be."""
@@ -367,13 +396,21 @@ def test_nccl_tests_per_iteration_json_keeps_each_iteration_and_each_process():
     assert stragglers.summary_lines(doc)[0] == (
         "straggler: allreduce nccl (4 ranks): process 1 (ranks 2-3, host node-b) arrives 20.0 us late at every size; "
         "the others wait for it (= 20.0 us of the 31.2-62.2 us per call)")
-    # One process (-g 4): no per-process rows, the samples all the same; a file without -I 1, one figure.
+    # One process of 8 GPUs (-g 8, no MPI): one device entry, 8 ranks, no per-process rows.
     one = copy.deepcopy(raw)
+    one["config"].update(ngpus=8, devices=raw["config"]["devices"][:1])
     for row in one["results"]:
         for half in ("out_of_place_per_iter", "in_place_per_iter"):
             del row[half]["per_process_max_times_us"]
-    rec = _nccl(json.dumps(one)).doc["results"][0]
+    doc = _nccl(json.dumps(one)).doc
+    rec = doc["results"][0]
+    assert doc["machine"]["ranks"] == rec["ranks"] == 8 and doc["machine"]["hosts"] == ["node-a"]
     assert "per_rank" not in rec and len(rec["samples_us"]) == 6
+    assert rec["busbw_gbps"] == pytest.approx(rec["algbw_gbps"] * 2 * 7 / 8)
+    # A file that lists every rank (not only each process's first) is counted as it lists them.
+    every = copy.deepcopy(raw)
+    every["config"]["devices"] = [dict(d, rank=d["rank"] + i, device=i) for d in raw["config"]["devices"] for i in (0, 1)]
+    assert _nccl(json.dumps(every)).doc["machine"]["ranks"] == 4
 
 
 def test_nccl_tests_per_iteration_json_that_does_not_add_up_is_refused_or_left_out(workdir):

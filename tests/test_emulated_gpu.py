@@ -5,13 +5,14 @@ NCCL collective). Marked `gpu`: `make test` runs these with COMMBENCH_GPU_EMULAT
 import contextlib
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
 import time
 
 import pytest
-from conftest import COMMBENCH, HERE, MPIRUN, ROOT, commbench, mpi_env
+from conftest import COMMBENCH, HERE, HUNG_S, MPIRUN, ROOT, bounded, commbench, mpi_env, traced_phases
 
 from commbench.collectives import all_collectives
 from commbench.node.gpu import EMULATION, cuda_module
@@ -120,15 +121,23 @@ def test_every_rank_s_sample_starts_once_the_last_rank_s_stream_is_released(comm
     (here rank 1 takes 20 ms more to enqueue each of NCCL's groups, COMMBENCH_EMU_NCCL_ENQUEUE_US, so
     its release comes 20 ms after the others', which waited for it inside the call). The ranks'
     device-side barrier between the gate and the start event (an all-reduce of one element; a pair's
-    exchange of one) keeps that spread out of every rank's samples: the p2p pingpong read 20 ms."""
+    exchange of one) keeps that spread out of every rank's samples: the p2p pingpong read 20 ms. A loop
+    (--timing loop, ungated, as nccl-tests times) holds the slow host's enqueue: 20 ms a call."""
     out = os.path.join(workdir, "late.json")
-    r = commbench([*command, "--device", "cuda", "--impl", "nccl", "--sizes", "4K", "--iters", "5", "--warmup", "1",
-                   "-o", out], env=emu_env(3, COMMBENCH_EMU_NCCL_ENQUEUE_US="1:20000"), cwd=workdir)
+    env = emu_env(3, COMMBENCH_EMU_NCCL_ENQUEUE_US="1:20000")
+    args = [*command, "--device", "cuda", "--impl", "nccl", "--sizes", "4K", "--iters", "5", "--warmup", "1", "-o", out]
+    r = commbench(args, env=env, cwd=workdir)
     assert r.returncode == 0, r.stderr
     records = results.load_document(out)["results"]
     assert len(records) == (1 if command[0] == "allreduce" else 2), records
     for rec in records:
         assert rec["wrong"] == 0 and rec["time_us"]["median"] < 10_000, rec["per_rank"]
+    if command[0] == "allreduce":
+        loop = os.path.join(workdir, "loop.json")
+        r = commbench([*args[:-1], loop, "--timing", "loop"], env=env, cwd=workdir)
+        assert r.returncode == 0, r.stderr
+        [rec] = results.load_document(loop)["results"]
+        assert rec["wrong"] == 0 and rec["time_us"]["median"] >= 20_000, rec
 
 
 @pytest.mark.parametrize("command", [["allreduce", "--np", "2", "--impl", "nccl"], ["p2p", "--device", "cuda"]])
@@ -142,10 +151,34 @@ def test_a_time_below_what_the_bytes_take_fails_the_run_as_a_defect(command, wor
                   env=emu_env(2, COMMBENCH_EMU_MEMORY_GBPS="0.01"), cwd=workdir)
     lines = [line for line in r.stderr.splitlines() if line.startswith("commbench: error")]
     assert r.returncode == 1 and len(lines) == 1, r.stderr
-    assert ": TimingDefect: " in lines[0] and "(0.00896 GB/s); the timing is wrong, a defect of commbench" in lines[0]
+    assert ": TimingDefect: " in lines[0] and "(0.00896 GB/s) plus a launch; the timing is wrong, a defect of commbench" in lines[0]
     assert lines[0].endswith(f"(measured rows kept in {out})"), lines
     doc = results.load_document(out)
     assert len(doc["results"]) == 1 and doc["config"]["gpus"][0]["memory_gbps"] == 0.00896, doc["config"]["gpus"]
+
+
+@pytest.mark.parametrize("command", [["allreduce", "--np", "2", "--impl", "nccl"], ["copy", "--src", "0", "--dst", "1"]],
+                         ids=["allreduce", "copy"])
+def test_events_that_enclose_nothing_fail_the_run_at_a_small_size(command, workdir):
+    """Events recorded out of order read 0.1-0.5 us at every size (COMMBENCH_EMU_ELAPSED_US=0.3 at the
+    H100's 3,352 GB/s): at 4K the bytes alone take a nanosecond, but no kernel or copy between two
+    events reads under a launch's 1 us, so the run fails as a defect of the timing."""
+    out = os.path.join(workdir, "early.json")
+    r = commbench([*command, "--sizes", "4K", "--iters", "3", "--warmup", "0", "-o", out],
+                  env=emu_env(2, COMMBENCH_EMU_ELAPSED_US="0.3"), cwd=workdir)
+    lines = [line for line in r.stderr.splitlines() if line.startswith("commbench: error")]
+    assert r.returncode == 1 and len(lines) == 1, r.stderr
+    assert "at 4K: a median of 0.30 us, below the 1.00 us its bytes take" in lines[0], lines
+
+
+def test_a_gpu_runs_phases_name_nccls_initialisation(workdir):
+    """COMMBENCH_TRACE_START on a GPU run: NCCL's communicator is a phase of its own, made as the
+    measuring begins (the emulated NCCL's start is not a GPU's: docs/method.md)."""
+    r = commbench(["allreduce", "--device", "cuda", "--impl", "nccl", "--sizes", "1K", "--iters", "3", "--warmup", "0",
+                   "--no-fit", "-o", "t.json"], env=emu_env(1, COMMBENCH_TRACE_START="1"), cwd=workdir)
+    assert r.returncode == 0, r.stderr
+    assert [p for p, _ in traced_phases(r.stderr)["0"]] == ["started", "imports", "mpi-init", "topology", "before-measuring",
+                                                     "nccl-init", "nccl-log", "measured", "written"]
 
 
 def test_a_delayed_rank_holds_its_device_after_the_ranks_barrier(workdir):
@@ -202,14 +235,16 @@ def test_one_dtypes_buffers_at_a_time(workdir):
 @pytest.mark.parametrize("place", ["out", "in"])
 def test_what_the_graph_computes_is_checked(place, workdir):
     """The check ran without the graph, so a replay that computed nothing read 0 wrong; now one launch
-    of the graph is checked as well, on buffers filled again (nccl-tests' -G)."""
-    out = os.path.join(workdir, "g.json")
-    r = commbench(["allreduce", "--device", "cuda", "--np", "2", "--impl", "nccl,ring", "--graph", "--place", place,
-                   "--sizes", "4K", "--budget-ms", "10", "-o", out],
-                  env=emu_env(2, COMMBENCH_EMU_SKIP_LAUNCH="graph launch"), cwd=workdir)
-    assert r.returncode == 1, r.stderr
-    df = results.load(out)
-    assert len(df) == 2 and (df["wrong"] > 0).all()
+    of the graph is checked as well, on buffers filled again (nccl-tests' -G). The replays that do
+    nothing also read below the physical floor, which stops the run there."""
+    for impl in ("nccl", "ring"):
+        out = os.path.join(workdir, f"{impl}.json")
+        r = commbench(["allreduce", "--device", "cuda", "--np", "2", "--impl", impl, "--graph", "--place", place,
+                       "--sizes", "4K", "--budget-ms", "10", "-o", out],
+                      env=emu_env(2, COMMBENCH_EMU_SKIP_LAUNCH="graph launch"), cwd=workdir)
+        assert r.returncode == 1 and ": TimingDefect: " in r.stderr, r.stderr
+        df = results.load(out)
+        assert len(df) == 1 and (df["wrong"] > 0).all()
 
 
 def test_graph_mode_refuses_what_it_cannot_capture(workdir):
@@ -299,7 +334,7 @@ def test_gpu_check_passes_on_emulated_gpus(gpus, tmp_path):
     suite) on one GPU (its steps of ranks sharing it) and on 8 GPUs a host, the largest node (every
     step of two GPUs or more; the rest of this suite runs on 2)."""
     r = commbench(["accept", "--plan", "gpu-node", "--quick", "-o", str(tmp_path / "out"),
-                   "--junit", str(tmp_path / "junit.xml")], env=emu_env(gpus), cwd=str(tmp_path), timeout=900)
+                   "--junit", str(tmp_path / "junit.xml")], env=emu_env(gpus), cwd=str(tmp_path))
     assert r.returncode == 0, r.stdout + r.stderr
     [host] = os.listdir(tmp_path / "out")
     with open(tmp_path / "out" / host / "summary.json") as f:
@@ -399,8 +434,9 @@ def test_peer_copies_leave_the_hosts_launches_out():
 def test_each_rank_runs_on_its_gpu_s_cpus_or_the_run_says_it_does_not(workdir):
     """Two sockets (emulated NVML): GPU 0 local to the second CPU, GPU 1 to the first, so that Open
     MPI's binding by slot puts each rank beside the other's GPU. Standalone, every rank moves onto its
-    GPU's CPUs, which the header and the file say; under a user's mpirun that binds by core the binding
-    stands and the run warns, naming a rank away from its GPU."""
+    GPU's CPUs, which the header and the file say, and so does every rank of a user's `mpirun --bind-to
+    none` (what the warning's remedy says); under a user's mpirun that binds by core (as its report of
+    the bindings shows) the binding stands and the run warns, naming a rank away from its GPU."""
     cpus = [str(c) for c in sorted(os.sched_getaffinity(0))[:2]]
     env = emu_env(2, COMMBENCH_EMU_GPU_CPUS=f"{cpus[1]};{cpus[0]}")
     args = ["allreduce", "--device", "cuda", "--impl", "nccl", "--sizes", "1K", "--iters", "3", "--warmup", "0"]
@@ -411,9 +447,16 @@ def test_each_rank_runs_on_its_gpu_s_cpus_or_the_run_says_it_does_not(workdir):
                                                                                 (cpus[0], cpus[0], True)]
     assert "cpu_binding_warning" not in config and "cuda:0 commbench emulated GPU (" in r.stdout
     assert f", CPUs {cpus[1]}, local to the GPU" in r.stdout
+    r = subprocess.run([MPIRUN, "--np", "2", "--bind-to", "none", COMMBENCH, *args, "-o", "unbound.json"],
+                       capture_output=True, text=True, env=env, cwd=workdir, timeout=120)
+    assert r.returncode == 0, r.stderr
+    config = results.load_document(os.path.join(workdir, "unbound.json"))["config"]
+    assert [(g["cpus"], g["local"]) for g in config["gpus"]] == [(cpus[1], True), (cpus[0], True)], config["gpus"]
+    assert "cpu_binding_warning" not in config
     r = subprocess.run([MPIRUN, "--np", "2", "--bind-to", "core", "--report-bindings", COMMBENCH, *args,
                         "-o", "user.json"], capture_output=True, text=True, env=env, cwd=workdir, timeout=120)
     assert r.returncode == 0, r.stderr
+    assert len(re.findall(r"Rank \d+ bound to", r.stderr + r.stdout)) == 2, r.stderr
     config = results.load_document(os.path.join(workdir, "user.json"))["config"]
     assert [g["local"] for g in config["gpus"]] == [False, False], config["gpus"]
     assert config["cpu_binding_warning"].startswith("2 rank(s) run on CPUs away from their GPU, e.g. rank 0 (")
@@ -545,9 +588,9 @@ def test_a_read_copy_is_issued_by_the_gpu_that_reads():
 def test_the_gpu_tests_copy_rigs_pass_without_peer_access():
     """The hardware suite's copy test on a PCIe host without P2P (it built every peer copy and failed
     there): the copies that need peer access are refused as the matrix marks them, the rest exact."""
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "gpu",
-                        os.path.join(HERE, "test_gpu.py"), "-k", "every_copy_mode"], capture_output=True, text=True,
-                       timeout=300, env=emu_env(2, COMMBENCH_EMU_NO_PEER="1"), cwd=HERE)
+    r = bounded([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "gpu",
+                 os.path.join(HERE, "test_gpu.py"), "-k", "every_copy_mode"], HUNG_S,
+                env=emu_env(2, COMMBENCH_EMU_NO_PEER="1"), cwd=HERE)
     assert r.returncode == 0 and "1 passed" in r.stdout, r.stdout[-3000:] + r.stderr[-2000:]
 
 
@@ -710,11 +753,10 @@ def test_the_gpu_tests_pass_in_exclusive_process_compute_mode(tmp_path):
     """Defect 10: on a GPU in EXCLUSIVE_PROCESS mode one process at a time may hold a context. The
     GPU tests that drive commbench._cuda directly run in a process of their own, so the ranks that the
     next test starts find the GPU free (the emulated runtime enforces the mode)."""
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "-p", "no:cacheprovider",
-                        f"--basetemp={tmp_path}", "-m", "gpu", os.path.join(ROOT, "tests", "test_gpu.py"),
-                        "-k", "matches_torch or graph_mode or copy_mode"],
-                       capture_output=True, text=True, timeout=600,
-                       env=emu_env(2, COMMBENCH_EMU_COMPUTE_MODE="exclusive-process"))
+    r = bounded([sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "-p", "no:cacheprovider",
+                 f"--basetemp={tmp_path}", "-m", "gpu", os.path.join(ROOT, "tests", "test_gpu.py"),
+                 "-k", "matches_torch or graph_mode or copy_mode"], HUNG_S,
+                env=emu_env(2, COMMBENCH_EMU_COMPUTE_MODE="exclusive-process"))
     assert r.returncode == 0 and "3 passed" in r.stdout, r.stdout[-3000:]
 
 

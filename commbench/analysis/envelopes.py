@@ -64,8 +64,12 @@ def names_node(envelope: dict, facts: dict) -> bool:
     return True
 
 
-def _matches(envelope: dict, h: dict) -> bool:
-    return h["op"] == envelope["op"] and h["impl"] == envelope["impl"] and \
+def _matches(envelope: dict, h: dict, facts: dict) -> bool:
+    """The envelope's operation, unforced; where the envelope names a node's GPUs a host or its NICs,
+    a collective over every GPU of the allocation: 4 ranks on an 8-GPU node are not its figure."""
+    whole = "gpus" not in envelope["node"] and "ib_gbps" not in envelope["node"] or \
+        facts["gpus_per_host"] is not None and h.get("ranks") == facts["gpus_per_host"] * facts["hosts"]
+    return h["op"] == envelope["op"] and h["impl"] == envelope["impl"] and whole and \
         h.get("mode") == envelope.get("mode") and not h.get("nccl_algo") and not h.get("nccl_proto")
 
 
@@ -78,7 +82,7 @@ def placements(doc: dict) -> list[dict]:
     for key, recs in by_series(doc["results"]).items():
         h = series_head(key)
         for e in envelopes:
-            if not _matches(e, h):
+            if not _matches(e, h, facts):
                 continue
             region = [r for r in recs if r["size_bytes"] >= e["from_bytes"] and r.get(e["metric"]) is not None]
             chosen = {r["nccl_choice"]["algo"] for r in region if r.get("nccl_choice")}

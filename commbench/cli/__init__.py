@@ -43,6 +43,7 @@ def main() -> None:
     parent passes it on to its ranks; a rank's watchdog reports it)."""
     signal.signal(signal.SIGTERM, _terminate)
     watchdog.guard_start_up()
+    trace.launched()
     trace.phase("imports")  # the interpreter's start and commbench's command line, before any command runs
     try:
         cli.main(standalone_mode=False)

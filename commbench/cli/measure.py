@@ -7,6 +7,7 @@ import sys
 
 import click
 
+from .. import trace
 from ..collectives.dtypes import DTYPES, REDOPS, itemsize_of, redop_code
 from ..collectives.impls import COPY_IMPL
 from ..errors import CommbenchError
@@ -155,6 +156,7 @@ def collective_command(coll) -> click.Command:
                 wrong = run_collective(world, cfg, coll, impls, reporter)
                 if any(i.transport is NCCL for i in impls):
                     found = chosen_transports(world)
+                    trace.phase("nccl-log")  # every rank's NCCL log read for its transports
                     if reporter and found is not None:
                         reporter.attach("nccl_transports", found)
                 return wrong

@@ -57,16 +57,27 @@ def onto_gpu_cpus(device: int, move: bool = True) -> dict:
 _bound: Optional[dict] = None  # this rank's binding, once made (bind_rank)
 
 
+def _left_unbound() -> bool:
+    """Whether this rank's launcher left its CPUs as they were: the rank may run wherever its parent
+    (Open MPI's daemon, torchrun's agent) may, as under `mpirun --bind-to none`. A launcher that binds
+    (Open MPI by default, `srun --cpu-bind`) narrows the rank's CPUs after it forks."""
+    try:
+        return os.sched_getaffinity(0) == os.sched_getaffinity(os.getppid())
+    except OSError:  # the parent gone, or not ours to ask
+        return False
+
+
 def bind_rank(world) -> dict:
     """This rank's GPU taken and the rank's CPUs beside its GPU's (onto_gpu_cpus), once a process: a
-    rank of commbench's own launch, which mpirun leaves unbound, moves onto its GPU's CPUs before CUDA
-    and NCCL start their threads (which inherit them; NCCL logs an empty affinity otherwise); under a
-    user's launcher the rank's binding stands, and gpu_layout says where it misses the GPU."""
+    rank of commbench's own launch, which mpirun leaves unbound, or one a user's launcher left unbound,
+    moves onto its GPU's CPUs before CUDA and NCCL start their threads (which inherit them; NCCL logs an
+    empty affinity otherwise); a binding a user's launcher made stands, and gpu_layout says where it
+    misses the GPU."""
     global _bound
     from .gpu import take_gpu
     device = take_gpu(world)
     if _bound is None:
-        _bound = onto_gpu_cpus(device, move=world.launcher == "standalone")
+        _bound = onto_gpu_cpus(device, move=world.launcher == "standalone" or _left_unbound())
     return _bound
 
 

@@ -204,6 +204,9 @@ class _Run:
     complete: bool = False
     warnings: list = field(default_factory=list)  # what the reader is told beside the rows left out
     ranks_per_process: int = 1  # -t threads x -g GPUs: a process drives that many ranks
+    # Ranks in all where the device lines list fewer: a -J file lists each process's first GPU only
+    # (util.cu keeps the first '#  Rank' line of each process's block), so a -g 8 process is one entry.
+    rank_count: Optional[int] = None
 
 
 _RANK = re.compile(r"#\s+Rank\s+(\d+)\s+Group\s+\d+\s+Pid\s+\d+\s+on\s+(\S+)\s+device\s+\d+\s+\[[^\]]*\]\s+(.*)$")
@@ -314,6 +317,10 @@ def _nccl_tests_json(doc, source: str) -> _Run:
         run.ranks_per_process = int(config.get("nthreads", 1)) * int(config.get("ngpus", 1))
         for d in config.get("devices", []):
             run.ranks[int(d["rank"])] = (d.get("hostname", "unknown"), d.get("device_info", ""))
+        # Only the first rank of each process listed: the process's others are there too. A file
+        # that lists every rank (its ranks not all multiples of the per-process count) is read as it is.
+        if run.ranks and all(r % run.ranks_per_process == 0 for r in run.ranks):
+            run.rank_count = len(run.ranks) * run.ranks_per_process
         for r in doc["results"]:
             halves = []
             for in_place, key in zip(NCCL_PLACEMENTS, ("out_of_place", "in_place")):
@@ -391,7 +398,7 @@ def _nccl_tests_document(run: _Run, source: str, given: Optional[str]) -> Import
         raise CommbenchError(f"{source}: no result rows found in this nccl-tests output")
     if not run.ranks:
         raise CommbenchError(f"{source}: no device lines ('#  Rank ... device ...'): cannot tell how many ranks ran")
-    ranks = len(run.ranks)
+    ranks = run.rank_count or len(run.ranks)
     op = _which_op(run, source, given, ranks)
     coll = collectives.get(op)
     left_out = _LeftOut(source)

@@ -158,7 +158,9 @@ class PeerCopy {
 
   // The stream the events time on, which the gate holds: the issuing GPU's (timed on the copy's own
   // stream, as nvbandwidth times).
-  cudaStream_t timing_stream() const { return t_ == a_ ? s0_.s : s1_.s; }
+  // By direction, not by device: on the diagonal (a GPU to itself) both streams are one GPU's, and
+  // a read is issued on s1.
+  cudaStream_t timing_stream() const { return read_ && !bidi_ ? s1_.s : s0_.s; }
 
   // Each sample: per direction a start and an end event on its stream, made on its stream's GPU.
   std::vector<double> both_ways_times(int64_t iters) {
