@@ -6,31 +6,39 @@ import sys
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 
-SPANS = '''
+SPAN = """
 import os, time
 import pytest
 
-def span(name):
+def span(name, seconds=0.4):
     start = time.time()
-    time.sleep(0.4)
+    time.sleep(seconds)
     with open(os.environ["SPANS"], "a") as f:
         f.write(f"{name} {start} {time.time()}\\n")
+"""
 
+# Two files, one a worker (--dist loadfile), so that the module fixture's set-up on one worker and the
+# quiet test on the other start together: were the fixture outside the lock, they would overlap.
+SPANS = {"test_a_spans.py": SPAN + """
+@pytest.fixture(scope="module")
+def measured():
+    span("fixture", 1.0)
+
+def test_with_a_module_fixture(measured):
+    span("plain-after-fixture")
+
+@pytest.mark.parametrize("i", range(2))
+def test_plain(i):
+    span(f"plain{i}")
+""", "test_b_spans.py": SPAN + """
 @pytest.mark.quiet
 def test_quiet():
     span("quiet")
 
-@pytest.mark.parametrize("i", range(5))
+@pytest.mark.parametrize("i", range(2, 5))
 def test_plain(i):
     span(f"plain{i}")
-
-@pytest.fixture(scope="module")
-def measured():
-    span("fixture")
-
-def test_with_a_module_fixture(measured):
-    span("plain-after-fixture")
-'''
+"""}
 
 
 def test_a_quiet_test_runs_while_no_other_test_does(tmp_path):
@@ -42,9 +50,11 @@ def test_a_quiet_test_runs_while_no_other_test_does(tmp_path):
         "suite = importlib.util.module_from_spec(spec)\nspec.loader.exec_module(suite)\n"
         "pytest_runtest_protocol = suite.pytest_runtest_protocol\n")
     (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    quiet: alone\n")
-    (tmp_path / "test_spans.py").write_text(SPANS)
+    for name, text in SPANS.items():
+        (tmp_path / name).write_text(text)
     spans = tmp_path / "spans.log"
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "2", "-p", "no:cacheprovider", "test_spans.py"],
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", "loadfile", "-p", "no:cacheprovider",
+                        *SPANS],
                        cwd=tmp_path, capture_output=True, text=True, timeout=120,
                        env={**os.environ, "SPANS": str(spans)})
     assert r.returncode == 0, r.stdout + r.stderr

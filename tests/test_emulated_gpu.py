@@ -764,8 +764,10 @@ def test_the_gpu_tests_pass_in_exclusive_process_compute_mode(tmp_path):
 def test_the_exact_matrix_on_gpus(name, workdir):
     """Every collective by NCCL's call and each of commbench's algorithms over NCCL, every dtype and
     every reduction, in place and out of place, from the last rank where it has a root, on 3 ranks
-    at counts they do not divide: every element exact. A step that hangs (a ring step receiving from
-    the wrong neighbour passes at 2 ranks and hangs at 3) ends at --timeout 30, not the default 300."""
+    at counts they do not divide: every element exact. The tree pipelines over several chunks (--chunk
+    16K: 65544 bytes in 5), and NCCL's calls aggregated two to a group (--agg 2), as the hardware suite
+    runs them (test_gpu.py at 1M-4M). A step that hangs (a ring step receiving from the wrong
+    neighbour passes at 2 ranks and hangs at 3) ends at --timeout 30, not the default 300."""
     from commbench import collectives
     from commbench.transports import impls_for
     coll = collectives.get(name)
@@ -774,7 +776,8 @@ def test_the_exact_matrix_on_gpus(name, workdir):
     out = os.path.join(workdir, f"{name}.json")
     r = commbench([name, "--device", "cuda", "--np", "3", "--dtype", "all", *(["--op", "all"] if coll.reduces else []),
                    *place, *(["--root", "2"] if coll.rooted else []), "--sizes", "8,1000,65544", "--iters", "3",
-                   "--warmup", "1", "--timeout", "30", "-o", out], env=emu_env(3), cwd=workdir)
+                   "--warmup", "1", *(["--chunk", "16K"] if coll.pipelined else []), "--agg", "2", "--timeout", "30",
+                   "-o", out], env=emu_env(3), cwd=workdir)
     assert r.returncode == 0, r.stderr
     df = results.load(out)
     assert set(df["impl"]) == expected and (df["wrong"] == 0).all() and len(set(df["dtype"])) == 6

@@ -6,6 +6,7 @@ import errno
 import glob
 import json
 import os
+import re
 import shlex
 import signal
 import socket
@@ -419,6 +420,11 @@ SHAPED = [
     # a setting named like a secret at the value's start, or after a comma or a space
     ("NCCL_NET", "password=abc123xyz", "password=<redacted>"),
     ("UCX_NET_DEVICES", "mlx5_0:1,secret=zz", "mlx5_0:1,secret=<redacted>"),
+    # ... or after = : a quote or a bracket, as a library's message or a command line quotes it
+    ("UCX_TLS", "UCX_NET_DEVICES=token=t0k3n", "UCX_NET_DEVICES=token=<redacted>"),
+    ("NCCL_NET", "mlx5_0:key=k3y", "mlx5_0:key=<redacted>"),
+    ("UCX_LOG_LEVEL", "device 'password=abc123xyz' (passwd=qq) [auth=zz]",
+     "device 'password=<redacted>' (passwd=<redacted>) [auth=<redacted>]"),
 ]
 
 
@@ -454,13 +460,15 @@ def test_an_accept_step_s_log_is_scrubbed_as_it_comes(tmp_path):
     """A library's warning on a step's stderr may quote a credential-shaped setting (UCX quoting its
     UCX_NET_DEVICES): the step's log keeps the line, not the credential."""
     from commbench.accept import runner
-    said = "UCX  WARN  network device 'https://me:pa55@fabric.example.com' is not available"
+    said = ("UCX  WARN  network device 'https://me:pa55@fabric.example.com' is not available\n"
+            "UCX  WARN  network device 'password=abc123xyz' is not available\n")
     log = tmp_path / "step.log"
-    ran = runner.run([sys.executable, "-c", f"import sys; print('out ghp_{'a1B2' * 9}'); sys.stderr.write({said!r})"],
-                     str(log), 60, dict(os.environ))
+    ran = runner.run([sys.executable, "-c", f"import sys; print('out ghp_{'a1B2' * 9}'); sys.stderr.write({said!r})",
+                      "UCX_NET_DEVICES=token=t0k3n"], str(log), 60, dict(os.environ))
     text = log.read_text()
-    assert ran.rc == 0 and "pa55" not in text and "a1B2" not in text, text
+    assert ran.rc == 0 and not {"pa55", "a1B2", "abc123xyz", "t0k3n"} & set(re.findall(r"\w+", text)), text
     assert "'https://<redacted>@fabric.example.com' is not available" in text and "out <redacted>" in text
+    assert "'password=<redacted>' is not available" in text and "UCX_NET_DEVICES=token=<redacted>" in text
 
 
 def test_an_imported_log_s_host_names_are_scrubbed(tmp_path, monkeypatch, capsys):

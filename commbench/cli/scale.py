@@ -14,7 +14,7 @@ from ..errors import CommbenchError
 from ..launch.world import detect_launcher
 from ..results.atomic import check_new_file
 from ..run import preflight
-from ..sizes import parse_size, parse_sizes, round_to_itemsize
+from ..sizes import format_size, parse_size, parse_sizes, round_to_itemsize
 from .common import (
     Finite,
     expectation,
@@ -45,14 +45,19 @@ def _collective_names() -> list[str]:
     return names()
 
 
+# More than any model's gradients (250 trillion float32 parameters): a size beyond is a typing slip.
+MAX_GRAD_BYTES = 1 << 50
+
+
 def _workload(compute_ms, grad_bytes, params, dtype, overlap, strong, largest: int):
     from ..analysis.scaling import Workload
     if grad_bytes is not None and params is not None:
         raise CommbenchError("give --grad-bytes or --params, not both")
     size = params * itemsize_of(dtype) if params is not None else \
         parse_size(grad_bytes, "--grad-bytes") if grad_bytes is not None else largest
-    if size <= 0:
-        raise CommbenchError("the gradients must be at least one byte (--grad-bytes, --params)")
+    if not 0 < size <= MAX_GRAD_BYTES:
+        raise CommbenchError(f"the gradients must be 1 byte to {format_size(MAX_GRAD_BYTES)} (--grad-bytes, --params), "
+                             f"not {size:,} bytes")
     return Workload(compute_ms, size, overlap, strong)
 
 
