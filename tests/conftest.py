@@ -140,11 +140,12 @@ def left_behind(marker: str) -> list:
     return subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout.split()
 
 
-def wait_for_rows(out: str, proc, deadline_s: float = 90) -> None:
+def wait_for_rows(out: str, proc, deadline_s: float = 90, rows=lambda doc: doc["results"]) -> None:
+    """Until `out` holds a row (`rows` of its document: its records; numerics' are its own section)."""
     until = time.monotonic() + deadline_s
     while time.monotonic() < until and proc.poll() is None:
         try:
-            if read_json(out, "result file")["results"]:
+            if rows(read_json(out, "result file")):
                 return
         except Exception:  # noqa: BLE001 - not there yet, or replaced as we read it
             pass

@@ -121,15 +121,26 @@ def test_a_rank_killed_in_nccl_initialisation_ends_every_rank(workdir):
     assert left_behind(out) == []
 
 
-def test_the_ranks_end_with_a_killed_command(workdir):
+KILLED = {"allreduce": [*SWEEP, "--np", "3"],
+          "links": ["links", "--np", "3", "--timeout", "5"],
+          "numerics": ["numerics", "--device", "cpu", "--ranks", "2", "--impl", "ring,tree", "--dtype", "float32,float64",
+                       "--count", "256K", "--repeats", "500", "--timeout", "5"]}
+
+
+@pytest.mark.parametrize("command", list(KILLED))
+def test_the_ranks_end_with_a_killed_command(command, workdir):
     """kill -9 of the command a user typed (the standalone parent, which can pass nothing on): its
-    mpirun and every rank end too, rather than finish the sweep unattended."""
+    mpirun passes the news on to every rank (SIGUSR1), rank 0 closes the file as interrupted, and
+    mpirun ends with them, its session folder gone; numerics' rank 0 was aborted by Open MPI before it
+    could, when mpirun itself was ended first."""
     out = os.path.join(workdir, "orphans.json")
-    p = subprocess.Popen([COMMBENCH, *SWEEP, "--np", "3", "-o", out], env=mpi_env(), stdout=subprocess.PIPE,
+    p = subprocess.Popen([COMMBENCH, *KILLED[command], "-o", out], env=mpi_env(), stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
-        wait_for_rows(out, p)
-        assert sorted(rank_pids(out)) == [0, 1, 2]
+        wait_for_rows(out, p, rows=lambda doc: doc["results"] or (doc.get("numerics") or {}).get("rows"))
+        ranks = rank_pids(out)
+        assert sorted(ranks) == list(range(2 if command == "numerics" else 3))
+        [mpirun] = {int(pid) for pid in left_behind(out)} - {p.pid, *ranks.values()}
         os.kill(p.pid, signal.SIGKILL)
         p.communicate(timeout=30)
         until = time.monotonic() + TIMEOUT_S + 10
@@ -142,7 +153,9 @@ def test_the_ranks_end_with_a_killed_command(workdir):
         for pid in left_behind(out):
             os.kill(int(pid), signal.SIGKILL)
     doc = results.load_document(out)
-    assert doc["results"] and doc["status"] == "interrupted", (doc["status"], doc.get("error"))
+    assert doc["status"] == "interrupted", (doc["status"], doc.get("error"))
+    assert doc["error"].endswith(": interrupted (the command that launched the ranks ended)"), doc["error"]
+    assert not os.path.exists(os.path.join(os.environ.get("TMPDIR", "/tmp"), f"ompi.{mpirun}"))
 
 
 @pytest.mark.parametrize("fault", ["kill", "stop", "interrupt"])

@@ -37,6 +37,7 @@ from typing import Optional, Sequence
 import click
 
 from ..errors import described, one_line
+from .world import LAUNCHER_GONE
 
 TICK_S = 0.25
 # Connections a listener holds waiting to be accepted: a leader per host may connect at once.
@@ -95,7 +96,8 @@ def guard_start_up(early: Sequence[int] = ()) -> None:
 
 
 def _interrupted_text(label: str, signum: int) -> str:
-    return f"{label or 'before the first size'}: interrupted ({signal.Signals(signum).name})"
+    why = "the command that launched the ranks ended" if signum == LAUNCHER_GONE else signal.Signals(signum).name
+    return f"{label or 'before the first size'}: interrupted ({why})"
 
 
 def start(world, timeout_s: float, reporter) -> None:
@@ -237,8 +239,10 @@ class Watchdog:
         self._wake, wake = os.pipe()
         os.set_blocking(wake, False)
         signal.set_wakeup_fd(wake)
-        # The thread acts on them; a handler (not the default) keeps the process alive until it has.
-        self._handlers = {s: signal.signal(s, lambda *_: None) for s in (signal.SIGINT, signal.SIGTERM)}
+        # The thread acts on them; a handler (not the default) keeps the process alive until it has. A
+        # rank of commbench's own launch also hears that the command which launched it ended.
+        watched = (signal.SIGINT, signal.SIGTERM, *([LAUNCHER_GONE] if world.launcher == "standalone" else []))
+        self._handlers = {s: signal.signal(s, lambda *_: None) for s in watched}
         threading.Thread(target=self._watch, name="commbench-watchdog", daemon=True).start()
 
     def arm(self, label: str) -> None:

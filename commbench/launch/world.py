@@ -85,15 +85,20 @@ def bundled_mpirun() -> str:
 
 # prctl(2): the signal a process gets when the thread that started it ends.
 _PR_SET_PDEATHSIG = 1
+# What the bundled mpirun gets when the command that launched it ends (a SIGKILL leaves that command no
+# chance to pass anything on): mpirun passes SIGUSR1 on to every rank and keeps running, and the
+# ranks end as after SIGTERM, rank 0 closing the file (launch/watchdog.py); mpirun then ends with
+# them, its session folder removed. Given SIGTERM, mpirun took its PMIx server down at once, and a
+# rank that lost it mid-call was aborted by Open MPI before it could close the file.
+LAUNCHER_GONE = signal.SIGUSR1
 
 
 def dies_with(parent_pid: int):
-    """A subprocess preexec_fn: the child gets SIGTERM when `parent_pid` ends, however it ends (a
-    SIGKILL leaves it no chance to pass anything on), and at once if it ended before the child got
-    here. The bundled mpirun, given SIGTERM, ends its ranks."""
+    """A subprocess preexec_fn: the child gets LAUNCHER_GONE when `parent_pid` ends, however it ends,
+    and SIGTERM at once if it ended before the child got here (no ranks yet)."""
     def arm() -> None:
         import ctypes
-        ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, LAUNCHER_GONE)
         if os.getppid() != parent_pid:
             os.kill(os.getpid(), signal.SIGTERM)
     return arm

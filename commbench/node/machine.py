@@ -33,9 +33,10 @@ PATH_SUFFIXES = ("_ROOT", "_PATH", "_DIR", "_HOME", "_FILE", "_PREFIX")
 
 # Values shaped like credentials, whatever the variable's name: a URL's user:password, a query
 # parameter or a setting named like a secret (password=..., at the start or after , ; & ? = : a
-# space, a quote or an opening bracket, as a library's message quotes a setting), and the shapes of well-known keys (GitHub and Slack tokens, AWS access key ids, JSON web
-# tokens, PEM private keys). Each is replaced by REDACTED; the rest of the
-# value (a host, a port, a tuning setting beside it) stays.
+# space, a quote or an opening bracket, as a library's message quotes a setting), and the shapes of
+# well-known keys (GitHub and Slack tokens, AWS access key ids, JSON web tokens, PEM private keys).
+# Each is replaced by REDACTED; the rest of the value (a host, a port, a tuning setting beside it)
+# stays.
 REDACTED = "<redacted>"
 _SECRET_SHAPES = [
     (re.compile(r"(?P<keep>[A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]+@"), r"\g<keep>" + REDACTED + "@"),
