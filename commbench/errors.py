@@ -7,6 +7,12 @@ class CommbenchError(Exception):
     exit_code = 2
 
 
+class NodeError(CommbenchError):
+    """A refusal that depends on the machine the command runs on (no GPU visible, ranks on one host
+    where several are needed), not on the values it was given: a cluster plan's steps, checked on the
+    node accept runs on before they run elsewhere, leave it to the run."""
+
+
 class RankError(CommbenchError):
     """A problem of this rank's own (its launch variables): it says so whatever its rank, where other
     errors are said by rank 0 alone for the whole job."""

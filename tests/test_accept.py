@@ -12,7 +12,7 @@ import sys
 
 import pytest
 import xmlschema
-from conftest import COMMBENCH, commbench, in_process, mpi_env, wait_for_rows
+from conftest import COMMBENCH, MPIRUN, commbench, in_process, mpi_env, wait_for_rows
 
 from commbench.accept import plan as plans
 from commbench.accept.baselines import Baselines, sku_folder
@@ -207,6 +207,28 @@ def test_a_cluster_plan_needs_an_allocation_or_a_launcher(tmp_path):
     env = {k: v for k, v in mpi_env().items() if not k.startswith("SLURM_")}
     r = commbench(["accept", "--plan", "gpu-cluster", "-o", str(tmp_path / "out")], cwd=str(tmp_path), env=env)
     assert r.returncode == 2 and "a cluster plan runs its steps across the nodes of an allocation" in r.stderr
+
+
+def test_a_cluster_plan_s_values_are_checked_before_any_step_what_its_nodes_decide_left_to_them(tmp_path, monkeypatch,
+                                                                                                     capsys):
+    """A cluster plan's steps run on the allocation's nodes, but a size that does not parse is a
+    mistake on any node: refused before any step, no run folder. What depends on the nodes the
+    launcher gives the steps (GPUs, several hosts for links at host level) is left to the run: the
+    built-in cluster plans pass the check on this node, which has neither."""
+    from commbench.accept import plan as plans
+    from commbench.cli.accept import check_argv, checked_cluster_step
+    path = tmp_path / "cluster.toml"
+    path.write_text('description = "one step"\nscope = "cluster"\n\n[[step]]\nname = "allreduce"\ncommand = "allreduce"\n'
+                    'options = { impl = "mpi", sizes = "abc" }\n')
+    code, out, err = in_process(["accept", "--plan", str(path), "--launch", f"{MPIRUN} --np 2", "-o", str(tmp_path / "out")],
+                                monkeypatch, capsys)
+    assert code == 2 and out == "" and err.startswith(f"commbench: error: plan {path}: step 1 (allreduce): bad size 'abc'"), err
+    assert err.count("\n") == 1 and not (tmp_path / "out").exists()
+    for name in ("cpu-cluster", "gpu-cluster"):
+        plan = plans.load(name, check_argv)
+        for quick in (False, True):
+            assert [step.name for step, _ in plan.check_values(checked_cluster_step, 0, quick)] == \
+                [s.name for s in plan.steps if s.measuring and s.applies(0)]
 
 
 def accept(tmp_path, out: str, *args):

@@ -97,7 +97,7 @@ class Plan:
 
     def check_values(self, check_step: Callable[[list], object], gpus: int, quick: bool) -> list:
         """The measuring steps this node runs, their values checked as their commands check them
-        (`check_step(argv)` raises CommbenchError, or returns the command's Checked), before the
+        (`check_step(argv)` raises CommbenchError, or returns the command's Checked or None), before the
         first step runs: a size that does not parse, a rank count the node cannot hold or a step
         estimated past half its limit (accept/sizing.py) is a mistake of the plan, not of the node.
         Returns [(step, its Checked)]."""

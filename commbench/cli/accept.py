@@ -3,6 +3,7 @@ nodes of an allocation); `commbench baseline promote`: an accepted run kept as i
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import shutil
@@ -12,7 +13,7 @@ import sys
 
 import click
 
-from ..errors import CommbenchError
+from ..errors import CommbenchError, NodeError
 from .analyze import baseline
 from .group import cli
 
@@ -42,6 +43,23 @@ def checked_step(argv: list):
     (a plan judges the node's figures; such ranks sharing a core measure the scheduler; a GPU's rank
     mostly waits on its GPU)."""
     from ..node.machine import cores
+    c = _checked(argv)
+    if c.device == "cpu" and c.ranks > cores():
+        raise CommbenchError(f"{c.ranks} ranks on this node's {cores()} cores: a node plan takes a core a rank "
+                             f"(lower np)")
+    return c
+
+
+def checked_cluster_step(argv: list) -> None:
+    """check_step for a cluster plan: the values a step's command checks, on whichever node accept
+    runs; what depends on the nodes the launcher gives the step (their GPUs, their hosts: NodeError)
+    is left to the run, and so are the ranks and the time, which the allocation decides."""
+    with contextlib.suppress(NodeError):
+        _checked(argv)
+
+
+def _checked(argv: list):
+    """The Checked a step's command raises under check_only (a CommbenchError where it refuses)."""
     from .common import Checked, check_only
     check_argv(argv)
     ctx = click.Context(cli, info_name="commbench")
@@ -50,12 +68,10 @@ def checked_step(argv: list):
         with check_only(), command.make_context(argv[0], list(argv[1:]), parent=ctx) as sub:
             command.invoke(sub)
     except Checked as c:
-        if c.device == "cpu" and c.ranks > cores():
-            raise CommbenchError(f"{c.ranks} ranks on this node's {cores()} cores: a node plan takes a core a rank "
-                                 f"(lower np)") from None
         return c
     except click.ClickException as e:
         raise CommbenchError(e.format_message()) from None
+    raise AssertionError(f"{argv[0]} ran to its end under check_only")
 
 
 def _launch(scope: str, launch_text) -> list:
@@ -138,12 +154,12 @@ def accept(plan_name, baselines_dir, junit_path, base, quick, launch_text, print
                              f"allocation, whose hosts its steps' checks depend on")
     launch = _launch(plan.scope, launch_text)
     if plan.scope == "node":
-        # A cluster plan's steps run under the allocation's launcher: what they check depends on the
-        # hosts it gives them (links at host level needs several), known only once they start.
         checked = plan.check_values(checked_step, gpus, quick)
         if dry_run:
             _print_estimates(plan, checked, gpus, quick)
             return
+    else:
+        plan.check_values(checked_cluster_step, gpus, quick)
     if junit_path:
         check_new_file(junit_path, f"{junit_path} already exists; choose another --junit")
     baselines = Baselines(baselines_dir)

@@ -9,7 +9,7 @@ from typing import Optional
 
 import click
 
-from ..errors import CommbenchError
+from ..errors import CommbenchError, NodeError
 from ..launch.world import detect_launcher
 from ..run import preflight
 from ..sizes import parse_size
@@ -109,7 +109,7 @@ def links(impl, latency_size, bandwidth_size, window, threshold_pct, mad_z, judg
     if detect_launcher() is None and (nranks or 2) < 2:
         raise CommbenchError("links needs at least 2 ranks: use --np 2 or more")
     if detect_launcher() is None and level == "host":
-        raise CommbenchError("--level host needs ranks on two hosts or more: a standalone run's ranks are all on this "
+        raise NodeError("--level host needs ranks on two hosts or more: a standalone run's ranks are all on this "
                              "one; launch across hosts (mpirun, srun, torchrun)")
     # The pairs are all of them, whatever the count: links checks the rank count itself.
     checks = dataclasses.replace(preflight.for_p2p(sizes, "all", device, output, impl, "commbench links"), pairs=None)

@@ -13,7 +13,7 @@ import os
 import sys
 from typing import Optional
 
-from ..errors import CommbenchError
+from ..errors import CommbenchError, NodeError
 
 # cudaEventElapsedTime's resolution, "around 0.5 microseconds" (CUDA Runtime API reference): the
 # floor under any single device-timed sample.
@@ -153,7 +153,7 @@ def require_gpu(what: str) -> int:
     """The number of visible GPUs, or a CommbenchError that says why `what` cannot run."""
     n, why = visible_gpus()
     if n == 0:
-        raise CommbenchError(f"{what} needs a GPU: {why}")
+        raise NodeError(f"{what} needs a GPU: {why}")
     return n
 
 
