@@ -1,5 +1,5 @@
-"""How the analysis commands scale with the records of a result file: fit, compare, report, plot and
-export (CSV) on synthesized files of N records, timed as a user runs them (wall seconds and peak
+"""How the analysis commands scale with the records of a result file: fit, compare, report, plot,
+export (CSV) and fleet on synthesized files of N records, timed as a user runs them (wall seconds and peak
 memory of the command). A fleet hands commbench tens of thousands of records; the target is
 100,000 records in under 10 s for each command.
 
@@ -34,6 +34,7 @@ COMMANDS = {
     "report": lambda f, out: ["report", f, "-o", out],
     "plot": lambda f, out: ["plot", f, "-o", out + ".png"],
     "export csv": lambda f, out: ["export", f, "--format", "csv", "-o", out + ".csv"],
+    "fleet": lambda f, out: ["fleet", f],
 }
 
 
@@ -74,14 +75,21 @@ def main() -> int:
     parser.add_argument("--shape", default="series,sizes")
     parser.add_argument("--samples", type=int, default=5)
     parser.add_argument("--commands", default=",".join(COMMANDS))
+    parser.add_argument("--write", help=argparse.SUPPRESS)  # the file of --counts records of --shape, alone
     args = parser.parse_args()
+    if args.write:
+        synthesize(int(args.counts), args.shape, args.write, args.samples)
+        return 0
     commbench = os.path.join(os.path.dirname(sys.executable), "commbench")
     print(f"{'shape':<8}{'records':>9}  {'command':<12}{'seconds':>9}{'peak MiB':>10}  target (< 10 s at 100,000)")
     with tempfile.TemporaryDirectory() as tmp:
         for shape in args.shape.split(","):
             for n in (int(c) for c in args.counts.split(",")):
                 path = os.path.join(tmp, f"{shape}-{n}.json")
-                synthesize(n, shape, path, args.samples)
+                # In a process of its own: a command's peak memory (its rusage) counts this process's
+                # as it forks, and the records made here took more than the command itself.
+                subprocess.run([sys.executable, __file__, "--write", path, "--shape", shape, "--counts", str(n),
+                                "--samples", str(args.samples)], check=True)
                 print(f"# {path}: {os.path.getsize(path) / 2**20:.0f} MiB, {args.samples} samples a record", flush=True)
                 for name in args.commands.split(","):
                     make = COMMANDS[name]

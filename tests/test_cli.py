@@ -256,3 +256,14 @@ def test_nccl_tests_spellings_of_the_sweep(workdir):
     cfg = results.load_document(out)["config"]
     assert cfg["sizes"] == [8, 32, 128, 512, 2048, 8192, 32768] and cfg["agg"] == 2
     assert (cfg["policy"]["iters"], cfg["policy"]["warmup"]) == (3, 1)
+
+
+def test_our_algorithms_over_nccl_say_a_reduction_kernel_where_they_reduce():
+    """pairwise@nccl (all-to-all) moves data and reduces nothing: its description named a reduction
+    kernel, as every algorithm over NCCL's did."""
+    from commbench import collectives
+    from commbench.transports import impls_for
+    for coll in collectives.all_collectives():
+        ours = [i for i in impls_for(coll, "cuda").values() if i.transport.name == "nccl" and i.algorithm]
+        assert all(("reduction kernel" in i.description) == coll.reduces for i in ours), coll.name
+    assert collectives.get("alltoall").algorithms  # pairwise, the one in question

@@ -290,6 +290,27 @@ void nccl_groups_wait_for_peers() {
   });
 }
 
+// A call on a buffer or a stream of another device than the communicator's is refused (NCCL's kernel
+// cannot launch into another device's stream; NCCL_CHECK_POINTERS=1 refuses the buffer), and the
+// communicator's own still run.
+void nccl_cross_device_calls_are_refused() {
+  two_ranks(kTwoGpus, [](int rank, ncclComm_t comm, cudaStream_t s) {
+    const int other = 1 - rank;
+    cudaSetDevice(other);
+    int* elsewhere = device_int();
+    cudaStream_t other_stream;
+    cudaStreamCreateWithFlags(&other_stream, cudaStreamNonBlocking);
+    cudaSetDevice(rank);
+    int* own = device_int();
+    EXPECT(ncclAllReduce(elsewhere, own, 1, ncclInt32, ncclSum, comm, s) == ncclInvalidArgument);
+    EXPECT(std::strstr(ncclGetLastError(comm), "mismatchs with NCCL device"));
+    EXPECT(ncclAllReduce(own, own, 1, ncclInt32, ncclSum, comm, other_stream) == ncclUnhandledCudaError);
+    EXPECT(ncclAllReduce(own, own, 1, ncclInt32, ncclSum, comm, s) == ncclSuccess);
+    EXPECT(cudaStreamSynchronize(s) == cudaSuccess);
+    ncclCommDestroy(comm);
+  });
+}
+
 // Two ranks on one GPU of one host are refused, as NCCL does.
 void nccl_duplicate_gpu() {
   const int same[2] = {0, 0};
@@ -385,7 +406,8 @@ int main(int argc, char** argv) {
       {"launch_failure", launch_failure},                     {"nccl_groups_wait_for_peers", nccl_groups_wait_for_peers},
       {"nccl_duplicate_gpu", nccl_duplicate_gpu},             {"nccl_abort", nccl_abort},
       {"nccl_destroy_in_error", nccl_destroy_in_error},
-      {"nccl_split", nccl_split},                             {"cross_device_calls_are_refused", cross_device_calls_are_refused}};
+      {"nccl_split", nccl_split},                             {"cross_device_calls_are_refused", cross_device_calls_are_refused},
+      {"nccl_cross_device_calls_are_refused", nccl_cross_device_calls_are_refused}};
   if (argc != 2 || !cases.count(argv[1])) {
     for (const auto& c : cases) std::printf("%s\n", c.first.c_str());
     return argc == 1 ? 0 : 2;

@@ -25,6 +25,11 @@ int physical_index(int device);
 // Whether [p, p + bytes) lies inside one device allocation.
 bool device_range(const void* p, std::size_t bytes);
 
+// The device whose allocation holds [p, p + bytes) (-1: none), and the device of a stream (-1 for 0
+// and cudaStreamLegacy, whose device is whichever is current where the work is enqueued).
+int device_of(const void* p, std::size_t bytes);
+int stream_device(cudaStream_t stream);
+
 // Device memory is readable while at least one Open is alive anywhere in the process.
 struct Open {
   Open();

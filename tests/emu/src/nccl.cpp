@@ -646,9 +646,20 @@ ncclResult_t post(ncclComm_t comm, cudaStream_t stream, Call call) {
   Comm& c = *comm->impl;
   if (!c.ready) return error(ncclInvalidUsage, "communicator used before its initialisation completed");
   if (c.aborted) return error(ncclInvalidUsage, "communicator was aborted");
-  for (const Message& m : call.messages)
-    if (m.device && m.bytes && !emu::device_range(m.device, m.bytes))
-      return error(ncclInvalidArgument, "buffer is not device memory of " + std::to_string(m.bytes) + " bytes");
+  // Another device's buffer or stream: NCCL's kernel, launched on the communicator's device, cannot
+  // launch into another device's stream (CUDA refuses it), and reads another GPU's memory only
+  // through peer access, or faults; NCCL_CHECK_POINTERS=1 refuses the buffer as this does.
+  for (const Message& m : call.messages) {
+    if (!m.device || !m.bytes) continue;
+    const int dev = emu::device_of(m.device, m.bytes);
+    if (dev < 0) return error(ncclInvalidArgument, "buffer is not device memory of " + std::to_string(m.bytes) + " bytes");
+    if (dev != c.device)
+      return error(ncclInvalidArgument, "buffer allocated on device " + std::to_string(dev) +
+                                            " mismatchs with NCCL device " + std::to_string(c.device));
+  }
+  if (const int dev = emu::stream_device(stream); dev >= 0 && dev != c.device)
+    return error(ncclUnhandledCudaError, "Cuda failure 'invalid resource handle': a stream of device " +
+                                             std::to_string(dev) + ", not NCCL device " + std::to_string(c.device));
   if (!c.connected.exchange(true)) {
     log_connections(c);
     log_comm("call", c.rank, c.nranks, c.blocking);

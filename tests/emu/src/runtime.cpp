@@ -472,9 +472,19 @@ std::string host_name() {
 int physical_index(int device) { return rt().devices[device].physical; }
 
 bool device_range(const void* p, std::size_t bytes) {
+  return device_of(p, bytes) >= 0;
+}
+
+int device_of(const void* p, std::size_t bytes) {
   std::lock_guard<std::mutex> l(mu);
   const auto [dev, off] = locate(p, bytes);
-  return dev >= 0 && off != SIZE_MAX;
+  return dev >= 0 && off != SIZE_MAX ? dev : -1;
+}
+
+int stream_device(cudaStream_t stream) {
+  if (stream == nullptr || stream == cudaStreamLegacy) return -1;
+  std::lock_guard<std::mutex> l(mu);
+  return reinterpret_cast<Stream*>(stream)->device;
 }
 
 }  // namespace emu
