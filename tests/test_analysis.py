@@ -340,6 +340,13 @@ def test_a_run_is_placed_in_the_reference_envelopes_of_its_node():
     for r in snap["results"]:
         r["ranks"] = 4
     assert envelopes.placements(snap) == []
+    # A copy above its range is above, no bus factor in it; a GH200's host link is no PCIe.
+    copy_doc = {"machine": {"hosts": ["h"], "ranks": 1, "gpus": ["NVIDIA H100 80GB HBM3"]},
+                "results": [{"op": "h2d", "impl": "cuda", "mode": "pinned", "ranks": 1, "size_bytes": 1 << 30,
+                             "algbw_gbps": 60.0}]}
+    assert [(p["envelope"], p["placement"]) for p in envelopes.placements(copy_doc)] == [("pcie5-h2d-pinned", "above")]
+    copy_doc["machine"]["gpus"] = ["NVIDIA GH200 480GB"]
+    assert envelopes.placements(copy_doc) == []
     assert all(e["source"] and e["range"][0] < e["range"][1] for e in envelopes.catalog())
 
 

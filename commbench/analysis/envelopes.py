@@ -1,7 +1,8 @@
 """Is this number normal? Reference envelopes (commbench/envelopes.json): for a kind of node, a range of
 a collective's or a copy's figure from a size on, each with its source. A run whose node the envelope
 names is placed in it, from the envelope's first size on: the peak figure there below, within, or
-above the range (above: the bus factor assumes a ring, which NVLS and SHARP are not; docs/method.md).
+above the range (a collective's above: the bus factor assumes a ring, which NVLS and SHARP are not;
+docs/method.md). A collective's envelope that names a node's GPUs places a run over all of them.
 
 The node is named by its topology snapshot where the file has one (GPU model and count on rank 0's
 host, InfiniBand ports), else by the GPU names a result records (imports) and its ranks per host.
@@ -92,7 +93,8 @@ def placements(doc: dict) -> list[dict]:
                 continue
             peak = max(r[e["metric"]] for r in region)
             low, high = e["range"]
-            where = "below" if peak < low else "within" if peak <= high else ABOVE
+            # Above a collective's range: its bus factor assumes a ring; a copy has none.
+            where = "below" if peak < low else "within" if peak <= high else ABOVE if e["metric"] == "busbw_gbps" else "above"
             out.append({"series": label(key), "envelope": e["name"], "description": e["description"],
                         "metric": e["metric"], "from_bytes": e["from_bytes"], "peak": peak, "range": [low, high],
                         "placement": where, "algo_known": bool(chosen) or "algo" not in e, "source": e["source"]})
