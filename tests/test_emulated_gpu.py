@@ -352,8 +352,9 @@ def test_gpu_check_passes_on_emulated_gpus(gpus, tmp_path):
 
 def test_the_gpu_plans_fit_their_limits_on_8_gpus(workdir):
     """Every gpu-node step at 8 GPUs a host (the peer matrix: every ordered pair of 8), and every
-    gpu-cluster step one node can check, as its command counts its measurements: the estimate of
-    accept/sizing.py within half of each step's limit (accept refuses a plan otherwise)."""
+    gpu-cluster step (links at host level on 64 such nodes), as its command counts its measurements:
+    the estimate of accept/sizing.py within half of each step's limit (accept refuses a node plan
+    otherwise)."""
     from commbench.accept import plan as plans
     from commbench.accept.sizing import LIMIT_SHARE
     from commbench.run.copies import ACCESS
@@ -369,18 +370,31 @@ def test_the_gpu_plans_fit_their_limits_on_8_gpus(workdir):
                        cwd=workdir, timeout=120)
     assert r.returncode == 0, r.stderr
     checked = json.loads(r.stdout)
-    assert [name for name, *_ in checked] == [s.name for s in plans.load("gpu-cluster").steps
-                                              if s.measuring and s.options.get("level") != "host"]
-    assert all(ranks == 8 and estimate <= LIMIT_SHARE * limit for _, ranks, estimate, limit in checked), checked
+    assert [name for name, *_ in checked] == [s.name for s in plans.load("gpu-cluster").steps if s.measuring]
+    assert all(ranks in (8, 64 * 8) and estimate <= LIMIT_SHARE * limit for _, ranks, estimate, limit in checked), checked
 
 
+# gpu-cluster's steps as their commands count them on one node of 8 GPUs; links at host level (which
+# needs several hosts to check) as a healthy allocation of 64 such nodes runs it: its rounds inside
+# the hosts, then the host matchings (no suspect to confirm), each round the step's two measurements
+# at once over all its pairs, under the policy its command takes (checked at rank level).
 _CLUSTER_STEPS = textwrap.dedent("""
     import json
     from commbench.accept import plan as plans
-    from commbench.accept.sizing import estimate_s
+    from commbench.accept.sizing import START_S, estimate_s, measurement_s
+    from commbench.analysis.host_level import Layout, first_rounds
+    from commbench.analysis.host_schedule import default_rounds
     from commbench.cli.accept import checked_step
-    steps = [s for s in plans.load("gpu-cluster").steps if s.measuring and s.options.get("level") != "host"]
-    print(json.dumps([(s.name, c.ranks, estimate_s(c), s.timeout_s) for s in steps for c in [checked_step(s.arguments(8))]]))
+    out = []
+    for s in (s for s in plans.load("gpu-cluster").steps if s.measuring):
+        if s.options.get("level") != "host":
+            c = checked_step(s.arguments(8))
+            out.append((s.name, c.ranks, estimate_s(c), s.timeout_s))
+            continue
+        policy = checked_step(["rank" if a == "host" else a for a in s.arguments(8)]).policy
+        rounds = first_rounds(Layout([f"node{h}" for h in range(64) for _ in range(8)]), default_rounds(64, False), 0)
+        out.append((s.name, 64 * 8, START_S["cuda"] + 2 * len(rounds) * measurement_s(policy), s.timeout_s))
+    print(json.dumps(out))
 """)
 
 

@@ -371,7 +371,7 @@ def test_more_rank_counts_than_launched_under_mpirun(folder):
                       "float64, or all"),
     ("--count 0", "--count 0: at least one element"),
     ("--count 1.5M", "--count '1.5M': give a number of elements such as 4096, 64K or 1M"),
-    ("--repeats 1", "Invalid value for '--repeats': 1 is not in the range x>=2."),
+    ("--repeats 1", "Invalid value for '--repeats': 1 is not in the range 2<=x<=1000000."),
     ("--device cpu --impl nccl", "impl 'nccl' of allreduce runs with --device cuda, not --device cpu"),
     ("--device cuda", "--device cuda needs a GPU: {why}"),
     ("--device cpu --impl bogus", "unknown impl 'bogus' for allreduce: choose from gloo, mpi, nccl, ring@mpi, ring@nccl, "

@@ -56,7 +56,7 @@ def _bytes_per_rank(count: int, asked: Optional[tuple[int, ...]]):
 @click.option("--count", "count_text", default="256K", show_default=True,
               help="Elements per vector: 4096, 64K, 1M.")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the data.")
-@click.option("--repeats", type=click.IntRange(min=2, max=1000), default=2, show_default=True,
+@click.option("--repeats", type=click.IntRange(min=2, max=1_000_000), default=2, show_default=True,
               help="Calls per rank count, dtype and impl, compared bit for bit.")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,
               help="Where the vectors live; auto = cuda when a GPU is visible.")
