@@ -425,6 +425,9 @@ SHAPED = [
     ("NCCL_NET", "mlx5_0:key=k3y", "mlx5_0:key=<redacted>"),
     ("UCX_LOG_LEVEL", "device 'password=abc123xyz' (passwd=qq) [auth=zz]",
      "device 'password=<redacted>' (passwd=<redacted>) [auth=<redacted>]"),
+    # ... or set with a colon
+    ("GLOO_DEVICE_TRANSPORT", "TCP password:colonpw42", "TCP password:<redacted>"),
+    ("NCCL_DEBUG_SUBSYS", "token: tokcolon77", "token: <redacted>"),
 ]
 
 
@@ -454,6 +457,19 @@ def test_a_run_records_settings_not_secrets_and_the_command_as_typed(workdir):
     rep = commbench(["report", out, "-o", "rep"], cwd=workdir)
     assert rep.returncode == 0, rep.stderr
     assert f"- **command**: {shlex.join(['commbench', *args])}" in open(os.path.join(workdir, "rep", "report.md")).read()
+
+
+def test_a_module_in_the_current_folder_never_runs_in_the_ranks(workdir):
+    """The ranks and a plan's steps run `python -m commbench`, which puts the current folder first on
+    the module path: a secrets.py or json.py there replaced the standard module in every rank. -P
+    leaves the folder out (Python 3.11 and later)."""
+    for name in ("secrets", "json"):
+        with open(os.path.join(workdir, f"{name}.py"), "w") as f:
+            f.write("open(__file__ + '.ran', 'w').close()\nraise SystemExit(3)\n")
+    r = commbench(["allreduce", "--device", "cpu", "--impl", "mpi", "--np", "2", "--sizes", "1K", "--iters", "2",
+                   "--warmup", "1", "-o", "r.json"], cwd=workdir)
+    assert r.returncode == 0, r.stderr
+    assert not [n for n in os.listdir(workdir) if n.endswith(".ran")]
 
 
 def test_an_accept_step_s_log_is_scrubbed_as_it_comes(tmp_path):

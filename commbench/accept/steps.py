@@ -9,24 +9,19 @@ import json
 import os
 import shlex
 import socket
-import sys
 import time
 from typing import Callable, Optional
 
 from ..analysis import envelopes
 from ..analysis.sku import sku_of
 from ..errors import CommbenchError
-from ..launch.world import launcher_free_env
+from ..launch.world import COMMBENCH_PROGRAM, launcher_free_env
 from ..results.atomic import check_folder
 from ..results.document import load_document
 from . import runner
 from .baselines import Baselines
 from .judge import ERROR, FAIL, PASS, TIMEOUT, WARN, check, doctor_checks, result_checks, worst
 from .plan import Plan, Step
-
-# The program every step runs: this commbench, whatever is on PATH.
-COMMBENCH = [sys.executable, "-m", "commbench"]
-
 
 # The least room a run's folder must have: its steps' result files and logs, the summaries, JUnit.
 MIN_FREE_BYTES = 16 << 20
@@ -66,7 +61,7 @@ def _read_json(path: Optional[str]) -> Optional[dict]:
 def run_step(step: Step, folder: str, gpus: int, quick: bool, launch: list, baselines: Baselines, env: dict,
              plan: Optional[str] = None) -> dict:
     result, stdout = _step_files(step, folder)
-    argv = [*(launch if step.measuring else []), *COMMBENCH, *step.arguments(gpus, quick),
+    argv = [*(launch if step.measuring else []), *COMMBENCH_PROGRAM, *step.arguments(gpus, quick),
             *(["-o", result] if result else [])]
     ran = runner.run(argv, os.path.join(folder, f"{step.slug}.log"), step.timeout_s, {**env, **step.env}, stdout)
     checks = []

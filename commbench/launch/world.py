@@ -111,6 +111,12 @@ def dies_with(parent_pid: int):
 WITHOUT_LIBFABRIC = {"OMPI_MCA_btl": "^ofi"}
 
 
+# This commbench as a program: `python -m commbench`, without the current folder first on the module
+# path (-P), where a secrets.py or json.py of the user's would replace the standard module in every
+# rank. Python 3.10 has no -P: there the folder stays first, as for any `python -m`.
+COMMBENCH_PROGRAM = [sys.executable, *(["-P"] if sys.version_info >= (3, 11) else []), "-m", "commbench"]
+
+
 def standalone_command(cli_args: list[str], nranks: int, cores: int, gpu: bool = False) -> tuple[list[str], dict]:
     """(argv, environment) that re-run this command as `nranks` MPI ranks on this host; ranks of a
     `gpu` run unbound, each to move onto its GPU's CPUs (node/gpu.take_gpu): Open MPI binds by slot,
@@ -133,7 +139,7 @@ def standalone_command(cli_args: list[str], nranks: int, cores: int, gpu: bool =
         # nothing to do (docs/launching.md says what a user's own mpirun needs as root).
         env["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
         env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
-    argv += [sys.executable, "-m", "commbench", *cli_args]
+    argv += [*COMMBENCH_PROGRAM, *cli_args]
     return argv, env
 
 

@@ -32,8 +32,8 @@ PATH_SUFFIXES = ("_ROOT", "_PATH", "_DIR", "_HOME", "_FILE", "_PREFIX")
 
 
 # Values shaped like credentials, whatever the variable's name: a URL's user:password, a query
-# parameter or a setting named like a secret (password=..., at the start or after , ; & ? = : a
-# space, a quote or an opening bracket, as a library's message quotes a setting), and the shapes of
+# parameter or a setting named like a secret (password=... or password: ..., at the start or after
+# , ; & ? = : a space, a quote or an opening bracket, as a library's message quotes a setting), and the shapes of
 # well-known keys (GitHub and Slack tokens, AWS access key ids, JSON web tokens, PEM private keys).
 # Each is replaced by REDACTED; the rest of the value (a host, a port, a tuning setting beside it)
 # stays.
@@ -41,7 +41,8 @@ REDACTED = "<redacted>"
 _SECRET_SHAPES = [
     (re.compile(r"(?P<keep>[A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]+@"), r"\g<keep>" + REDACTED + "@"),
     (re.compile(r"(?P<keep>(?:^|[?&;,=:'\"(\[\s])(?:[A-Za-z0-9_.-]*(?:token|key|secret|password|passwd|pwd|auth|sig|"
-                r"signature|credential)[A-Za-z0-9_.-]*)=)[^&;,#\s'\")\]]*", re.IGNORECASE), r"\g<keep>" + REDACTED),
+                r"signature|credential)[A-Za-z0-9_.-]*)(?:=|:\s*))[^&;,#\s'\")\]]*", re.IGNORECASE),
+     r"\g<keep>" + REDACTED),
     (re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,}|xox[abprs]-[A-Za-z0-9-]{10,}|"
                 r"(?:AKIA|ASIA)[0-9A-Z]{16}|eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,})\b"), REDACTED),
     (re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?(?:-----END [A-Z ]*PRIVATE KEY-----|$)", re.DOTALL), REDACTED),
