@@ -13,6 +13,10 @@ class NodeError(CommbenchError):
     node accept runs on before they run elsewhere, leave it to the run."""
 
 
+class UnknownOption(CommbenchError):
+    """An option the command does not have (a plan's defaults reach only the commands that have it)."""
+
+
 class RankError(CommbenchError):
     """A problem of this rank's own (its launch variables): it says so whatever its rank, where other
     errors are said by rank 0 alone for the whole job."""

@@ -93,6 +93,9 @@ BAD_PLANS = [
     ("unknown option", GOOD + 'options = { sizez = "1K" }\n', "step 1 (a): No such option '--sizez'. Did you mean '--sizes'?"),
     ("bad value", GOOD + 'options = { np = "two" }\n', "step 1 (a): Invalid value for '--np'"),
     ("bad quick value", GOOD + 'quick = { budget-ms = -1 }\n', "step 1 (a) (quick): Invalid value for '--budget-ms'"),
+    # A plan-wide value a command refuses is the plan's mistake (it reached no step before, silently).
+    ("bad default", GOOD.replace("[[step]]", '[defaults]\nnp = 0\n[[step]]'), "[defaults] (allreduce): Invalid value for '--np': 0 is not in the range"),
+    ("bad quick default", GOOD.replace("[[step]]", '[quick]\ntimeout = "abc"\n[[step]]'), "[quick] (allreduce): Invalid value for '--timeout'"),
     ("output named", GOOD + 'options = { output = "x.json" }\n', "--output: accept names each step's files itself"),
     ("two steps one name", GOOD + '[[step]]\nname = "A"\ncommand = "p2p"\n', "two steps are named 'A'"),
     ("bad timeout", GOOD + 'timeout_s = 0\n', "timeout_s must be a number of seconds"),
@@ -544,10 +547,11 @@ command = "p2p"
 """
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=["SIGINT", "SIGTERM", "SIGHUP"])
 def test_an_interrupted_plan_judges_the_step_in_progress_and_writes_every_summary(signum, tmp_path):
-    """Ctrl-C, or SIGTERM from a CI job's time limit: the step in progress is stopped, judged on the
-    rows it saved, the rest listed as not run, and the summaries and JUnit written."""
+    """Ctrl-C, SIGTERM from a CI job's time limit, or SIGHUP from a closed session: the step in
+    progress is stopped, judged on the rows it saved, the rest listed as not run, and the summaries
+    and JUnit written."""
     plan = tmp_path / "p.toml"
     plan.write_text(INTERRUPTED_PLAN)
     out, junit = tmp_path / "out", tmp_path / "j.xml"

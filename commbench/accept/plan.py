@@ -12,7 +12,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from ..errors import CommbenchError
+from ..errors import CommbenchError, UnknownOption
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -210,8 +210,8 @@ def parse(data: dict, name: str, source: str, check_argv: Optional[Callable[[lis
         quick = _table(raw, "quick", bad, f"{where}: ")
         if command not in PRINTING:
             # The plan's defaults and quick defaults, for the options this command has (check_argv tells).
-            options = {**_accepted(command, defaults, check_argv), **options}
-            quick = {**_accepted(command, quick_defaults, check_argv), **quick}
+            options = {**_accepted(command, defaults, check_argv, bad, "defaults"), **options}
+            quick = {**_accepted(command, quick_defaults, check_argv, bad, "quick"), **quick}
         timeout = raw.get("timeout_s", DEFAULT_TIMEOUT_S)
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 86400:
             raise bad(f"{where}: timeout_s must be a number of seconds in (0, 86400]")
@@ -270,18 +270,23 @@ def _measured_fabric(command: str, options: dict, fabric: Optional[str], check_a
     return {**options, "fabric": fabric}
 
 
-def _accepted(command: str, table: dict, check_argv) -> dict:
-    """The options of a plan-wide table that `command` has."""
-    return {k: v for k, v in table.items() if _accepts(command, k, v, check_argv)}
+def _accepted(command: str, table: dict, check_argv, bad, name: str) -> dict:
+    """The options of a plan-wide table that `command` has; a value the command refuses is the
+    plan's mistake, not an option to leave out."""
+    try:
+        return {k: v for k, v in table.items() if _accepts(command, k, v, check_argv)}
+    except CommbenchError as e:
+        raise bad(f"[{name}] ({command}): {e}") from None
 
 
 def _accepts(command: str, key: str, value, check_argv) -> bool:
+    """Whether `command` has the option (UnknownOption: it does not); a value it refuses raises."""
     if check_argv is None:
         return True
     try:
         check_argv([command, f"--{key.replace('_', '-')}", *([] if value is True else [str(_resolve(value, 8))])])
         return True
-    except CommbenchError:
+    except UnknownOption:
         return False
 
 

@@ -13,7 +13,7 @@ import sys
 
 import click
 
-from ..errors import CommbenchError, NodeError
+from ..errors import CommbenchError, NodeError, UnknownOption
 from .analyze import baseline
 from .group import cli
 
@@ -33,8 +33,20 @@ def check_argv(argv: list) -> None:
         raise CommbenchError(f"{owned[0]}: accept names each step's files itself")
     try:
         command.make_context(argv[0], list(argv[1:]), parent=ctx)
+    except click.NoSuchOption as e:
+        raise UnknownOption(e.format_message()) from None
     except click.ClickException as e:
         raise CommbenchError(e.format_message()) from None
+
+
+def _off_a_closed_terminal() -> None:
+    """After a hang-up, what would go to the terminal goes nowhere: writing to a closed one fails, and
+    the summary and JUnit must still be written. Pipes and files stay as they are."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    for fd in (1, 2):
+        if os.isatty(fd):
+            os.dup2(devnull, fd)
+    os.close(devnull)
 
 
 def checked_step(argv: list):
@@ -142,6 +154,10 @@ def accept(plan_name, baselines_dir, junit_path, base, quick, launch_text, print
     gpus, why = visible_gpus()
     if plan_name is not None and not plan_name.strip():
         raise CommbenchError("--plan '': give a built-in plan's name or a plan file (NAME.toml)")
+    if junit_path is not None and not junit_path.strip():
+        raise CommbenchError("--junit '': give the JUnit file's name, e.g. accept.xml")
+    if not base.strip():
+        raise CommbenchError("--output '': give the folder the run's folder goes in, e.g. accept")
     plan = load(plan_name or ("gpu-node" if gpus else "cpu-node"), check_argv)
     if print_plan:
         with open(plan.source) as f:
@@ -172,15 +188,21 @@ def accept(plan_name, baselines_dir, junit_path, base, quick, launch_text, print
     stopped_by: list[int] = []
 
     def stop(signum, _frame):
-        # SIGTERM (a CI job's time limit, a scheduler's end of the job) ends the plan as Ctrl-C does:
-        # the step in progress stopped and judged on what it saved, the summary and JUnit written.
+        # SIGTERM (a CI job's time limit, a scheduler's end of the job) and SIGHUP (the terminal or the
+        # ssh session closed) end the plan as Ctrl-C does: the step in progress stopped and judged on
+        # what it saved, the summary and JUnit written.
         stopped_by.append(signum)
+        if signum == signal.SIGHUP:
+            _off_a_closed_terminal()
         raise KeyboardInterrupt
-    signal.signal(signal.SIGTERM, stop)
+    ending = (signal.SIGTERM, signal.SIGHUP)
+    for s in ending:
+        signal.signal(s, stop)
     try:
         summary = run_plan(plan, folder, baselines, quick, launch, gpus, say=lambda line: click.echo(line))
     finally:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the summary is written whole, whatever comes next
+        for s in ending:
+            signal.signal(s, signal.SIG_IGN)  # the summary is written whole, whatever comes next
     click.echo(f"# {outputs.headline(summary)}")
     try:
         outputs.write_all(summary, folder, junit_path)
