@@ -94,8 +94,10 @@ BAD_PLANS = [
     ("bad value", GOOD + 'options = { np = "two" }\n', "step 1 (a): Invalid value for '--np'"),
     ("bad quick value", GOOD + 'quick = { budget-ms = -1 }\n', "step 1 (a) (quick): Invalid value for '--budget-ms'"),
     # A plan-wide value a command refuses is the plan's mistake (it reached no step before, silently).
-    ("bad default", GOOD.replace("[[step]]", '[defaults]\nnp = 0\n[[step]]'), "[defaults] (allreduce): Invalid value for '--np': 0 is not in the range"),
-    ("bad quick default", GOOD.replace("[[step]]", '[quick]\ntimeout = "abc"\n[[step]]'), "[quick] (allreduce): Invalid value for '--timeout'"),
+    ("bad default", GOOD.replace("[[step]]", '[defaults]\nnp = 0\n[[step]]'),
+     "[defaults] (allreduce): Invalid value for '--np': 0 is not in the range"),
+    ("bad quick default", GOOD.replace("[[step]]", '[quick]\ntimeout = "abc"\n[[step]]'),
+     "[quick] (allreduce): Invalid value for '--timeout'"),
     ("output named", GOOD + 'options = { output = "x.json" }\n', "--output: accept names each step's files itself"),
     ("two steps one name", GOOD + '[[step]]\nname = "A"\ncommand = "p2p"\n', "two steps are named 'A'"),
     ("bad timeout", GOOD + 'timeout_s = 0\n', "timeout_s must be a number of seconds"),

@@ -148,7 +148,7 @@ def test_under_torchrun_gloo_subgroups(workdir):
 @pytest.mark.parametrize("args,line", [
     (["--np", "2", "--ranks", "1,4"], "--ranks asks for 4 ranks but 2 are started: launch 4 (--np 4 without a launcher) "
                                       "or lower --ranks"),
-    (["--ranks", "0,2"], "bad count '0' in --ranks: give positive integers, e.g. 1,2,4,8"),
+    (["--ranks", "0,2"], "bad count '0' in --ranks: give positive integers up to 16,777,216, e.g. 1,2,4,8"),
     (["--ranks", "1,2", "--json"], "--json prints the analysis of --from RUN; a run keeps it in its result file ('scale')"),
     (["--ranks", "1,2", "--grad-bytes", "1M", "--params", "10"], "give --grad-bytes or --params, not both"),
     (["--ranks", "1,2", "--overlap", "1.5"], "Invalid value for '--overlap': 1.5 is not in the range 0<=x<=1."),

@@ -29,13 +29,17 @@ from .common import (
 )
 from .group import cli
 
+# More ranks than any machine runs (the largest have a few million cores): a count beyond is a slip.
+MAX_COUNT = 1 << 24
+
 
 def parse_counts(text: str, flag: str = "--ranks") -> list[int]:
     """The rank counts of a comma list given as `flag`."""
     counts = []
     for part in text.split(","):
-        if not part.strip().isdecimal() or int(part) < 1:
-            raise CommbenchError(f"bad count '{part.strip()}' in {flag}: give positive integers, e.g. 1,2,4,8")
+        if not part.strip().isdecimal() or not 1 <= int(part) <= MAX_COUNT:
+            raise CommbenchError(f"bad count '{part.strip()}' in {flag}: give positive integers up to {MAX_COUNT:,}, "
+                                 f"e.g. 1,2,4,8")
         counts.append(int(part))
     return sorted(set(counts))
 
