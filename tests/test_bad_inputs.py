@@ -43,6 +43,7 @@ def _make_files(folder: str) -> None:
     docs = {
         "run.json": run,
         "norows.json": result_doc([], status="failed"),
+        "running.json": dict(run, status="running"),
         "empty-messages.json": result_doc([row(0, 0.0), row(0, 0.0, impl="mpi")]),
         "negative.json": result_doc([dict(r, samples_us=[-1.0, *r["samples_us"][1:]]) for r in run["results"]]),
         "unknown-op.json": result_doc([dict(r, op="frobnicate") for r in run["results"]]),

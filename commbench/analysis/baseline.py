@@ -32,7 +32,11 @@ def save(run_path: str, name: str, directory: str = DEFAULT_DIR, keep_samples: b
     path = os.path.join(directory, f"{name}.json")
     exists = f"baseline {name} already exists in {directory}; choose another --name or delete it first"
     check_new_file(path, exists)
-    write(load_document(run_path), run_path, path, name, exists, keep_samples)
+    doc = load_document(run_path)
+    if doc.get("status", "complete") != "complete":
+        raise CommbenchError(f"{run_path}: the run ended {doc['status']}, not complete: a baseline is a whole run "
+                             f"(measure it again)")
+    write(doc, run_path, path, name, exists, keep_samples)
     return path
 
 
