@@ -47,6 +47,8 @@ def _make_files(folder: str) -> None:
         "empty-messages.json": result_doc([row(0, 0.0), row(0, 0.0, impl="mpi")]),
         "negative.json": result_doc([dict(r, samples_us=[-1.0, *r["samples_us"][1:]]) for r in run["results"]]),
         "unknown-op.json": result_doc([dict(r, op="frobnicate") for r in run["results"]]),
+        "no-impl.json": result_doc([dict(r, impl="") for r in run["results"]]),
+        "petabytes.json": result_doc([dict(r, size_bytes=10**30) for r in run["results"]]),
     }
     for name, doc in docs.items():
         with open(os.path.join(folder, name), "w") as f:
