@@ -109,6 +109,8 @@ def scale(op, counts_text, sizes, impl_text, device, dtype, compute_ms, grad_byt
         raise CommbenchError("--json prints the analysis of --from RUN; a run keeps it in its result file ('scale')")
     itemsize_of(dtype)
     if plot_path is not None:
+        if not plot_path.lower().endswith(".png"):
+            raise CommbenchError(f"--plot {plot_path}: name a PNG file, e.g. scale.png (the plot is a PNG image)")
         check_new_file(plot_path, f"{plot_path} already exists; choose another --plot")
     if source is not None:
         from ..results.document import load_document
