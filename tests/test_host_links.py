@@ -308,6 +308,9 @@ def test_links_at_scale_refuses_a_fault_the_cluster_does_not_have():
                                        "all on this one; launch across hosts (mpirun, srun, torchrun)"),
     (["--level", "rank", "--seed", "2"], "--rounds, --seed, --topology and --no-intra apply to --level host (or auto "
                                          "across hosts), not rank"),
+    (["--np", "2", "--rounds", "99999999"], "--rounds, --seed, --topology and --no-intra apply at host level, and a "
+                                            "standalone run's ranks are all on this one host: launch across hosts "
+                                            "(mpirun, srun, torchrun)"),
 ])
 def test_bad_host_level_input_is_one_line_before_any_rank(args, line, workdir):
     r = commbench(["links", *args], cwd=workdir)

@@ -99,6 +99,9 @@ def links(impl, latency_size, bandwidth_size, window, threshold_pct, mad_z, judg
     from ..analysis.topology import load_topology
     host_rounds = _host_rounds(level, rounds_text, seed, topology_path, intra)
     topology = load_topology(topology_path) if topology_path else None
+    if detect_launcher() is None and level == "auto" and _host_only(rounds_text, seed, topology_path, intra):
+        raise NodeError("--rounds, --seed, --topology and --no-intra apply at host level, and a standalone run's ranks "
+                        "are all on this one host: launch across hosts (mpirun, srun, torchrun)")
 
     sizes = [parse_size(latency_size, "--latency-size"), parse_size(bandwidth_size, "--bandwidth-size")]
     if min(sizes) < 1:
@@ -141,10 +144,15 @@ def _rank_level_steps(ranks: int) -> int:
     return 2 * 2 * (ranks * (ranks - 1) // 2)
 
 
+def _host_only(rounds_text, seed: int, topology_path, intra: bool) -> bool:
+    """Whether an option that only host level reads was given."""
+    return rounds_text is not None or seed != 0 or topology_path is not None or not intra
+
+
 def _host_rounds(level: str, rounds_text, seed: int, topology_path, intra: bool) -> Optional[str | int]:
     """--rounds as host level takes it ('default', a count or None for every pair), refused with
     --level rank, as are --seed, --topology and --no-intra: before any rank starts."""
-    if level == "rank" and (rounds_text is not None or seed != 0 or topology_path is not None or not intra):
+    if level == "rank" and _host_only(rounds_text, seed, topology_path, intra):
         raise CommbenchError("--rounds, --seed, --topology and --no-intra apply to --level host (or auto across hosts), "
                              "not rank")
     from ..analysis.host_schedule import parse_rounds
