@@ -428,6 +428,7 @@ SHAPED = [
     # ... or set with a colon
     ("GLOO_DEVICE_TRANSPORT", "TCP password:colonpw42", "TCP password:<redacted>"),
     ("NCCL_DEBUG_SUBSYS", "token: tokcolon77", "token: <redacted>"),
+    ("UCX_TLS", "Password = pw555", "Password = <redacted>"),
 ]
 
 

@@ -41,7 +41,7 @@ REDACTED = "<redacted>"
 _SECRET_SHAPES = [
     (re.compile(r"(?P<keep>[A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]+@"), r"\g<keep>" + REDACTED + "@"),
     (re.compile(r"(?P<keep>(?:^|[?&;,=:'\"(\[\s])(?:[A-Za-z0-9_.-]*(?:token|key|secret|password|passwd|pwd|auth|sig|"
-                r"signature|credential)[A-Za-z0-9_.-]*)(?:=|:\s*))[^&;,#\s'\")\]]*", re.IGNORECASE),
+                r"signature|credential)[A-Za-z0-9_.-]*)\s*(?:=|:)\s*)[^&;,#\s'\")\]]*", re.IGNORECASE),
      r"\g<keep>" + REDACTED),
     (re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,}|xox[abprs]-[A-Za-z0-9-]{10,}|"
                 r"(?:AKIA|ASIA)[0-9A-Z]{16}|eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,})\b"), REDACTED),
