@@ -364,6 +364,36 @@ def test_a_stopped_rank_ends_numerics_too(workdir):
     assert left_behind(out) == []
 
 
+def test_a_rank_left_out_of_numerics_stopped_is_named_once_the_others_end(workdir):
+    """A rank of no measured count (--ranks 2 of 3) waits in the barrier that ends a count. Stopped
+    there, it can hold rank 1 in that barrier while the algorithm lets rank 0 through: rank 0 called
+    the run complete and rank 1 timed out alone, blaming rank 0. Rank 0 now waits for every rank's
+    goodbye: one line naming rank 2, the rows kept, the file saying timeout."""
+    out = os.path.join(workdir, "numerics.json")
+    timeout_s = 4
+    p = subprocess.Popen([COMMBENCH, "numerics", "--device", "cpu", "--ranks", "2", "--impl", "ring,tree", "--dtype",
+                          "float32", "--count", "256K", "--repeats", "300", "--timeout", str(timeout_s), "--np", "3",
+                          "-o", out], env=mpi_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    try:
+        wait_for_rows(out, p, rows=lambda doc: doc["numerics"]["rows"])  # ring measured; rank 2 idle, tree next
+        os.kill(rank_pids(out)[2], signal.SIGSTOP)
+        _, err = p.communicate(timeout=90)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    assert p.returncode == 1, err
+    doc = results.load_document(out)
+    assert doc["status"] == "timeout" and [r["impl"] for r in doc["numerics"]["rows"]] == ["ring@mpi", "tree@mpi"]
+    # Where rank 0 is held in that barrier too, it names the last measurement rather than the end.
+    assert re.fullmatch(rf"(after the last size|numerics tree@mpi float32 on 2 ranks): rank 2 did not arrive within "
+                        rf"--timeout {timeout_s} s", doc["error"]), doc["error"]
+    assert [line for line in err.splitlines() if line.startswith("commbench: error")] == [
+        f"commbench: error: {doc['error']} (measured rows kept in {out})"], err
+    time.sleep(0.5)
+    assert left_behind(out) == []
+
+
 @pytest.mark.parametrize("held_at", ["commbench.cli", "commbench.launch.watchdog"])
 def test_ctrl_c_while_the_ranks_start_is_the_one_line(workdir, held_at):
     """A Ctrl-C while the ranks still import (tests/stubs/slow_start holds them there: in the command

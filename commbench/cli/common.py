@@ -370,7 +370,7 @@ def sweep(reporter, run, world) -> int:
         trace.phase("before-measuring")
         wrong = run()
         trace.phase("measured")
-        watchdog.stop()
+        watchdog.finish()
         if reporter:
             reporter.finish()
             trace.phase("written")

@@ -56,6 +56,8 @@ GRACE_S = 3.0
 # busy host (a rank that left at GRACE_S made mpirun end rank 0 with the file still `running`).
 REPORTING_S = 30.0
 CONNECT_TIMEOUT_S = 10.0
+# How often rank 0 looks whether every rank said goodbye: the ranks end a run within milliseconds.
+GOODBYE_POLL_S = 0.002
 
 _current: Optional["Watchdog"] = None
 _started = False  # a watchdog ran in this process
@@ -114,6 +116,17 @@ def arm(label: str) -> None:
     """A new size starts: `label` (e.g. 'allreduce ring 4M') must end within --timeout."""
     if _current is not None:
         _current.arm(label)
+
+
+def finish() -> None:
+    """The run ended on this rank. Rank 0 calls it complete only once every other rank has ended it
+    too: a rank that stops after its last size (one left out of numerics' smaller counts, waiting in
+    the barrier that ends them) may hold another rank in that barrier while the collective's
+    algorithm lets rank 0 through. That rank then timed out alone, blaming rank 0, after rank 0 had
+    written a complete file."""
+    if _current is not None:
+        _current.await_goodbyes()
+    stop()
 
 
 def stop() -> None:
@@ -248,6 +261,16 @@ class Watchdog:
     def arm(self, label: str) -> None:
         self.label = label
         self.deadline = time.monotonic() + self.timeout_s
+
+    def await_goodbyes(self) -> None:
+        """Rank 0: until every rank it has heard from said goodbye, within --timeout. The thread
+        watches meanwhile: a rank silent past the deadline, lost or failing ends the run as in a
+        size, named. Another rank says goodbye as it stops."""
+        if self.rank != 0:
+            return
+        self.arm("after the last size")
+        while set(self.heard) - self.finished:
+            time.sleep(GOODBYE_POLL_S)
 
     def stop(self) -> None:
         self.stopped, self.deadline = True, None
