@@ -1,5 +1,7 @@
 """The one exception type that reaches the user as a single line (exit status 2)."""
 
+from .redact import scrub
+
 
 class CommbenchError(Exception):
     """Bad input or an environment that cannot run the request; the message names cause and fix."""
@@ -23,8 +25,9 @@ class RankError(CommbenchError):
 
 
 def one_line(text: str) -> str:
-    """An error message as the single line the user gets."""
-    return " ".join(part.strip() for part in str(text).splitlines() if part.strip())
+    """An error message as the single line the user gets, credentials redacted: a library's error may
+    quote a setting it was given."""
+    return scrub(" ".join(part.strip() for part in str(text).splitlines() if part.strip()))
 
 
 def described(error: BaseException) -> str:

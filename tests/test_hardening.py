@@ -488,6 +488,19 @@ def test_an_accept_step_s_log_is_scrubbed_as_it_comes(tmp_path):
     assert "'password=<redacted>' is not available" in text and "UCX_NET_DEVICES=token=<redacted>" in text
 
 
+def test_a_credential_a_library_s_error_quotes_is_redacted(workdir):
+    """gloo's error names the interface it was given: GLOO_SOCKET_IFNAME's value, which the file's
+    env redacts, came back through the run's error and its line."""
+    token = "ghp_" + "a1B2" * 9
+    r = commbench(["allreduce", "--device", "cpu", "--impl", "gloo", "--np", "2", "--sizes", "1K", "--iters", "2",
+                   "--warmup", "1", "-o", "r.json"], cwd=workdir, env={**mpi_env(), "GLOO_SOCKET_IFNAME": token})
+    doc = results.load_document(os.path.join(workdir, "r.json"))
+    assert r.returncode == 1 and doc["status"] == "failed" and "<redacted>" in doc["error"], (r.stderr, doc["error"])
+    assert token not in r.stderr and token not in json.dumps(doc), r.stderr
+    assert [line for line in r.stderr.splitlines() if line.startswith("commbench: error")] == [
+        f"commbench: error: {doc['error']} (measured rows kept in r.json)"], r.stderr
+
+
 def test_an_imported_log_s_host_names_are_scrubbed(tmp_path, monkeypatch, capsys):
     log = tmp_path / "nccl.log"
     with open(NCCL_LOG) as f:

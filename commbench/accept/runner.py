@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import Optional
 
-from ..node.machine import scrub
+from ..redact import scrub
 
 # After SIGTERM, how long a stopped step (mpirun passing it on to its ranks) may take to exit.
 STOP_GRACE_S = 10
@@ -34,7 +34,7 @@ class Ran:
 def run(argv: list, log: str, timeout_s: float, env: dict, stdout_file: Optional[str] = None,
         cwd: Optional[str] = None) -> Ran:
     """Runs argv, stdout and stderr into `log` (stdout into `stdout_file` where given: a document to
-    read back). What the step says is scrubbed line by line on its way into the log (node/machine.py's
+    read back). What the step says is scrubbed line by line on its way into the log (redact.py's
     scrub): a library's warning may quote a credential-shaped setting that a result file redacts. A
     step whose log cannot be written is not started: nothing of it could be kept."""
     t0 = time.monotonic()

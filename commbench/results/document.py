@@ -24,6 +24,7 @@ import orjson
 
 from .. import collectives
 from ..errors import CommbenchError
+from ..redact import scrub
 from .legacy import upgrade
 from .series import series_key
 
@@ -410,7 +411,7 @@ class ResultFile:
 
     def finish(self, error: Optional[str] = None, status: str = "failed") -> None:
         self.doc["status"] = status if error else "complete"
-        self.doc["error"] = error
+        self.doc["error"] = scrub(error) if error else error  # a library's error may quote a credential
         if error:
             # A run that ends on a failure may have a moment only: a launcher that saw a rank die
             # sends the others SIGTERM and, a quarter of a second later (Open MPI's), SIGKILL. The

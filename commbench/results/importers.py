@@ -31,7 +31,7 @@ import numpy as np
 from .. import __version__, collectives
 from ..errors import CommbenchError
 from ..node.gpu import CUDA_EVENT_RESOLUTION_S
-from ..node.machine import scrub
+from ..redact import scrub
 from ..sizes import MAX_SIZES, format_size
 from . import arrival
 from .document import NCCL_TESTS_PER_ITERATION, header, new_document
