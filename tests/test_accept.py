@@ -98,6 +98,13 @@ BAD_PLANS = [
      "[defaults] (allreduce): Invalid value for '--np': 0 is not in the range"),
     ("bad quick default", GOOD.replace("[[step]]", '[quick]\ntimeout = "abc"\n[[step]]'),
      "[quick] (allreduce): Invalid value for '--timeout'"),
+    # A plan-wide option no step takes is a typo, or a value nothing would ever check.
+    ("default no command has", GOOD.replace("[[step]]", '[defaults]\nbogus-opt = 1\n[[step]]'),
+     "[defaults] bogus-opt: no step's command has --bogus-opt"),
+    ("default every step overrides", GOOD.replace("[[step]]", '[defaults]\nsizes = "abc"\n[[step]]') + 'options = { sizes = "1K" }\n',
+     "[defaults] sizes: every step whose command has it sets its own; remove it"),
+    ("quick default every step overrides", GOOD.replace("[[step]]", '[quick]\nsizes = "abc"\n[[step]]') + 'quick = { sizes = "1K" }\n',
+     "[quick] sizes: every step whose command has it sets its own; remove it"),
     ("output named", GOOD + 'options = { output = "x.json" }\n', "--output: accept names each step's files itself"),
     ("two steps one name", GOOD + '[[step]]\nname = "A"\ncommand = "p2p"\n', "two steps are named 'A'"),
     ("bad timeout", GOOD + 'timeout_s = 0\n', "timeout_s must be a number of seconds"),

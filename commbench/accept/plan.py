@@ -189,6 +189,10 @@ def parse(data: dict, name: str, source: str, check_argv: Optional[Callable[[lis
     if not isinstance(raw_steps, list) or not raw_steps:
         raise bad("has no [[step]]")
     steps, seen = [], set()
+    # Per plan-wide table, the options some command has, and those some step takes (sets no value of
+    # its own): one that none takes is a typo or a value never checked, refused as the plan's mistake.
+    had: dict[str, set] = {"defaults": set(), "quick": set()}
+    taken: dict[str, set] = {"defaults": set(), "quick": set()}
     for i, raw in enumerate(raw_steps, 1):
         if not isinstance(raw, dict):
             raise bad(f"step {i} is not a table")
@@ -210,8 +214,13 @@ def parse(data: dict, name: str, source: str, check_argv: Optional[Callable[[lis
         quick = _table(raw, "quick", bad, f"{where}: ")
         if command not in PRINTING:
             # The plan's defaults and quick defaults, for the options this command has (check_argv tells).
-            options = {**_accepted(command, defaults, check_argv, bad, "defaults"), **options}
-            quick = {**_accepted(command, quick_defaults, check_argv, bad, "quick"), **quick}
+            accepted = {t: _accepted(command, table, check_argv, bad, t) for t, table in (("defaults", defaults),
+                                                                                          ("quick", quick_defaults))}
+            for t, own in (("defaults", options), ("quick", quick)):
+                had[t].update(accepted[t])
+                taken[t].update(set(accepted[t]) - set(own))
+            options = {**accepted["defaults"], **options}
+            quick = {**accepted["quick"], **quick}
         timeout = raw.get("timeout_s", DEFAULT_TIMEOUT_S)
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 86400:
             raise bad(f"{where}: timeout_s must be a number of seconds in (0, 86400]")
@@ -251,6 +260,12 @@ def parse(data: dict, name: str, source: str, check_argv: Optional[Callable[[lis
                 except CommbenchError as e:
                     raise bad(f"{where}{' (quick)' if quick else ''}: {e}") from None
         steps.append(step)
+    for t, table in (("defaults", defaults), ("quick", quick_defaults)):
+        for key in table if check_argv is not None else ():
+            if key not in had[t]:
+                raise bad(f"[{t}] {key}: no step's command has --{key.replace('_', '-')}")
+            if key not in taken[t]:
+                raise bad(f"[{t}] {key}: every step whose command has it sets its own; remove it")
     return Plan(name, source, description.strip(), scope, requires_gpu, steps)
 
 
