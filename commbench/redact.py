@@ -4,26 +4,42 @@ so a value that the recorded environment redacts must not come back through an e
 
 import re
 
-# Values shaped like credentials, whatever the variable's name: a URL's user:password, a query
-# parameter or a setting named like a secret (password=... or password: ..., at the start or after
-# , ; & ? = : a space, a quote or an opening bracket, as a library's message quotes a setting), and the shapes of
-# well-known keys (GitHub and Slack tokens, AWS access key ids, JSON web tokens, PEM private keys).
-# Each is replaced by REDACTED; the rest of the value (a host, a port, a tuning setting beside it)
+# Values shaped like credentials, whatever the variable's name: a URL's user:password, a setting or
+# parameter named like a secret, and the shapes of well-known keys (GitHub, GitLab and Slack tokens,
+# AWS access key ids, JSON web tokens, PEM private keys). A named one is `password=...`,
+# `password: ...`, `"password": "..."` (a quoted name or value: JSON, Python, a shell), `--password
+# ...` (a command line's flag) or `Authorization: Bearer ...`, at the start or after , ; & ? = : a
+# space, a quote or an opening bracket, as a library's message quotes a setting. Each credential is
+# replaced by REDACTED; the rest of the value (a host, a port, a tuning setting beside it, a quote)
 # stays.
 REDACTED = "<redacted>"
-_SECRET_SHAPES = [
+_WORDS = r"(?:token|key|secret|password|passwd|pwd|auth|sig|signature|credential)"
+_NAME = rf"[A-Za-z0-9_.-]*{_WORDS}[A-Za-z0-9_.-]*"
+# A quoted value is redacted up to its closing quote (a space inside it included), a bare one up to
+# the first separator.
+_VALUE = r"(?:\"(?P<dq>[^\"]*)\"|'(?P<sq>[^']*)'|(?P<bare>[^&;,#\s'\")\]}]*))"
+_NAMED = re.compile(rf"(?P<keep>(?:^|[?&;,=:'\"(\[{{\s])['\"]?{_NAME}['\"]?\s*(?:=|:)\s*(?:(?:Bearer|Basic|Digest|Token)\s+)?)"
+                    rf"{_VALUE}", re.IGNORECASE)
+_FLAG = re.compile(rf"(?P<keep>(?:^|\s)--?{_NAME}\s+){_VALUE}", re.IGNORECASE)
+_SHAPES = [
     (re.compile(r"(?P<keep>[A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]+@"), r"\g<keep>" + REDACTED + "@"),
-    (re.compile(r"(?P<keep>(?:^|[?&;,=:'\"(\[\s])(?:[A-Za-z0-9_.-]*(?:token|key|secret|password|passwd|pwd|auth|sig|"
-                r"signature|credential)[A-Za-z0-9_.-]*)\s*(?:=|:)\s*)[^&;,#\s'\")\]]*", re.IGNORECASE),
-     r"\g<keep>" + REDACTED),
-    (re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,}|xox[abprs]-[A-Za-z0-9-]{10,}|"
+    (re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,}|glpat-[A-Za-z0-9_-]{20,}|xox[abprs]-[A-Za-z0-9-]{6,}|"
                 r"(?:AKIA|ASIA)[0-9A-Z]{16}|eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,})\b"), REDACTED),
     (re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?(?:-----END [A-Z ]*PRIVATE KEY-----|$)", re.DOTALL), REDACTED),
 ]
 
 
+def _named(m: re.Match) -> str:
+    """The name (and any quote) kept, the value redacted."""
+    if m["dq"] is not None:
+        return f'{m["keep"]}"{REDACTED}"'
+    if m["sq"] is not None:
+        return f"{m['keep']}'{REDACTED}'"
+    return m["keep"] + REDACTED
+
+
 def scrub(value: str) -> str:
     """value with every credential-shaped part replaced by REDACTED."""
-    for pattern, replacement in _SECRET_SHAPES:
+    for pattern, replacement in _SHAPES:
         value = pattern.sub(replacement, value)
-    return value
+    return _FLAG.sub(_named, _NAMED.sub(_named, value))

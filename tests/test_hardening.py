@@ -429,6 +429,15 @@ SHAPED = [
     ("GLOO_DEVICE_TRANSPORT", "TCP password:colonpw42", "TCP password:<redacted>"),
     ("NCCL_DEBUG_SUBSYS", "token: tokcolon77", "token: <redacted>"),
     ("UCX_TLS", "Password = pw555", "Password = <redacted>"),
+    # a quoted value or name (JSON, Python, a shell), a flag, an HTTP authorisation
+    ("NCCL_NET", 'password="pw r1"', 'password="<redacted>"'),
+    ("UCX_TLS", "password='pwR2',rc", "password='<redacted>',rc"),
+    ("GLOO_DEVICE_TRANSPORT", '{"password": "pwR3", "port": 5}', '{"password": "<redacted>", "port": 5}'),
+    ("OMPI_MCA_btl", "tcp --password pw5e --verbose", "tcp --password <redacted> --verbose"),
+    ("NCCL_DEBUG_SUBSYS", "Authorization: Bearer pw5f", "Authorization: Bearer <redacted>"),
+    # GitLab's and Slack's token shapes
+    ("NCCL_ALGO", "glpat-" + "x1Y2" * 5, "<redacted>"),
+    ("UCX_TLS", "xoxb-1234-pw5k", "<redacted>"),
 ]
 
 
