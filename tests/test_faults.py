@@ -426,22 +426,28 @@ def test_ctrl_c_while_the_ranks_start_is_the_one_line(workdir, held_at):
     assert left_behind(out) == []
 
 
-def test_a_rank_stopped_before_the_first_size_ends_the_run(workdir):
+@pytest.mark.parametrize("when", ["watchdog-up", "before-the-watchdog"])
+def test_a_rank_stopped_before_the_first_size_ends_the_run(workdir, when):
     """Nothing is armed before the first size, yet the set-up's collectives wait for every rank:
     a rank silent for --timeout there ends the run too (tests/stubs/stop_at_start stops rank 1 as
-    its watchdog starts and holds rank 0 in a barrier)."""
+    its watchdog starts and holds rank 0 in a barrier). Stopped before its watchdog started, no
+    rank's watchdog can see it: the standalone launch's backstop ends it, --timeout and its margin
+    later (launch/backstop.py), where it held the ranks for good before."""
+    from commbench.launch.backstop import MARGIN_S
     out = os.path.join(workdir, "set-up.json")
     env = mpi_env()
     env.update(PYTHONPATH=os.pathsep.join(filter(None, [os.path.join(os.path.dirname(__file__), "stubs", "stop_at_start"),
                                                          env.get("PYTHONPATH")])),
-               COMMBENCH_STUB_STOP_RANK="1")
+               COMMBENCH_STUB_STOP_RANK="1", COMMBENCH_STUB_STOP_BEFORE=str(int(when == "before-the-watchdog")))
     start = time.monotonic()
     r = subprocess.run([COMMBENCH, *SWEEP, "--np", "2", "-o", out], env=env, capture_output=True, text=True,
                        timeout=120, cwd=workdir)
-    assert r.returncode == 1 and time.monotonic() - start < 60, r.stderr
+    assert r.returncode == 1 and time.monotonic() - start < 60 + MARGIN_S, r.stderr
     doc = results.load_document(out)
     assert doc["status"] == "timeout" and doc["results"] == []
-    assert doc["error"] == f"before the first size: rank 1 did not arrive within --timeout {TIMEOUT_S} s"
+    assert doc["error"] == (f"before the first size: rank 1 did not arrive within --timeout {TIMEOUT_S} s" if when == "watchdog-up"
+                            else f"the ranks' start-up: rank 1 did not arrive within --timeout {TIMEOUT_S} s: its process was stopped")
+    assert "prterun noticed" not in r.stderr, r.stderr  # mpirun's account of the rank the launch ended: not the cause
     assert [line for line in r.stderr.splitlines() if line.startswith("commbench: error")] == [
         f"commbench: error: {doc['error']} (measured rows kept in {out})"], r.stderr
     time.sleep(0.5)

@@ -20,6 +20,7 @@ import click
 from .. import trace
 from ..errors import CommbenchError, described, one_line
 from ..launch import relay
+from ..launch.backstop import Backstop, session_members
 from ..launch.world import detect_launcher, dies_with, init_world, standalone_command
 from ..node.gpu import CUDA_EVENT_RESOLUTION_S, DEFAULT_TIMEOUT_S
 from ..run.policy import TIMINGS, Policy
@@ -200,7 +201,7 @@ def run_ranks(nranks: Optional[int], default_ranks: int, body, checks, timeout_s
         argv, env = standalone_command(sys.argv[1:], ranks, cores(), gpu=checks.device == "cuda")
         if sys.stderr.isatty():
             env[PROGRESS_MARK] = "1"
-        status, ending = _spawn(argv, env)
+        status, ending, stopped = _spawn(argv, env, timeout_s)
         trace.phase("ranks-ended")
         if status != 0 and checks.output is not None:  # a rank 0 killed while it rewrote the file left this
             from ..results.atomic import leftovers
@@ -208,7 +209,12 @@ def run_ranks(nranks: Optional[int], default_ranks: int, body, checks, timeout_s
                 with contextlib.suppress(OSError):
                     os.unlink(path)
         # Rank 0 that spoke has closed the file, or said why it could not (a full disk).
-        if status != 0 and checks.output is not None and not relay.by_rank_0(ending):
+        if stopped and not relay.by_rank_0(ending):
+            from ..results.document import close_abandoned
+            kept = checks.output is not None and close_abandoned(checks.output, stopped, "timeout")
+            click.echo(f"commbench: error: {stopped}" + (f" (measured rows kept in {checks.output})" if kept else ""),
+                       err=True)
+        elif status != 0 and checks.output is not None and not relay.by_rank_0(ending):
             from ..results.document import close_abandoned
             if close_abandoned(checks.output, f"the ranks ended (status {status}) with this file still open: rank 0's "
                                               f"process was killed, or ended by the launch for another rank's; the "
@@ -237,9 +243,10 @@ def run_ranks(nranks: Optional[int], default_ranks: int, body, checks, timeout_s
 STOP_WITHIN_S = 10.0
 
 
-def _spawn(argv: list[str], env: dict) -> tuple[int, Optional[bytes]]:
-    """Runs the ranks under mpirun and returns the exit status and the line that ended the run (None:
-    no rank's error line); their stderr and mpirun's pass through launch/relay.py. SIGINT/SIGTERM go on to the ranks
+def _spawn(argv: list[str], env: dict, timeout_s: float) -> tuple[int, Optional[bytes], Optional[str]]:
+    """Runs the ranks under mpirun and returns the exit status, the line that ended the run (None:
+    no rank's error line) and, where launch/backstop.py ended ranks stopped before their watchdogs
+    were up, what it says of them; their stderr and mpirun's pass through launch/relay.py. SIGINT/SIGTERM go on to the ranks
     themselves (rank 0 then closes the result file and speaks, and mpirun ends the rest): a signalled
     mpirun would stop relaying the ranks' output. mpirun gets a session of its own so that whatever
     is left after STOP_WITHIN_S goes with it, and it ends with this process, even a SIGKILLed one."""
@@ -252,13 +259,15 @@ def _spawn(argv: list[str], env: dict) -> tuple[int, Optional[bytes]]:
     os.close(write_end)
     relayed = relay.start(read_end, sys.stderr.buffer)
     interrupted = []
+    backstop = Backstop(proc.pid, timeout_s, relayed, lambda: bool(interrupted))
+    backstop.start()
 
     def forward(signum, _frame):
         interrupted.append(signum)
         # A hang-up (the terminal or the ssh session closed) ends the ranks as SIGTERM does: in order,
         # the file closed, no Open MPI session folder left in $TMPDIR.
         sent = signal.SIGTERM if signum == signal.SIGHUP else signum
-        for pid in _session_members(proc.pid) or [proc.pid]:  # no ranks yet: mpirun ends its launch
+        for pid in session_members(proc.pid) or [proc.pid]:  # no ranks yet: mpirun ends its launch
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sent)
 
@@ -271,20 +280,11 @@ def _spawn(argv: list[str], env: dict) -> tuple[int, Optional[bytes]]:
         except subprocess.TimeoutExpired:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
+    backstop.stop()
     relayed.join(STOP_WITHIN_S)  # what mpirun wrote last, on the user's stderr before the exit
     # A rank killed by a signal makes mpirun's own status a signal number; the command's is 1.
-    return (rc if rc in (0, 1, 2) and not (interrupted and rc == 0) else 1), relayed.ending
-
-
-def _session_members(sid: int) -> list[int]:
-    """The processes of session `sid` but its leader: the ranks of a single-host mpirun."""
-    members = []
-    for name in os.listdir("/proc"):
-        if name.isdecimal() and int(name) != sid:
-            with contextlib.suppress(OSError):
-                if os.getsid(int(name)) == sid:
-                    members.append(int(name))
-    return members
+    return ((rc if rc in (0, 1, 2) and not (interrupted and rc == 0) else 1), relayed.ending,
+            backstop.text() if backstop.ended else None)
 
 
 def resolve_device(device: str, impl_text: Optional[str], wants_gpu: bool = False) -> tuple[str, int]:

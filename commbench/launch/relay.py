@@ -25,8 +25,11 @@ def _ends_the_run(line: bytes) -> bool:
 
 
 class Relay(threading.Thread):
-    """The relaying thread; `ending` is the line that ended the run once one did (None before)."""
+    """The relaying thread; `ending` is the line that ended the run once one did (None before).
+    `muted`: nothing more is passed on (the launch ended the ranks and says why itself, after
+    mpirun's account of the ranks it ended)."""
     ending: Optional[bytes] = None
+    muted = False
 
 
 def start(source: int, sink: BinaryIO) -> Relay:
@@ -35,7 +38,7 @@ def start(source: int, sink: BinaryIO) -> Relay:
     def run() -> None:
         line, ended = b"", False
         while chunk := os.read(source, 65536):
-            if ended:
+            if ended or thread.muted:
                 continue  # read to the end all the same, so that no writer blocks on a full pipe
             shown = chunk
             while b"\n" in chunk:

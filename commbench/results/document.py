@@ -449,10 +449,10 @@ def replace_whole(path: str, text: str) -> None:
         raise
 
 
-def close_abandoned(path: str, error: str) -> bool:
+def close_abandoned(path: str, error: str, status: str = "peer-lost") -> bool:
     """A result file that its owner, rank 0, left `running` (its process ended: killed, or its host
-    lost), closed by the process that started the ranks once every one of them has ended: status
-    peer-lost, `error`, the rows kept. Returns whether it was one."""
+    lost; or the launch ended it, held by a stopped rank), closed by the process that started the
+    ranks once every one of them has ended: `status`, `error`, the rows kept. Returns whether it was one."""
     try:
         with open(path) as f:
             doc = json.load(f)
@@ -460,7 +460,7 @@ def close_abandoned(path: str, error: str) -> bool:
         return False
     if not isinstance(doc, dict) or doc.get("status") != "running":
         return False
-    doc["status"], doc["error"] = "peer-lost", error
+    doc["status"], doc["error"] = status, scrub(error)
     with contextlib.suppress(OSError):
         replace_whole(path, json.dumps(doc, indent=1) + "\n")
         return True

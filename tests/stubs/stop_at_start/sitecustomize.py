@@ -1,7 +1,8 @@
 """A rank stopped in the set-up, before the first size arms the watchdog: on this directory first in
 PYTHONPATH, rank COMMBENCH_STUB_STOP_RANK stops itself (SIGSTOP) as soon as its watchdog runs, and
 every other rank then waits in a barrier, as it would in a set-up collective (a subgroup, a
-communicator) that needs every rank."""
+communicator) that needs every rank. With COMMBENCH_STUB_STOP_BEFORE=1 it stops before its watchdog
+starts instead: the others wait in the collectives that set the watchdogs' side channel up."""
 
 import importlib.abc
 import importlib.util
@@ -14,8 +15,12 @@ def _patch(module) -> None:
     real = module.start
 
     def start(world, timeout_s, reporter):
+        stops = world.rank == int(os.environ["COMMBENCH_STUB_STOP_RANK"])
+        before = os.environ.get("COMMBENCH_STUB_STOP_BEFORE") == "1"
+        if stops and before:
+            os.kill(os.getpid(), signal.SIGSTOP)
         real(world, timeout_s, reporter)
-        if world.rank == int(os.environ["COMMBENCH_STUB_STOP_RANK"]):
+        if stops and not before:
             os.kill(os.getpid(), signal.SIGSTOP)
         world.comm.Barrier()
 

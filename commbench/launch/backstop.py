@@ -1,0 +1,91 @@
+"""The standalone launch's backstop for a rank stopped (SIGSTOP) before the ranks' watchdogs are up.
+
+Until every rank has joined the watchdog's side channel (launch/watchdog.py), the ranks wait for each
+other in MPI's start-up and in the collectives that set the channel up, where no deadline of theirs
+runs: one rank stopped there held the others for good, whatever --timeout said. The command that
+started the ranks sees every process of the launch (mpirun's session, on its one host), so it watches
+for ranks stopped past --timeout and a margin and, where no rank has said a line that ends the run,
+ends them itself with SIGKILL. mpirun then ends the job as for a killed rank (its session folder
+removed), and the command closes the result file saying which ranks were stopped. After the
+watchdogs are up they end every stop sooner (--timeout after the size began, and a second or two).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+import time
+from typing import Callable
+
+from .relay import Relay
+
+# How long past --timeout a rank stays stopped before the launch ends it: beyond the watchdog's own
+# ending of a stop (its grace for rank 0 and the report), so that the two never race.
+MARGIN_S = 10.0
+POLL_S = 1.0
+
+
+def session_members(sid: int) -> list[int]:
+    """The processes of session `sid` but its leader: the ranks of a single-host mpirun."""
+    members = []
+    for name in os.listdir("/proc"):
+        if name.isdecimal() and int(name) != sid:
+            with contextlib.suppress(OSError):
+                if os.getsid(int(name)) == sid:
+                    members.append(int(name))
+    return members
+
+
+def _stopped_ranks(pids: list[int]) -> dict[int, int]:
+    """{pid: rank} of the ranks among `pids` stopped by a signal (state T; not a debugger's t)."""
+    stopped = {}
+    for pid in pids:
+        with contextlib.suppress(OSError, ValueError):
+            with open(f"/proc/{pid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]  # after the command's name, which may hold spaces
+            if state != "T":
+                continue
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = dict(v.split(b"=", 1) for v in f.read().split(b"\0") if b"=" in v)
+            if b"OMPI_COMM_WORLD_RANK" in env:
+                stopped[pid] = int(env[b"OMPI_COMM_WORLD_RANK"])
+    return stopped
+
+
+class Backstop(threading.Thread):
+    """Watches the launch whose mpirun is `leader` (its session's leader) until stop(); `ended`: the
+    ranks it ended, sorted (empty while it ended none). It leaves alone a run that is ending already:
+    `relayed` (the launch's stderr relay) has passed on a line that ends it, or `interrupted()`."""
+
+    def __init__(self, leader: int, timeout_s: float, relayed: Relay, interrupted: Callable[[], bool]):
+        super().__init__(name="commbench-backstop", daemon=True)
+        self.leader, self.limit_s, self.relayed, self.interrupted = leader, timeout_s + MARGIN_S, relayed, interrupted
+        self.ended: list[int] = []
+        self._done = threading.Event()
+
+    def run(self) -> None:
+        since: dict[int, float] = {}
+        while not self._done.wait(POLL_S):
+            now = time.monotonic()
+            stopped = _stopped_ranks(session_members(self.leader))
+            since = {pid: since.get(pid, now) for pid in stopped}
+            late = [pid for pid, t in since.items() if now - t > self.limit_s]
+            if late and self.relayed.ending is None and not self.interrupted():
+                self.ended = sorted(stopped[pid] for pid in late)
+                self.relayed.muted = True  # mpirun's notice of the ranks ended: the command says why
+                for pid in late:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+                return
+
+    def stop(self) -> None:
+        self._done.set()
+
+    def text(self) -> str:
+        """The error of a run it ended."""
+        ranks = f"rank{'s' if len(self.ended) > 1 else ''} {', '.join(map(str, self.ended))}"
+        held = "its process was" if len(self.ended) == 1 else "their processes were"
+        return (f"the ranks' start-up: {ranks} did not arrive within --timeout {self.limit_s - MARGIN_S:g} s: "
+                f"{held} stopped")
