@@ -11,8 +11,9 @@ import sys
 import time
 
 import pytest
-from conftest import COMMBENCH, MPIRUN, free_port, left_behind, mpi_env, rank_pids, torchrun_env, wait_for_rows
+from conftest import COMMBENCH, MPIRUN, commbench, free_port, left_behind, mpi_env, rank_pids, torchrun_env, wait_for_rows
 
+from commbench.launch.world import SESSION_BASE
 from commbench.results import document as results
 
 TIMEOUT_S = 2
@@ -141,6 +142,8 @@ def test_the_ranks_end_with_a_killed_command(command, workdir):
         ranks = rank_pids(out)
         assert sorted(ranks) == list(range(2 if command == "numerics" else 3))
         [mpirun] = {int(pid) for pid in left_behind(out)} - {p.pid, *ranks.values()}
+        with open(f"/proc/{mpirun}/environ", "rb") as f:
+            base = dict(v.split(b"=", 1) for v in f.read().split(b"\0") if b"=" in v)[SESSION_BASE.encode()].decode()
         os.kill(p.pid, signal.SIGKILL)
         p.communicate(timeout=30)
         until = time.monotonic() + TIMEOUT_S + 10
@@ -155,7 +158,11 @@ def test_the_ranks_end_with_a_killed_command(command, workdir):
     doc = results.load_document(out)
     assert doc["status"] == "interrupted", (doc["status"], doc.get("error"))
     assert doc["error"].endswith(": interrupted (the command that launched the ranks ended)"), doc["error"]
-    assert not os.path.exists(os.path.join(os.environ.get("TMPDIR", "/tmp"), f"ompi.{mpirun}"))
+    # mpirun removed its session folder; the launch's own, empty, the next launch removes.
+    assert os.listdir(base) == [], os.listdir(base)
+    r = commbench(["allreduce", "--device", "cpu", "--np", "2", "--sizes", "1K", "--iters", "2", "--warmup", "1", "-o",
+                   os.path.join(workdir, "next.json")])
+    assert r.returncode == 0 and not os.path.exists(base), r.stderr
 
 
 @pytest.mark.parametrize("fault", ["kill", "stop", "interrupt"])

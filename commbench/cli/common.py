@@ -21,7 +21,7 @@ from .. import trace
 from ..errors import CommbenchError, described, one_line
 from ..launch import relay
 from ..launch.backstop import Backstop, session_members
-from ..launch.world import detect_launcher, dies_with, init_world, standalone_command
+from ..launch.world import detect_launcher, dies_with, init_world, session_base, standalone_command
 from ..node.gpu import CUDA_EVENT_RESOLUTION_S, DEFAULT_TIMEOUT_S
 from ..run.policy import TIMINGS, Policy
 
@@ -201,7 +201,8 @@ def run_ranks(nranks: Optional[int], default_ranks: int, body, checks, timeout_s
         argv, env = standalone_command(sys.argv[1:], ranks, cores(), gpu=checks.device == "cuda")
         if sys.stderr.isatty():
             env[PROGRESS_MARK] = "1"
-        status, ending, stopped = _spawn(argv, env, timeout_s)
+        with session_base(env) as env:
+            status, ending, stopped = _spawn(argv, env, timeout_s)
         trace.phase("ranks-ended")
         if status != 0 and checks.output is not None:  # a rank 0 killed while it rewrote the file left this
             from ..results.atomic import leftovers
@@ -265,7 +266,7 @@ def _spawn(argv: list[str], env: dict, timeout_s: float) -> tuple[int, Optional[
     def forward(signum, _frame):
         interrupted.append(signum)
         # A hang-up (the terminal or the ssh session closed) ends the ranks as SIGTERM does: in order,
-        # the file closed, no Open MPI session folder left in $TMPDIR.
+        # the file closed, no Open MPI session folder left behind.
         sent = signal.SIGTERM if signum == signal.SIGHUP else signum
         for pid in session_members(proc.pid) or [proc.pid]:  # no ranks yet: mpirun ends its launch
             with contextlib.suppress(ProcessLookupError):

@@ -10,11 +10,13 @@ Three launch modes:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
 import socket
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -102,6 +104,45 @@ def dies_with(parent_pid: int):
         if os.getppid() != parent_pid:
             os.kill(os.getpid(), signal.SIGTERM)
     return arm
+
+
+# Where the bundled mpirun keeps its session folder (PRRTE's ompi.<pid>, its PMIx rendezvous files in
+# it) unless the user chose: a folder of each launch's own, removed after it (session_base).
+SESSION_BASE = "PRTE_MCA_prte_tmpdir_base"
+
+
+@contextlib.contextmanager
+def session_base(env: dict):
+    """env with mpirun's session folder in a folder of this launch's own, removed after it. Open MPI
+    leaves the folder of a killed mpirun behind, and a later mpirun that drew the same pid failed to
+    start over it ("The PMIx server's listener thread failed to start", before any rank): about one
+    launch in 600 on a host where 52 such folders were left, with pids up to 32,768."""
+    if SESSION_BASE in env:
+        yield env
+        return
+    _remove_abandoned_bases()
+    base = tempfile.mkdtemp(prefix=f"commbench-mpirun-{os.getpid()}-")
+    try:
+        yield {**env, SESSION_BASE: base}
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _remove_abandoned_bases() -> None:
+    """The empty session bases that commands killed with SIGKILL left (their mpirun removed its own
+    folder in them): those of processes that no longer run. rmdir removes none that holds anything."""
+    import glob
+    for path in glob.glob(os.path.join(tempfile.gettempdir(), "commbench-mpirun-*-*")):
+        pid = os.path.basename(path).split("-")[2]
+        if not pid.isdecimal():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            with contextlib.suppress(OSError):
+                os.rmdir(path)
+        except OSError:
+            pass  # another user's process: alive
 
 
 # Open MPI's libfabric BTL probes its providers for about a second in every rank's MPI_Init (the
