@@ -1,7 +1,7 @@
 import os
 
 import pytest
-from conftest import commbench
+from conftest import commbench, mpi_env
 
 from commbench.launch.world import detect_launcher, launcher_free_env, standalone_command
 
@@ -109,3 +109,16 @@ def test_this_hosts_interface_addresses_are_what_ip_lists_but_loopback():
     listed = subprocess.run(["ip", "-4", "-o", "addr", "show"], capture_output=True, text=True, check=True).stdout
     addresses = {line.split()[3].split("/")[0] for line in listed.splitlines()}
     assert set(interface_addresses()) == {a for a in addresses if not a.startswith("127.")}
+
+
+def test_a_launch_that_fails_before_any_rank_ends_with_a_line_of_its_own(tmp_path):
+    """mpirun failing before any rank starts (here: its session folder's base is a file; in the wild,
+    PMIx's listener failing to start) said only mpirun's box, and the command exited 1 with no
+    line of commbench's."""
+    base = tmp_path / "a-file"
+    base.write_text("")
+    r = commbench(["allreduce", "--device", "cpu", "--np", "2", "--sizes", "1K", "-o", str(tmp_path / "r.json")],
+                  env={**mpi_env(), "PRTE_MCA_prte_tmpdir_base": str(base)})
+    assert r.returncode == 1 and not (tmp_path / "r.json").exists(), r.stderr
+    assert [line for line in r.stderr.splitlines() if line.startswith("commbench: error")] == [
+        "commbench: error: the launch ended with status 1 and no rank said why (mpirun's account above)"], r.stderr

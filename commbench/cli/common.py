@@ -202,27 +202,10 @@ def run_ranks(nranks: Optional[int], default_ranks: int, body, checks, timeout_s
         if sys.stderr.isatty():
             env[PROGRESS_MARK] = "1"
         with session_base(env) as env:
-            status, ending, stopped = _spawn(argv, env, timeout_s)
+            launched = _spawn(argv, env, timeout_s)
         trace.phase("ranks-ended")
-        if status != 0 and checks.output is not None:  # a rank 0 killed while it rewrote the file left this
-            from ..results.atomic import leftovers
-            for path in leftovers(checks.output):
-                with contextlib.suppress(OSError):
-                    os.unlink(path)
-        # Rank 0 that spoke has closed the file, or said why it could not (a full disk).
-        if stopped and not relay.by_rank_0(ending):
-            from ..results.document import close_abandoned
-            kept = checks.output is not None and close_abandoned(checks.output, stopped, "timeout")
-            click.echo(f"commbench: error: {stopped}" + (f" (measured rows kept in {checks.output})" if kept else ""),
-                       err=True)
-        elif status != 0 and checks.output is not None and not relay.by_rank_0(ending):
-            from ..results.document import close_abandoned
-            if close_abandoned(checks.output, f"the ranks ended (status {status}) with this file still open: rank 0's "
-                                              f"process was killed, or ended by the launch for another rank's; the "
-                                              f"rows measured before are kept"):
-                click.echo(f"commbench: error: the ranks ended with {checks.output} still open: rank 0's process was "
-                           f"killed, or ended for another rank's (measured rows kept)", err=True)
-        sys.exit(status)
+        _after_the_ranks(launched, checks.output)
+        sys.exit(launched.status)
     checks.before_joining(detect_launcher())
     world = init_world(timeout_s)
     trace.phase("mpi-init" if world.comm is not None else "world-init")
@@ -240,14 +223,52 @@ def run_ranks(nranks: Optional[int], default_ranks: int, body, checks, timeout_s
     sys.exit(1 if wrong else 0)
 
 
+@dataclasses.dataclass(frozen=True)
+class Launched:
+    """How the standalone launch ended: the command's exit status, the line that ended the run (None:
+    no rank's error line), what launch/backstop.py says of the ranks it ended (None: it ended none),
+    and whether the command was interrupted (the ranks say so)."""
+    status: int
+    ending: Optional[bytes]
+    stopped: Optional[str]
+    interrupted: bool
+
+
+def _after_the_ranks(launched: Launched, output: Optional[str]) -> None:
+    """The standalone launch's last word, where the ranks could not say theirs: the result file that
+    rank 0 left open closed, and one line. Rank 0 that spoke has closed the file, or said why it
+    could not (a full disk)."""
+    status, ending, stopped = launched.status, launched.ending, launched.stopped
+    if status == 0:
+        return
+    if output is not None:  # a rank 0 killed while it rewrote the file left this
+        from ..results.atomic import leftovers
+        for path in leftovers(output):
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+    if relay.by_rank_0(ending):
+        return
+    from ..results.document import close_abandoned
+    if stopped:
+        kept = output is not None and close_abandoned(output, stopped, "timeout")
+        click.echo(f"commbench: error: {stopped}" + (f" (measured rows kept in {output})" if kept else ""), err=True)
+    elif output is not None and close_abandoned(output, f"the ranks ended (status {status}) with this file still open: "
+                                                        f"rank 0's process was killed, or ended by the launch for another "
+                                                        f"rank's; the rows measured before are kept"):
+        click.echo(f"commbench: error: the ranks ended with {output} still open: rank 0's process was killed, or ended "
+                   f"for another rank's (measured rows kept)", err=True)
+    elif ending is None and not launched.interrupted:  # mpirun failed before any rank spoke, or rank 0 was killed
+        click.echo(f"commbench: error: the launch ended with status {status} and no rank said why (mpirun's account "
+                   f"above)", err=True)
+
+
 # How long the ranks have, once interrupted, to report before the launch is killed whole.
 STOP_WITHIN_S = 10.0
 
 
-def _spawn(argv: list[str], env: dict, timeout_s: float) -> tuple[int, Optional[bytes], Optional[str]]:
-    """Runs the ranks under mpirun and returns the exit status, the line that ended the run (None:
-    no rank's error line) and, where launch/backstop.py ended ranks stopped before their watchdogs
-    were up, what it says of them; their stderr and mpirun's pass through launch/relay.py. SIGINT/SIGTERM go on to the ranks
+def _spawn(argv: list[str], env: dict, timeout_s: float) -> Launched:
+    """Runs the ranks under mpirun and says how the launch ended; their stderr and mpirun's pass
+    through launch/relay.py. SIGINT/SIGTERM go on to the ranks
     themselves (rank 0 then closes the result file and speaks, and mpirun ends the rest): a signalled
     mpirun would stop relaying the ranks' output. mpirun gets a session of its own so that whatever
     is left after STOP_WITHIN_S goes with it, and it ends with this process, even a SIGKILLed one."""
@@ -284,8 +305,8 @@ def _spawn(argv: list[str], env: dict, timeout_s: float) -> tuple[int, Optional[
     backstop.stop()
     relayed.join(STOP_WITHIN_S)  # what mpirun wrote last, on the user's stderr before the exit
     # A rank killed by a signal makes mpirun's own status a signal number; the command's is 1.
-    return ((rc if rc in (0, 1, 2) and not (interrupted and rc == 0) else 1), relayed.ending,
-            backstop.text() if backstop.ended else None)
+    return Launched(rc if rc in (0, 1, 2) and not (interrupted and rc == 0) else 1, relayed.ending,
+                    backstop.text() if backstop.ended else None, bool(interrupted))
 
 
 def resolve_device(device: str, impl_text: Optional[str], wants_gpu: bool = False) -> tuple[str, int]:
