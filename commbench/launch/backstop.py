@@ -20,10 +20,12 @@ import time
 from typing import Callable
 
 from .relay import Relay
+from .watchdog import GRACE_S
 
 # How long past --timeout a rank stays stopped before the launch ends it: beyond the watchdog's own
-# ending of a stop (its grace for rank 0 and the report), so that the two never race.
-MARGIN_S = 10.0
+# ending of a stop once it is up (a rank's deadline, then the grace it leaves rank 0 to speak before
+# it speaks itself), twice that grace, so that the two never race.
+MARGIN_S = 2 * GRACE_S
 POLL_S = 1.0
 
 
