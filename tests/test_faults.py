@@ -13,7 +13,7 @@ import time
 import pytest
 from conftest import COMMBENCH, MPIRUN, commbench, free_port, left_behind, mpi_env, rank_pids, torchrun_env, wait_for_rows
 
-from commbench.launch.world import SESSION_BASE
+from commbench.launch.world import MARK_NAME, SESSION_BASE
 from commbench.results import document as results
 
 TIMEOUT_S = 2
@@ -158,8 +158,8 @@ def test_the_ranks_end_with_a_killed_command(command, workdir):
     doc = results.load_document(out)
     assert doc["status"] == "interrupted", (doc["status"], doc.get("error"))
     assert doc["error"].endswith(": interrupted (the command that launched the ranks ended)"), doc["error"]
-    # mpirun removed its session folder; the launch's own, empty, the next launch removes.
-    assert os.listdir(base) == [], os.listdir(base)
+    # mpirun removed its session folder; the launch's own, holding rank 0's mark alone, the next launch removes.
+    assert os.listdir(base) == [MARK_NAME], os.listdir(base)
     r = commbench(["allreduce", "--device", "cpu", "--np", "2", "--sizes", "1K", "--iters", "2", "--warmup", "1", "-o",
                    os.path.join(workdir, "next.json")])
     assert r.returncode == 0 and not os.path.exists(base), r.stderr
@@ -436,14 +436,14 @@ def test_ctrl_c_while_the_ranks_start_is_the_one_line(workdir, held_at):
 @pytest.mark.parametrize("when", ["watchdog-up", "before-the-watchdog"])
 def test_a_rank_stopped_before_the_first_size_ends_the_run(workdir, when):
     """Nothing is armed before the first size, yet the set-up's collectives wait for every rank:
-    a rank silent for --timeout there ends the run too (tests/stubs/stop_at_start stops rank 1 as
+    a rank silent for --timeout there ends the run too (tests/stubs/rank_faults stops rank 1 as
     its watchdog starts and holds rank 0 in a barrier). Stopped before its watchdog started, no
     rank's watchdog can see it: the standalone launch's backstop ends it, --timeout and its margin
     later (launch/backstop.py), where it held the ranks for good before."""
     from commbench.launch.backstop import MARGIN_S
     out = os.path.join(workdir, "set-up.json")
     env = mpi_env()
-    env.update(PYTHONPATH=os.pathsep.join(filter(None, [os.path.join(os.path.dirname(__file__), "stubs", "stop_at_start"),
+    env.update(PYTHONPATH=os.pathsep.join(filter(None, [os.path.join(os.path.dirname(__file__), "stubs", "rank_faults"),
                                                          env.get("PYTHONPATH")])),
                COMMBENCH_STUB_STOP_RANK="1", COMMBENCH_STUB_STOP_BEFORE=str(int(when == "before-the-watchdog")))
     start = time.monotonic()
@@ -453,7 +453,8 @@ def test_a_rank_stopped_before_the_first_size_ends_the_run(workdir, when):
     doc = results.load_document(out)
     assert doc["status"] == "timeout" and doc["results"] == []
     assert doc["error"] == (f"before the first size: rank 1 did not arrive within --timeout {TIMEOUT_S} s" if when == "watchdog-up"
-                            else f"the ranks' start-up: rank 1 did not arrive within --timeout {TIMEOUT_S} s: its process was stopped")
+                            else f"rank 1 stopped for more than --timeout {TIMEOUT_S} s while the ranks started or ended, where no "
+                                 f"watchdog sees it: the launch ended it")
     assert "prterun noticed" not in r.stderr, r.stderr  # mpirun's account of the rank the launch ended: not the cause
     assert [line for line in r.stderr.splitlines() if line.startswith("commbench: error")] == [
         f"commbench: error: {doc['error']} (measured rows kept in {out})"], r.stderr

@@ -4,6 +4,7 @@ import pytest
 from conftest import commbench, mpi_env
 
 from commbench.launch.world import detect_launcher, launcher_free_env, standalone_command
+from commbench.results import document as results
 
 ENVS = [
     ({}, None),
@@ -121,4 +122,20 @@ def test_a_launch_that_fails_before_any_rank_ends_with_a_line_of_its_own(tmp_pat
                   env={**mpi_env(), "PRTE_MCA_prte_tmpdir_base": str(base)})
     assert r.returncode == 1 and not (tmp_path / "r.json").exists(), r.stderr
     assert [line for line in r.stderr.splitlines() if line.startswith("commbench: error")] == [
-        "commbench: error: the launch ended with status 1 and no rank said why (mpirun's account above)"], r.stderr
+        "commbench: error: the launch ended with status 1 before any rank ran (mpirun's account above)"], r.stderr
+
+
+def test_a_run_that_finds_a_wrong_element_exits_1_without_mpirun_s_box(tmp_path):
+    """Exit 1 for what a run found (a wrong element, a flagged pair) came from every rank's exit
+    status, and mpirun printed its box of a failed job below a run that ended as it should. Under
+    commbench's own launch the ranks exit 0 and rank 0 hands the status to the command."""
+    env = mpi_env()
+    env.update(PYTHONPATH=os.pathsep.join(filter(None, [os.path.join(os.path.dirname(__file__), "stubs", "rank_faults"),
+                                                         env.get("PYTHONPATH")])),
+               COMMBENCH_STUB_WRONG_RANK="1")
+    out = tmp_path / "r.json"
+    r = commbench(["allreduce", "--device", "cpu", "--np", "2", "--impl", "mpi", "--sizes", "1K", "--iters", "2",
+                   "--warmup", "1", "-o", str(out)], env=env)
+    assert r.returncode == 1 and "wrong elements in total: 1 FAILED" in r.stdout, r.stdout + r.stderr
+    assert "commbench: error" not in r.stderr and "non-zero status" not in r.stderr, r.stderr
+    assert results.load_document(str(out))["status"] == "complete"

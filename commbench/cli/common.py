@@ -21,7 +21,17 @@ from .. import trace
 from ..errors import CommbenchError, described, one_line
 from ..launch import relay
 from ..launch.backstop import Backstop, session_members
-from ..launch.world import detect_launcher, dies_with, init_world, session_base, standalone_command
+from ..launch.world import (
+    STARTED_MARK,
+    detect_launcher,
+    dies_with,
+    init_world,
+    launched_status,
+    mark_started,
+    rank_status,
+    session_base,
+    standalone_command,
+)
 from ..node.gpu import CUDA_EVENT_RESOLUTION_S, DEFAULT_TIMEOUT_S
 from ..run.policy import TIMINGS, Policy
 
@@ -209,6 +219,7 @@ def run_ranks(nranks: Optional[int], default_ranks: int, body, checks, timeout_s
     checks.before_joining(detect_launcher())
     world = init_world(timeout_s)
     trace.phase("mpi-init" if world.comm is not None else "world-init")
+    mark_started(world)
     if nranks is not None and nranks != world.size:
         raise CommbenchError(f"--np {nranks} given but the launcher started {world.size} ranks; drop --np under a launcher")
     try:
@@ -220,18 +231,19 @@ def run_ranks(nranks: Optional[int], default_ranks: int, body, checks, timeout_s
         _fail(None, world, e)
     finally:
         world.close()
-    sys.exit(1 if wrong else 0)
+    sys.exit(rank_status(world, 1 if wrong else 0))
 
 
 @dataclasses.dataclass(frozen=True)
 class Launched:
     """How the standalone launch ended: the command's exit status, the line that ended the run (None:
     no rank's error line), what launch/backstop.py says of the ranks it ended (None: it ended none),
-    and whether the command was interrupted (the ranks say so)."""
+    whether the command was interrupted (the ranks say so), and whether rank 0 ran at all."""
     status: int
     ending: Optional[bytes]
     stopped: Optional[str]
     interrupted: bool
+    started: bool
 
 
 def _after_the_ranks(launched: Launched, output: Optional[str]) -> None:
@@ -257,8 +269,8 @@ def _after_the_ranks(launched: Launched, output: Optional[str]) -> None:
                                                         f"rank's; the rows measured before are kept"):
         click.echo(f"commbench: error: the ranks ended with {output} still open: rank 0's process was killed, or ended "
                    f"for another rank's (measured rows kept)", err=True)
-    elif ending is None and not launched.interrupted:  # mpirun failed before any rank spoke, or rank 0 was killed
-        click.echo(f"commbench: error: the launch ended with status {status} and no rank said why (mpirun's account "
+    elif not launched.started and not launched.interrupted:  # mpirun failed before any rank ran
+        click.echo(f"commbench: error: the launch ended with status {status} before any rank ran (mpirun's account "
                    f"above)", err=True)
 
 
@@ -305,8 +317,9 @@ def _spawn(argv: list[str], env: dict, timeout_s: float) -> Launched:
     backstop.stop()
     relayed.join(STOP_WITHIN_S)  # what mpirun wrote last, on the user's stderr before the exit
     # A rank killed by a signal makes mpirun's own status a signal number; the command's is 1.
+    rc = launched_status(env[STARTED_MARK], rc)
     return Launched(rc if rc in (0, 1, 2) and not (interrupted and rc == 0) else 1, relayed.ending,
-                    backstop.text() if backstop.ended else None, bool(interrupted))
+                    backstop.text() if backstop.ended else None, bool(interrupted), os.path.exists(env[STARTED_MARK]))
 
 
 def resolve_device(device: str, impl_text: Optional[str], wants_gpu: bool = False) -> tuple[str, int]:

@@ -1,4 +1,5 @@
-"""The standalone launch's backstop for a rank stopped (SIGSTOP) before the ranks' watchdogs are up.
+"""The standalone launch's backstop for a rank stopped (SIGSTOP) where no watchdog runs: before the
+ranks' watchdogs are up, or once the run has ended.
 
 Until every rank has joined the watchdog's side channel (launch/watchdog.py), the ranks wait for each
 other in MPI's start-up and in the collectives that set the channel up, where no deadline of theirs
@@ -6,8 +7,9 @@ runs: one rank stopped there held the others for good, whatever --timeout said. 
 started the ranks sees every process of the launch (mpirun's session, on its one host), so it watches
 for ranks stopped past --timeout and a margin and, where no rank has said a line that ends the run,
 ends them itself with SIGKILL. mpirun then ends the job as for a killed rank (its session folder
-removed), and the command closes the result file saying which ranks were stopped. After the
-watchdogs are up they end every stop sooner (--timeout after the size began, and a second or two).
+removed), and the command closes the result file saying which ranks were stopped (a file rank 0
+completed stays complete). While the watchdogs run they end every stop sooner (--timeout after the
+size began, and a second or two).
 """
 
 from __future__ import annotations
@@ -88,6 +90,7 @@ class Backstop(threading.Thread):
     def text(self) -> str:
         """The error of a run it ended."""
         ranks = f"rank{'s' if len(self.ended) > 1 else ''} {', '.join(map(str, self.ended))}"
-        held = "its process was" if len(self.ended) == 1 else "their processes were"
-        return (f"the ranks' start-up: {ranks} did not arrive within --timeout {self.limit_s - MARGIN_S:g} s: "
-                f"{held} stopped")
+        # Where no watchdog runs: before they are all up, or once the run ended (MPI's finalize
+        # waits for every rank).
+        return (f"{ranks} stopped for more than --timeout {self.limit_s - MARGIN_S:g} s while the ranks started or "
+                f"ended, where no watchdog sees it: the launch ended {'it' if len(self.ended) == 1 else 'them'}")

@@ -111,26 +111,67 @@ def dies_with(parent_pid: int):
 SESSION_BASE = "PRTE_MCA_prte_tmpdir_base"
 
 
+# The file rank 0 makes in the launch's folder once it runs: a launch that ended without it failed
+# before any rank started, and mpirun's own account is all the user has.
+STARTED_MARK = "COMMBENCH_STARTED_MARK"
+MARK_NAME = "rank-0-started"
+
+
 @contextlib.contextmanager
 def session_base(env: dict):
-    """env with mpirun's session folder in a folder of this launch's own, removed after it. Open MPI
-    leaves the folder of a killed mpirun behind, and a later mpirun that drew the same pid failed to
-    start over it ("The PMIx server's listener thread failed to start", before any rank): about one
-    launch in 600 on a host where 52 such folders were left, with pids up to 32,768."""
-    if SESSION_BASE in env:
-        yield env
-        return
+    """env with a folder of this launch's own, removed after it: STARTED_MARK's file in it, and
+    mpirun's session folder unless the environment chose its place. Open MPI leaves the folder of a
+    killed mpirun behind, and a later mpirun that drew the same pid failed to start over it ("The
+    PMIx server's listener thread failed to start", before any rank): about one launch in 600 on a
+    host where 52 such folders were left, with pids up to 32,768."""
     _remove_abandoned_bases()
     base = tempfile.mkdtemp(prefix=f"commbench-mpirun-{os.getpid()}-")
     try:
-        yield {**env, SESSION_BASE: base}
+        yield {SESSION_BASE: base, **env, STARTED_MARK: os.path.join(base, MARK_NAME)}
     finally:
         shutil.rmtree(base, ignore_errors=True)
 
 
+def mark_started(world) -> None:
+    """Rank 0 of commbench's own launch says that it runs (session_base)."""
+    mark = os.environ.get(STARTED_MARK)
+    if mark and world.rank == 0:
+        with contextlib.suppress(OSError):
+            open(mark, "x").close()
+
+
+def rank_status(world, status: int) -> int:
+    """The exit status of a rank whose run ended as it should, the command's being `status` (1: an
+    element was wrong, links flagged a pair). Under commbench's own launch rank 0 leaves `status` in
+    the mark for the command and every rank exits 0: a rank's non-zero exit made mpirun print its box
+    of a failed job ("prterun detected that one or more processes exited with non-zero status")
+    under a run that found what it looked for."""
+    mark = os.environ.get(STARTED_MARK)
+    if not mark or not status:
+        return status
+    if world.rank == 0:
+        try:
+            with open(mark, "w") as f:
+                f.write(str(status))
+        except OSError:
+            return status  # the command cannot read it: the status goes the launch's way, box and all
+    return 0
+
+
+def launched_status(mark: str, status: int) -> int:
+    """The command's status from a launch that ended with `status`: rank 0's, where it left one."""
+    if status != 0:
+        return status
+    with contextlib.suppress(OSError, ValueError):
+        with open(mark) as f:
+            return int(f.read() or 0)
+    return status
+
+
 def _remove_abandoned_bases() -> None:
-    """The empty session bases that commands killed with SIGKILL left (their mpirun removed its own
-    folder in them): those of processes that no longer run. rmdir removes none that holds anything."""
+    """The launch folders that commands killed with SIGKILL left (their mpirun removed its own session
+    folder in them), holding at most rank 0's mark: those of processes that no longer run. rmdir
+    removes none that holds anything else."""
     import glob
     for path in glob.glob(os.path.join(tempfile.gettempdir(), "commbench-mpirun-*-*")):
         pid = os.path.basename(path).split("-")[2]
@@ -140,6 +181,8 @@ def _remove_abandoned_bases() -> None:
             os.kill(int(pid), 0)
         except ProcessLookupError:
             with contextlib.suppress(OSError):
+                if os.listdir(path) == [MARK_NAME]:
+                    os.unlink(os.path.join(path, MARK_NAME))
                 os.rmdir(path)
         except OSError:
             pass  # another user's process: alive

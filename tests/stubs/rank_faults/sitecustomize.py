@@ -1,0 +1,72 @@
+"""Faults of one rank, put into commbench as its modules load: on this directory first in PYTHONPATH.
+
+- COMMBENCH_STUB_STOP_RANK=R: a rank stopped in the set-up, before the first size arms the watchdog.
+  Rank R stops itself (SIGSTOP) as soon as its watchdog runs, and every other rank then waits in a
+  barrier, as it would in a set-up collective (a subgroup, a communicator) that needs every rank.
+  With COMMBENCH_STUB_STOP_BEFORE=1 it stops before its watchdog starts instead: the others wait in
+  the collectives that set the watchdogs' side channel up.
+- COMMBENCH_STUB_WRONG_RANK=R: rank R finds one wrong element more in every check of a collective
+  (a run that ends as it should, with exit status 1)."""
+
+import importlib.abc
+import importlib.util
+import os
+import signal
+import sys
+
+
+def _stop(module) -> None:
+    real = module.start
+
+    def start(world, timeout_s, reporter):
+        stops = world.rank == int(os.environ["COMMBENCH_STUB_STOP_RANK"])
+        before = os.environ.get("COMMBENCH_STUB_STOP_BEFORE") == "1"
+        if stops and before:
+            os.kill(os.getpid(), signal.SIGSTOP)
+        real(world, timeout_s, reporter)
+        if stops and not before:
+            os.kill(os.getpid(), signal.SIGSTOP)
+        world.comm.Barrier()
+
+    module.start = start
+
+
+def _wrong(module) -> None:
+    real = module._count_wrong
+    wrong_here = os.environ.get("OMPI_COMM_WORLD_RANK") == os.environ["COMMBENCH_STUB_WRONG_RANK"]
+
+    def count_wrong(*args, **kwargs):
+        return real(*args, **kwargs) + int(wrong_here)
+
+    module._count_wrong = count_wrong
+
+
+# module -> (the variable that asks for its fault, the patch)
+PATCHES = {"commbench.launch.watchdog": ("COMMBENCH_STUB_STOP_RANK", _stop),
+           "commbench.run.collective": ("COMMBENCH_STUB_WRONG_RANK", _wrong)}
+
+
+class _PatchOnImport(importlib.abc.MetaPathFinder):
+    def __init__(self, pending: dict):
+        self.pending = pending
+
+    def find_spec(self, name, path, target=None):
+        if name not in self.pending:
+            return None
+        patch = self.pending.pop(name)
+        if not self.pending:
+            sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        run = spec.loader.exec_module
+
+        def exec_module(module):
+            run(module)
+            patch(module)
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+_asked = {name: patch for name, (var, patch) in PATCHES.items() if os.environ.get(var)}
+if _asked:
+    sys.meta_path.insert(0, _PatchOnImport(_asked))
