@@ -160,6 +160,8 @@ def test_the_ranks_end_with_a_killed_command(command, workdir):
     assert doc["error"].endswith(": interrupted (the command that launched the ranks ended)"), doc["error"]
     # mpirun removed its session folder; the launch's own, holding rank 0's mark alone, the next launch removes.
     assert os.listdir(base) == [MARK_NAME], os.listdir(base)
+    if command != "allreduce":
+        return  # the same folder whatever the command: one next launch tells
     r = commbench(["allreduce", "--device", "cpu", "--np", "2", "--sizes", "1K", "--iters", "2", "--warmup", "1", "-o",
                    os.path.join(workdir, "next.json")])
     assert r.returncode == 0 and not os.path.exists(base), r.stderr
@@ -377,7 +379,7 @@ def test_a_rank_left_out_of_numerics_stopped_is_named_once_the_others_end(workdi
     the run complete and rank 1 timed out alone, blaming rank 0. Rank 0 now waits for every rank's
     goodbye: one line naming rank 2, the rows kept, the file saying timeout."""
     out = os.path.join(workdir, "numerics.json")
-    timeout_s = 4
+    timeout_s = 3
     p = subprocess.Popen([COMMBENCH, "numerics", "--device", "cpu", "--ranks", "2", "--impl", "ring,tree", "--dtype",
                           "float32", "--count", "256K", "--repeats", "300", "--timeout", str(timeout_s), "--np", "3",
                           "-o", out], env=mpi_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
