@@ -61,7 +61,6 @@ mpirun command and tears the cluster down.
 
 from __future__ import annotations
 
-import glob
 import os
 import re
 import shlex
@@ -75,7 +74,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from conftest import COMMBENCH, MPIRUN, mpi_env  # noqa: E402
+from conftest import COMMBENCH, MPIRUN, mpi_env, own_session  # noqa: E402
 
 # tbf counts whole Ethernet frames; TCP payload per 1500-byte-MTU frame (see the module docstring).
 PAYLOAD_SHARE = 1448 / 1514
@@ -373,7 +372,6 @@ exec ip netns exec "$ns" unshare --uts sh -c "hostname $ns; $*"
                 pass
         self._procs.clear()
         names = [h.ns for h in self.hosts] or [f"{self.tag}-h0"]
-        killed = []
         for ns in names:
             for _ in range(3):
                 pids = _run(["ip", "netns", "pids", ns], check=False).stdout.split()
@@ -382,18 +380,11 @@ exec ip netns exec "$ns" unshare --uts sh -c "hostname $ns; $*"
                 for pid in pids:
                     try:
                         os.kill(int(pid), signal.SIGKILL)
-                        killed.append(pid)
                     except (ProcessLookupError, ValueError):
                         pass
                 time.sleep(0.1)
             _run(["ip", "netns", "del", ns], check=False)
             shutil.rmtree(_etc(ns), ignore_errors=True)
-        # The session folders of what was killed, which it never removes: Open MPI's of each host
-        # (ompi.<host name>.<uid>) and each PRRTE daemon's (prted.<pid>).
-        tmp = tempfile.gettempdir()
-        for session in [*(p for ns in names for p in glob.glob(os.path.join(tmp, f"ompi.{ns}.*"))),
-                        *(os.path.join(tmp, f"prted.{pid}") for pid in killed)]:
-            shutil.rmtree(session, ignore_errors=True)
         for h in self.hosts:
             for bridge_dev in h.bridge_devs:
                 _run(["ip", "link", "del", bridge_dev], check=False)
@@ -485,6 +476,9 @@ exec ip netns exec "$ns" unshare --uts sh -c "hostname $ns; $*"
             f.writelines(f"{h.addr} slots={ranks_per_host}\n" for h in chosen)
         return [
             MPIRUN, "--hostfile", hostfile, "--np", str(len(chosen) * ranks_per_host),
+            # mpirun's and its daemons' session folders in the cluster's own folder, which teardown
+            # removes with those a killed mpirun or daemon leaves (conftest.own_session).
+            *own_session(self._tmp),
             # Required: one PRRTE daemon per namespace, started through our agent instead of ssh.
             "--prtemca", "plm_ssh_agent", self.agent,
             # The rest is precaution (runs also passed without each of them, tried one at a time):

@@ -1,12 +1,15 @@
 """Shared helpers: run commbench and Python under the bundled mpirun, as a user would."""
 
+import atexit
 import contextlib
 import fcntl
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -40,6 +43,20 @@ def mpi_env() -> dict:
     return env
 
 
+# Open MPI leaves a killed mpirun's session folder (ompi.<pid>) in its tmpdir for good, and a later
+# mpirun that draws the same pid fails before any rank starts ("The PMIx server's listener thread
+# failed to start"): the tests kill mpiruns on purpose, and /tmp keeps every earlier run's folders.
+# commbench's own launch keeps its in a folder of its own (launch/world.py session_base); so does
+# every mpirun a test starts itself, inside a folder of this process's, removed when it exits.
+_SESSIONS = tempfile.mkdtemp(prefix="commbench-tests-mpirun-")
+atexit.register(shutil.rmtree, _SESSIONS, True)
+
+
+def own_session(inside: str = _SESSIONS) -> list:
+    """mpirun's options that give it a new, empty folder (inside `inside`) for its session folder."""
+    return ["--prtemca", "prte_tmpdir_base", tempfile.mkdtemp(dir=inside)]
+
+
 def stub_gpu_env(gpus: int = 1) -> dict:
     """mpi_env() with `gpus` GPUs made visible by the stub in tests/stubs/fake_gpu (to commbench's
     processes and to every rank mpirun starts from them)."""
@@ -71,7 +88,7 @@ def bounded(cmd: list, timeout: float, **kw) -> subprocess.CompletedProcess:
 
 def mpirun(n: int, args: list, timeout: float = HUNG_S, cwd=None, env=None) -> subprocess.CompletedProcess:
     extra = ["--oversubscribe", "--bind-to", "none"] if n > (os.cpu_count() or 1) else []
-    return bounded([MPIRUN, "--np", str(n), *extra, *args], timeout, env=env or mpi_env(), cwd=cwd)
+    return bounded([MPIRUN, *own_session(), "--np", str(n), *extra, *args], timeout, env=env or mpi_env(), cwd=cwd)
 
 
 def free_port() -> int:

@@ -12,7 +12,7 @@ import textwrap
 import time
 
 import pytest
-from conftest import COMMBENCH, HERE, HUNG_S, MPIRUN, ROOT, bounded, commbench, mpi_env, traced_phases
+from conftest import COMMBENCH, HERE, HUNG_S, MPIRUN, ROOT, bounded, commbench, mpi_env, own_session, traced_phases
 
 from commbench.collectives import all_collectives
 from commbench.node.gpu import EMULATION, cuda_module
@@ -461,13 +461,13 @@ def test_each_rank_runs_on_its_gpu_s_cpus_or_the_run_says_it_does_not(workdir):
                                                                                 (cpus[0], cpus[0], True)]
     assert "cpu_binding_warning" not in config and "cuda:0 commbench emulated GPU (" in r.stdout
     assert f", CPUs {cpus[1]}, local to the GPU" in r.stdout
-    r = subprocess.run([MPIRUN, "--np", "2", "--bind-to", "none", COMMBENCH, *args, "-o", "unbound.json"],
+    r = subprocess.run([MPIRUN, *own_session(), "--np", "2", "--bind-to", "none", COMMBENCH, *args, "-o", "unbound.json"],
                        capture_output=True, text=True, env=env, cwd=workdir, timeout=120)
     assert r.returncode == 0, r.stderr
     config = results.load_document(os.path.join(workdir, "unbound.json"))["config"]
     assert [(g["cpus"], g["local"]) for g in config["gpus"]] == [(cpus[1], True), (cpus[0], True)], config["gpus"]
     assert "cpu_binding_warning" not in config
-    r = subprocess.run([MPIRUN, "--np", "2", "--bind-to", "core", "--report-bindings", COMMBENCH, *args,
+    r = subprocess.run([MPIRUN, *own_session(), "--np", "2", "--bind-to", "core", "--report-bindings", COMMBENCH, *args,
                         "-o", "user.json"], capture_output=True, text=True, env=env, cwd=workdir, timeout=120)
     assert r.returncode == 0, r.stderr
     assert len(re.findall(r"Rank \d+ bound to", r.stderr + r.stdout)) == 2, r.stderr
@@ -748,14 +748,13 @@ def test_one_gpu_per_rank_on_a_multi_gpu_host_is_warned_of(bound, tmp_path):
     """Defect 7: per-rank binding (each rank's CUDA_VISIBLE_DEVICES names one GPU, as
     --gpus-per-task=1 does) can cost NCCL its NVLink path: the run says so; every GPU visible to every
     rank does not."""
-    from conftest import MPIRUN
     wrapper = tmp_path / "bind.sh"
     wrapper.write_text("#!/bin/sh\nexport CUDA_VISIBLE_DEVICES=$OMPI_COMM_WORLD_LOCAL_RANK\nexec \"$@\"\n")
     wrapper.chmod(0o755)
     out = str(tmp_path / "bound.json")
     command = [COMMBENCH, "allreduce", "--device", "cuda", "--impl", "nccl", "--sizes", "1K", "--budget-ms", "10",
                "-o", out]
-    r = subprocess.run([MPIRUN, "--np", "2", "--oversubscribe", *([str(wrapper)] if bound else []), *command],
+    r = subprocess.run([MPIRUN, *own_session(), "--np", "2", "--oversubscribe", *([str(wrapper)] if bound else []), *command],
                        capture_output=True, text=True, timeout=120, env=emu_env(2))
     assert r.returncode == 0, r.stderr
     said = "warning: every rank sees one GPU of a host with 2" in r.stdout + r.stderr

@@ -11,7 +11,7 @@ import sys
 import time
 
 import pytest
-from conftest import COMMBENCH, MPIRUN, commbench, free_port, left_behind, mpi_env, rank_pids, torchrun_env, wait_for_rows
+from conftest import COMMBENCH, MPIRUN, commbench, free_port, left_behind, mpi_env, own_session, rank_pids, torchrun_env, wait_for_rows
 
 from commbench.launch.world import MARK_NAME, SESSION_BASE
 from commbench.results import document as results
@@ -43,7 +43,7 @@ def test_a_fault_ends_every_rank_with_one_line_and_keeps_the_rows(launch, fault,
     out = os.path.join(workdir, f"{fault}-{launch}.json")
     args = [*(SWEEP if device == "cpu" else GPU_SWEEP), "-o", out]
     argv = ([COMMBENCH, *args, "--np", "3"] if launch == "standalone" else
-            [MPIRUN, "--np", "3", "--oversubscribe", "--bind-to", "none", COMMBENCH, *args])
+            [MPIRUN, *own_session(), "--np", "3", "--oversubscribe", "--bind-to", "none", COMMBENCH, *args])
     tmp = os.path.join(workdir, "tmp")  # the ranks' temporary folder: NCCL's logs would be left in it
     os.mkdir(tmp)
     p = subprocess.Popen(argv, env=_env(device, TMPDIR=tmp), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -522,7 +522,7 @@ def test_a_failure_on_another_rank_leaves_rank_0_time_to_close_its_file(workdir)
     """The rank that failed waits while rank 0 reports, not a fixed grace: on a busy host rank 0's
     last write took longer, mpirun ended it, and the file said `running` beside that rank's line."""
     out = os.path.join(workdir, "r.json")
-    r = subprocess.run([MPIRUN, "--np", "2", sys.executable, "-c", SLOW_REPORT, "allreduce", "--device", "cpu",
+    r = subprocess.run([MPIRUN, *own_session(), "--np", "2", sys.executable, "-c", SLOW_REPORT, "allreduce", "--device", "cpu",
                         "--impl", "mpi", "--sizes", "1K,2K,4K,8K", "--iters", "2", "--warmup", "1", "--no-fit",
                         "-o", out], capture_output=True, text=True, timeout=120, env=mpi_env(), cwd=workdir)
     doc = results.load_document(out)

@@ -12,7 +12,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 
 import pytest
 from conftest import COMMBENCH, commbench
@@ -72,20 +71,22 @@ def test_cluster_runs_mpi_with_a_daemon_and_host_name_per_namespace_and_tears_do
     # host, TCP across).
     assert sorted(r.stdout.splitlines()) == [f"{rank} {c.hosts[rank // 2].name} 6" for rank in range(6)]
     # Something left running in a namespace is killed, and nothing of the cluster survives teardown:
-    # nor the session folders of Open MPI's daemons, which a killed daemon never removes.
+    # nor the session folders of mpirun and its daemons, which a killed one never removes (in a
+    # folder of the launch's own, so that no later mpirun of the same pid meets them).
     sleeper = c.popen(c.in_host(1, ["sleep", "600"]))
-    hanging = c.popen([*c.mpirun_prefix(2), sys.executable, "-c",
+    prefix = c.mpirun_prefix(2)
+    hanging = c.popen([*prefix, sys.executable, "-c",
                        "from mpi4py import MPI; import time; MPI.COMM_WORLD.barrier(); print(flush=True); time.sleep(600)"])
     assert hanging.stdout.readline() == "\n"  # every rank past the barrier
-    tmp = tempfile.gettempdir()
+    base = prefix[prefix.index("prte_tmpdir_base") + 1]
     daemons = [pid for h in c.hosts for pid in subprocess.run(["ip", "netns", "pids", h.ns], capture_output=True,
                                                                text=True).stdout.split()]
-    made = [name for name in os.listdir(tmp) if name.startswith(f"ompi.{c.tag}-h")
-            or name in {f"prted.{pid}" for pid in daemons}]
-    assert sum(name.startswith("prted.") for name in made) == len(c.hosts), made  # one daemon a host
+    made = os.listdir(base)
+    assert f"ompi.{hanging.pid}" in made, made  # mpirun's
+    assert sum(name in {f"prted.{pid}" for pid in daemons} for name in made) == len(c.hosts), made  # one daemon a host
     c.teardown()
     assert sleeper.poll() is not None and hanging.poll() is not None
-    assert [name for name in made if os.path.exists(os.path.join(tmp, name))] == []
+    assert not os.path.exists(base)
     left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert c.tag not in left
     assert subprocess.run(["ip", "link", "show", c.bridge], capture_output=True).returncode != 0
