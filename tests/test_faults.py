@@ -233,6 +233,39 @@ def test_a_killed_rank_0_leaves_its_file_closed_by_the_launch(workdir):
     assert left_behind(out) == []
 
 
+def test_a_rank_0_resumed_past_its_deadline_closes_its_file_as_the_timeout_it_missed(workdir):
+    """Rank 0 stopped amid a size: rank 1 says the size timed out, rank 0 not answering, and the
+    launch ends the job, resuming rank 0 (SIGCONT, then SIGTERM). Rank 0 then finds the SIGTERM, rank
+    1's report and its deadline long past: its file said `interrupted (SIGTERM)`, or named the ranks
+    it had not heard from while it was stopped. It says what rank 1 said. Where Open MPI ends it
+    first (a peer's connection closed), the command closes the file as for a killed rank 0."""
+    out = os.path.join(workdir, "stop0.json")
+    p = subprocess.Popen([COMMBENCH, *SWEEP, "-o", out, "--np", "3"], env=_env("cpu"), stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        wait_for_rows(out, p)
+        os.kill(rank_pids(out)[0], signal.SIGSTOP)
+        _, err = p.communicate(timeout=TIMEOUT_S + 30)
+        until = time.monotonic() + 30
+        while left_behind(out) and time.monotonic() < until:
+            time.sleep(0.1)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    assert left_behind(out) == []
+    lines = [line for line in err.splitlines() if line.startswith("commbench: error")]
+    assert lines[0].startswith("commbench: error on rank 1: allreduce ring@mpi ") and \
+        lines[0].endswith(f"did not finish within --timeout {TIMEOUT_S} s; rank 0 did not answer"), err
+    doc = results.load_document(out)
+    assert doc["results"] and doc["error"].startswith("allreduce ring@mpi " if doc["status"] == "timeout" else
+                                                      "the ranks ended (status 1) with this file still open"), doc
+    if doc["status"] == "timeout":
+        assert f"did not finish within --timeout {TIMEOUT_S} s; rank 0 did not answer: its process did not run " \
+               f"for " in doc["error"] and len(lines) == 1, (doc["error"], err)
+    else:
+        assert doc["status"] == "peer-lost" and len(lines) == 2, (doc["status"], err)
+
+
 # A lost or stopped rank on another host, named through the network; an interrupt names no rank, and
 # ends every rank the same way on one host or several (the tests above).
 @pytest.mark.cluster

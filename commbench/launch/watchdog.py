@@ -246,6 +246,7 @@ class Watchdog:
         self.lost: list[int] = []  # rank 0: ranks whose connection closed without a goodbye
         self._lost_at = 0.0  # rank 0: when the first of them was lost
         self.failures: dict[int, tuple[str, str]] = {}  # rank 0: (status, text) other ranks reported
+        self._looked, self.paused_s = now, 0.0  # the thread's last look; its longest pause (_note_pause)
         self._buffers = {r: b"" for r in self.peers}
         self._ending = threading.Lock()
         self._io = threading.RLock()
@@ -296,6 +297,7 @@ class Watchdog:
             # peer may fail at once), the first is the one to name.
             others = list(self.peers.values()) + ([self.up] if self.up is not None else [])
             ready = _readable([self._wake, *others], TICK_S)
+            self._note_pause()
             news = None
             with self._io:
                 if self.peers:
@@ -310,22 +312,23 @@ class Watchdog:
             # Outside the lock: an ending on the main thread holds _ending and then takes _io.
             if news and not self.stopped:  # rank 0 reported an ending, or is gone: this rank leaves too
                 self.end("peer-lost" if news == "gone" else "failed", f"{self.label}: rank 0 did not arrive: its process ended")
-            # A peer's end comes first: a launcher that saw a rank die sends this one SIGTERM next.
+            signum = os.read(self._wake, 16)[-1] if self._wake in ready else None
+            # A peer's end comes first: a launcher that saw a rank die, or fail, sends this one SIGTERM
+            # next (with the loss settled or not: the launcher ends the job for it).
             if self.lost and not self.stopped:
                 self._lost_at = self._lost_at or time.monotonic()
-                if time.monotonic() - self._lost_at >= LOST_SETTLE_S:
+                if signum is not None or time.monotonic() - self._lost_at >= LOST_SETTLE_S:
                     self.end("peer-lost", self._lost_text())
-            if self._wake in ready:
-                signum = os.read(self._wake, 16)[-1]
-                if self.lost and not self.stopped:  # the launcher ends the job for that loss: it is the news
-                    self.end("peer-lost", self._lost_text())
-                self.end("interrupted", _interrupted_text(self.label, signum))
             # A loss being settled comes first: a peer of the lost rank fails because of it.
             if self.failures and not self.stopped and not self.lost:
                 rank, (status, text) = next(iter(self.failures.items()))
                 self.end(status, self._peer_failure(rank, status, text))
+            # A rank 0 stopped past its deadline meets the launch's SIGTERM when it resumes: the
+            # deadline it missed is the news.
             if self.deadline is not None and time.monotonic() > self.deadline:
                 self.end("timeout", self._absent_text(f"did not arrive within --timeout {self.timeout_s:g} s"))
+            if signum is not None:
+                self.end("interrupted", _interrupted_text(self.label, signum))
             # Before the first size nothing is armed, yet a collective of the set-up (a subgroup, a
             # communicator) waits for every rank: one silent for --timeout would hang it for good.
             if self.deadline is None and not self.stopped and self.rank == 0:
@@ -333,6 +336,15 @@ class Watchdog:
                 if silent:
                     self.end("timeout", f"{self.label or 'before the first size'}: {_ranks(silent)} did not "
                                         f"arrive within --timeout {self.timeout_s:g} s")
+
+    def _note_pause(self) -> None:
+        """A thread that did not run for STALE_S: this process was stopped (or starved). What the
+        other ranks did meanwhile is unknown, not silence: they count as heard now."""
+        now = time.monotonic()
+        if now - self._looked > STALE_S:
+            self.paused_s = max(self.paused_s, now - self._looked)
+            self.heard = dict.fromkeys(self.heard, now)
+        self._looked = now
 
     def _read_peers(self, wait_s: float) -> None:
         """Rank 0 and leaders: the beats, goodbyes and failures of the ranks that report to them; a
@@ -448,6 +460,9 @@ class Watchdog:
         absent = self._absent()
         if absent:
             return f"{self.label}: {_ranks(absent)} {what}{self._on_hosts(absent)}"
+        if self.paused_s > self.timeout_s:  # rank 0 itself was stopped past the deadline
+            return (f"{self.label}: did not finish within --timeout {self.timeout_s:g} s; rank 0 did not answer: "
+                    f"its process did not run for {self.paused_s:.0f} s")
         return f"{self.label}: did not finish within --timeout {self.timeout_s:g} s; every rank was alive in it"
 
     def _on_hosts(self, ranks: list[int]) -> str:
