@@ -323,6 +323,27 @@ def test_a_run_writes_any_legal_name_and_touches_nothing_beside_it(workdir):
     assert open(os.path.join(workdir, "x.json.partial")).read() == "precious"
 
 
+def _reader_gone(argv: list, cwd: str) -> tuple[int, str]:
+    """argv run with its stdout's reader gone after the first line (`| head -n 1`): its exit status
+    and stderr."""
+    p = subprocess.Popen(argv, cwd=cwd, env=mpi_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p.stdout.readline()
+    p.stdout.close()
+    _, err = p.communicate(timeout=120)
+    return p.returncode, err
+
+
+def test_a_reader_that_leaves_early_changes_no_exit_status(workdir):
+    """`commbench allreduce ... | head`: mpirun met the closed pipe and ended the job ('prterun:
+    SIGPIPE detected - aborting', exit 1) though the file was complete; `commbench compare A A | head`
+    exited 1, compare's status for a regression, without a word. The rest goes to /dev/null."""
+    code, err = _reader_gone([COMMBENCH, "allreduce", "--device", "cpu", "--sizes", "1K-4K", "--iters", "3", "--warmup",
+                              "1", "--np", "2", "-o", "r.json"], workdir)
+    assert code == 0 and "SIGPIPE" not in err and "commbench: error" not in err, err
+    assert results.load_document(os.path.join(workdir, "r.json"))["status"] == "complete"
+    assert _reader_gone([COMMBENCH, "compare", "r.json", "r.json"], workdir) == (0, "")
+
+
 def test_a_file_name_that_is_no_utf8_is_shown_not_crashed_on(workdir):
     """A result file named with a Latin-1 byte: report wrote it into its pages and plot into a legend,
     and both ended in a traceback (Python keeps such bytes as surrogates no encoder writes). They show

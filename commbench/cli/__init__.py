@@ -12,7 +12,7 @@ import click
 
 from .. import trace
 from ..errors import CommbenchError, RankError, one_line
-from ..launch import watchdog
+from ..launch import relay, watchdog
 from ..launch.world import launch_rank
 from . import accept, analyze, fleet, links, measure, node, numerics, scale  # noqa: F401  (each registers its commands on the group)
 from .group import cli
@@ -42,6 +42,7 @@ def main() -> None:
     written. The measuring commands replace the SIGTERM handler with their own (the standalone
     parent passes it on to its ranks; a rank's watchdog reports it)."""
     signal.signal(signal.SIGTERM, _terminate)
+    sys.stdout = relay.ReaderMayLeave(sys.stdout)
     watchdog.guard_start_up()
     trace.launched()
     trace.phase("imports")  # the interpreter's start and commbench's command line, before any command runs

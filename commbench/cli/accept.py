@@ -42,11 +42,10 @@ def check_argv(argv: list) -> None:
 def _off_a_closed_terminal() -> None:
     """After a hang-up, what would go to the terminal goes nowhere: writing to a closed one fails, and
     the summary and JUnit must still be written. Pipes and files stay as they are."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
+    from ..launch.relay import to_nowhere
     for fd in (1, 2):
         if os.isatty(fd):
-            os.dup2(devnull, fd)
-    os.close(devnull)
+            to_nowhere(fd)
 
 
 def checked_step(argv: list):

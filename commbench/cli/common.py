@@ -285,13 +285,19 @@ def _spawn(argv: list[str], env: dict, timeout_s: float) -> Launched:
     mpirun would stop relaying the ranks' output. mpirun gets a session of its own so that whatever
     is left after STOP_WITHIN_S goes with it, and it ends with this process, even a SIGKILLed one."""
     read_end, write_end = os.pipe()
+    # The ranks' stdout through this process too: a reader that left (`| head`) made mpirun end the
+    # job on its SIGPIPE, a complete run's exit status 1.
+    out_read, out_write = os.pipe()
+    sys.stdout.flush()
     # SIGPIPE stays ignored in mpirun (restore_signals=False): once this process is SIGKILLed, its
     # pipe is broken, and mpirun, killed by the first line it wrote there, would leave its ranks
     # without the SIGTERM that ends them in order (dies_with).
-    proc = subprocess.Popen(argv, env=env, stderr=write_end, start_new_session=True, restore_signals=False,
-                            preexec_fn=dies_with(os.getpid()))
+    proc = subprocess.Popen(argv, env=env, stdout=out_write, stderr=write_end, start_new_session=True,
+                            restore_signals=False, preexec_fn=dies_with(os.getpid()))
     os.close(write_end)
+    os.close(out_write)
     relayed = relay.start(read_end, sys.stderr.buffer)
+    passed = relay.pass_on(out_read, sys.stdout.buffer)
     interrupted = []
     backstop = Backstop(proc.pid, timeout_s, relayed, lambda: bool(interrupted))
     backstop.start()
@@ -316,6 +322,7 @@ def _spawn(argv: list[str], env: dict, timeout_s: float) -> Launched:
                 os.killpg(proc.pid, signal.SIGKILL)
     backstop.stop()
     relayed.join(STOP_WITHIN_S)  # what mpirun wrote last, on the user's stderr before the exit
+    passed.join(STOP_WITHIN_S)
     # A rank killed by a signal makes mpirun's own status a signal number; the command's is 1.
     rc = launched_status(env[STARTED_MARK], rc)
     return Launched(rc if rc in (0, 1, 2) and not (interrupted and rc == 0) else 1, relayed.ending,

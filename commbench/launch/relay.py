@@ -32,6 +32,61 @@ class Relay(threading.Thread):
     muted = False
 
 
+def to_nowhere(fd: int) -> None:
+    """What goes to `fd` from now on goes to /dev/null: its reader left (`| head`) or its terminal
+    closed, and the command runs on to its own end and exit status, as if every line had been read."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
+
+
+def _write(sink: BinaryIO, data: bytes) -> None:
+    try:
+        sink.write(data)
+        sink.flush()
+    except BrokenPipeError:
+        to_nowhere(sink.fileno())  # what is still buffered goes there with the next flush
+
+
+class ReaderMayLeave:
+    """sys.stdout of the command line: a reader that leaves early (`commbench compare A B | head`)
+    sends the rest to /dev/null, where click would exit 1 (compare's status for a regression) and a
+    launch's mpirun would end the job ("prterun: SIGPIPE detected - aborting")."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            to_nowhere(self._stream.fileno())
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            to_nowhere(self._stream.fileno())
+            self._stream.flush()
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
+def pass_on(source: int, sink: BinaryIO) -> threading.Thread:
+    """Relays the ranks' stdout (the pipe `source`) to `sink` on a thread of its own, read to the end
+    whether or not the sink's reader stays: mpirun never meets a closed pipe."""
+    def run() -> None:
+        while chunk := os.read(source, 65536):
+            _write(sink, chunk)
+        os.close(source)
+
+    thread = threading.Thread(target=run, name="commbench-stdout", daemon=True)
+    thread.start()
+    return thread
+
+
 def start(source: int, sink: BinaryIO) -> Relay:
     """Relays the pipe `source` to `sink` on a thread of its own (joined once the pipe ends). Bytes
     go on as they arrive, not a line at a time: the progress bar never ends its line."""
@@ -51,8 +106,7 @@ def start(source: int, sink: BinaryIO) -> Relay:
                 line = b""
             if not ended:  # the line so far, as a terminal shows it: after its last carriage return
                 line = (line + chunk).rsplit(b"\r", 1)[-1][-_LONGEST:]
-            sink.write(shown)
-            sink.flush()
+            _write(sink, shown)
         os.close(source)
 
     thread = Relay(target=run, name="commbench-stderr", daemon=True)
