@@ -157,6 +157,31 @@ def test_torchrun_style_variables_are_checked_in_one_line(var, value, line, work
     assert (r.returncode, r.stderr) == (2, f"commbench: error: {line}\n") and os.listdir(workdir) == []
 
 
+@pytest.mark.parametrize("addr,why", [
+    ("nosuchhost.invalid", "does not resolve (Name or service not known); set it to an address of rank 0's host "
+                           "that every rank reaches, or unset it"),
+    ("256.1.1.1", "does not resolve"),
+    ("192.0.2.1", f"not an address of host {socket.gethostname()}, where every rank runs (Cannot assign requested "
+                  f"address): the ranks would wait there for rank 0"),
+])
+@pytest.mark.parametrize("launch", ["standalone", "mpirun"])
+def test_a_master_address_no_rank_can_reach_is_refused_in_one_line(addr, why, launch, workdir):
+    """COMMBENCH_MASTER_ADDR that does not resolve, or on one host is no address of it: the ranks
+    waited in gloo's rendezvous for its 300 s whatever --timeout said, c10d retrying every few
+    seconds on stderr; over MPI alone the run ended 9 s in under mpirun's box. Refused before any
+    rank starts (standalone), or by rank 0 before any measurement."""
+    args = ["allreduce", "--device", "cpu", "--sizes", "1K", "--iters", "3", "--timeout", "5", "-o", "x.json"]
+    env = {**mpi_env(), "COMMBENCH_MASTER_ADDR": addr}
+    r = (subprocess.run([COMMBENCH, *args], env=env, cwd=workdir, capture_output=True, text=True, timeout=60)
+         if launch == "standalone" else mpirun(2, [COMMBENCH, *args], cwd=workdir, env=env))
+    lines = [line for line in r.stderr.splitlines() if line.startswith("commbench: error")]
+    assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"commbench: error: COMMBENCH_MASTER_ADDR={addr}: {why}"), \
+        r.stderr
+    assert not os.path.exists(os.path.join(workdir, "x.json"))
+    if launch == "standalone":
+        assert r.stderr == lines[0] + "\n"
+
+
 def test_a_torchrun_style_rank_whose_peers_never_come_ends_within_its_timeout(workdir):
     """Within --timeout, or the 10 s that ranks loading torch on a busy node may take to meet: the rank
     that listens (0) and a rank that connects (1), each of a rendezvous of its own, waited for side by

@@ -85,14 +85,40 @@ def _not_met(world, timeout_s: float) -> None:
     os._exit(CommbenchError.exit_code)
 
 
+# Where rank 0 listens, where the user chooses (rendezvous_address).
+MASTER_ADDR_VAR = "COMMBENCH_MASTER_ADDR"
+
+
+def check_master_address(one_host: bool, host: str) -> None:
+    """COMMBENCH_MASTER_ADDR, where set, checked before any rank waits at it: a name that does not
+    resolve, or on a run of one host an address that is not this host's, held every rank in gloo's
+    rendezvous for its 300 s (--timeout does not reach into it), printing c10d's retries."""
+    addr = os.environ.get(MASTER_ADDR_VAR)
+    if not addr:
+        return
+    try:
+        family, _, _, _, where = socket.getaddrinfo(addr, None, type=socket.SOCK_STREAM)[0]
+    except (OSError, UnicodeError) as e:
+        raise CommbenchError(f"{MASTER_ADDR_VAR}={addr}: does not resolve ({getattr(e, 'strerror', None) or e}); set "
+                             f"it to an address of rank 0's host that every rank reaches, or unset it") from None
+    if one_host:
+        try:
+            with socket.socket(family, socket.SOCK_STREAM) as s:
+                s.bind((where[0], 0))
+        except OSError as e:
+            raise CommbenchError(f"{MASTER_ADDR_VAR}={addr}: not an address of {host}, where every rank runs "
+                                 f"({e.strerror}): the ranks would wait there for rank 0; unset it or give one of "
+                                 f"this host's addresses") from None
+
+
 def rendezvous_address(world) -> str:
     """Where rank 0 listens, the same on every rank (collective): COMMBENCH_MASTER_ADDR if set,
     loopback when all ranks share this host, else this host's address that the other hosts reach.
     The host name's own address is taken unless it is a loopback one (Debian's /etc/hosts maps the
     host name to 127.0.1.1) or does not resolve: then the address this host's routes choose towards
     another host's, as that host listed it."""
-    if os.environ.get("COMMBENCH_MASTER_ADDR"):
-        return os.environ["COMMBENCH_MASTER_ADDR"]
+    if os.environ.get(MASTER_ADDR_VAR):
+        return os.environ[MASTER_ADDR_VAR]
     if len(set(world.hosts)) == 1:
         return "127.0.0.1"
     first_on_host = world.hosts.index(world.hosts[world.rank]) == world.rank

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from ..errors import CommbenchError
+from ..launch.rendezvous import check_master_address
 from ..launch.world import mpi_launch_needed
 from ..results.atomic import check_folder, check_new_file
 from ..sizes import format_size
@@ -93,6 +94,7 @@ class Checks:
             raise CommbenchError(f"--delay: no rank {self.delay_rank} among the {ranks} started (numbered from 0)")
         if self.pairs is not None:
             resolve_pairs(self.pairs, ranks)
+        check_master_address(local_ranks == ranks, f"host {host}")
         # Every rank's process, and on the host the buffers too. A GPU's memory is checked by each rank
         # on its own device: the parent cannot see it without creating a CUDA context that the ranks
         # would then share the GPU with.
