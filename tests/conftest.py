@@ -57,6 +57,14 @@ def own_session(inside: str = _SESSIONS) -> list:
     return ["--prtemca", "prte_tmpdir_base", tempfile.mkdtemp(dir=inside)]
 
 
+def rank_faults_env(**faults: str) -> dict:
+    """mpi_env() with tests/stubs/rank_faults loaded in every process, `faults` its COMMBENCH_STUB_*
+    variables."""
+    env = mpi_env()
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.path.join(HERE, "stubs", "rank_faults"), env.get("PYTHONPATH")]))
+    return {**env, **faults}
+
+
 def stub_gpu_env(gpus: int = 1) -> dict:
     """mpi_env() with `gpus` GPUs made visible by the stub in tests/stubs/fake_gpu (to commbench's
     processes and to every rank mpirun starts from them)."""

@@ -11,7 +11,19 @@ import sys
 import time
 
 import pytest
-from conftest import COMMBENCH, MPIRUN, commbench, free_port, left_behind, mpi_env, own_session, rank_pids, torchrun_env, wait_for_rows
+from conftest import (
+    COMMBENCH,
+    MPIRUN,
+    commbench,
+    free_port,
+    left_behind,
+    mpi_env,
+    own_session,
+    rank_faults_env,
+    rank_pids,
+    torchrun_env,
+    wait_for_rows,
+)
 
 from commbench.launch.world import MARK_NAME, SESSION_BASE
 from commbench.results import document as results
@@ -233,6 +245,31 @@ def test_a_killed_rank_0_leaves_its_file_closed_by_the_launch(workdir):
     assert left_behind(out) == []
 
 
+def test_a_rank_0_killed_as_it_reports_a_lost_rank_leaves_that_rank_named(workdir):
+    """The launcher that saw a rank die sends the others SIGTERM, and SIGKILL a quarter of a second
+    later: a rank 0 still gathering the news (half a second) died unheard (numerics, 2 runs in 10),
+    its file left `running`, and the command's line blamed rank 0. Rank 0 closes the file at the
+    first news now: killed as it reports (tests/stubs/rank_faults), the file names the rank lost and
+    the command prints its error, the one line."""
+    out = os.path.join(workdir, "kill-at-report.json")
+    p = subprocess.Popen([COMMBENCH, *SWEEP, "-o", out, "--np", "3"], env=rank_faults_env(COMMBENCH_STUB_KILLED_AT_REPORT="1"),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        wait_for_rows(out, p)
+        os.kill(rank_pids(out)[2], signal.SIGKILL)
+        _, err = p.communicate(timeout=TIMEOUT_S + 30)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    doc = results.load_document(out)
+    assert p.returncode == 1 and doc["status"] == "peer-lost" and doc["results"], (doc["status"], err)
+    assert doc["error"].startswith("allreduce ring@mpi ") and "rank 2 did not arrive: its process ended" in doc["error"], doc
+    assert [line for line in err.splitlines() if line.startswith("commbench: error")] == [
+        f"commbench: error: {doc['error']} (measured rows kept in {out})"], err
+    time.sleep(0.5)
+    assert left_behind(out) == []
+
+
 def test_a_rank_0_resumed_past_its_deadline_closes_its_file_as_the_timeout_it_missed(workdir):
     """Rank 0 stopped amid a size: rank 1 says the size timed out, rank 0 not answering, and the
     launch ends the job, resuming rank 0 (SIGCONT, then SIGTERM). Rank 0 then finds the SIGTERM, rank
@@ -414,7 +451,7 @@ def test_a_rank_left_out_of_numerics_stopped_is_named_once_the_others_end(workdi
     out = os.path.join(workdir, "numerics.json")
     timeout_s = 3
     p = subprocess.Popen([COMMBENCH, "numerics", "--device", "cpu", "--ranks", "2", "--impl", "ring,tree", "--dtype",
-                          "float32", "--count", "256K", "--repeats", "300", "--timeout", str(timeout_s), "--np", "3",
+                          "float32", "--count", "256K", "--repeats", "1000", "--timeout", str(timeout_s), "--np", "3",
                           "-o", out], env=mpi_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          start_new_session=True)
     try:
@@ -477,10 +514,7 @@ def test_a_rank_stopped_before_the_first_size_ends_the_run(workdir, when):
     later (launch/backstop.py), where it held the ranks for good before."""
     from commbench.launch.backstop import MARGIN_S
     out = os.path.join(workdir, "set-up.json")
-    env = mpi_env()
-    env.update(PYTHONPATH=os.pathsep.join(filter(None, [os.path.join(os.path.dirname(__file__), "stubs", "rank_faults"),
-                                                         env.get("PYTHONPATH")])),
-               COMMBENCH_STUB_STOP_RANK="1", COMMBENCH_STUB_STOP_BEFORE=str(int(when == "before-the-watchdog")))
+    env = rank_faults_env(COMMBENCH_STUB_STOP_RANK="1", COMMBENCH_STUB_STOP_BEFORE=str(int(when == "before-the-watchdog")))
     start = time.monotonic()
     r = subprocess.run([COMMBENCH, *SWEEP, "--np", "2", "-o", out], env=env, capture_output=True, text=True,
                        timeout=120, cwd=workdir)

@@ -1,7 +1,7 @@
 import os
 
 import pytest
-from conftest import commbench, mpi_env
+from conftest import commbench, mpi_env, rank_faults_env
 
 from commbench.launch.world import detect_launcher, launcher_free_env, standalone_command
 from commbench.results import document as results
@@ -129,10 +129,7 @@ def test_a_run_that_finds_a_wrong_element_exits_1_without_mpirun_s_box(tmp_path)
     """Exit 1 for what a run found (a wrong element, a flagged pair) came from every rank's exit
     status, and mpirun printed its box of a failed job below a run that ended as it should. Under
     commbench's own launch the ranks exit 0 and rank 0 hands the status to the command."""
-    env = mpi_env()
-    env.update(PYTHONPATH=os.pathsep.join(filter(None, [os.path.join(os.path.dirname(__file__), "stubs", "rank_faults"),
-                                                         env.get("PYTHONPATH")])),
-               COMMBENCH_STUB_WRONG_RANK="1")
+    env = rank_faults_env(COMMBENCH_STUB_WRONG_RANK="1")
     out = tmp_path / "r.json"
     r = commbench(["allreduce", "--device", "cpu", "--np", "2", "--impl", "mpi", "--sizes", "1K", "--iters", "2",
                    "--warmup", "1", "-o", str(out)], env=env)

@@ -260,7 +260,7 @@ def _after_the_ranks(launched: Launched, output: Optional[str]) -> None:
                 os.unlink(path)
     if relay.by_rank_0(ending):
         return
-    from ..results.document import close_abandoned
+    from ..results.document import close_abandoned, error_of_closed
     if stopped:
         kept = output is not None and close_abandoned(output, stopped, "timeout")
         click.echo(f"commbench: error: {stopped}" + (f" (measured rows kept in {output})" if kept else ""), err=True)
@@ -269,6 +269,10 @@ def _after_the_ranks(launched: Launched, output: Optional[str]) -> None:
                                                         f"rank's; the rows measured before are kept"):
         click.echo(f"commbench: error: the ranks ended with {output} still open: rank 0's process was killed, or ended "
                    f"for another rank's (measured rows kept)", err=True)
+    elif ending is None and output is not None and (error := error_of_closed(output)):
+        # Rank 0 closed the file ahead of its line (watchdog._close_ahead), and the launch ended it
+        # before it spoke: SIGTERM, then Open MPI's SIGKILL a quarter of a second later.
+        click.echo(one_line(f"commbench: error: {error} (measured rows kept in {output})"), err=True)
     elif not launched.started and not launched.interrupted:  # mpirun failed before any rank ran
         click.echo(f"commbench: error: the launch ended with status {status} before any rank ran (mpirun's account "
                    f"above)", err=True)

@@ -316,7 +316,9 @@ class Watchdog:
             # A peer's end comes first: a launcher that saw a rank die, or fail, sends this one SIGTERM
             # next (with the loss settled or not: the launcher ends the job for it).
             if self.lost and not self.stopped:
-                self._lost_at = self._lost_at or time.monotonic()
+                if not self._lost_at:
+                    self._lost_at = time.monotonic()
+                    self._close_ahead("peer-lost", self._lost_text())
                 if signum is not None or time.monotonic() - self._lost_at >= LOST_SETTLE_S:
                     self.end("peer-lost", self._lost_text())
             # A loss being settled comes first: a peer of the lost rank fails because of it.
@@ -524,6 +526,16 @@ class Watchdog:
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(1)
+
+    def _close_ahead(self, status: str, text: str) -> None:
+        """Rank 0: the result file closed with what it knows at once, before the news settles, and
+        the other ranks told to leave the line to it. The launcher that saw a rank die may end this
+        one before it reports (SIGTERM, and Open MPI's SIGKILL a quarter of a second later): the
+        file then still says which rank was lost, and the standalone launch prints it."""
+        if self.rank == 0 and self.reporter is not None:
+            self.reporter.close_ahead(text, status)
+            for conn in list(self.peers.values()):
+                self._send(conn, "reporting")
 
     def _report(self, status: str, text: str) -> None:
         for conn in list(self.peers.values()):  # wait for me: the other ranks' grace grows

@@ -449,6 +449,18 @@ def replace_whole(path: str, text: str) -> None:
         raise
 
 
+def error_of_closed(path: str) -> Optional[str]:
+    """The error of a result file its rank 0 closed on a failure (None: unreadable, running, complete)."""
+    try:
+        with open(path) as f:
+            doc = json.load(f)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(doc, dict) or doc.get("status") in ("running", "complete"):
+        return None
+    return doc.get("error") if isinstance(doc.get("error"), str) else None
+
+
 def close_abandoned(path: str, error: str, status: str = "peer-lost") -> bool:
     """A result file that its owner, rank 0, left `running` (its process ended: killed, or its host
     lost; or the launch ended it, held by a stopped rank), closed by the process that started the

@@ -29,6 +29,9 @@ class RunOutput(Protocol):
     def summary(self) -> None:
         """The lines after the table: totals, findings, where the results are."""
 
+    def close_ahead(self, error: str, status: str) -> None:
+        """Closes the result file as `status` at once, ahead of the report (fail) that follows."""
+
 
 class FileOutput:
     """The result-file half of a RunOutput; subclasses print."""
@@ -76,6 +79,10 @@ class FileOutput:
             with contextlib.suppress(Exception):
                 self.salvage(absent)
         return f"measured rows kept in {self.file.path}"
+
+    def close_ahead(self, error: str, status: str) -> None:
+        with contextlib.suppress(OSError), self.writing:  # the report that follows says why it could not
+            self.file.finish(error, status)
 
     def stop(self) -> None:
         """Ends what the output shows while it runs (a progress bar)."""

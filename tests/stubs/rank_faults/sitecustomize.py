@@ -6,7 +6,9 @@
   With COMMBENCH_STUB_STOP_BEFORE=1 it stops before its watchdog starts instead: the others wait in
   the collectives that set the watchdogs' side channel up.
 - COMMBENCH_STUB_WRONG_RANK=R: rank R finds one wrong element more in every check of a collective
-  (a run that ends as it should, with exit status 1)."""
+  (a run that ends as it should, with exit status 1).
+- COMMBENCH_STUB_KILLED_AT_REPORT=1: rank 0 is killed (SIGKILL) as its watchdog starts to report an
+  ending, as the launcher that saw a rank die may kill it (SIGTERM, then SIGKILL)."""
 
 import importlib.abc
 import importlib.util
@@ -41,9 +43,17 @@ def _wrong(module) -> None:
     module._count_wrong = count_wrong
 
 
-# module -> (the variable that asks for its fault, the patch)
-PATCHES = {"commbench.launch.watchdog": ("COMMBENCH_STUB_STOP_RANK", _stop),
-           "commbench.run.collective": ("COMMBENCH_STUB_WRONG_RANK", _wrong)}
+def _killed_at_report(module) -> None:
+    def report(self, status, text):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    module.Watchdog._report = report
+
+
+# (module, the variable that asks for its fault, the patch)
+PATCHES = [("commbench.launch.watchdog", "COMMBENCH_STUB_STOP_RANK", _stop),
+           ("commbench.launch.watchdog", "COMMBENCH_STUB_KILLED_AT_REPORT", _killed_at_report),
+           ("commbench.run.collective", "COMMBENCH_STUB_WRONG_RANK", _wrong)]
 
 
 class _PatchOnImport(importlib.abc.MetaPathFinder):
@@ -53,7 +63,7 @@ class _PatchOnImport(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path, target=None):
         if name not in self.pending:
             return None
-        patch = self.pending.pop(name)
+        patches = self.pending.pop(name)
         if not self.pending:
             sys.meta_path.remove(self)
         spec = importlib.util.find_spec(name)
@@ -61,12 +71,16 @@ class _PatchOnImport(importlib.abc.MetaPathFinder):
 
         def exec_module(module):
             run(module)
-            patch(module)
+            for patch in patches:
+                patch(module)
 
         spec.loader.exec_module = exec_module
         return spec
 
 
-_asked = {name: patch for name, (var, patch) in PATCHES.items() if os.environ.get(var)}
+_asked: dict = {}
+for name, var, patch in PATCHES:
+    if os.environ.get(var):
+        _asked.setdefault(name, []).append(patch)
 if _asked:
     sys.meta_path.insert(0, _PatchOnImport(_asked))
