@@ -369,6 +369,25 @@ def test_a_reader_that_leaves_early_changes_no_exit_status(workdir):
     assert _reader_gone([COMMBENCH, "compare", "r.json", "r.json"], workdir) == (0, "")
 
 
+@pytest.mark.parametrize("redirect", [">&-", "2>&-", ">/dev/full", "2>/dev/full"])
+def test_a_closed_or_full_stdout_or_stderr_changes_no_exit_status(redirect, workdir):
+    """Started with stdout closed (`>&-`: Python's sys.stdout is None) a run exited 120 with a
+    traceback; with stderr closed, 1 without a word; a full stdout (/dev/full) printed the relay
+    thread's traceback under a complete run (whose result is the file); a refusal whose line a full
+    stderr could not take exited 1, not 2. What cannot be written goes nowhere, the exit status stays
+    the run's."""
+    def run(args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(f"{shlex.quote(COMMBENCH)} {args} {redirect}", shell=True, cwd=workdir, env=mpi_env(),
+                              capture_output=True, text=True, timeout=120)
+    r = run("allreduce --device cpu --sizes 1K-4K --iters 3 --warmup 1 --np 2 -o r.json")
+    assert r.returncode == 0 and "Traceback" not in r.stderr and "commbench: error" not in r.stderr, r.stderr
+    assert results.load_document(os.path.join(workdir, "r.json"))["status"] == "complete"
+    # An analysis command's output is its result: a full device fails it, in one line (exit 2).
+    assert run("compare r.json r.json").returncode == (2 if redirect == ">/dev/full" else 0)
+    r = run("allreduce --device cpu --sizes 1K --iters -1 --np 2 -o bad.json")
+    assert r.returncode == 2 and "Traceback" not in r.stderr and not os.path.exists(os.path.join(workdir, "bad.json"))
+
+
 def test_a_file_name_that_is_no_utf8_is_shown_not_crashed_on(workdir):
     """A result file named with a Latin-1 byte: report wrote it into its pages and plot into a legend,
     and both ended in a traceback (Python keeps such bytes as surrogates no encoder writes). They show

@@ -5,6 +5,7 @@ nodes' result files), node.py (the node)."""
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import sys
 
@@ -23,7 +24,8 @@ __all__ = ["cli", "main"]
 def _error(text: str, own: bool = False) -> None:
     """`own`: this rank's problem alone (errors.RankError), said whatever the rank."""
     if own or launch_rank() in (None, 0):  # one line from the whole job, not one per rank
-        click.echo(one_line(f"commbench: error: {text}"), err=True)
+        with contextlib.suppress(OSError):  # a stderr that cannot take it (2>/dev/full) keeps the exit status
+            click.echo(one_line(f"commbench: error: {text}"), err=True)
 
 
 class Terminated(BaseException):
@@ -42,7 +44,7 @@ def main() -> None:
     written. The measuring commands replace the SIGTERM handler with their own (the standalone
     parent passes it on to its ranks; a rank's watchdog reports it)."""
     signal.signal(signal.SIGTERM, _terminate)
-    sys.stdout = relay.ReaderMayLeave(sys.stdout)
+    sys.stdout, sys.stderr = relay.std_streams(sys.stdout, sys.stderr)
     watchdog.guard_start_up()
     trace.launched()
     trace.phase("imports")  # the interpreter's start and commbench's command line, before any command runs

@@ -36,16 +36,31 @@ def to_nowhere(fd: int) -> None:
     """What goes to `fd` from now on goes to /dev/null: its reader left (`| head`) or its terminal
     closed, and the command runs on to its own end and exit status, as if every line had been read."""
     devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, fd)
-    os.close(devnull)
+    if devnull != fd:  # a closed fd is the lowest free one: os.open gave it
+        os.dup2(devnull, fd)
+        os.close(devnull)
 
 
 def _write(sink: BinaryIO, data: bytes) -> None:
+    """Relays `data`; a sink that fails (its reader left, or a full device: /dev/full) gets nothing
+    more, and the run goes on: the result file has what it measured."""
     try:
         sink.write(data)
         sink.flush()
-    except BrokenPipeError:
+    except OSError:
         to_nowhere(sink.fileno())  # what is still buffered goes there with the next flush
+
+
+def std_streams(stdout, stderr) -> tuple:
+    """sys.stdout and sys.stderr for the command line: one that was closed when the command started
+    (`>&-`, `2>&-`: Python's is None, and the first write or isatty() failed the run, exit 1 without
+    a word) goes to /dev/null; stdout is ReaderMayLeave."""
+    def opened(stream, fd: int):
+        if stream is None:
+            to_nowhere(fd)
+            stream = open(fd, "w", closefd=False)
+        return stream
+    return ReaderMayLeave(opened(stdout, 1)), opened(stderr, 2)
 
 
 class ReaderMayLeave:
