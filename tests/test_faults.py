@@ -170,8 +170,9 @@ def test_the_ranks_end_with_a_killed_command(command, workdir):
     doc = results.load_document(out)
     assert doc["status"] == "interrupted", (doc["status"], doc.get("error"))
     assert doc["error"].endswith(": interrupted (the command that launched the ranks ended)"), doc["error"]
-    # mpirun removed its session folder; the launch's own, holding rank 0's mark alone, the next launch removes.
-    assert os.listdir(base) == [MARK_NAME], os.listdir(base)
+    # mpirun removed its session folder; the launch's own, holding rank 0's mark alone, the next launch
+    # removes (another test's, running beside this one, may have been first).
+    assert not os.path.exists(base) or os.listdir(base) == [MARK_NAME], os.listdir(base)
     if command != "allreduce":
         return  # the same folder whatever the command: one next launch tells
     r = commbench(["allreduce", "--device", "cpu", "--np", "2", "--sizes", "1K", "--iters", "2", "--warmup", "1", "-o",
@@ -224,7 +225,7 @@ def test_a_fault_under_torchrun_style_gloo_ends_every_rank(fault, workdir):
 def test_a_killed_rank_0_leaves_its_file_closed_by_the_launch(workdir):
     """Rank 0 owns the result file: SIGKILLed, it cannot close it, and the file said `running` for
     ever. The standalone launch, once every rank ended, closes a file its rank 0 left so (peer-lost,
-    rows kept) and says so; rank 1 has named the rank it lost."""
+    rows kept) with what rank 1 said for it, its one line (the command added a second one)."""
     out = os.path.join(workdir, "kill0.json")
     p = subprocess.Popen([COMMBENCH, *SWEEP, "-o", out, "--np", "3"], env=_env("cpu"), stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True, start_new_session=True)
@@ -237,10 +238,9 @@ def test_a_killed_rank_0_leaves_its_file_closed_by_the_launch(workdir):
             os.killpg(p.pid, signal.SIGKILL)
     doc = results.load_document(out)
     assert p.returncode != 0 and doc["results"] and doc["status"] == "peer-lost", (doc["status"], err)
-    assert doc["error"].startswith("the ranks ended (status 1) with this file still open: rank 0's process was "
-                                   "killed"), doc["error"]
-    assert f"commbench: error: the ranks ended with {out} still open: rank 0's process was killed, or ended for " \
-           f"another rank's (measured rows kept)" in err.splitlines(), err
+    assert re.fullmatch(r"allreduce ring@mpi \d+: rank 0 did not arrive: its process ended", doc["error"]), doc["error"]
+    assert [line for line in err.splitlines() if line.startswith("commbench: error")] == [
+        f"commbench: error on rank 1: {doc['error']}"], err
     time.sleep(0.5)
     assert left_behind(out) == []
 
@@ -274,8 +274,8 @@ def test_a_rank_0_resumed_past_its_deadline_closes_its_file_as_the_timeout_it_mi
     """Rank 0 stopped amid a size: rank 1 says the size timed out, rank 0 not answering, and the
     launch ends the job, resuming rank 0 (SIGCONT, then SIGTERM). Rank 0 then finds the SIGTERM, rank
     1's report and its deadline long past: its file said `interrupted (SIGTERM)`, or named the ranks
-    it had not heard from while it was stopped. It says what rank 1 said. Where Open MPI ends it
-    first (a peer's connection closed), the command closes the file as for a killed rank 0."""
+    it had not heard from while it was stopped. It says what rank 1 said; where Open MPI ends it
+    first (a peer's connection closed), the command closes the file with rank 1's words."""
     out = os.path.join(workdir, "stop0.json")
     p = subprocess.Popen([COMMBENCH, *SWEEP, "-o", out, "--np", "3"], env=_env("cpu"), stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True, start_new_session=True)
@@ -291,16 +291,14 @@ def test_a_rank_0_resumed_past_its_deadline_closes_its_file_as_the_timeout_it_mi
             os.killpg(p.pid, signal.SIGKILL)
     assert left_behind(out) == []
     lines = [line for line in err.splitlines() if line.startswith("commbench: error")]
-    assert lines[0].startswith("commbench: error on rank 1: allreduce ring@mpi ") and \
-        lines[0].endswith(f"did not finish within --timeout {TIMEOUT_S} s; rank 0 did not answer"), err
+    said = f"did not finish within --timeout {TIMEOUT_S} s; rank 0 did not answer"
+    assert len(lines) == 1 and lines[0].startswith("commbench: error on rank 1: allreduce ring@mpi ") and \
+        lines[0].endswith(said), err
     doc = results.load_document(out)
-    assert doc["results"] and doc["error"].startswith("allreduce ring@mpi " if doc["status"] == "timeout" else
-                                                      "the ranks ended (status 1) with this file still open"), doc
-    if doc["status"] == "timeout":
-        assert f"did not finish within --timeout {TIMEOUT_S} s; rank 0 did not answer: its process did not run " \
-               f"for " in doc["error"] and len(lines) == 1, (doc["error"], err)
-    else:
-        assert doc["status"] == "peer-lost" and len(lines) == 2, (doc["status"], err)
+    assert doc["status"] == "timeout" and doc["results"] and doc["error"].startswith("allreduce ring@mpi "), doc
+    # Rank 0's own words, or rank 1's where Open MPI ended the resumed rank 0 before it wrote.
+    assert doc["error"].endswith(said) or re.search(f"{said}: its process did not run for \\d+ s$", doc["error"]), doc
+    assert doc["error"].endswith(said) == (doc["error"] == lines[0].removeprefix("commbench: error on rank 1: ")), doc
 
 
 # A lost or stopped rank on another host, named through the network; an interrupt names no rank, and
@@ -449,9 +447,9 @@ def test_a_rank_left_out_of_numerics_stopped_is_named_once_the_others_end(workdi
     the run complete and rank 1 timed out alone, blaming rank 0. Rank 0 now waits for every rank's
     goodbye: one line naming rank 2, the rows kept, the file saying timeout."""
     out = os.path.join(workdir, "numerics.json")
-    timeout_s = 3
+    timeout_s = 4
     p = subprocess.Popen([COMMBENCH, "numerics", "--device", "cpu", "--ranks", "2", "--impl", "ring,tree", "--dtype",
-                          "float32", "--count", "256K", "--repeats", "1000", "--timeout", str(timeout_s), "--np", "3",
+                          "float32", "--count", "256K", "--repeats", "500", "--timeout", str(timeout_s), "--np", "3",
                           "-o", out], env=mpi_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          start_new_session=True)
     try:

@@ -30,6 +30,7 @@ from ..launch.world import (
     mark_started,
     rank_status,
     session_base,
+    spoken_for_rank_0,
     standalone_command,
 )
 from ..node.gpu import CUDA_EVENT_RESOLUTION_S, DEFAULT_TIMEOUT_S
@@ -238,12 +239,14 @@ def run_ranks(nranks: Optional[int], default_ranks: int, body, checks, timeout_s
 class Launched:
     """How the standalone launch ended: the command's exit status, the line that ended the run (None:
     no rank's error line), what launch/backstop.py says of the ranks it ended (None: it ended none),
-    whether the command was interrupted (the ranks say so), and whether rank 0 ran at all."""
+    whether the command was interrupted (the ranks say so), whether rank 0 ran at all, and the
+    (status, text) rank 1 said for a rank 0 that did not report (None: it said nothing)."""
     status: int
     ending: Optional[bytes]
     stopped: Optional[str]
     interrupted: bool
     started: bool
+    spoken: Optional[tuple[str, str]]
 
 
 def _after_the_ranks(launched: Launched, output: Optional[str]) -> None:
@@ -264,6 +267,11 @@ def _after_the_ranks(launched: Launched, output: Optional[str]) -> None:
     if stopped:
         kept = output is not None and close_abandoned(output, stopped, "timeout")
         click.echo(f"commbench: error: {stopped}" + (f" (measured rows kept in {output})" if kept else ""), err=True)
+    elif launched.spoken is not None:
+        # Rank 1's line said it for a rank 0 stopped or gone: the file rank 0 left open says the same.
+        status_said, text = launched.spoken
+        if output is not None:
+            close_abandoned(output, text, status_said)
     elif output is not None and close_abandoned(output, f"the ranks ended (status {status}) with this file still open: "
                                                         f"rank 0's process was killed, or ended by the launch for another "
                                                         f"rank's; the rows measured before are kept"):
@@ -330,7 +338,8 @@ def _spawn(argv: list[str], env: dict, timeout_s: float) -> Launched:
     # A rank killed by a signal makes mpirun's own status a signal number; the command's is 1.
     rc = launched_status(env[STARTED_MARK], rc)
     return Launched(rc if rc in (0, 1, 2) and not (interrupted and rc == 0) else 1, relayed.ending,
-                    backstop.text() if backstop.ended else None, bool(interrupted), os.path.exists(env[STARTED_MARK]))
+                    backstop.text() if backstop.ended else None, bool(interrupted), os.path.exists(env[STARTED_MARK]),
+                    spoken_for_rank_0(env[STARTED_MARK]))
 
 
 def resolve_device(device: str, impl_text: Optional[str], wants_gpu: bool = False) -> tuple[str, int]:

@@ -37,7 +37,7 @@ from typing import Optional, Sequence
 import click
 
 from ..errors import described, one_line
-from .world import LAUNCHER_GONE
+from .world import LAUNCHER_GONE, speak_for_rank_0
 
 TICK_S = 0.25
 # Connections a listener holds waiting to be accepted: a leader per host may connect at once.
@@ -565,6 +565,7 @@ class Watchdog:
                 if self.reported:
                     until = max(until, start + REPORTING_S)
         if not self.reported and self.rank == 1:  # rank 0 is stopped or gone: one rank speaks for it
+            speak_for_rank_0(status, one_line(text))
             click.echo(one_line(f"commbench: error on rank 1: {text}"), err=True)
 
 

@@ -168,6 +168,27 @@ def launched_status(mark: str, status: int) -> int:
     return status
 
 
+# The file rank 1 leaves beside the mark where it spoke for rank 0 (watchdog: rank 0 stopped or gone).
+SPOKE_NAME = "rank-1-spoke"
+
+
+def speak_for_rank_0(status: str, text: str) -> None:
+    """Rank 1 of commbench's own launch, which said the ending for a rank 0 that did not report: its
+    status and text, for the command to close the file rank 0 left open with them, not a second line."""
+    mark = os.environ.get(STARTED_MARK)
+    if mark:
+        with contextlib.suppress(OSError), open(os.path.join(os.path.dirname(mark), SPOKE_NAME), "w") as f:
+            f.write(f"{status}\n{text}")
+
+
+def spoken_for_rank_0(mark: str) -> Optional[tuple[str, str]]:
+    """(status, text) that rank 1 said for rank 0 in the launch of `mark`, if it did."""
+    with contextlib.suppress(OSError, ValueError), open(os.path.join(os.path.dirname(mark), SPOKE_NAME)) as f:
+        status, text = f.read().split("\n", 1)
+        return status, text
+    return None
+
+
 def _remove_abandoned_bases() -> None:
     """The launch folders that commands killed with SIGKILL left (their mpirun removed its own session
     folder in them), holding at most rank 0's mark: those of processes that no longer run. rmdir
@@ -181,8 +202,8 @@ def _remove_abandoned_bases() -> None:
             os.kill(int(pid), 0)
         except ProcessLookupError:
             with contextlib.suppress(OSError):
-                if os.listdir(path) == [MARK_NAME]:
-                    os.unlink(os.path.join(path, MARK_NAME))
+                for name in set(os.listdir(path)) & {MARK_NAME, SPOKE_NAME}:
+                    os.unlink(os.path.join(path, name))
                 os.rmdir(path)
         except OSError:
             pass  # another user's process: alive
