@@ -96,11 +96,8 @@ def check_master_address(one_host: bool, host: str) -> None:
     addr = os.environ.get(MASTER_ADDR_VAR)
     if not addr:
         return
-    try:
-        family, _, _, _, where = socket.getaddrinfo(addr, None, type=socket.SOCK_STREAM)[0]
-    except (OSError, UnicodeError) as e:
-        raise CommbenchError(f"{MASTER_ADDR_VAR}={addr}: does not resolve ({getattr(e, 'strerror', None) or e}); set "
-                             f"it to an address of rank 0's host that every rank reaches, or unset it") from None
+    from .world import resolve_address  # world imports this module
+    family, where = resolve_address(MASTER_ADDR_VAR, addr)
     if one_host:
         try:
             with socket.socket(family, socket.SOCK_STREAM) as s:

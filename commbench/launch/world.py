@@ -413,6 +413,18 @@ def mpi_launch_needed(what: str) -> str:
     return f"{what} needs an MPI launch (mpirun/srun, or no launcher at all); under torchrun use --impl gloo"
 
 
+def resolve_address(var: str, addr: str, error=CommbenchError) -> tuple:
+    """(family, socket address) of `addr`, the value of the variable `var` that says where rank 0
+    listens: one that does not resolve held every rank in gloo's rendezvous for its 300 s, c10d
+    retrying on stderr and a SIGTERM not heard, whatever --timeout said."""
+    try:
+        family, _, _, _, where = socket.getaddrinfo(addr, None, type=socket.SOCK_STREAM)[0]
+    except (OSError, UnicodeError) as e:
+        raise error(f"{var}={addr}: does not resolve ({getattr(e, 'strerror', None) or e}); set it to an address of "
+                    f"rank 0's host that every rank reaches") from None
+    return family, where
+
+
 def torchrun_ranks(env: dict) -> tuple[int, int]:
     """(RANK, WORLD_SIZE) of a torchrun-style launch, its variables checked: each rank is one line
     away from its own mistake, not from a rendezvous that never completes."""
@@ -432,6 +444,7 @@ def torchrun_ranks(env: dict) -> tuple[int, int]:
     if not env.get("MASTER_ADDR"):
         raise RankError("torchrun-style launch without MASTER_ADDR: set MASTER_ADDR and MASTER_PORT")
     number("MASTER_PORT", 1, 65535)
+    resolve_address("torchrun-style launch: MASTER_ADDR", env["MASTER_ADDR"], RankError)
     return rank, size
 
 
