@@ -89,6 +89,18 @@ def _not_met(world, timeout_s: float) -> None:
 MASTER_ADDR_VAR = "COMMBENCH_MASTER_ADDR"
 
 
+def resolve_address(var: str, addr: str, error=CommbenchError) -> tuple:
+    """(family, socket address) of `addr`, the value of the variable `var` that says where rank 0
+    listens: one that does not resolve held every rank in gloo's rendezvous for its 300 s, c10d
+    retrying on stderr and a SIGTERM not heard, whatever --timeout said."""
+    try:
+        family, _, _, _, where = socket.getaddrinfo(addr, None, type=socket.SOCK_STREAM)[0]
+    except (OSError, UnicodeError) as e:
+        raise error(f"{var}={addr}: does not resolve ({getattr(e, 'strerror', None) or e}); set it to an address of "
+                    f"rank 0's host that every rank reaches") from None
+    return family, where
+
+
 def check_master_address(one_host: bool, host: str) -> None:
     """COMMBENCH_MASTER_ADDR, where set, checked before any rank waits at it: a name that does not
     resolve, or on a run of one host an address that is not this host's, held every rank in gloo's
@@ -96,7 +108,6 @@ def check_master_address(one_host: bool, host: str) -> None:
     addr = os.environ.get(MASTER_ADDR_VAR)
     if not addr:
         return
-    from .world import resolve_address  # world imports this module
     family, where = resolve_address(MASTER_ADDR_VAR, addr)
     if one_host:
         try:

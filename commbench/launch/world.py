@@ -23,7 +23,7 @@ from typing import Any, Optional
 
 from ..errors import CommbenchError, RankError, described
 from ..node.gpu import DEFAULT_TIMEOUT_S
-from .rendezvous import all_gather_flat
+from .rendezvous import all_gather_flat, resolve_address
 
 # Set by the standalone parent on its children, so the result file can say how ranks were made.
 STANDALONE_MARK = "COMMBENCH_STANDALONE"
@@ -411,18 +411,6 @@ def local_world() -> World:
 def mpi_launch_needed(what: str) -> str:
     """The refusal of `what`, which runs over MPI, where the launch started no MPI (torchrun's)."""
     return f"{what} needs an MPI launch (mpirun/srun, or no launcher at all); under torchrun use --impl gloo"
-
-
-def resolve_address(var: str, addr: str, error=CommbenchError) -> tuple:
-    """(family, socket address) of `addr`, the value of the variable `var` that says where rank 0
-    listens: one that does not resolve held every rank in gloo's rendezvous for its 300 s, c10d
-    retrying on stderr and a SIGTERM not heard, whatever --timeout said."""
-    try:
-        family, _, _, _, where = socket.getaddrinfo(addr, None, type=socket.SOCK_STREAM)[0]
-    except (OSError, UnicodeError) as e:
-        raise error(f"{var}={addr}: does not resolve ({getattr(e, 'strerror', None) or e}); set it to an address of "
-                    f"rank 0's host that every rank reaches") from None
-    return family, where
 
 
 def torchrun_ranks(env: dict) -> tuple[int, int]:
