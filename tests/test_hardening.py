@@ -197,9 +197,28 @@ def test_a_torchrun_style_rank_whose_peers_never_come_ends_within_its_timeout(wo
     for rank, p in procs.items():
         _, err = p.communicate(timeout=60)
         assert (p.returncode, err) == (2, f"commbench: error: rank {rank}: the torchrun-style rendezvous at "
-                                          f"127.0.0.1:{ports[rank]} did not complete within 10 s (--timeout 2 s, at "
+                                          f"127.0.0.1:{ports[rank]}: did not complete within 10 s (--timeout 2 s, at "
                                           f"least 10 s for the ranks to start): start all 2 ranks "
-                                          f"(WORLD_SIZE) with the same MASTER_ADDR and MASTER_PORT\n")
+                                          f"(WORLD_SIZE) with the same MASTER_ADDR and MASTER_PORT, where every "
+                                          f"rank reaches MASTER_ADDR\n")
+    assert os.listdir(workdir) == []
+
+
+def test_a_torchrun_style_rank_waiting_for_its_peers_ends_on_sigterm(workdir):
+    """The rendezvous waits in C++, where no Python handler runs: a rank whose peers never came
+    (or whose MASTER_ADDR no packet reaches) ignored SIGTERM until its store's 300 s were up. Both the
+    rank that listens (0) and one that connects (1) end at once, with one line."""
+    ports = {rank: free_port() for rank in (0, 1)}
+    procs = {rank: subprocess.Popen([COMMBENCH, "allreduce", "--device", "cpu", "--sizes", "1K", "--timeout", "120", "-o",
+                                     "x.json"], env=torchrun_env(rank, 2, port), cwd=workdir, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True) for rank, port in ports.items()}
+    time.sleep(4)  # torch loaded, each rank waiting at the rendezvous
+    for p in procs.values():
+        p.send_signal(signal.SIGTERM)
+    for rank, p in procs.items():
+        _, err = p.communicate(timeout=20)
+        assert (p.returncode, err) == (128 + signal.SIGTERM, f"commbench: error: rank {rank}: the torchrun-style "
+                                       f"rendezvous at 127.0.0.1:{ports[rank]}: interrupted (SIGTERM)\n")
     assert os.listdir(workdir) == []
 
 

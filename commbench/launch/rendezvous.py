@@ -9,6 +9,8 @@ import datetime
 import fcntl
 import ipaddress
 import os
+import select
+import signal
 import socket
 import struct
 import sys
@@ -53,15 +55,7 @@ def join(world, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
 def _open(world, timeout_s: float) -> _ProcessGroup:
     import torch.distributed as dist
     if world.launcher == "torchrun":
-        # Nothing else ends a rank whose peers never come (torchrun's store waits in C++), so a
-        # timer does, with the rank's one line.
-        timer = threading.Timer(max(timeout_s, RENDEZVOUS_FLOOR_S), _not_met, (world, timeout_s))
-        timer.daemon = True
-        timer.start()
-        try:
-            dist.init_process_group("gloo", timeout=_TIMEOUT)
-        finally:
-            timer.cancel()
+        _watched(world, timeout_s, lambda: dist.init_process_group("gloo", timeout=_TIMEOUT))
         return _ProcessGroup()
     addr = rendezvous_address(world)
     store = None
@@ -75,13 +69,48 @@ def _open(world, timeout_s: float) -> _ProcessGroup:
     return _ProcessGroup()
 
 
-def _not_met(world, timeout_s: float) -> None:
-    sys.stderr.write(one_line(
-        f"commbench: error: rank {world.rank}: the torchrun-style rendezvous at {os.environ.get('MASTER_ADDR')}:"
-        f"{os.environ.get('MASTER_PORT')} did not complete within {max(timeout_s, RENDEZVOUS_FLOOR_S):g} s "
-        f"(--timeout {timeout_s:g} s, at least {RENDEZVOUS_FLOOR_S:g} s for the ranks to start): start all "
-        f"{world.size} ranks (WORLD_SIZE) with the same MASTER_ADDR and MASTER_PORT") + "\n")
+def _watched(world, timeout_s: float, meet) -> None:
+    """meet() (torchrun's rendezvous), which waits in C++ where no Python handler runs: its store
+    retried an unreachable MASTER_ADDR for 300 s, deaf to SIGTERM. A thread ends the rank, with its
+    one line, once max(--timeout, RENDEZVOUS_FLOOR_S) has passed or a SIGINT/SIGTERM came (the C
+    handler still writes the signal to the wakeup fd)."""
+    wake_read, wake_write = os.pipe()
+    os.set_blocking(wake_write, False)
+    before = signal.set_wakeup_fd(wake_write)
+    met = threading.Event()
+
+    def watch() -> None:
+        ready, _, _ = select.select([wake_read], [], [], max(timeout_s, RENDEZVOUS_FLOOR_S))
+        signals = os.read(wake_read, 16) if ready else b""
+        os.close(wake_read)
+        if met.is_set():
+            return
+        if not signals:
+            _not_met(world, timeout_s)
+        _say(world, f"interrupted ({signal.Signals(signals[-1]).name})")
+        os._exit(128 + signals[-1])
+
+    watcher = threading.Thread(target=watch, name="commbench-rendezvous", daemon=True)
+    watcher.start()
+    try:
+        meet()
+    finally:
+        met.set()
+        signal.set_wakeup_fd(before)
+        os.close(wake_write)  # the watcher wakes, finds the meeting over, and leaves
+        watcher.join()
+
+
+def _say(world, what: str) -> None:
+    sys.stderr.write(one_line(f"commbench: error: rank {world.rank}: the torchrun-style rendezvous at "
+                              f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}: {what}") + "\n")
     sys.stderr.flush()
+
+
+def _not_met(world, timeout_s: float) -> None:
+    _say(world, f"did not complete within {max(timeout_s, RENDEZVOUS_FLOOR_S):g} s (--timeout {timeout_s:g} s, at "
+                f"least {RENDEZVOUS_FLOOR_S:g} s for the ranks to start): start all {world.size} ranks (WORLD_SIZE) "
+                f"with the same MASTER_ADDR and MASTER_PORT, where every rank reaches MASTER_ADDR")
     os._exit(CommbenchError.exit_code)
 
 
