@@ -239,14 +239,16 @@ def run_ranks(nranks: Optional[int], default_ranks: int, body, checks, timeout_s
 class Launched:
     """How the standalone launch ended: the command's exit status, the line that ended the run (None:
     no rank's error line), what launch/backstop.py says of the ranks it ended (None: it ended none),
-    whether the command was interrupted (the ranks say so), whether rank 0 ran at all, and the
-    (status, text) rank 1 said for a rank 0 that did not report (None: it said nothing)."""
+    whether the command was interrupted (the ranks say so), whether rank 0 ran at all, the (status,
+    text) rank 1 said for a rank 0 that did not report (None: it said nothing), and the (rank, host,
+    signal) of the first rank mpirun saw a signal end (relay.signalled_rank)."""
     status: int
     ending: Optional[bytes]
     stopped: Optional[str]
     interrupted: bool
     started: bool
     spoken: Optional[tuple[str, str]]
+    signalled: Optional[tuple[int, str, int]]
 
 
 def _after_the_ranks(launched: Launched, output: Optional[str]) -> None:
@@ -261,9 +263,11 @@ def _after_the_ranks(launched: Launched, output: Optional[str]) -> None:
         for path in leftovers(output):
             with contextlib.suppress(OSError):
                 os.unlink(path)
-    if relay.by_rank_0(ending):
+    from ..results.document import close_abandoned, error_of_closed, left_running
+    # Rank 0 spoke, and closed its file unless it was ended before its watchdog ran (`commbench:
+    # terminated`, a file left running: the cause is told below).
+    if relay.by_rank_0(ending) and not (output is not None and left_running(output)):
         return
-    from ..results.document import close_abandoned, error_of_closed
     if stopped:
         kept = output is not None and close_abandoned(output, stopped, "timeout")
         click.echo(f"commbench: error: {stopped}" + (f" (measured rows kept in {output})" if kept else ""), err=True)
@@ -273,10 +277,9 @@ def _after_the_ranks(launched: Launched, output: Optional[str]) -> None:
         if output is not None:
             close_abandoned(output, text, status_said)
     elif output is not None and close_abandoned(output, f"the ranks ended (status {status}) with this file still open: "
-                                                        f"rank 0's process was killed, or ended by the launch for another "
-                                                        f"rank's; the rows measured before are kept"):
-        click.echo(f"commbench: error: the ranks ended with {output} still open: rank 0's process was killed, or ended "
-                   f"for another rank's (measured rows kept)", err=True)
+                                                        f"{_cause(launched)}; the rows measured before are kept"):
+        click.echo(f"commbench: error: the ranks ended with {output} still open: {_cause(launched)} (measured rows "
+                   f"kept)", err=True)
     elif ending is None and output is not None and (error := error_of_closed(output)):
         # Rank 0 closed the file ahead of its line (watchdog._close_ahead), and the launch ended it
         # before it spoke: SIGTERM, then Open MPI's SIGKILL a quarter of a second later.
@@ -284,6 +287,17 @@ def _after_the_ranks(launched: Launched, output: Optional[str]) -> None:
     elif not launched.started and not launched.interrupted:  # mpirun failed before any rank ran
         click.echo(f"commbench: error: the launch ended with status {status} before any rank ran (mpirun's account "
                    f"above)", err=True)
+
+
+def _cause(launched: Launched) -> str:
+    """Why rank 0 left its file open and no rank said why: a rank that a signal ended before any
+    watchdog could name it (in the ranks' start-up), as mpirun's notice above says, or rank 0 killed."""
+    if launched.signalled is None:
+        return "rank 0's process was killed, or ended by the launch for another rank's"
+    rank, host, signum = launched.signalled
+    with contextlib.suppress(ValueError):
+        signum = signal.Signals(signum).name
+    return f"rank {rank}'s process ended on signal {signum} on host {host} (mpirun's account), and the launch ended the others"
 
 
 # How long the ranks have, once interrupted, to report before the launch is killed whole.
@@ -339,7 +353,7 @@ def _spawn(argv: list[str], env: dict, timeout_s: float) -> Launched:
     rc = launched_status(env[STARTED_MARK], rc)
     return Launched(rc if rc in (0, 1, 2) and not (interrupted and rc == 0) else 1, relayed.ending,
                     backstop.text() if backstop.ended else None, bool(interrupted), os.path.exists(env[STARTED_MARK]),
-                    spoken_for_rank_0(env[STARTED_MARK]))
+                    spoken_for_rank_0(env[STARTED_MARK]), relay.signalled_rank(relayed.seen))
 
 
 def resolve_device(device: str, impl_text: Optional[str], wants_gpu: bool = False) -> tuple[str, int]:

@@ -27,9 +27,23 @@ def _ends_the_run(line: bytes) -> bool:
 class Relay(threading.Thread):
     """The relaying thread; `ending` is the line that ended the run once one did (None before).
     `muted`: nothing more is passed on (the launch ended the ranks and says why itself, after
-    mpirun's account of the ranks it ended)."""
+    mpirun's account of the ranks it ended). `seen`: the last of what it read, passed on or not."""
     ending: Optional[bytes] = None
     muted = False
+    seen = b""
+
+
+# How much of the relayed text is kept for signalled_rank.
+_SEEN = 8192
+# The bundled mpirun's (PRRTE's) notice of a rank that a signal ended: "prterun noticed that process
+# rank 1 with PID 30561 on node vm exited on\nsignal 9 (Killed)."
+_SIGNALLED = re.compile(rb"process rank (\d+) with PID \d+ on node (\S+) exited on\s+signal (\d+)")
+
+
+def signalled_rank(seen: bytes) -> Optional[tuple[int, str, int]]:
+    """(rank, host, signal) of the first rank that mpirun says a signal ended, in `seen`."""
+    m = _SIGNALLED.search(seen)
+    return (int(m.group(1)), m.group(2).decode(errors="replace"), int(m.group(3))) if m else None
 
 
 def to_nowhere(fd: int) -> None:
@@ -108,6 +122,7 @@ def start(source: int, sink: BinaryIO) -> Relay:
     def run() -> None:
         line, ended = b"", False
         while chunk := os.read(source, 65536):
+            thread.seen = (thread.seen + chunk)[-_SEEN:]
             if ended or thread.muted:
                 continue  # read to the end all the same, so that no writer blocks on a full pipe
             shown = chunk

@@ -4,7 +4,8 @@
   Rank R stops itself (SIGSTOP) as soon as its watchdog runs, and every other rank then waits in a
   barrier, as it would in a set-up collective (a subgroup, a communicator) that needs every rank.
   With COMMBENCH_STUB_STOP_BEFORE=1 it stops before its watchdog starts instead: the others wait in
-  the collectives that set the watchdogs' side channel up.
+  the collectives that set the watchdogs' side channel up. COMMBENCH_STUB_STOP_SIGNAL=SIGKILL kills
+  it there instead of stopping it.
 - COMMBENCH_STUB_WRONG_RANK=R: rank R finds one wrong element more in every check of a collective
   (a run that ends as it should, with exit status 1).
 - COMMBENCH_STUB_KILLED_AT_REPORT=1: rank 0 is killed (SIGKILL) as its watchdog starts to report an
@@ -24,7 +25,7 @@ def _stop(module) -> None:
         stops = world.rank == int(os.environ["COMMBENCH_STUB_STOP_RANK"])
         before = os.environ.get("COMMBENCH_STUB_STOP_BEFORE") == "1"
         if stops and before:
-            os.kill(os.getpid(), signal.SIGSTOP)
+            os.kill(os.getpid(), getattr(signal, os.environ.get("COMMBENCH_STUB_STOP_SIGNAL", "SIGSTOP")))
         real(world, timeout_s, reporter)
         if stops and not before:
             os.kill(os.getpid(), signal.SIGSTOP)
