@@ -264,9 +264,11 @@ def _after_the_ranks(launched: Launched, output: Optional[str]) -> None:
             with contextlib.suppress(OSError):
                 os.unlink(path)
     from ..results.document import close_abandoned, error_of_closed, left_running
-    # Rank 0 spoke, and closed its file unless it was ended before its watchdog ran (`commbench:
-    # terminated`, a file left running: the cause is told below).
-    if relay.by_rank_0(ending) and not (output is not None and left_running(output)):
+    # Rank 0 spoke, and closed its file, or said why it could not (a full disk); but `commbench:
+    # terminated` is the launch's SIGTERM that reached it before its watchdog ran, after a rank that
+    # a signal ended there: its file is left running, and the cause is told below.
+    ended_early = ending is not None and ending.startswith(b"commbench: terminated") and launched.signalled is not None
+    if relay.by_rank_0(ending) and not (ended_early and output is not None and left_running(output)):
         return
     if stopped:
         kept = output is not None and close_abandoned(output, stopped, "timeout")
