@@ -1,5 +1,6 @@
 """The standalone launch's stderr: what the ranks and the bundled mpirun write, passed on as it
-comes, until commbench's own line that ends a run. What follows it is mpirun's account of the same
+comes, until commbench's own line that ends a run; its stdout, passed on whether or not its reader
+stays (pass_on, ReaderMayLeave, std_streams). What follows it is mpirun's account of the same
 ending (a banner naming the rank that exited, MPI_ABORT's boilerplate), which would bury the one
 line a user reads; a launch that fails before any rank speaks passes on everything mpirun says."""
 
