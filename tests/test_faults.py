@@ -230,22 +230,29 @@ def test_a_fault_under_torchrun_style_gloo_ends_every_rank(fault, workdir):
     assert left_behind(out) == []
 
 
+def _signal_amid_the_sweep(out: str, env: dict, rank: int, signum: int) -> tuple[int, str]:
+    """The standalone sweep on 3 ranks writing `out`, `signum` sent to `rank` once a row is in: the
+    command's exit status and stderr."""
+    p = subprocess.Popen([COMMBENCH, *SWEEP, "-o", out, "--np", "3"], env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        wait_for_rows(out, p)
+        os.kill(rank_pids(out)[rank], signum)
+        _, err = p.communicate(timeout=TIMEOUT_S + 30)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    return p.returncode, err
+
+
 def test_a_killed_rank_0_leaves_its_file_closed_by_the_launch(workdir):
     """Rank 0 owns the result file: SIGKILLed, it cannot close it, and the file said `running` for
     ever. The standalone launch, once every rank ended, closes a file its rank 0 left so (peer-lost,
     rows kept) with what rank 1 said for it, its one line (the command added a second one)."""
     out = os.path.join(workdir, "kill0.json")
-    p = subprocess.Popen([COMMBENCH, *SWEEP, "-o", out, "--np", "3"], env=_env("cpu"), stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        wait_for_rows(out, p)
-        os.kill(rank_pids(out)[0], signal.SIGKILL)
-        _, err = p.communicate(timeout=TIMEOUT_S + 30)
-    finally:
-        if p.poll() is None:
-            os.killpg(p.pid, signal.SIGKILL)
+    code, err = _signal_amid_the_sweep(out, _env("cpu"), 0, signal.SIGKILL)
     doc = results.load_document(out)
-    assert p.returncode != 0 and doc["results"] and doc["status"] == "peer-lost", (doc["status"], err)
+    assert code != 0 and doc["results"] and doc["status"] == "peer-lost", (doc["status"], err)
     assert re.fullmatch(r"allreduce ring@mpi \d+: rank 0 did not arrive: its process ended", doc["error"]), doc["error"]
     assert [line for line in err.splitlines() if line.startswith("commbench: error")] == [
         f"commbench: error on rank 1: {doc['error']}"], err
@@ -260,17 +267,9 @@ def test_a_rank_0_killed_as_it_reports_a_lost_rank_leaves_that_rank_named(workdi
     first news now: killed as it reports (tests/stubs/rank_faults), the file names the rank lost and
     the command prints its error, the one line."""
     out = os.path.join(workdir, "kill-at-report.json")
-    p = subprocess.Popen([COMMBENCH, *SWEEP, "-o", out, "--np", "3"], env=rank_faults_env(COMMBENCH_STUB_KILLED_AT_REPORT="1"),
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        wait_for_rows(out, p)
-        os.kill(rank_pids(out)[2], signal.SIGKILL)
-        _, err = p.communicate(timeout=TIMEOUT_S + 30)
-    finally:
-        if p.poll() is None:
-            os.killpg(p.pid, signal.SIGKILL)
+    code, err = _signal_amid_the_sweep(out, rank_faults_env(COMMBENCH_STUB_KILLED_AT_REPORT="1"), 2, signal.SIGKILL)
     doc = results.load_document(out)
-    assert p.returncode == 1 and doc["status"] == "peer-lost" and doc["results"], (doc["status"], err)
+    assert code == 1 and doc["status"] == "peer-lost" and doc["results"], (doc["status"], err)
     assert doc["error"].startswith("allreduce ring@mpi ") and "rank 2 did not arrive: its process ended" in doc["error"], doc
     assert [line for line in err.splitlines() if line.startswith("commbench: error")] == [
         f"commbench: error: {doc['error']} (measured rows kept in {out})"], err
