@@ -536,16 +536,24 @@ def test_a_rank_stopped_before_the_first_size_ends_the_run(workdir, when):
     assert left_behind(out) == []
 
 
-def test_a_rank_killed_before_the_watchdogs_are_up_is_named_from_mpirun_s_account(workdir):
+@pytest.mark.parametrize("file_made", [True, False])
+def test_a_rank_killed_before_the_watchdogs_are_up_is_named_from_mpirun_s_account(workdir, file_made):
     """Killed in the ranks' start-up (tests/stubs/rank_faults), before any watchdog could see it, a rank
     left rank 0's file `running`, the launch ended rank 0, and the command's line blamed rank 0
-    (numerics, 2 runs in 12, killed 2.5 s in). The command names the rank from mpirun's notice."""
+    (numerics, 2 runs in 12, killed 2.5 s in); killed before the file was made, the run ended with
+    `commbench: terminated`, rank 0's. The command names the rank from mpirun's notice."""
     out = os.path.join(workdir, "start-up.json")
-    env = rank_faults_env(COMMBENCH_STUB_STOP_RANK="1", COMMBENCH_STUB_STOP_BEFORE="1", COMMBENCH_STUB_STOP_SIGNAL="SIGKILL")
+    env = rank_faults_env(COMMBENCH_STUB_STOP_RANK="1", COMMBENCH_STUB_STOP_BEFORE="1", COMMBENCH_STUB_STOP_SIGNAL="SIGKILL") \
+        if file_made else rank_faults_env(COMMBENCH_STUB_KILLED_AT_START="1")
     r = subprocess.run([COMMBENCH, *SWEEP, "--np", "2", "-o", out], env=env, capture_output=True, text=True,
                        timeout=120, cwd=workdir)
     cause = f"rank 1's process ended on signal SIGKILL on host {socket.gethostname()} (mpirun's account), and the launch " \
             f"ended the others"
+    if not file_made:
+        assert r.returncode == 1 and not os.path.exists(out), r.stderr
+        assert [line for line in r.stderr.splitlines() if line.startswith("commbench: error")] == [
+            f"commbench: error: the ranks ended before any result was written: {cause}"], r.stderr
+        return
     doc = results.load_document(out)
     assert r.returncode == 1 and doc["status"] == "peer-lost", (doc["status"], r.stderr)
     assert doc["error"] == f"the ranks ended (status 1) with this file still open: {cause}; the rows measured before are kept"

@@ -267,8 +267,9 @@ def _after_the_ranks(launched: Launched, output: Optional[str]) -> None:
     # Rank 0 spoke, and closed its file, or said why it could not (a full disk); but `commbench:
     # terminated` is the launch's SIGTERM that reached it before its watchdog ran, after a rank that
     # a signal ended there: its file is left running, and the cause is told below.
-    ended_early = ending is not None and ending.startswith(b"commbench: terminated") and launched.signalled is not None
-    if relay.by_rank_0(ending) and not (ended_early and output is not None and left_running(output)):
+    ended_early = launched.signalled is not None and (ending is None or ending.startswith(b"commbench: terminated"))
+    no_file = output is None or not os.path.exists(output)
+    if relay.by_rank_0(ending) and not (ended_early and (no_file or left_running(output))):
         return
     if stopped:
         kept = output is not None and close_abandoned(output, stopped, "timeout")
@@ -282,6 +283,8 @@ def _after_the_ranks(launched: Launched, output: Optional[str]) -> None:
                                                         f"{_cause(launched)}; the rows measured before are kept"):
         click.echo(f"commbench: error: the ranks ended with {output} still open: {_cause(launched)} (measured rows "
                    f"kept)", err=True)
+    elif ended_early and no_file:  # before rank 0 made its file
+        click.echo(f"commbench: error: the ranks ended before any result was written: {_cause(launched)}", err=True)
     elif ending is None and output is not None and (error := error_of_closed(output)):
         # Rank 0 closed the file ahead of its line (watchdog._close_ahead), and the launch ended it
         # before it spoke: SIGTERM, then Open MPI's SIGKILL a quarter of a second later.

@@ -8,6 +8,8 @@
   it there instead of stopping it.
 - COMMBENCH_STUB_WRONG_RANK=R: rank R finds one wrong element more in every check of a collective
   (a run that ends as it should, with exit status 1).
+- COMMBENCH_STUB_KILLED_AT_START=R: rank R is killed (SIGKILL) before MPI's start-up, which holds
+  the others: no result file is made.
 - COMMBENCH_STUB_KILLED_AT_REPORT=1: rank 0 is killed (SIGKILL) as its watchdog starts to report an
   ending, as the launcher that saw a rank die may kill it (SIGTERM, then SIGKILL)."""
 
@@ -44,6 +46,17 @@ def _wrong(module) -> None:
     module._count_wrong = count_wrong
 
 
+def _killed_at_start(module) -> None:
+    real = module.init_world
+
+    def init_world(*args, **kwargs):
+        if os.environ.get("OMPI_COMM_WORLD_RANK") == os.environ["COMMBENCH_STUB_KILLED_AT_START"]:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return real(*args, **kwargs)
+
+    module.init_world = init_world
+
+
 def _killed_at_report(module) -> None:
     def report(self, status, text):
         os.kill(os.getpid(), signal.SIGKILL)
@@ -54,6 +67,7 @@ def _killed_at_report(module) -> None:
 # (module, the variable that asks for its fault, the patch)
 PATCHES = [("commbench.launch.watchdog", "COMMBENCH_STUB_STOP_RANK", _stop),
            ("commbench.launch.watchdog", "COMMBENCH_STUB_KILLED_AT_REPORT", _killed_at_report),
+           ("commbench.launch.world", "COMMBENCH_STUB_KILLED_AT_START", _killed_at_start),
            ("commbench.run.collective", "COMMBENCH_STUB_WRONG_RANK", _wrong)]
 
 
