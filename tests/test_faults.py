@@ -137,8 +137,9 @@ def test_a_rank_killed_in_nccl_initialisation_ends_every_rank(workdir):
 
 KILLED = {"allreduce": [*SWEEP, "--np", "3"],
           "links": ["links", "--np", "3", "--timeout", "5"],
+          # (one case takes about 2 s alone, past 5 s beside another test's ranks)
           "numerics": ["numerics", "--device", "cpu", "--ranks", "2", "--impl", "ring,tree", "--dtype", "float32,float64",
-                       "--count", "256K", "--repeats", "500", "--timeout", "5"]}
+                       "--count", "256K", "--repeats", "500", "--timeout", "20"]}
 
 
 @pytest.mark.parametrize("command", list(KILLED))
@@ -536,22 +537,26 @@ def test_a_rank_stopped_before_the_first_size_ends_the_run(workdir, when):
     assert left_behind(out) == []
 
 
-@pytest.mark.parametrize("file_made", [True, False])
-def test_a_rank_killed_before_the_watchdogs_are_up_is_named_from_mpirun_s_account(workdir, file_made):
+@pytest.mark.parametrize("where", ["file made", "in MPI's start-up", "in Python's start-up"])
+def test_a_rank_killed_before_the_watchdogs_are_up_is_named_from_mpirun_s_account(workdir, where):
     """Killed in the ranks' start-up (tests/stubs/rank_faults), before any watchdog could see it, a rank
     left rank 0's file `running`, the launch ended rank 0, and the command's line blamed rank 0
     (numerics, 2 runs in 12, killed 2.5 s in); killed before the file was made, the run ended with
-    `commbench: terminated`, rank 0's. The command names the rank from mpirun's notice."""
+    `commbench: terminated`, rank 0's, alone or before the command's line (4 runs in 10). The command
+    names the rank from mpirun's notice, in the one line."""
     out = os.path.join(workdir, "start-up.json")
+    file_made = where == "file made"
     env = rank_faults_env(COMMBENCH_STUB_STOP_RANK="1", COMMBENCH_STUB_STOP_BEFORE="1", COMMBENCH_STUB_STOP_SIGNAL="SIGKILL") \
-        if file_made else rank_faults_env(COMMBENCH_STUB_KILLED_AT_START="1")
+        if file_made else rank_faults_env(COMMBENCH_STUB_KILLED_AT_START="1",
+                                          **({"COMMBENCH_STUB_WAIT_AT_START_S": "30"} if "Python" in where else {}))
     r = subprocess.run([COMMBENCH, *SWEEP, "--np", "2", "-o", out], env=env, capture_output=True, text=True,
                        timeout=120, cwd=workdir)
     cause = f"rank 1's process ended on signal SIGKILL on host {socket.gethostname()} (mpirun's account), and the launch " \
             f"ended the others"
     if not file_made:
         assert r.returncode == 1 and not os.path.exists(out), r.stderr
-        assert [line for line in r.stderr.splitlines() if line.startswith("commbench: error")] == [
+        # Rank 0's `commbench: terminated` (the launch's SIGTERM) is not a second line beside it.
+        assert [line for line in r.stderr.splitlines() if line.startswith("commbench:")] == [
             f"commbench: error: the ranks ended before any result was written: {cause}"], r.stderr
         return
     doc = results.load_document(out)
@@ -561,6 +566,24 @@ def test_a_rank_killed_before_the_watchdogs_are_up_is_named_from_mpirun_s_accoun
         f"commbench: error: the ranks ended with {out} still open: {cause} (measured rows kept)"], r.stderr
     time.sleep(0.5)
     assert left_behind(out) == []
+
+
+def test_a_command_terminated_in_the_ranks_start_up_says_so_once(workdir):
+    """The ranks' `commbench: terminated` is held back until they end (for a line that names a rank
+    a signal ended instead): where no rank was, the command still says it, once."""
+    out = os.path.join(workdir, "terminated.json")
+    p = subprocess.Popen([COMMBENCH, *SWEEP, "--np", "2", "-o", out], env=rank_faults_env(COMMBENCH_STUB_WAIT_AT_START_S="30"),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=workdir)
+    try:
+        said = [p.stderr.readline() for _ in range(2)]  # both ranks wait, SIGTERM's handler in place
+        assert all(line.endswith("waits at start\n") for line in said), said
+        p.send_signal(signal.SIGTERM)
+        _, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 1 and not os.path.exists(out), err
+    assert [line for line in err.splitlines() if line.startswith("commbench:")] == ["commbench: terminated"], err
 
 
 def test_numerics_killed_on_rank_0_keeps_the_rows_it_wrote(workdir):

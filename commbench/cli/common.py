@@ -252,12 +252,22 @@ class Launched:
 
 
 def _after_the_ranks(launched: Launched, output: Optional[str]) -> None:
+    """The standalone launch's one line once the ranks ended: its own (_last_word), or else rank 0's
+    `commbench: terminated` that the relay held back."""
+    line = _last_word(launched, output)
+    if line is None and relay.held_back(launched.ending):
+        line = launched.ending.decode(errors="replace")
+    if line is not None:
+        click.echo(line, err=True)
+
+
+def _last_word(launched: Launched, output: Optional[str]) -> Optional[str]:
     """The standalone launch's last word, where the ranks could not say theirs: the result file that
-    rank 0 left open closed, and one line. Rank 0 that spoke has closed the file, or said why it
-    could not (a full disk)."""
+    rank 0 left open closed, and the line to say (None: nothing to add). Rank 0 that spoke has closed
+    the file, or said why it could not (a full disk)."""
     status, ending, stopped = launched.status, launched.ending, launched.stopped
     if status == 0:
-        return
+        return None
     if output is not None:  # a rank 0 killed while it rewrote the file left this
         from ..results.atomic import leftovers
         for path in leftovers(output):
@@ -267,31 +277,31 @@ def _after_the_ranks(launched: Launched, output: Optional[str]) -> None:
     # Rank 0 spoke, and closed its file, or said why it could not (a full disk); but `commbench:
     # terminated` is the launch's SIGTERM that reached it before its watchdog ran, after a rank that
     # a signal ended there: its file is left running, and the cause is told below.
-    ended_early = launched.signalled is not None and (ending is None or ending.startswith(b"commbench: terminated"))
+    ended_early = launched.signalled is not None and (ending is None or relay.held_back(ending))
     no_file = output is None or not os.path.exists(output)
     if relay.by_rank_0(ending) and not (ended_early and (no_file or left_running(output))):
-        return
+        return None
     if stopped:
         kept = output is not None and close_abandoned(output, stopped, "timeout")
-        click.echo(f"commbench: error: {stopped}" + (f" (measured rows kept in {output})" if kept else ""), err=True)
+        return f"commbench: error: {stopped}" + (f" (measured rows kept in {output})" if kept else "")
     elif launched.spoken is not None:
         # Rank 1's line said it for a rank 0 stopped or gone: the file rank 0 left open says the same.
         status_said, text = launched.spoken
         if output is not None:
             close_abandoned(output, text, status_said)
+        return None
     elif output is not None and close_abandoned(output, f"the ranks ended (status {status}) with this file still open: "
                                                         f"{_cause(launched)}; the rows measured before are kept"):
-        click.echo(f"commbench: error: the ranks ended with {output} still open: {_cause(launched)} (measured rows "
-                   f"kept)", err=True)
+        return f"commbench: error: the ranks ended with {output} still open: {_cause(launched)} (measured rows kept)"
     elif ended_early and no_file:  # before rank 0 made its file
-        click.echo(f"commbench: error: the ranks ended before any result was written: {_cause(launched)}", err=True)
+        return f"commbench: error: the ranks ended before any result was written: {_cause(launched)}"
     elif ending is None and output is not None and (error := error_of_closed(output)):
         # Rank 0 closed the file ahead of its line (watchdog._close_ahead), and the launch ended it
         # before it spoke: SIGTERM, then Open MPI's SIGKILL a quarter of a second later.
-        click.echo(one_line(f"commbench: error: {error} (measured rows kept in {output})"), err=True)
+        return one_line(f"commbench: error: {error} (measured rows kept in {output})")
     elif not launched.started and not launched.interrupted:  # mpirun failed before any rank ran
-        click.echo(f"commbench: error: the launch ended with status {status} before any rank ran (mpirun's account "
-                   f"above)", err=True)
+        return f"commbench: error: the launch ended with status {status} before any rank ran (mpirun's account above)"
+    return None
 
 
 def _cause(launched: Launched) -> str:

@@ -2,7 +2,9 @@
 comes, until commbench's own line that ends a run; its stdout, passed on whether or not its reader
 stays (pass_on, ReaderMayLeave, std_streams). What follows it is mpirun's account of the same
 ending (a banner naming the rank that exited, MPI_ABORT's boilerplate), which would bury the one
-line a user reads; a launch that fails before any rank speaks passes on everything mpirun says."""
+line a user reads; a launch that fails before any rank speaks passes on everything mpirun says.
+Rank 0's `commbench: terminated` is held back (held_back): it may be the launch's SIGTERM after a
+rank that a signal ended, which the command names in a line of its own once the ranks ended."""
 
 from __future__ import annotations
 
@@ -13,9 +15,15 @@ from typing import BinaryIO, Optional
 
 # Terminal control sequences (the progress bar redraws its line with them).
 _CONTROL = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]")
-_ENDING = (b"commbench: error", b"commbench: terminated")
+_TERMINATED = b"commbench: terminated"
+_ENDING = (b"commbench: error", _TERMINATED)
 # The most of a line kept to tell whether it is the ending one (an error line is one line, and short).
 _LONGEST = 1 << 16
+
+
+def held_back(ending: Optional[bytes]) -> bool:
+    """Whether the line that ended the run was not passed on: the command says it, or its own."""
+    return ending is not None and ending.startswith(_TERMINATED)
 
 
 def _ends_the_run(line: bytes) -> bool:
@@ -130,8 +138,9 @@ def start(source: int, sink: BinaryIO) -> Relay:
             while b"\n" in chunk:
                 head, _, chunk = chunk.partition(b"\n")
                 if _ends_the_run(line + head):
-                    shown = shown[:len(shown) - len(chunk)]  # up to this line's end, nothing after
                     thread.ending = _CONTROL.sub(b"", (line + head).rsplit(b"\r", 1)[-1])
+                    # Up to this line's end, nothing after; a held-back line's bytes not either.
+                    shown = shown[:len(shown) - len(chunk) - (len(head) + 1 if held_back(thread.ending) else 0)]
                     ended = True
                     break
                 line = b""

@@ -10,6 +10,9 @@
   (a run that ends as it should, with exit status 1).
 - COMMBENCH_STUB_KILLED_AT_START=R: rank R is killed (SIGKILL) before MPI's start-up, which holds
   the others: no result file is made.
+- COMMBENCH_STUB_WAIT_AT_START_S=S: every rank (the others, with the above) spends S seconds in
+  Python before MPI's start-up, where a SIGTERM ends it with rank 0's `commbench: terminated`; it
+  says `waits at start` on stderr first.
 - COMMBENCH_STUB_KILLED_AT_REPORT=1: rank 0 is killed (SIGKILL) as its watchdog starts to report an
   ending, as the launcher that saw a rank die may kill it (SIGTERM, then SIGKILL)."""
 
@@ -18,6 +21,7 @@ import importlib.util
 import os
 import signal
 import sys
+import time
 
 
 def _stop(module) -> None:
@@ -57,6 +61,17 @@ def _killed_at_start(module) -> None:
     module.init_world = init_world
 
 
+def _wait_at_start(module) -> None:
+    real = module.init_world
+
+    def init_world(*args, **kwargs):
+        print(f"rank {os.environ.get('OMPI_COMM_WORLD_RANK')} waits at start", file=sys.stderr, flush=True)
+        time.sleep(float(os.environ["COMMBENCH_STUB_WAIT_AT_START_S"]))
+        return real(*args, **kwargs)
+
+    module.init_world = init_world
+
+
 def _killed_at_report(module) -> None:
     def report(self, status, text):
         os.kill(os.getpid(), signal.SIGKILL)
@@ -67,6 +82,8 @@ def _killed_at_report(module) -> None:
 # (module, the variable that asks for its fault, the patch)
 PATCHES = [("commbench.launch.watchdog", "COMMBENCH_STUB_STOP_RANK", _stop),
            ("commbench.launch.watchdog", "COMMBENCH_STUB_KILLED_AT_REPORT", _killed_at_report),
+           # (the wait first: the rank killed at start is killed before it)
+           ("commbench.launch.world", "COMMBENCH_STUB_WAIT_AT_START_S", _wait_at_start),
            ("commbench.launch.world", "COMMBENCH_STUB_KILLED_AT_START", _killed_at_start),
            ("commbench.run.collective", "COMMBENCH_STUB_WRONG_RANK", _wrong)]
 
