@@ -145,12 +145,13 @@ def traced_phases(stderr: str) -> dict:
 # ---- ranks of a run under way (the fault tests) --------------------------------------------------
 
 def rank_pids(marker: str) -> dict:
-    """rank -> pid of the ranks whose command line holds `marker` (the result file's path)."""
+    """rank -> pid of the ranks whose command line holds `marker` (the result file's path), or whose
+    working folder it is (a run without -o, in a test's own folder)."""
     found = {}
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if marker.encode() not in f.read():
+                if marker.encode() not in f.read() and os.readlink(f"/proc/{pid}/cwd") != marker:
                     continue
             with open(f"/proc/{pid}/environ", "rb") as f:
                 env = dict(v.split(b"=", 1) for v in f.read().split(b"\0") if b"=" in v)

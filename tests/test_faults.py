@@ -3,6 +3,7 @@
 before kept in a valid result file whose status says what happened, and no process left."""
 
 import contextlib
+import glob
 import os
 import re
 import signal
@@ -26,7 +27,7 @@ from conftest import (
     wait_for_rows,
 )
 
-from commbench.launch.world import MARK_NAME, SESSION_BASE
+from commbench.launch.world import MARK_NAME, RESULT_NAME, SESSION_BASE
 from commbench.results import document as results
 
 TIMEOUT_S = 2
@@ -173,9 +174,9 @@ def test_the_ranks_end_with_a_killed_command(command, workdir):
     doc = results.load_document(out)
     assert doc["status"] == "interrupted", (doc["status"], doc.get("error"))
     assert doc["error"].endswith(": interrupted (the command that launched the ranks ended)"), doc["error"]
-    # mpirun removed its session folder; the launch's own, holding rank 0's mark alone, the next launch
+    # mpirun removed its session folder; the launch's own, holding rank 0's notes alone, the next launch
     # removes (another test's, running beside this one, may have been first).
-    assert not os.path.exists(base) or os.listdir(base) == [MARK_NAME], os.listdir(base)
+    assert not os.path.exists(base) or set(os.listdir(base)) == {MARK_NAME, RESULT_NAME}, os.listdir(base)
     if command != "allreduce":
         return  # the same folder whatever the command: one next launch tells
     r = commbench(["allreduce", "--device", "cpu", "--np", "2", "--sizes", "1K", "--iters", "2", "--warmup", "1", "-o",
@@ -455,7 +456,7 @@ def test_a_rank_left_out_of_numerics_stopped_is_named_once_the_others_end(workdi
     the run complete and rank 1 timed out alone, blaming rank 0. Rank 0 now waits for every rank's
     goodbye: one line naming rank 2, the rows kept, the file saying timeout."""
     out = os.path.join(workdir, "numerics.json")
-    timeout_s = 4
+    timeout_s = 8  # tree's 500 calls take about 2 s alone, past 4 s beside another test's ranks
     p = subprocess.Popen([COMMBENCH, "numerics", "--device", "cpu", "--ranks", "2", "--impl", "ring,tree", "--dtype",
                           "float32", "--count", "256K", "--repeats", "500", "--timeout", str(timeout_s), "--np", "3",
                           "-o", out], env=mpi_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -568,6 +569,20 @@ def test_a_rank_killed_before_the_watchdogs_are_up_is_named_from_mpirun_s_accoun
     assert left_behind(out) == []
 
 
+def test_a_rank_killed_after_the_run_was_complete_is_named_and_the_file_stands(workdir):
+    """Killed as the ranks closed (MPI's finalize), after rank 0 closed its file whole: the command
+    exited 1 without a word. It names the rank now, and the file stays as rank 0 closed it."""
+    out = os.path.join(workdir, "finalize.json")
+    r = subprocess.run([COMMBENCH, *SWEEP[:5], "--sizes", "1K", "--iters", "5", "--np", "2", "-o", out],
+                       env=rank_faults_env(COMMBENCH_STUB_KILLED_AT_CLOSE="1"), capture_output=True, text=True, timeout=120,
+                       cwd=workdir)
+    doc = results.load_document(out)
+    assert r.returncode == 1 and doc["status"] == "complete" and len(doc["results"]) == 1, (doc["status"], r.stderr)
+    assert [line for line in r.stderr.splitlines() if line.startswith("commbench:")] == [
+        f"commbench: error: the run was complete ({out} holds all of it), but then rank 1's process ended on signal SIGKILL "
+        f"on host {socket.gethostname()} (mpirun's account), and the launch ended the others"], r.stderr
+
+
 def test_a_command_terminated_in_the_ranks_start_up_says_so_once(workdir):
     """The ranks' `commbench: terminated` is held back until they end (for a line that names a rank
     a signal ended instead): where no rank was, the command still says it, once."""
@@ -586,26 +601,30 @@ def test_a_command_terminated_in_the_ranks_start_up_says_so_once(workdir):
     assert [line for line in err.splitlines() if line.startswith("commbench:")] == ["commbench: terminated"], err
 
 
-def test_numerics_killed_on_rank_0_keeps_the_rows_it_wrote(workdir):
+@pytest.mark.parametrize("named", [True, False])
+def test_numerics_killed_on_rank_0_keeps_the_rows_it_wrote(workdir, named):
     """numerics writes each row into its result file as it comes: a SIGKILL of rank 0, which owns the
-    file, after the first row leaves a valid file holding that row."""
+    file, after the first row leaves a valid file holding that row, closed by the command. Without -o
+    (a name rank 0 chose) it was left `running`: rank 0 tells the command the name now."""
     out = os.path.join(workdir, "numerics-killed.json")
     p = subprocess.Popen([COMMBENCH, "numerics", "--device", "cpu", "--ranks", "2", "--impl", "ring,tree", "--dtype", "float32,float64",
-                          "--count", "256K", "--repeats", "500", "--timeout", "30", "-o", out],
+                          "--count", "256K", "--repeats", "500", "--timeout", "30", *(["-o", out] if named else [])],
                          env=mpi_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         start_new_session=True)
+                         start_new_session=True, cwd=workdir)
     try:
         until = time.monotonic() + 90
         rows = []
         while not rows and time.monotonic() < until and p.poll() is None:
+            if not named:
+                out = next(iter(glob.glob(os.path.join(workdir, results.DEFAULT_DIR, "*.json"))), out)
             try:
                 rows = results.read_json(out, "result file")["numerics"]["rows"]
             except Exception:  # noqa: BLE001 - not there yet, or replaced as we read it
                 pass
             time.sleep(0.05)
         assert rows, p.communicate()
-        os.kill(rank_pids(out)[0], signal.SIGKILL)
-        p.communicate(timeout=TIMEOUT_S + 30)
+        os.kill(rank_pids(workdir)[0], signal.SIGKILL)
+        _, err = p.communicate(timeout=TIMEOUT_S + 30)
     finally:
         if p.poll() is None:
             os.killpg(p.pid, signal.SIGKILL)
@@ -613,8 +632,11 @@ def test_numerics_killed_on_rank_0_keeps_the_rows_it_wrote(workdir):
     kept = doc["numerics"]["rows"]
     assert len(kept) >= 1 and kept[0] == rows[0]
     assert len(kept) < 4, "rank 0 died before the last row"
+    assert doc["status"] != "running" and p.returncode == 1, (doc["status"], err)
+    said = [line for line in err.splitlines() if line.startswith("commbench:")]
+    assert len(said) == 1 and said[0].startswith("commbench: error") and "rank 0" in said[0], err
     time.sleep(0.5)
-    assert left_behind(out) == []
+    assert rank_pids(workdir) == {}
 
 
 SLOW_REPORT = """

@@ -23,6 +23,7 @@ from ..launch import relay
 from ..launch.backstop import Backstop, session_members
 from ..launch.world import (
     STARTED_MARK,
+    announced_result,
     detect_launcher,
     dies_with,
     init_world,
@@ -215,7 +216,7 @@ def run_ranks(nranks: Optional[int], default_ranks: int, body, checks, timeout_s
         with session_base(env) as env:
             launched = _spawn(argv, env, timeout_s)
         trace.phase("ranks-ended")
-        _after_the_ranks(launched, checks.output)
+        _after_the_ranks(launched)
         sys.exit(launched.status)
     checks.before_joining(detect_launcher())
     world = init_world(timeout_s)
@@ -240,8 +241,9 @@ class Launched:
     """How the standalone launch ended: the command's exit status, the line that ended the run (None:
     no rank's error line), what launch/backstop.py says of the ranks it ended (None: it ended none),
     whether the command was interrupted (the ranks say so), whether rank 0 ran at all, the (status,
-    text) rank 1 said for a rank 0 that did not report (None: it said nothing), and the (rank, host,
-    signal) of the first rank mpirun saw a signal end (relay.signalled_rank)."""
+    text) rank 1 said for a rank 0 that did not report (None: it said nothing), the (rank, host,
+    signal) of the first rank mpirun saw a signal end (relay.signalled_rank), and the result file rank
+    0 made (None: it made none), -o's or the one it chose."""
     status: int
     ending: Optional[bytes]
     stopped: Optional[str]
@@ -249,12 +251,13 @@ class Launched:
     started: bool
     spoken: Optional[tuple[str, str]]
     signalled: Optional[tuple[int, str, int]]
+    result: Optional[str]
 
 
-def _after_the_ranks(launched: Launched, output: Optional[str]) -> None:
+def _after_the_ranks(launched: Launched) -> None:
     """The standalone launch's one line once the ranks ended: its own (_last_word), or else rank 0's
     `commbench: terminated` that the relay held back."""
-    line = _last_word(launched, output)
+    line = _last_word(launched, launched.result)
     if line is None and relay.held_back(launched.ending):
         line = launched.ending.decode(errors="replace")
     if line is not None:
@@ -273,7 +276,7 @@ def _last_word(launched: Launched, output: Optional[str]) -> Optional[str]:
         for path in leftovers(output):
             with contextlib.suppress(OSError):
                 os.unlink(path)
-    from ..results.document import close_abandoned, error_of_closed, left_running
+    from ..results.document import close_abandoned, closed_complete, error_of_closed, left_running
     # Rank 0 spoke, and closed its file, or said why it could not (a full disk); but `commbench:
     # terminated` is the launch's SIGTERM that reached it before its watchdog ran, after a rank that
     # a signal ended there: its file is left running, and the cause is told below.
@@ -299,6 +302,10 @@ def _last_word(launched: Launched, output: Optional[str]) -> Optional[str]:
         # Rank 0 closed the file ahead of its line (watchdog._close_ahead), and the launch ended it
         # before it spoke: SIGTERM, then Open MPI's SIGKILL a quarter of a second later.
         return one_line(f"commbench: error: {error} (measured rows kept in {output})")
+    elif launched.signalled is not None and output is not None and closed_complete(output):
+        # Rank 0 closed the file whole, and a rank ended on a signal after (in MPI's finalize): the
+        # rows stand, the status says the ranks' end.
+        return f"commbench: error: the run was complete ({output} holds all of it), but then {_cause(launched)}"
     elif not launched.started and not launched.interrupted:  # mpirun failed before any rank ran
         return f"commbench: error: the launch ended with status {status} before any rank ran (mpirun's account above)"
     return None
@@ -368,7 +375,8 @@ def _spawn(argv: list[str], env: dict, timeout_s: float) -> Launched:
     rc = launched_status(env[STARTED_MARK], rc)
     return Launched(rc if rc in (0, 1, 2) and not (interrupted and rc == 0) else 1, relayed.ending,
                     backstop.text() if backstop.ended else None, bool(interrupted), os.path.exists(env[STARTED_MARK]),
-                    spoken_for_rank_0(env[STARTED_MARK]), relay.signalled_rank(relayed.seen))
+                    spoken_for_rank_0(env[STARTED_MARK]), relay.signalled_rank(relayed.seen),
+                    announced_result(env[STARTED_MARK]))
 
 
 def resolve_device(device: str, impl_text: Optional[str], wants_gpu: bool = False) -> tuple[str, int]:

@@ -189,9 +189,29 @@ def spoken_for_rank_0(mark: str) -> Optional[tuple[str, str]]:
     return None
 
 
+# The file rank 0 leaves beside the mark: its result file's path, the one it chose where -o was not given.
+RESULT_NAME = "rank-0-result"
+
+
+def announce_result(path: str) -> None:
+    """Rank 0 of commbench's own launch made its result file at `path`: the command closes it where
+    rank 0 cannot, and says what it holds where a rank ended after rank 0 closed it."""
+    mark = os.environ.get(STARTED_MARK)
+    if mark:
+        with contextlib.suppress(OSError), open(os.path.join(os.path.dirname(mark), RESULT_NAME), "w") as f:
+            f.write(path)
+
+
+def announced_result(mark: str) -> Optional[str]:
+    """The result file that rank 0 made in the launch of `mark`, if it made one."""
+    with contextlib.suppress(OSError), open(os.path.join(os.path.dirname(mark), RESULT_NAME)) as f:
+        return f.read() or None
+    return None
+
+
 def _remove_abandoned_bases() -> None:
     """The launch folders that commands killed with SIGKILL left (their mpirun removed its own session
-    folder in them), holding at most rank 0's mark: those of processes that no longer run. rmdir
+    folder in them), holding at most rank 0's and rank 1's notes: those of processes that no longer run. rmdir
     removes none that holds anything else."""
     import glob
     for path in glob.glob(os.path.join(tempfile.gettempdir(), "commbench-mpirun-*-*")):
@@ -202,7 +222,7 @@ def _remove_abandoned_bases() -> None:
             os.kill(int(pid), 0)
         except ProcessLookupError:
             with contextlib.suppress(OSError):
-                for name in set(os.listdir(path)) & {MARK_NAME, SPOKE_NAME}:
+                for name in set(os.listdir(path)) & {MARK_NAME, SPOKE_NAME, RESULT_NAME}:
                     os.unlink(os.path.join(path, name))
                 os.rmdir(path)
         except OSError:

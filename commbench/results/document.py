@@ -463,6 +463,10 @@ def left_running(path: str) -> bool:
     return _as_left(path).get("status") == "running"
 
 
+def closed_complete(path: str) -> bool:
+    return _as_left(path).get("status") == "complete"
+
+
 def error_of_closed(path: str) -> Optional[str]:
     """The error of a result file its rank 0 closed on a failure (None: unreadable, running, complete)."""
     doc = _as_left(path)

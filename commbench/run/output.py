@@ -9,6 +9,7 @@ import contextlib
 import threading
 from typing import Callable, Optional, Protocol, Sequence
 
+from ..launch.world import announce_result
 from ..results.document import ResultFile
 
 
@@ -39,6 +40,7 @@ class FileOutput:
     def __init__(self, path: str, head: dict):
         self.current = ""
         self.file = ResultFile(path, head)
+        announce_result(path)
         # The watchdog's thread may close the file while the main thread adds a row.
         self.writing = threading.Lock()
         # What a command keeps of a run that lost ranks midway, given them (links names their hosts).

@@ -13,6 +13,8 @@
 - COMMBENCH_STUB_WAIT_AT_START_S=S: every rank (the others, with the above) spends S seconds in
   Python before MPI's start-up, where a SIGTERM ends it with rank 0's `commbench: terminated`; it
   says `waits at start` on stderr first.
+- COMMBENCH_STUB_KILLED_AT_CLOSE=R: rank R is killed (SIGKILL) as the world closes, once every rank
+  is there (rank 0 has closed its result file whole), as in MPI's finalize.
 - COMMBENCH_STUB_KILLED_AT_REPORT=1: rank 0 is killed (SIGKILL) as its watchdog starts to report an
   ending, as the launcher that saw a rank die may kill it (SIGTERM, then SIGKILL)."""
 
@@ -72,6 +74,19 @@ def _wait_at_start(module) -> None:
     module.init_world = init_world
 
 
+def _killed_at_close(module) -> None:
+    real = module.World.close
+
+    def close(self):
+        if self.comm is not None and self.size == int(os.environ.get("OMPI_COMM_WORLD_SIZE", "0")):  # the world, not a part
+            self.comm.Barrier()
+            if self.rank == int(os.environ["COMMBENCH_STUB_KILLED_AT_CLOSE"]):
+                os.kill(os.getpid(), signal.SIGKILL)
+        real(self)
+
+    module.World.close = close
+
+
 def _killed_at_report(module) -> None:
     def report(self, status, text):
         os.kill(os.getpid(), signal.SIGKILL)
@@ -85,6 +100,7 @@ PATCHES = [("commbench.launch.watchdog", "COMMBENCH_STUB_STOP_RANK", _stop),
            # (the wait first: the rank killed at start is killed before it)
            ("commbench.launch.world", "COMMBENCH_STUB_WAIT_AT_START_S", _wait_at_start),
            ("commbench.launch.world", "COMMBENCH_STUB_KILLED_AT_START", _killed_at_start),
+           ("commbench.launch.world", "COMMBENCH_STUB_KILLED_AT_CLOSE", _killed_at_close),
            ("commbench.run.collective", "COMMBENCH_STUB_WRONG_RANK", _wrong)]
 
 
