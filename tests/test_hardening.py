@@ -16,7 +16,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import COMMBENCH, HERE, ROOT, commbench, free_port, in_process, mpi_env, mpirun, torchrun_env, torchrun_style
+from conftest import COMMBENCH, HERE, HUNG_S, ROOT, commbench, free_port, in_process, mpi_env, mpirun, torchrun_env, torchrun_style
 
 from commbench.analysis import fit
 from commbench.analysis import verdicts as fitreport
@@ -207,19 +207,45 @@ def test_a_torchrun_style_rank_whose_peers_never_come_ends_within_its_timeout(wo
 def test_a_torchrun_style_rank_waiting_for_its_peers_ends_on_sigterm(workdir):
     """The rendezvous waits in C++, where no Python handler runs: a rank whose peers never came
     (or whose MASTER_ADDR no packet reaches) ignored SIGTERM until its store's 300 s were up. Both the
-    rank that listens (0) and one that connects (1) end at once, with one line."""
+    rank that listens (0) and one that connects (1) end at once, with one line. Each is signalled once
+    it is there (4 s of waiting was not enough for a busy VM's import of torch, and the line was then
+    `commbench: terminated`, right for a rank not yet in the rendezvous): rank 0 once its store
+    listens, rank 1 once it connected to a store of the test's that never answers."""
     ports = {rank: free_port() for rank in (0, 1)}
-    procs = {rank: subprocess.Popen([COMMBENCH, "allreduce", "--device", "cpu", "--sizes", "1K", "--timeout", "120", "-o",
-                                     "x.json"], env=torchrun_env(rank, 2, port), cwd=workdir, stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, text=True) for rank, port in ports.items()}
-    time.sleep(4)  # torch loaded, each rank waiting at the rendezvous
-    for p in procs.values():
-        p.send_signal(signal.SIGTERM)
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", ports[1]))
+        silent.listen()
+        silent.settimeout(HUNG_S)
+        procs = {rank: subprocess.Popen([COMMBENCH, "allreduce", "--device", "cpu", "--sizes", "1K", "--timeout", "120", "-o",
+                                         "x.json"], env=torchrun_env(rank, 2, port), cwd=workdir, stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE, text=True) for rank, port in ports.items()}
+        try:
+            connected, _ = silent.accept()
+            until = time.monotonic() + HUNG_S
+            while not _listening(ports[0]) and time.monotonic() < until:
+                time.sleep(0.1)
+        except BaseException:
+            for p in procs.values():
+                p.kill()
+            raise
+        time.sleep(0.5)  # in the C++ call that waits
+        for p in procs.values():
+            p.send_signal(signal.SIGTERM)
+        connected.close()
     for rank, p in procs.items():
         _, err = p.communicate(timeout=20)
         assert (p.returncode, err) == (128 + signal.SIGTERM, f"commbench: error: rank {rank}: the torchrun-style "
                                        f"rendezvous at 127.0.0.1:{ports[rank]}: interrupted (SIGTERM)\n")
     assert os.listdir(workdir) == []
+
+
+def _listening(port: int) -> bool:
+    """Whether a socket of this host listens on TCP `port` (/proc/net/tcp, tcp6: state 0A)."""
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            if any(fields[1].endswith(f":{port:04X}") and fields[3] == "0A" for fields in map(str.split, list(f)[1:])):
+                return True
+    return False
 
 
 @pytest.mark.parametrize("measured", [0, 1])
