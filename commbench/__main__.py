@@ -1,17 +1,29 @@
-"""`python -m commbench`: the command line, as the standalone launch starts its ranks."""
+"""The command line's entry: `commbench` (the console script) and `python -m commbench`, as the
+standalone launch starts its ranks."""
 
+import os
 import signal
+import sys
 
-# A Ctrl-C in the first tenth of a second, before the start-up guard knows whether this process is a
-# rank and which, is kept for the guard to act on: Python's own handler would end the process with a
-# KeyboardInterrupt traceback from whichever import it hit.
+# A Ctrl-C before the start-up guard knows whether this process is a rank and which, is kept for the
+# guard to act on: Python's own handler would end the process with a KeyboardInterrupt traceback from
+# whichever import it hit.
 _early: list = []
-signal.signal(signal.SIGINT, lambda signum, frame: _early.append(signum))
 
-from .launch.watchdog import guard_start_up  # noqa: E402
 
-guard_start_up(_early)  # before the imports that take a rank its first second
+def main() -> None:
+    signal.signal(signal.SIGINT, lambda signum, frame: _early.append(signum))
+    try:
+        from .launch.watchdog import guard_start_up
+        guard_start_up(_early)  # before the imports that take a rank its first second
+        # The command line's imports (a few tenths of a second): a Ctrl-C in them on the command a
+        # user typed ends it as one in a command does.
+        from .cli import main as command_line
+    except KeyboardInterrupt:
+        os.write(2, b"commbench: aborted\n")
+        sys.exit(130)
+    command_line()
 
-from .cli import main  # noqa: E402
 
-main()
+if __name__ == "__main__":
+    main()

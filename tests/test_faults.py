@@ -512,6 +512,84 @@ def test_ctrl_c_while_the_ranks_start_is_the_one_line(workdir, held_at):
     assert left_behind(out) == []
 
 
+def test_an_interrupt_heard_first_by_a_rank_left_out_of_a_count_names_where_the_run_was(workdir):
+    """scale on 1 rank of 3: ranks 1 and 2 wait unarmed. SIGTERM reaching rank 2 first made the line
+    `before the first size: interrupted (SIGTERM)` with rows kept (4 runs in 6 of a SIGTERM to the
+    command); rank 0 now names its own measurement."""
+    out = os.path.join(workdir, "scale.json")
+    p = subprocess.Popen([COMMBENCH, "scale", "--device", "cpu", "--ranks", "1,3", "--np", "3", "--impl", "ring",
+                          "--sizes", "1K-4K:+8", "--iters", "2000", "--warmup", "1", "--timeout", "30", "-o", out],
+                         env=mpi_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=workdir)
+    try:
+        wait_for_rows(out, p)
+        os.kill(rank_pids(out)[2], signal.SIGTERM)
+        _, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    doc = results.load_document(out)
+    assert {r["ranks"] for r in doc["results"]} == {1}, "rank 2 was still left out when it was signalled"
+    assert p.returncode == 1 and doc["status"] == "interrupted", (doc["status"], err)
+    assert re.fullmatch(r"allreduce ring@mpi \(1 ranks\) \d+: interrupted \(SIGTERM\)", doc["error"]), doc["error"]
+    assert [line for line in err.splitlines() if line.startswith("commbench:")] == [
+        f"commbench: error: {doc['error']} (measured rows kept in {out})"], err
+
+
+@pytest.mark.parametrize("sent", [signal.SIGTERM, signal.SIGHUP])
+def test_a_command_signalled_while_the_ranks_start_is_not_blamed_on_a_rank(workdir, sent):
+    """SIGTERM or a hang-up to the command while the ranks import, before they handle SIGTERM: they end
+    on it, mpirun's notice names one, and the line blamed that rank (8 runs in 8). The signal was the
+    command's: its line says so."""
+    out = os.path.join(workdir, "start.json")
+    env = mpi_env()
+    env.update(PYTHONPATH=os.pathsep.join(filter(None, [os.path.join(os.path.dirname(__file__), "stubs", "slow_start"),
+                                                         env.get("PYTHONPATH")])),
+               COMMBENCH_STUB_SLOW_START_MARK=os.path.join(workdir, "importing"),
+               COMMBENCH_STUB_SLOW_START_AT="commbench.launch.watchdog", COMMBENCH_STUB_SLOW_START_S="30")
+    p = subprocess.Popen([COMMBENCH, *SWEEP, "--np", "2", "-o", out], env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        until = time.monotonic() + 60
+        while not all(os.path.exists(os.path.join(workdir, f"importing.{rank}")) for rank in (0, 1)):
+            assert time.monotonic() < until and p.poll() is None, p.communicate()
+            time.sleep(0.1)
+        os.kill(p.pid, sent)
+        _, err = p.communicate(timeout=30)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    assert p.returncode == 1 and not os.path.exists(out), err
+    assert [line for line in err.splitlines() if line.startswith("commbench:")] == [
+        "commbench: error: the ranks ended before any result was written: the command was interrupted (SIGTERM)"], err
+    time.sleep(0.5)
+    assert left_behind(out) == []
+
+
+@pytest.mark.parametrize("entry", [[COMMBENCH], [sys.executable, "-m", "commbench"]])
+def test_ctrl_c_while_the_command_imports_is_one_line(workdir, entry):
+    """A Ctrl-C in the command's own first tenths of a second (its command line's imports, held here
+    by tests/stubs/slow_start) printed a KeyboardInterrupt traceback: now the line of an aborted
+    command, exit 130, whether started as the console script or as `python -m commbench`."""
+    mark = os.path.join(workdir, "importing")
+    env = mpi_env()
+    env.update(PYTHONPATH=os.pathsep.join(filter(None, [os.path.join(os.path.dirname(__file__), "stubs", "slow_start"),
+                                                         env.get("PYTHONPATH")])),
+               COMMBENCH_STUB_SLOW_START_MARK=mark, COMMBENCH_STUB_SLOW_START_COMMAND="1", COMMBENCH_STUB_SLOW_START_S="30")
+    p = subprocess.Popen([*entry, *SWEEP, "--np", "2"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         cwd=workdir)
+    try:
+        until = time.monotonic() + 60
+        while not os.path.exists(f"{mark}.command"):
+            assert time.monotonic() < until and p.poll() is None, p.communicate()
+            time.sleep(0.05)
+        os.kill(p.pid, signal.SIGINT)
+        out, err = p.communicate(timeout=20)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert (p.returncode, err, out) == (130, "commbench: aborted\n", "")
+
+
 @pytest.mark.parametrize("when", ["watchdog-up", "before-the-watchdog"])
 def test_a_rank_stopped_before_the_first_size_ends_the_run(workdir, when):
     """Nothing is armed before the first size, yet the set-up's collectives wait for every rank:

@@ -240,14 +240,15 @@ def run_ranks(nranks: Optional[int], default_ranks: int, body, checks, timeout_s
 class Launched:
     """How the standalone launch ended: the command's exit status, the line that ended the run (None:
     no rank's error line), what launch/backstop.py says of the ranks it ended (None: it ended none),
-    whether the command was interrupted (the ranks say so), whether rank 0 ran at all, the (status,
+    the signal the command passed on to the ranks where it was interrupted (None: it was not; the
+    ranks say so), whether rank 0 ran at all, the (status,
     text) rank 1 said for a rank 0 that did not report (None: it said nothing), the (rank, host,
     signal) of the first rank mpirun saw a signal end (relay.signalled_rank), and the result file rank
     0 made (None: it made none), -o's or the one it chose."""
     status: int
     ending: Optional[bytes]
     stopped: Optional[str]
-    interrupted: bool
+    interrupted: Optional[int]
     started: bool
     spoken: Optional[tuple[str, str]]
     signalled: Optional[tuple[int, str, int]]
@@ -277,13 +278,19 @@ def _last_word(launched: Launched, output: Optional[str]) -> Optional[str]:
             with contextlib.suppress(OSError):
                 os.unlink(path)
     from ..results.document import close_abandoned, closed_complete, error_of_closed, left_running
+    signalled = launched.signalled
+    if signalled is not None and signalled[2] == launched.interrupted:
+        signalled = None  # mpirun's notice of the signal the command passed on: no rank's fault
     # Rank 0 spoke, and closed its file, or said why it could not (a full disk); but `commbench:
     # terminated` is the launch's SIGTERM that reached it before its watchdog ran, after a rank that
-    # a signal ended there: its file is left running, and the cause is told below.
-    ended_early = launched.signalled is not None and (ending is None or relay.held_back(ending))
+    # a signal ended there: its file is left running, and the cause is told below. Where the command
+    # was interrupted and no rank spoke, the ranks ended on the signal before any handler of theirs.
+    ended_early = (signalled is not None and (ending is None or relay.held_back(ending))) or \
+        (launched.interrupted is not None and ending is None)
     no_file = output is None or not os.path.exists(output)
     if relay.by_rank_0(ending) and not (ended_early and (no_file or left_running(output))):
         return None
+    cause = _cause(signalled, launched.interrupted)
     if stopped:
         kept = output is not None and close_abandoned(output, stopped, "timeout")
         return f"commbench: error: {stopped}" + (f" (measured rows kept in {output})" if kept else "")
@@ -294,32 +301,36 @@ def _last_word(launched: Launched, output: Optional[str]) -> Optional[str]:
             close_abandoned(output, text, status_said)
         return None
     elif output is not None and close_abandoned(output, f"the ranks ended (status {status}) with this file still open: "
-                                                        f"{_cause(launched)}; the rows measured before are kept"):
-        return f"commbench: error: the ranks ended with {output} still open: {_cause(launched)} (measured rows kept)"
+                                                        f"{cause}; the rows measured before are kept",
+                                                "interrupted" if signalled is None and launched.interrupted else "peer-lost"):
+        return f"commbench: error: the ranks ended with {output} still open: {cause} (measured rows kept)"
     elif ended_early and no_file:  # before rank 0 made its file
-        return f"commbench: error: the ranks ended before any result was written: {_cause(launched)}"
+        return f"commbench: error: the ranks ended before any result was written: {cause}"
     elif ending is None and output is not None and (error := error_of_closed(output)):
         # Rank 0 closed the file ahead of its line (watchdog._close_ahead), and the launch ended it
         # before it spoke: SIGTERM, then Open MPI's SIGKILL a quarter of a second later.
         return one_line(f"commbench: error: {error} (measured rows kept in {output})")
-    elif launched.signalled is not None and output is not None and closed_complete(output):
-        # Rank 0 closed the file whole, and a rank ended on a signal after (in MPI's finalize): the
-        # rows stand, the status says the ranks' end.
-        return f"commbench: error: the run was complete ({output} holds all of it), but then {_cause(launched)}"
+    elif ended_early and output is not None and closed_complete(output):
+        # Rank 0 closed the file whole, and then a rank ended on a signal (in MPI's finalize), or the
+        # command was interrupted: the rows stand, the status says the ranks' end.
+        return f"commbench: error: the run was complete ({output} holds all of it), but then {cause}"
     elif not launched.started and not launched.interrupted:  # mpirun failed before any rank ran
         return f"commbench: error: the launch ended with status {status} before any rank ran (mpirun's account above)"
     return None
 
 
-def _cause(launched: Launched) -> str:
-    """Why rank 0 left its file open and no rank said why: a rank that a signal ended before any
-    watchdog could name it (in the ranks' start-up), as mpirun's notice above says, or rank 0 killed."""
-    if launched.signalled is None:
-        return "rank 0's process was killed, or ended by the launch for another rank's"
-    rank, host, signum = launched.signalled
-    with contextlib.suppress(ValueError):
-        signum = signal.Signals(signum).name
-    return f"rank {rank}'s process ended on signal {signum} on host {host} (mpirun's account), and the launch ended the others"
+def _cause(signalled: Optional[tuple[int, str, int]], interrupted: Optional[int]) -> str:
+    """Why the ranks ended where no rank said why: a rank that a signal ended before any watchdog
+    could name it (in the ranks' start-up, or after the run), as mpirun's notice above says; the
+    command interrupted; or rank 0 killed."""
+    if signalled is not None:
+        rank, host, signum = signalled
+        with contextlib.suppress(ValueError):
+            signum = signal.Signals(signum).name
+        return f"rank {rank}'s process ended on signal {signum} on host {host} (mpirun's account), and the launch ended the others"
+    if interrupted is not None:
+        return f"the command was interrupted ({signal.Signals(interrupted).name})"
+    return "rank 0's process was killed, or ended by the launch for another rank's"
 
 
 # How long the ranks have, once interrupted, to report before the launch is killed whole.
@@ -351,10 +362,10 @@ def _spawn(argv: list[str], env: dict, timeout_s: float) -> Launched:
     backstop.start()
 
     def forward(signum, _frame):
-        interrupted.append(signum)
         # A hang-up (the terminal or the ssh session closed) ends the ranks as SIGTERM does: in order,
         # the file closed, no Open MPI session folder left behind.
         sent = signal.SIGTERM if signum == signal.SIGHUP else signum
+        interrupted.append(sent)
         for pid in session_members(proc.pid) or [proc.pid]:  # no ranks yet: mpirun ends its launch
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sent)
@@ -374,7 +385,8 @@ def _spawn(argv: list[str], env: dict, timeout_s: float) -> Launched:
     # A rank killed by a signal makes mpirun's own status a signal number; the command's is 1.
     rc = launched_status(env[STARTED_MARK], rc)
     return Launched(rc if rc in (0, 1, 2) and not (interrupted and rc == 0) else 1, relayed.ending,
-                    backstop.text() if backstop.ended else None, bool(interrupted), os.path.exists(env[STARTED_MARK]),
+                    backstop.text() if backstop.ended else None, interrupted[0] if interrupted else None,
+                    os.path.exists(env[STARTED_MARK]),
                     spoken_for_rank_0(env[STARTED_MARK]), relay.signalled_rank(relayed.seen),
                     announced_result(env[STARTED_MARK]))
 

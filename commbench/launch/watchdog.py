@@ -480,7 +480,10 @@ class Watchdog:
         if status == "timeout":
             return self._absent_text(f"did not arrive within --timeout {self.timeout_s:g} s")
         if status == "interrupted":
-            return text
+            # The signal reached every rank; rank 0's label says where the run was. A rank left out
+            # of a rank count (scale, numerics) waits unarmed and would say 'before the first size'.
+            why = text.rpartition(": interrupted ")[2]
+            return f"{self.label}: interrupted {why}" if self.label and why else text
         absent = self._absent()
         return f"{self.label}: on rank {rank}: {text}" + (f"; {_ranks(absent)} did not arrive" if absent else "")
 

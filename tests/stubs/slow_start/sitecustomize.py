@@ -4,7 +4,8 @@ as one loading torch on a busy node does, so that a signal is sure to come amid 
 COMMBENCH_STUB_SLOW_START_AT=commbench.launch.watchdog, as it imports the start-up guard itself (the
 first tenth of a second of a rank, before the guard is set). As the sleep starts it makes the file
 COMMBENCH_STUB_SLOW_START_MARK.<rank>: a test signals once every rank has one, not after a guess at
-how long an interpreter takes to start on a busy host."""
+how long an interpreter takes to start on a busy host. With COMMBENCH_STUB_SLOW_START_COMMAND=1 it
+holds the command a user typed instead (no rank variable), its mark COMMBENCH_STUB_SLOW_START_MARK.command."""
 
 import importlib.abc
 import os
@@ -18,10 +19,10 @@ class _SlowImport(importlib.abc.MetaPathFinder):
             sys.meta_path.remove(self)
             mark = os.environ.get("COMMBENCH_STUB_SLOW_START_MARK")
             if mark:
-                open(f"{mark}.{os.environ['OMPI_COMM_WORLD_RANK']}", "w").close()
+                open(f"{mark}.{os.environ.get('OMPI_COMM_WORLD_RANK', 'command')}", "w").close()
             time.sleep(float(os.environ["COMMBENCH_STUB_SLOW_START_S"]))
         return None
 
 
-if "OMPI_COMM_WORLD_RANK" in os.environ:
+if ("OMPI_COMM_WORLD_RANK" in os.environ) != (os.environ.get("COMMBENCH_STUB_SLOW_START_COMMAND") == "1"):
     sys.meta_path.insert(0, _SlowImport())
