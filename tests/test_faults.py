@@ -565,11 +565,14 @@ def test_a_command_signalled_while_the_ranks_start_is_not_blamed_on_a_rank(workd
     assert left_behind(out) == []
 
 
+@pytest.mark.parametrize("sent,said", [(signal.SIGINT, (130, "commbench: aborted\n")),
+                                       (signal.SIGTERM, (143, "commbench: terminated\n"))])
 @pytest.mark.parametrize("entry", [[COMMBENCH], [sys.executable, "-m", "commbench"]])
-def test_ctrl_c_while_the_command_imports_is_one_line(workdir, entry):
+def test_ctrl_c_while_the_command_imports_is_one_line(workdir, entry, sent, said):
     """A Ctrl-C in the command's own first tenths of a second (its command line's imports, held here
     by tests/stubs/slow_start) printed a KeyboardInterrupt traceback: now the line of an aborted
-    command, exit 130, whether started as the console script or as `python -m commbench`."""
+    command, exit 130, whether started as the console script or as `python -m commbench`. A SIGTERM
+    there ended it on the signal without a word: the line of a terminated command, exit 143."""
     mark = os.path.join(workdir, "importing")
     env = mpi_env()
     env.update(PYTHONPATH=os.pathsep.join(filter(None, [os.path.join(os.path.dirname(__file__), "stubs", "slow_start"),
@@ -582,12 +585,12 @@ def test_ctrl_c_while_the_command_imports_is_one_line(workdir, entry):
         while not os.path.exists(f"{mark}.command"):
             assert time.monotonic() < until and p.poll() is None, p.communicate()
             time.sleep(0.05)
-        os.kill(p.pid, signal.SIGINT)
+        os.kill(p.pid, sent)
         out, err = p.communicate(timeout=20)
     finally:
         if p.poll() is None:
             p.kill()
-    assert (p.returncode, err, out) == (130, "commbench: aborted\n", "")
+    assert (p.returncode, err, out) == (*said, "")
 
 
 @pytest.mark.parametrize("when", ["watchdog-up", "before-the-watchdog"])

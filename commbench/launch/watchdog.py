@@ -72,6 +72,9 @@ def guard_start_up(early: Sequence[int] = ()) -> None:
     rank = launch_rank()
     if rank is None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+        # Until the command line's own handler (cli.main): a SIGTERM in its imports, where nothing
+        # was made yet, ended the command on the signal without a word.
+        signal.signal(signal.SIGTERM, _terminated_in_start_up)
         if early:
             raise KeyboardInterrupt
         return
@@ -95,6 +98,11 @@ def guard_start_up(early: Sequence[int] = ()) -> None:
     signal.signal(signal.SIGINT, interrupted)
     if early:
         interrupted(early[0], None)
+
+
+def _terminated_in_start_up(signum, frame) -> None:
+    os.write(2, b"commbench: terminated\n")
+    os._exit(128 + signum)
 
 
 def _interrupted_text(label: str, signum: int) -> str:
