@@ -43,9 +43,9 @@ def main() -> None:
     exit 2 for bad input (click's usage errors included) and for files that cannot be read or
     written. The measuring commands replace the SIGTERM handler with their own (the standalone
     parent passes it on to its ranks; a rank's watchdog reports it)."""
-    signal.signal(signal.SIGTERM, _terminate)
-    sys.stdout, sys.stderr = relay.std_streams(sys.stdout, sys.stderr)
     watchdog.guard_start_up()
+    signal.signal(signal.SIGTERM, _terminate)  # after the guard's, which holds only for the imports
+    sys.stdout, sys.stderr = relay.std_streams(sys.stdout, sys.stderr)
     trace.launched()
     trace.phase("imports")  # the interpreter's start and commbench's command line, before any command runs
     try:
