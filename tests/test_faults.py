@@ -480,31 +480,40 @@ def test_a_rank_left_out_of_numerics_stopped_is_named_once_the_others_end(workdi
     assert left_behind(out) == []
 
 
+def _signalled_in_start_up(argv: list, workdir: str, marks: tuple, sent: int, **held) -> tuple:
+    """Starts `argv` with tests/stubs/slow_start holding it (`held`: its variables), sends the command
+    `sent` once each of `marks` (a rank's number, or `command`) is held there, and returns (the ended
+    process, its stdout, its stderr)."""
+    mark = os.path.join(workdir, "importing")
+    env = mpi_env()
+    env.update(PYTHONPATH=os.pathsep.join(filter(None, [os.path.join(os.path.dirname(__file__), "stubs", "slow_start"),
+                                                         env.get("PYTHONPATH")])),
+               COMMBENCH_STUB_SLOW_START_MARK=mark, **held)
+    p = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=workdir,
+                         start_new_session=True)
+    try:
+        until = time.monotonic() + 60
+        while not all(os.path.exists(f"{mark}.{m}") for m in marks):
+            assert time.monotonic() < until and p.poll() is None, p.communicate()
+            time.sleep(0.05)
+        os.kill(p.pid, sent)
+        return (p, *p.communicate(timeout=30))
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+
+
 @pytest.mark.parametrize("held_at", ["commbench.cli", "commbench.launch.watchdog"])
 def test_ctrl_c_while_the_ranks_start_is_the_one_line(workdir, held_at):
     """A Ctrl-C while the ranks still import (tests/stubs/slow_start holds them there: in the command
     line's imports, or in the start-up guard's own, before it is set): no traceback from any rank,
     no launcher banner, the line of an interrupted run, no file, nothing left."""
     out = os.path.join(workdir, "start.json")
-    env = mpi_env()
-    env.update(PYTHONPATH=os.pathsep.join(filter(None, [os.path.join(os.path.dirname(__file__), "stubs", "slow_start"),
-                                                         env.get("PYTHONPATH")])),
-               COMMBENCH_STUB_SLOW_START_MARK=os.path.join(workdir, "importing"), COMMBENCH_STUB_SLOW_START_AT=held_at,
-               # Held in the guard's imports, a rank acts on the signal once they end (in a tenth of
-               # a second, unheld): 3 s; held after the guard, at once, however long the hold.
-               COMMBENCH_STUB_SLOW_START_S="3" if held_at == "commbench.launch.watchdog" else "30")
-    p = subprocess.Popen([COMMBENCH, *SWEEP, "--np", "2", "-o", out], env=env, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        until = time.monotonic() + 60
-        while not all(os.path.exists(os.path.join(workdir, f"importing.{rank}")) for rank in (0, 1)):
-            assert time.monotonic() < until and p.poll() is None, p.communicate()
-            time.sleep(0.1)
-        os.kill(p.pid, signal.SIGINT)
-        _, err = p.communicate(timeout=20)
-    finally:
-        if p.poll() is None:
-            os.killpg(p.pid, signal.SIGKILL)
+    # Held in the guard's imports, a rank acts on the signal once they end (in a tenth of a second,
+    # unheld): 3 s; held after the guard, at once, however long the hold.
+    p, _, err = _signalled_in_start_up([COMMBENCH, *SWEEP, "--np", "2", "-o", out], workdir, ("0", "1"), signal.SIGINT,
+                                       COMMBENCH_STUB_SLOW_START_AT=held_at,
+                                       COMMBENCH_STUB_SLOW_START_S="3" if held_at == "commbench.launch.watchdog" else "30")
     assert p.returncode == 1, err
     assert err == "commbench: error: before the first size: interrupted (SIGINT)\n"
     assert not os.path.exists(out)
@@ -541,23 +550,9 @@ def test_a_command_signalled_while_the_ranks_start_is_not_blamed_on_a_rank(workd
     on it, mpirun's notice names one, and the line blamed that rank (8 runs in 8). The signal was the
     command's: its line says so."""
     out = os.path.join(workdir, "start.json")
-    env = mpi_env()
-    env.update(PYTHONPATH=os.pathsep.join(filter(None, [os.path.join(os.path.dirname(__file__), "stubs", "slow_start"),
-                                                         env.get("PYTHONPATH")])),
-               COMMBENCH_STUB_SLOW_START_MARK=os.path.join(workdir, "importing"),
-               COMMBENCH_STUB_SLOW_START_AT="commbench.launch.watchdog", COMMBENCH_STUB_SLOW_START_S="30")
-    p = subprocess.Popen([COMMBENCH, *SWEEP, "--np", "2", "-o", out], env=env, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        until = time.monotonic() + 60
-        while not all(os.path.exists(os.path.join(workdir, f"importing.{rank}")) for rank in (0, 1)):
-            assert time.monotonic() < until and p.poll() is None, p.communicate()
-            time.sleep(0.1)
-        os.kill(p.pid, sent)
-        _, err = p.communicate(timeout=30)
-    finally:
-        if p.poll() is None:
-            os.killpg(p.pid, signal.SIGKILL)
+    p, _, err = _signalled_in_start_up([COMMBENCH, *SWEEP, "--np", "2", "-o", out], workdir, ("0", "1"), sent,
+                                       COMMBENCH_STUB_SLOW_START_AT="commbench.launch.watchdog",
+                                       COMMBENCH_STUB_SLOW_START_S="30")
     assert p.returncode == 1 and not os.path.exists(out), err
     assert [line for line in err.splitlines() if line.startswith("commbench:")] == [
         "commbench: error: the ranks ended before any result was written: the command was interrupted (SIGTERM)"], err
@@ -573,23 +568,8 @@ def test_ctrl_c_while_the_command_imports_is_one_line(workdir, entry, sent, said
     by tests/stubs/slow_start) printed a KeyboardInterrupt traceback: now the line of an aborted
     command, exit 130, whether started as the console script or as `python -m commbench`. A SIGTERM
     there ended it on the signal without a word: the line of a terminated command, exit 143."""
-    mark = os.path.join(workdir, "importing")
-    env = mpi_env()
-    env.update(PYTHONPATH=os.pathsep.join(filter(None, [os.path.join(os.path.dirname(__file__), "stubs", "slow_start"),
-                                                         env.get("PYTHONPATH")])),
-               COMMBENCH_STUB_SLOW_START_MARK=mark, COMMBENCH_STUB_SLOW_START_COMMAND="1", COMMBENCH_STUB_SLOW_START_S="30")
-    p = subprocess.Popen([*entry, *SWEEP, "--np", "2"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         cwd=workdir)
-    try:
-        until = time.monotonic() + 60
-        while not os.path.exists(f"{mark}.command"):
-            assert time.monotonic() < until and p.poll() is None, p.communicate()
-            time.sleep(0.05)
-        os.kill(p.pid, sent)
-        out, err = p.communicate(timeout=20)
-    finally:
-        if p.poll() is None:
-            p.kill()
+    p, out, err = _signalled_in_start_up([*entry, *SWEEP, "--np", "2"], workdir, ("command",), sent,
+                                         COMMBENCH_STUB_SLOW_START_COMMAND="1", COMMBENCH_STUB_SLOW_START_S="30")
     assert (p.returncode, err, out) == (*said, "")
 
 
