@@ -313,6 +313,10 @@ def in_process(args: list, monkeypatch, capsys) -> tuple:
     return code, out, err
 
 
+# The open lock files of this worker's exclusive hold, kept from a quiet test to the next one.
+_quiet_hold: list = []
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     """A test marked `quiet` runs alone on the machine: under pytest-xdist the other workers finish
@@ -323,18 +327,28 @@ def pytest_runtest_protocol(item, nextitem):
     read 0.035 of its baseline. Every other test holds a shared lock for its run; a quiet one first
     takes the turnstile, which lets no new test start, then the lock alone. Around the whole of a
     test's run, its fixtures' set-up and tear-down included: a module's fixture that starts ranks or a
-    test cluster does so inside the lock of the test that first asks for it."""
+    test cluster does so inside the lock of the test that first asks for it. A quiet test followed by
+    another on its worker keeps the hold for it: each new hold first waits for the other worker's
+    test to end (7 s on average in the first pass, whose long tests weigh most), so the quiet tests
+    run one after another (pytest_collection_modifyitems) under one hold."""
     if "PYTEST_XDIST_WORKER" not in os.environ:
         yield
         return
     quiet = item.get_closest_marker("quiet") is not None
-    where = item.config._tmp_path_factory.getbasetemp().parent  # the run's folder, shared by its workers
-    with open(where / "quiet.turnstile", "a") as turnstile, open(where / "quiet.lock", "a") as lock:
+    if not _quiet_hold:
+        where = item.config._tmp_path_factory.getbasetemp().parent  # the run's folder, shared by its workers
+        _quiet_hold.extend([open(where / "quiet.turnstile", "a"), open(where / "quiet.lock", "a")])
+        turnstile, lock = _quiet_hold
         fcntl.flock(turnstile, fcntl.LOCK_EX)
         fcntl.flock(lock, fcntl.LOCK_EX if quiet else fcntl.LOCK_SH)
         if not quiet:
             fcntl.flock(turnstile, fcntl.LOCK_UN)
-        yield  # both locks go with the files
+    try:
+        yield
+    finally:
+        if not (quiet and nextitem is not None and nextitem.get_closest_marker("quiet") is not None):
+            while _quiet_hold:
+                _quiet_hold.pop().close()  # the locks go with the files
 
 
 def pytest_collection_modifyitems(items):
@@ -343,11 +357,13 @@ def pytest_collection_modifyitems(items):
     running at the end. The test clusters' tests one after another, on one worker (`--dist
     loadgroup`): their ranks run ahead of the other worker's processes (nice -10, tests/cluster.py),
     but not of another cluster's, and a fit against a shaped rate read 0.82 of it beside another
-    cluster test (0.94 to 0.97 beside two busy loops)."""
+    cluster test (0.94 to 0.97 beside two busy loops). Among each, the quiet tests last, one after
+    another, so that one exclusive hold serves them all (pytest_runtest_protocol)."""
     for item in items:
         if item.get_closest_marker("cluster"):
             item.add_marker(pytest.mark.xdist_group("cluster"))
-    items.sort(key=lambda item: not any(item.get_closest_marker(m) for m in ("wheel", "cluster", "long")))
+    items.sort(key=lambda item: (not any(item.get_closest_marker(m) for m in ("wheel", "cluster", "long")),
+                                 item.get_closest_marker("quiet") is not None))
 
 
 def pytest_addoption(parser):

@@ -41,26 +41,53 @@ def test_plain(i):
 """}
 
 
-def test_a_quiet_test_runs_while_no_other_test_does(tmp_path):
-    """Two workers run the plain tests side by side, never beside the quiet one, whose lock covers a
-    module fixture's set-up too."""
+def _spans(tmp_path, files: dict) -> dict:
+    """{span's name: (start, end)} of the test files `files` run as `make test` runs them, two workers
+    (--dist loadfile: one file a worker) under the suite's turnstile."""
     (tmp_path / "conftest.py").write_text(
         "import importlib.util\n"
         f"spec = importlib.util.spec_from_file_location('suite_conftest', {os.path.join(TESTS, 'conftest.py')!r})\n"
         "suite = importlib.util.module_from_spec(spec)\nspec.loader.exec_module(suite)\n"
         "pytest_runtest_protocol = suite.pytest_runtest_protocol\n")
     (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    quiet: alone\n")
-    for name, text in SPANS.items():
+    for name, text in files.items():
         (tmp_path / name).write_text(text)
     spans = tmp_path / "spans.log"
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", "loadfile", "-p", "no:cacheprovider",
-                        *SPANS],
+                        *files],
                        cwd=tmp_path, capture_output=True, text=True, timeout=120,
                        env={**os.environ, "SPANS": str(spans)})
     assert r.returncode == 0, r.stdout + r.stderr
-    found = {name: (float(a), float(b)) for name, a, b in (line.split() for line in spans.read_text().splitlines())}
+    return {name: (float(a), float(b)) for name, a, b in (line.split() for line in spans.read_text().splitlines())}
+
+
+def test_a_quiet_test_runs_while_no_other_test_does(tmp_path):
+    """Two workers run the plain tests side by side, never beside the quiet one, whose lock covers a
+    module fixture's set-up too."""
+    found = _spans(tmp_path, SPANS)
     assert len(found) == 8, found
     quiet = found.pop("quiet")
     assert all(end <= quiet[0] or start >= quiet[1] for start, end in found.values()), (quiet, found)
     plain = sorted(found.values())
     assert any(b[0] < a[1] for a, b in zip(plain, plain[1:])), plain  # the workers did run side by side
+
+
+def test_consecutive_quiet_tests_run_under_one_hold(tmp_path):
+    """The other worker, waiting at the turnstile all along, starts no test between two quiet tests
+    of one worker: the first one's hold is kept for the second."""
+    found = _spans(tmp_path, {"test_a_spans.py": SPAN + """
+@pytest.mark.parametrize("i", range(8))
+def test_plain(i):
+    span(f"plain{i}", 0.3)
+""", "test_b_spans.py": SPAN + """
+def test_first():  # the other worker is in its tests by the end of it
+    span("first", 1.0)
+
+@pytest.mark.quiet
+@pytest.mark.parametrize("i", range(2))
+def test_quiet(i):
+    span(f"quiet{i}")
+"""})
+    assert len(found) == 11, found
+    held = (found["quiet0"][0], found["quiet1"][1])
+    assert all(end <= held[0] or start >= held[1] for name, (start, end) in found.items() if name.startswith("plain")), found
