@@ -16,6 +16,8 @@ _SIZE_RE = re.compile(r"^\s*([0-9]+)\s*([BKMGT]?)(?:I?B)?\s*$", re.IGNORECASE)
 # Most sizes one sweep may have: far more than any useful sweep, and few enough to list at once
 # (1-1T:+1 would name 10^12 sizes, and take all memory before one is measured).
 MAX_SIZES = 10_000
+# Digits a size may have: 10^24 bytes is beyond any memory, and far within what int() reads.
+_MAX_DIGITS = 24
 
 
 def parse_size(text: str, option: str = "") -> int:
@@ -26,7 +28,11 @@ def parse_size(text: str, option: str = "") -> int:
         given = f" for {option}" if option else ""
         raise CommbenchError(f"bad size '{text}'{given}: expected a number with an optional unit B, K, M, G or T "
                              f"(e.g. 8, 1K, 256M)")
-    return int(m.group(1)) * _UNITS[m.group(2).upper()]
+    digits = m.group(1).lstrip("0")
+    if len(digits) > _MAX_DIGITS:  # Python refuses to read an int of more than 4,300 digits
+        raise CommbenchError(f"bad size '{text[:24]}...'{' for ' + option if option else ''}: a number of "
+                             f"{len(digits):,} digits is no byte count")
+    return int(digits or "0") * _UNITS[m.group(2).upper()]
 
 
 def parse_sizes(spec: str) -> list[int]:

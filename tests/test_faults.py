@@ -561,13 +561,15 @@ def test_a_command_signalled_while_the_ranks_start_is_not_blamed_on_a_rank(workd
 
 
 @pytest.mark.parametrize("sent,said", [(signal.SIGINT, (130, "commbench: aborted\n")),
-                                       (signal.SIGTERM, (143, "commbench: terminated\n"))])
+                                       (signal.SIGTERM, (143, "commbench: terminated\n")),
+                                       (signal.SIGHUP, (129, "commbench: terminated\n"))])
 @pytest.mark.parametrize("entry", [[COMMBENCH], [sys.executable, "-m", "commbench"]])
 def test_ctrl_c_while_the_command_imports_is_one_line(workdir, entry, sent, said):
     """A Ctrl-C in the command's own first tenths of a second (its command line's imports, held here
     by tests/stubs/slow_start) printed a KeyboardInterrupt traceback: now the line of an aborted
     command, exit 130, whether started as the console script or as `python -m commbench`. A SIGTERM
-    there ended it on the signal without a word: the line of a terminated command, exit 143."""
+    there ended it on the signal without a word: the line of a terminated command, exit 143; a
+    hang-up too (exit 129)."""
     p, out, err = _signalled_in_start_up([*entry, *SWEEP, "--np", "2"], workdir, ("command",), sent,
                                          COMMBENCH_STUB_SLOW_START_COMMAND="1", COMMBENCH_STUB_SLOW_START_S="30")
     assert (p.returncode, err, out) == (*said, "")
@@ -757,3 +759,21 @@ def test_a_hang_up_ends_the_ranks_as_sigterm_does(workdir):
         [f"commbench: error: {doc['error']} (measured rows kept in {out})"], err
     time.sleep(0.5)
     assert left_behind(out) == [] and os.listdir(tmp) == []
+
+
+def test_a_run_started_to_ignore_hang_ups_outlives_one(workdir):
+    """`nohup commbench ...`: started with SIGHUP ignored, the run must outlive its terminal, yet the
+    command's own hang-up handler (which ends the ranks as SIGTERM does) replaced the ignoring."""
+    out = os.path.join(workdir, "nohup.json")
+    p = subprocess.Popen([COMMBENCH, *SWEEP, "-o", out, "--np", "2"], env=_env("cpu"), stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, start_new_session=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+    try:
+        wait_for_rows(out, p)
+        os.kill(p.pid, signal.SIGHUP)
+        _, err = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    assert p.returncode == 0 and "commbench: error" not in err, err
+    assert results.load_document(out)["status"] == "complete"

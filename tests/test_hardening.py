@@ -748,9 +748,10 @@ def test_more_ranks_than_the_host_can_hold_are_refused_before_any_starts(command
     assert os.listdir(workdir) == []
 
 
-def test_sigterm_during_a_report_leaves_no_temporary_file(tmp_path):
-    """SIGINT cleaned up, SIGTERM ended the process where it was: the report's hidden staging folder
-    stayed. Now SIGTERM unwinds like SIGINT: one line, exit 143, nothing left."""
+@pytest.mark.parametrize("sent", [signal.SIGTERM, signal.SIGHUP])
+def test_sigterm_during_a_report_leaves_no_temporary_file(tmp_path, sent):
+    """SIGINT cleaned up, SIGTERM or a hang-up ended the process where it was: the report's hidden
+    staging folder stayed. Now they unwind like SIGINT: one line, exit 143 or 129, nothing left."""
     from test_analysis import doc_of, ring, synthetic
     recs = []
     for impl in ("ring@mpi", "tree@mpi", "mpi", "ring@mpix", "tree@mpix", "mpix"):
@@ -761,7 +762,7 @@ def test_sigterm_during_a_report_leaves_no_temporary_file(tmp_path):
     deadline = time.monotonic() + 60
     while not any(".partial" in n for n in os.listdir(tmp_path)) and p.poll() is None and time.monotonic() < deadline:
         time.sleep(0.01)
-    p.send_signal(signal.SIGTERM)
+    p.send_signal(sent)
     out, err = p.communicate(timeout=60)
-    assert p.returncode == 143 and err == "commbench: terminated\n", err
+    assert p.returncode == 128 + sent and err == "commbench: terminated\n", err
     assert sorted(os.listdir(tmp_path)) == ["run.json"]

@@ -6,7 +6,7 @@ from commbench.sizes import format_size, parse_size, parse_sizes, round_to_items
 
 @pytest.mark.parametrize("text,expected", [
     ("8", 8), ("8B", 8), ("1K", 1024), ("1k", 1024), ("256M", 256 << 20), ("1G", 1 << 30),
-    ("2T", 2 << 40), ("0", 0), ("4KiB", 4096),
+    ("2T", 2 << 40), ("0", 0), ("4KiB", 4096), ("0" * 30 + "8K", 8192),
 ])
 def test_parse_size(text, expected):
     assert parse_size(text) == expected
@@ -32,7 +32,12 @@ def test_mixed_list_and_ranges():
     assert parse_sizes("1-4,1K") == [1, 2, 4, 1024]
 
 
-@pytest.mark.parametrize("bad", ["", "abc", "1Q", "8-1", "1K-1M:x1", "1K-1M:y2", "0-8", "1-8:+0", "-5", "1K-"])
+# A number of more than 4,300 digits made int() raise its own ValueError: a traceback.
+MANY = "9" * 5000
+
+
+@pytest.mark.parametrize("bad", ["", "abc", "1Q", "8-1", "1K-1M:x1", "1K-1M:y2", "0-8", "1-8:+0", "-5", "1K-",
+                                 MANY, f"1-{MANY}", f"1K-1M:+{MANY}", f"1K-1M:x{MANY}", "1" + "0" * 24])
 def test_bad_specs_raise_one_clear_error(bad):
     with pytest.raises(CommbenchError) as e:
         parse_sizes(bad)

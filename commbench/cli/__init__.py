@@ -14,7 +14,7 @@ import click
 from .. import trace
 from ..errors import CommbenchError, RankError, one_line
 from ..launch import relay, watchdog
-from ..launch.world import launch_rank
+from ..launch.world import launch_rank, on_hang_up
 from . import accept, analyze, fleet, links, measure, node, numerics, scale  # noqa: F401  (each registers its commands on the group)
 from .group import cli
 
@@ -29,13 +29,17 @@ def _error(text: str, own: bool = False) -> None:
 
 
 class Terminated(BaseException):
-    """SIGTERM, raised where the process is, so that every `finally` runs (a half-written plot or
-    report's temporary files go) before the process ends. A BaseException: no `except Exception` on
-    the way may take it for a failure of its own."""
+    """SIGTERM or a hang-up, raised where the process is, so that every `finally` runs (a half-written
+    plot or report's temporary files go) before the process ends. A BaseException: no `except
+    Exception` on the way may take it for a failure of its own."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
 
 
 def _terminate(signum, frame) -> None:
-    raise Terminated()
+    raise Terminated(signum)
 
 
 def main() -> None:
@@ -45,15 +49,17 @@ def main() -> None:
     parent passes it on to its ranks; a rank's watchdog reports it)."""
     watchdog.guard_start_up()
     signal.signal(signal.SIGTERM, _terminate)  # after the guard's, which holds only for the imports
+    on_hang_up(_terminate)
     sys.stdout, sys.stderr = relay.std_streams(sys.stdout, sys.stderr)
     trace.launched()
     trace.phase("imports")  # the interpreter's start and commbench's command line, before any command runs
     try:
         cli.main(standalone_mode=False)
-    except Terminated:
+    except Terminated as e:
         if launch_rank() in (None, 0):
-            click.echo("commbench: terminated", err=True)
-        sys.exit(128 + signal.SIGTERM)
+            with contextlib.suppress(OSError):  # a hang-up's terminal may be gone
+                click.echo("commbench: terminated", err=True)
+        sys.exit(128 + e.signum)
     except click.exceptions.Abort:
         click.echo("commbench: aborted", err=True)
         sys.exit(130)

@@ -14,6 +14,7 @@ import sys
 import click
 
 from ..errors import CommbenchError, NodeError, UnknownOption
+from ..launch.world import on_hang_up
 from .analyze import baseline
 from .group import cli
 
@@ -195,8 +196,8 @@ def accept(plan_name, baselines_dir, junit_path, base, quick, launch_text, print
             _off_a_closed_terminal()
         raise KeyboardInterrupt
     ending = (signal.SIGTERM, signal.SIGHUP)
-    for s in ending:
-        signal.signal(s, stop)
+    signal.signal(signal.SIGTERM, stop)
+    on_hang_up(stop)
     try:
         summary = run_plan(plan, folder, baselines, quick, launch, gpus, say=lambda line: click.echo(line))
     finally:

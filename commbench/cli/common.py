@@ -29,6 +29,7 @@ from ..launch.world import (
     init_world,
     launched_status,
     mark_started,
+    on_hang_up,
     rank_status,
     session_base,
     spoken_for_rank_0,
@@ -370,8 +371,9 @@ def _spawn(argv: list[str], env: dict, timeout_s: float) -> Launched:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sent)
 
-    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+    for s in (signal.SIGINT, signal.SIGTERM):
         signal.signal(s, forward)
+    on_hang_up(forward)
     while True:
         try:
             rc = proc.wait(timeout=STOP_WITHIN_S if interrupted else None)

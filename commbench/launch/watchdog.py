@@ -68,13 +68,14 @@ def guard_start_up(early: Sequence[int] = ()) -> None:
     0 saying so in the line of an interrupted run (Python's KeyboardInterrupt printed a traceback
     from whichever import it hit, on every rank). Once a watchdog has run, SIGINT is Python's again.
     `early`: the signals that came before this guard was set (__main__ holds them)."""
-    from .world import detect_launcher, launch_rank
+    from .world import detect_launcher, launch_rank, on_hang_up
     rank = launch_rank()
     if rank is None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        # Until the command line's own handler (cli.main): a SIGTERM in its imports, where nothing
-        # was made yet, ended the command on the signal without a word.
+        # Until the command line's own handler (cli.main): a SIGTERM or a hang-up in its imports,
+        # where nothing was made yet, ended the command on the signal without a word.
         signal.signal(signal.SIGTERM, _terminated_in_start_up)
+        on_hang_up(_terminated_in_start_up)
         if early:
             raise KeyboardInterrupt
         return

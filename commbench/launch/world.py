@@ -106,6 +106,14 @@ def dies_with(parent_pid: int):
     return arm
 
 
+def on_hang_up(handler) -> None:
+    """SIGHUP (the terminal or the ssh session closed) to `handler`, unless this process was started
+    to ignore it (`nohup`, a detached job): a hang-up then must not end what was meant to outlive the
+    terminal, as a handler of ours would have made it."""
+    if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
+        signal.signal(signal.SIGHUP, handler)
+
+
 # Where the bundled mpirun keeps its session folder (PRRTE's ompi.<pid>, its PMIx rendezvous files in
 # it) unless the user chose: a folder of each launch's own, removed after it (session_base).
 SESSION_BASE = "PRTE_MCA_prte_tmpdir_base"
