@@ -184,6 +184,34 @@ def test_the_ranks_end_with_a_killed_command(command, workdir):
     assert r.returncode == 0 and not os.path.exists(base), r.stderr
 
 
+def test_a_launch_killed_whole_leaves_its_folders_to_the_next_launch(workdir):
+    """The command, its mpirun and its ranks SIGKILLed at once (a job's end, the OOM killer, a cgroup's
+    kill): mpirun's session folder (`ompi.<pid>`) stayed in the launch's folder, and no later launch
+    removed it, as it removes one holding rank 0's notes alone."""
+    out = os.path.join(workdir, "whole.json")
+    p = subprocess.Popen([COMMBENCH, *SWEEP, "--np", "2", "-o", out], env=mpi_env(), stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        wait_for_rows(out, p)
+        [mpirun] = [int(pid) for pid in left_behind(out) if _command_name(int(pid)) in ("mpirun", "prterun")]
+        with open(f"/proc/{mpirun}/environ", "rb") as f:
+            base = dict(v.split(b"=", 1) for v in f.read().split(b"\0") if b"=" in v)[SESSION_BASE.encode()].decode()
+        for pid in left_behind(out):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid), signal.SIGKILL)
+        p.communicate(timeout=30)
+        until = time.monotonic() + 10
+        while left_behind(out) and time.monotonic() < until:
+            time.sleep(0.1)
+    finally:
+        for pid in left_behind(out):
+            os.kill(int(pid), signal.SIGKILL)
+    assert f"ompi.{mpirun}" in os.listdir(base), os.listdir(base)
+    r = commbench(["allreduce", "--device", "cpu", "--np", "2", "--sizes", "1K", "--iters", "2", "--warmup", "1", "-o",
+                   os.path.join(workdir, "next.json")])
+    assert r.returncode == 0 and not os.path.exists(base), (r.stderr, os.listdir(base))
+
+
 def _command_name(pid: int) -> str:
     with contextlib.suppress(OSError), open(f"/proc/{pid}/comm") as f:
         return f.read().strip()

@@ -217,24 +217,41 @@ def announced_result(mark: str) -> Optional[str]:
     return None
 
 
+def _gone(pid: str) -> bool:
+    """Whether no process runs with the pid `pid` (decimal text): none has it, or it is a zombie (an
+    mpirun whose command was SIGKILLed with it waits for whoever adopted it to reap it); another
+    user's is alive."""
+    if not pid.isdecimal():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0] == "Z"
+    except (OSError, IndexError):
+        return False
+
+
 def _remove_abandoned_bases() -> None:
-    """The launch folders that commands killed with SIGKILL left (their mpirun removed its own session
-    folder in them), holding at most rank 0's and rank 1's notes: those of processes that no longer run. rmdir
-    removes none that holds anything else."""
+    """The launch folders that commands killed with SIGKILL left, of commands that no longer run:
+    rank 0's and rank 1's notes, and the session folder (`ompi.<its pid>`) of an mpirun SIGKILLed
+    with the command (a job's end, the OOM killer, a cgroup's kill take every process at once) that
+    no longer runs either. rmdir removes none that holds anything else."""
     import glob
     for path in glob.glob(os.path.join(tempfile.gettempdir(), "commbench-mpirun-*-*")):
-        pid = os.path.basename(path).split("-")[2]
-        if not pid.isdecimal():
+        if not _gone(os.path.basename(path).split("-")[2]):
             continue
-        try:
-            os.kill(int(pid), 0)
-        except ProcessLookupError:
-            with contextlib.suppress(OSError):
-                for name in set(os.listdir(path)) & {MARK_NAME, SPOKE_NAME, RESULT_NAME}:
+        with contextlib.suppress(OSError):
+            for name in os.listdir(path):
+                if name in (MARK_NAME, SPOKE_NAME, RESULT_NAME):
                     os.unlink(os.path.join(path, name))
-                os.rmdir(path)
-        except OSError:
-            pass  # another user's process: alive
+                elif name.startswith("ompi.") and _gone(name[len("ompi."):]):
+                    shutil.rmtree(os.path.join(path, name), ignore_errors=True)
+            os.rmdir(path)
 
 
 # Open MPI's libfabric BTL probes its providers for about a second in every rank's MPI_Init (the
