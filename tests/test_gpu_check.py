@@ -8,6 +8,7 @@ import re
 import sys
 import time
 
+import pytest
 from conftest import commbench, mpi_env
 
 from commbench.accept import plan as plans
@@ -71,6 +72,21 @@ def test_a_step_past_its_limit_is_stopped_whole(tmp_path):
     assert state in ("Z", "gone"), state
     ran = runner.run([sys.executable, "-c", "print('ran')"], str(tmp_path / "next.log"), 60, dict(os.environ))
     assert ran.rc == 0 and open(ran.log).read().endswith("ran\n")
+
+
+@pytest.mark.parametrize("said,limit_s,kept", [("print('{\"a\": 1}')", 60, True),  # whole: kept, whatever the exit
+                                               ("print('{\"a\": 1}'); raise SystemExit(1)", 60, True),
+                                               ("print('{\"a\": ', flush=True); time.sleep(30)", 1, False),
+                                               ("raise SystemExit(2)", 60, False)])
+def test_a_steps_document_is_there_whole_or_not_at_all(tmp_path, said, limit_s, kept):
+    """A step whose stdout is its document (topo, doctor): interrupted or stopped as it wrote it, an
+    empty or cut topo.json stood in the run's folder for the step's output."""
+    doc = tmp_path / "topo.json"
+    ran = runner.run([sys.executable, "-c", f"import time; {said}"], str(tmp_path / "topo.log"), limit_s, dict(os.environ),
+                     str(doc))
+    assert (ran.rc is None) == (limit_s == 1)
+    assert sorted(os.listdir(tmp_path)) == (["topo.json", "topo.log"] if kept else ["topo.log"])
+    assert not kept or json.loads(doc.read_text()) == {"a": 1}
 
 
 def test_doctor_verdict_is_reported_and_not_counted(tmp_path):

@@ -7,6 +7,7 @@ of taking itself for one rank of that launch."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shlex
 import signal
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ..redact import scrub
+from ..results.atomic import create_temporary
 
 # After SIGTERM, how long a stopped step (mpirun passing it on to its ranks) may take to exit.
 STOP_GRACE_S = 10
@@ -33,10 +35,11 @@ class Ran:
 
 def run(argv: list, log: str, timeout_s: float, env: dict, stdout_file: Optional[str] = None,
         cwd: Optional[str] = None) -> Ran:
-    """Runs argv, stdout and stderr into `log` (stdout into `stdout_file` where given: a document to
-    read back). What the step says is scrubbed line by line on its way into the log (redact.py's
-    scrub): a library's warning may quote a credential-shaped setting that a result file redacts. A
-    step whose log cannot be written is not started: nothing of it could be kept."""
+    """Runs argv, stdout and stderr into `log` (stdout into `stdout_file` where given: a JSON document
+    to read back, there whole or not at all). What the step says is scrubbed line by line on its way
+    into the log (redact.py's scrub): a library's warning may quote a credential-shaped setting that a
+    result file redacts. A step whose log cannot be written is not started: nothing of it could be
+    kept."""
     t0 = time.monotonic()
     opened = []
     try:
@@ -47,7 +50,7 @@ def run(argv: list, log: str, timeout_s: float, env: dict, stdout_file: Optional
             log_file.flush()
             stdout = subprocess.PIPE
             if stdout_file:
-                stdout = open(stdout_file, "w")
+                stdout = open(create_temporary(os.path.dirname(stdout_file) or ".", os.path.basename(stdout_file)), "w")
                 opened.append(stdout)
         except OSError as e:
             for f in opened:  # what holds nothing goes: no empty log stands for the step
@@ -60,6 +63,21 @@ def run(argv: list, log: str, timeout_s: float, env: dict, stdout_file: Optional
         for f in opened:  # a full disk refuses the last flush too: what was written stays
             with contextlib.suppress(OSError):
                 f.close()
+        if len(opened) == 2:
+            _keep_whole(opened[1].name, stdout_file)
+
+
+def _keep_whole(written: str, path: str) -> None:
+    """The step's document under its name where it is whole JSON; otherwise (a step interrupted or
+    stopped as it wrote it, or one that failed before it) nothing: an empty or cut file stood for the
+    step's output."""
+    try:
+        with open(written) as f:
+            json.load(f)
+        os.replace(written, path)
+    except (OSError, ValueError):
+        with contextlib.suppress(OSError):
+            os.unlink(written)
 
 
 def _run(argv, log_file, stdout, timeout_s: float, env: dict, cwd, t0: float, log: str) -> Ran:
