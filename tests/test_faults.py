@@ -549,6 +549,22 @@ def test_ctrl_c_while_the_ranks_start_is_the_one_line(workdir, held_at):
     assert left_behind(out) == []
 
 
+def test_ranks_deaf_to_the_interrupt_are_ended_within_the_stop_time(workdir):
+    """SIGHUP to a standalone scale while its ranks started (held in a C call, deaf to the SIGTERM
+    passed on): the command, mpirun and the ranks ran on for good (2 runs in 5), its wait for mpirun
+    untimed when the signal came. The launch is killed whole STOP_WITHIN_S after the interrupt."""
+    from commbench.cli.common import STOP_WITHIN_S
+    out = os.path.join(workdir, "deaf.json")
+    start = time.monotonic()
+    p, _, err = _signalled_in_start_up([COMMBENCH, *SWEEP, "--np", "2", "-o", out], workdir, ("0", "1"), signal.SIGHUP,
+                                       COMMBENCH_STUB_SLOW_START_S="60", COMMBENCH_STUB_SLOW_START_DEAF="1")
+    assert p.returncode == 1 and time.monotonic() - start < 30 + STOP_WITHIN_S, err
+    assert [line for line in err.splitlines() if line.startswith("commbench:")] == [
+        "commbench: error: the ranks ended before any result was written: the command was interrupted (SIGTERM)"], err
+    time.sleep(0.5)
+    assert left_behind(out) == [] and not os.path.exists(out)
+
+
 def test_an_interrupt_heard_first_by_a_rank_left_out_of_a_count_names_where_the_run_was(workdir):
     """scale on 1 rank of 3: ranks 1 and 2 wait unarmed. SIGTERM reaching rank 2 first made the line
     `before the first size: interrupted (SIGTERM)` with rows kept (4 runs in 6 of a SIGTERM to the

@@ -280,8 +280,10 @@ def _last_word(launched: Launched, output: Optional[str]) -> Optional[str]:
                 os.unlink(path)
     from ..results.document import close_abandoned, closed_complete, error_of_closed, left_running
     signalled = launched.signalled
-    if signalled is not None and signalled[2] == launched.interrupted:
-        signalled = None  # mpirun's notice of the signal the command passed on: no rank's fault
+    if launched.interrupted is not None and signalled is not None and signalled[2] in (launched.interrupted, signal.SIGKILL):
+        # mpirun's notice of the signal the command passed on, or of its SIGKILL to ranks that did not
+        # end within STOP_WITHIN_S of it: no rank's fault
+        signalled = None
     # Rank 0 spoke, and closed its file, or said why it could not (a full disk); but `commbench:
     # terminated` is the launch's SIGTERM that reached it before its watchdog ran, after a rank that
     # a signal ended there: its file is left running, and the cause is told below. Where the command
@@ -336,6 +338,8 @@ def _cause(signalled: Optional[tuple[int, str, int]], interrupted: Optional[int]
 
 # How long the ranks have, once interrupted, to report before the launch is killed whole.
 STOP_WITHIN_S = 10.0
+# How often the command looks whether it was interrupted while it waits for the launch.
+WAIT_STEP_S = 0.25
 
 
 def _spawn(argv: list[str], env: dict, timeout_s: float) -> Launched:
@@ -374,13 +378,23 @@ def _spawn(argv: list[str], env: dict, timeout_s: float) -> Launched:
     for s in (signal.SIGINT, signal.SIGTERM):
         signal.signal(s, forward)
     on_hang_up(forward)
+    # Waited for in short steps: a signal's handler returns into the wait it came in, and an untimed
+    # wait then went on past STOP_WITHIN_S for ranks deaf to the signal (held in a C call as they
+    # started), for good.
+    killed_at = None
     while True:
         try:
-            rc = proc.wait(timeout=STOP_WITHIN_S if interrupted else None)
+            rc = proc.wait(timeout=WAIT_STEP_S)
             break
         except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
+            if interrupted and killed_at is None:
+                killed_at = time.monotonic() + STOP_WITHIN_S
+            if killed_at is not None and time.monotonic() >= killed_at:
+                # Every process of mpirun's session: Open MPI puts each rank in a group of its own.
+                for pid in session_members(proc.pid) or [proc.pid]:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+                killed_at += STOP_WITHIN_S
     backstop.stop()
     relayed.join(STOP_WITHIN_S)  # what mpirun wrote last, on the user's stderr before the exit
     passed.join(STOP_WITHIN_S)

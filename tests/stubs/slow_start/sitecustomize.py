@@ -5,10 +5,13 @@ COMMBENCH_STUB_SLOW_START_AT=commbench.launch.watchdog, as it imports the start-
 first tenth of a second of a rank, before the guard is set). As the sleep starts it makes the file
 COMMBENCH_STUB_SLOW_START_MARK.<rank>: a test signals once every rank has one, not after a guess at
 how long an interpreter takes to start on a busy host. With COMMBENCH_STUB_SLOW_START_COMMAND=1 it
-holds the command a user typed instead (no rank variable), its mark COMMBENCH_STUB_SLOW_START_MARK.command."""
+holds the command a user typed instead (no rank variable), its mark COMMBENCH_STUB_SLOW_START_MARK.command.
+With COMMBENCH_STUB_SLOW_START_DEAF=1 a held rank ignores SIGINT and SIGTERM, as one held in a C call
+(an import's, MPI's start-up) does not act on them."""
 
 import importlib.abc
 import os
+import signal
 import sys
 import time
 
@@ -20,6 +23,9 @@ class _SlowImport(importlib.abc.MetaPathFinder):
             mark = os.environ.get("COMMBENCH_STUB_SLOW_START_MARK")
             if mark:
                 open(f"{mark}.{os.environ.get('OMPI_COMM_WORLD_RANK', 'command')}", "w").close()
+            if os.environ.get("COMMBENCH_STUB_SLOW_START_DEAF") == "1":
+                for deaf in (signal.SIGINT, signal.SIGTERM):
+                    signal.signal(deaf, signal.SIG_IGN)
             time.sleep(float(os.environ["COMMBENCH_STUB_SLOW_START_S"]))
         return None
 
