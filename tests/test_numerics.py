@@ -365,6 +365,8 @@ def test_more_rank_counts_than_launched_under_mpirun(folder):
                          "lower --ranks"),
     ("--ranks 0", "bad count '0' in --ranks: give positive integers up to 16,777,216, e.g. 1,2,4,8"),
     ("--ranks 2,x", "bad count 'x' in --ranks: give positive integers up to 16,777,216, e.g. 1,2,4,8"),
+    # more digits than int() reads: its own error, a traceback
+    ("--ranks " + "9" * 5000, f"bad count '{'9' * 24}...' in --ranks: give positive integers up to 16,777,216, e.g. 1,2,4,8"),
     ("--data gaussian", "Invalid value for '--data': 'gaussian' is not one of 'normal', 'uniform', 'cancel', "
                         "'integer'."),
     ("--dtype int32", "--dtype int32: numerics compares float dtypes: choose from float32, float16, bfloat16, "

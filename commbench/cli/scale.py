@@ -37,9 +37,11 @@ def parse_counts(text: str, flag: str = "--ranks") -> list[int]:
     """The rank counts of a comma list given as `flag`."""
     counts = []
     for part in text.split(","):
-        if not part.strip().isdecimal() or not 1 <= int(part) <= MAX_COUNT:
-            raise CommbenchError(f"bad count '{part.strip()}' in {flag}: give positive integers up to {MAX_COUNT:,}, "
-                                 f"e.g. 1,2,4,8")
+        part = part.strip()
+        # Its length first: int() refuses, in an error of its own, more than 4,300 digits.
+        if not part.isdecimal() or len(part.lstrip("0")) > len(str(MAX_COUNT)) or not 1 <= int(part) <= MAX_COUNT:
+            raise CommbenchError(f"bad count '{part[:24]}{'...' if len(part) > 24 else ''}' in {flag}: give positive "
+                                 f"integers up to {MAX_COUNT:,}, e.g. 1,2,4,8")
         counts.append(int(part))
     return sorted(set(counts))
 
