@@ -437,6 +437,17 @@ def test_a_closed_or_full_stdout_or_stderr_changes_no_exit_status(redirect, work
     assert r.returncode == 2 and "Traceback" not in r.stderr and not os.path.exists(os.path.join(workdir, "bad.json"))
 
 
+def test_a_run_writes_a_result_file_whose_name_is_no_utf8(workdir):
+    """-o with a Latin-1 byte in its name: rank 0 failed as it left the name for the command (a text
+    file, which no encoder writes such a name into) with a raw UnicodeEncodeError, the file left
+    `running`."""
+    name = os.fsdecode(b"caf\xe9.json")
+    r = subprocess.run([COMMBENCH, "allreduce", "--device", "cpu", "--np", "2", "--sizes", "1K", "--iters", "2", "--warmup",
+                        "1", "--no-fit", "-o", name], cwd=workdir, env=mpi_env(), capture_output=True, timeout=120)
+    assert r.returncode == 0 and b"commbench: error" not in r.stderr, r.stderr[-2000:]
+    assert results.load_document(os.path.join(workdir, name))["status"] == "complete"
+
+
 def test_a_file_name_that_is_no_utf8_is_shown_not_crashed_on(workdir):
     """A result file named with a Latin-1 byte: report wrote it into its pages and plot into a legend,
     and both ended in a traceback (Python keeps such bytes as surrogates no encoder writes). They show

@@ -206,14 +206,16 @@ def announce_result(path: str) -> None:
     rank 0 cannot, and says what it holds where a rank ended after rank 0 closed it."""
     mark = os.environ.get(STARTED_MARK)
     if mark:
-        with contextlib.suppress(OSError), open(os.path.join(os.path.dirname(mark), RESULT_NAME), "w") as f:
-            f.write(path)
+        # In the file system's bytes: a name may hold bytes that are no UTF-8 (Python keeps them as
+        # surrogates, which no text encoder writes).
+        with contextlib.suppress(OSError), open(os.path.join(os.path.dirname(mark), RESULT_NAME), "wb") as f:
+            f.write(os.fsencode(path))
 
 
 def announced_result(mark: str) -> Optional[str]:
     """The result file that rank 0 made in the launch of `mark`, if it made one."""
-    with contextlib.suppress(OSError), open(os.path.join(os.path.dirname(mark), RESULT_NAME)) as f:
-        return f.read() or None
+    with contextlib.suppress(OSError), open(os.path.join(os.path.dirname(mark), RESULT_NAME), "rb") as f:
+        return os.fsdecode(f.read()) or None
     return None
 
 
