@@ -13,6 +13,8 @@ _early: list = []
 
 def main() -> None:
     signal.signal(signal.SIGINT, lambda signum, frame: _early.append(signum))
+    from .launch.marks import mark_guarded
+    mark_guarded()  # a rank of commbench's own launch: a Ctrl-C is safe to pass on to it now
     try:
         from .launch.watchdog import guard_start_up
         guard_start_up(_early)  # before the imports that take a rank its first second

@@ -21,6 +21,7 @@ from .. import trace
 from ..errors import CommbenchError, described, one_line
 from ..launch import relay
 from ..launch.backstop import Backstop, session_members
+from ..launch.marks import guarded_pids
 from ..launch.world import (
     STARTED_MARK,
     announced_result,
@@ -242,7 +243,7 @@ class Launched:
     """How the standalone launch ended: the command's exit status, the line that ended the run (None:
     no rank's error line), what launch/backstop.py says of the ranks it ended (None: it ended none),
     the signal the command passed on to the ranks where it was interrupted (None: it was not; the
-    ranks say so), whether rank 0 ran at all, the (status,
+    ranks say so), whether rank 0 ran at all, whether any rank did (world.mark_guarded), the (status,
     text) rank 1 said for a rank 0 that did not report (None: it said nothing), the (rank, host,
     signal) of the first rank mpirun saw a signal end (relay.signalled_rank), and the result file rank
     0 made (None: it made none), -o's or the one it chose."""
@@ -251,6 +252,7 @@ class Launched:
     stopped: Optional[str]
     interrupted: Optional[int]
     started: bool
+    ran: bool
     spoken: Optional[tuple[str, str]]
     signalled: Optional[tuple[int, str, int]]
     result: Optional[str]
@@ -280,9 +282,11 @@ def _last_word(launched: Launched, output: Optional[str]) -> Optional[str]:
                 os.unlink(path)
     from ..results.document import close_abandoned, closed_complete, error_of_closed, left_running
     signalled = launched.signalled
-    if launched.interrupted is not None and signalled is not None and signalled[2] in (launched.interrupted, signal.SIGKILL):
-        # mpirun's notice of the signal the command passed on, or of its SIGKILL to ranks that did not
-        # end within STOP_WITHIN_S of it: no rank's fault
+    if launched.interrupted is not None and signalled is not None and \
+            signalled[2] in (launched.interrupted, signal.SIGTERM, signal.SIGKILL):
+        # mpirun's notice of the signal the command passed on (SIGTERM to a rank not yet holding a
+        # Ctrl-C), or of its SIGKILL to ranks that did not end within STOP_WITHIN_S of it: no rank's
+        # fault
         signalled = None
     # Rank 0 spoke, and closed its file, or said why it could not (a full disk); but `commbench:
     # terminated` is the launch's SIGTERM that reached it before its watchdog ran, after a rank that
@@ -317,6 +321,10 @@ def _last_word(launched: Launched, output: Optional[str]) -> Optional[str]:
         # Rank 0 closed the file whole, and then a rank ended on a signal (in MPI's finalize), or the
         # command was interrupted: the rows stand, the status says the ranks' end.
         return f"commbench: error: the run was complete ({output} holds all of it), but then {cause}"
+    elif ending is None and no_file and not launched.interrupted and (launched.started or launched.ran):
+        # A rank killed in its start-up, before mpirun knew it for one of the job's (no notice)
+        return (f"commbench: error: the ranks ended before any result was written (launch status {status}): a rank's "
+                f"process ended as the ranks started, and mpirun gave no account of which")
     elif not launched.started and not launched.interrupted:  # mpirun failed before any rank ran
         return f"commbench: error: the launch ended with status {status} before any rank ran (mpirun's account above)"
     return None
@@ -371,9 +379,13 @@ def _spawn(argv: list[str], env: dict, timeout_s: float) -> Launched:
         # the file closed, no Open MPI session folder left behind.
         sent = signal.SIGTERM if signum == signal.SIGHUP else signum
         interrupted.append(sent)
-        for pid in session_members(proc.pid) or [proc.pid]:  # no ranks yet: mpirun ends its launch
+        ranks = session_members(proc.pid)
+        # A Ctrl-C to the ranks that hold it; SIGTERM ends one still in the interpreter's start-up
+        # without a word (world.GUARDED_PREFIX).
+        guarded = guarded_pids(env[STARTED_MARK]) if sent == signal.SIGINT else set(ranks)
+        for pid in ranks or [proc.pid]:  # no ranks yet: mpirun ends its launch
             with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, sent)
+                os.kill(pid, sent if pid in guarded or not ranks else signal.SIGTERM)
 
     for s in (signal.SIGINT, signal.SIGTERM):
         signal.signal(s, forward)
@@ -402,7 +414,7 @@ def _spawn(argv: list[str], env: dict, timeout_s: float) -> Launched:
     rc = launched_status(env[STARTED_MARK], rc)
     return Launched(rc if rc in (0, 1, 2) and not (interrupted and rc == 0) else 1, relayed.ending,
                     backstop.text() if backstop.ended else None, interrupted[0] if interrupted else None,
-                    os.path.exists(env[STARTED_MARK]),
+                    os.path.exists(env[STARTED_MARK]), bool(guarded_pids(env[STARTED_MARK])),
                     spoken_for_rank_0(env[STARTED_MARK]), relay.signalled_rank(relayed.seen),
                     announced_result(env[STARTED_MARK]))
 

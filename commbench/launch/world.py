@@ -23,6 +23,7 @@ from typing import Any, Optional
 
 from ..errors import CommbenchError, RankError, described
 from ..node.gpu import DEFAULT_TIMEOUT_S
+from .marks import GUARDED_PREFIX, STARTED_MARK
 from .rendezvous import all_gather_flat, resolve_address
 
 # Set by the standalone parent on its children, so the result file can say how ranks were made.
@@ -119,9 +120,7 @@ def on_hang_up(handler) -> None:
 SESSION_BASE = "PRTE_MCA_prte_tmpdir_base"
 
 
-# The file rank 0 makes in the launch's folder once it runs: a launch that ended without it failed
-# before any rank started, and mpirun's own account is all the user has.
-STARTED_MARK = "COMMBENCH_STARTED_MARK"
+# The file rank 0 makes in the launch's folder once it runs (marks.STARTED_MARK names it).
 MARK_NAME = "rank-0-started"
 
 
@@ -240,7 +239,7 @@ def _gone(pid: str) -> bool:
 
 def _remove_abandoned_bases() -> None:
     """The launch folders that commands killed with SIGKILL left, of commands that no longer run:
-    rank 0's and rank 1's notes, and the session folder (`ompi.<its pid>`) of an mpirun SIGKILLed
+    rank 0's and rank 1's notes and the ranks' guard marks, and the session folder (`ompi.<its pid>`) of an mpirun SIGKILLed
     with the command (a job's end, the OOM killer, a cgroup's kill take every process at once) that
     no longer runs either. rmdir removes none that holds anything else."""
     import glob
@@ -249,7 +248,7 @@ def _remove_abandoned_bases() -> None:
             continue
         with contextlib.suppress(OSError):
             for name in os.listdir(path):
-                if name in (MARK_NAME, SPOKE_NAME, RESULT_NAME):
+                if name in (MARK_NAME, SPOKE_NAME, RESULT_NAME) or name.startswith(GUARDED_PREFIX):
                     os.unlink(os.path.join(path, name))
                 elif name.startswith("ompi.") and _gone(name[len("ompi."):]):
                     shutil.rmtree(os.path.join(path, name), ignore_errors=True)

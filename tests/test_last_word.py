@@ -1,0 +1,34 @@
+"""The standalone launch's last word (cli/common.py _last_word) where the ranks could not say theirs,
+from how the launch ended: what mpirun said and what the ranks left in the launch's folder."""
+
+import signal
+
+import pytest
+
+from commbench.cli.common import Launched, _last_word
+
+ENDED = dict(status=1, ending=None, stopped=None, interrupted=None, started=False, ran=False, spoken=None,
+             signalled=None, result=None)
+
+
+@pytest.mark.parametrize("how,line", [
+    # rank 1 SIGKILLed in its start-up before mpirun knew it for one of the job's: no notice, and rank 0
+    # not yet far enough to make its mark; the ranks ran all the same (3 runs in 66 said "before any
+    # rank ran")
+    (dict(ran=True), "the ranks ended before any result was written (launch status 1): a rank's process ended as the "
+                     "ranks started, and mpirun gave no account of which"),
+    (dict(ran=True, started=True), "the ranks ended before any result was written (launch status 1): a rank's "
+                                   "process ended as the ranks started, and mpirun gave no account of which"),
+    (dict(), "the launch ended with status 1 before any rank ran (mpirun's account above)"),
+    (dict(ran=True, signalled=(1, "vm", signal.SIGKILL)),
+     "the ranks ended before any result was written: rank 1's process ended on signal SIGKILL on host vm (mpirun's "
+     "account), and the launch ended the others"),
+    # a Ctrl-C passed on as SIGTERM to a rank still in the interpreter's start-up: mpirun's notice of
+    # that SIGTERM is no rank's fault
+    (dict(ran=True, interrupted=signal.SIGINT, signalled=(0, "vm", signal.SIGTERM)),
+     "the ranks ended before any result was written: the command was interrupted (SIGINT)"),
+    (dict(ran=True, interrupted=signal.SIGTERM, signalled=(0, "vm", signal.SIGKILL)),
+     "the ranks ended before any result was written: the command was interrupted (SIGTERM)"),
+])
+def test_the_line_names_how_the_ranks_ended(how, line):
+    assert _last_word(Launched(**{**ENDED, **how}), None) == f"commbench: error: {line}"
