@@ -1,11 +1,15 @@
 """The standalone launch's last word (cli/common.py _last_word) where the ranks could not say theirs,
-from how the launch ended: what mpirun said and what the ranks left in the launch's folder."""
+from how the launch ended: what mpirun said (launch/relay.py) and what the ranks left in the
+launch's folder."""
 
+import io
+import os
 import signal
 
 import pytest
 
-from commbench.cli.common import Launched, _last_word
+from commbench.cli.common import Launched, _after_the_ranks, _last_word
+from commbench.launch import relay
 
 ENDED = dict(status=1, ending=None, stopped=None, interrupted=None, started=False, ran=False, spoken=None,
              signalled=None, result=None)
@@ -32,3 +36,26 @@ ENDED = dict(status=1, ending=None, stopped=None, interrupted=None, started=Fals
 ])
 def test_the_line_names_how_the_ranks_ended(how, line):
     assert _last_word(Launched(**{**ENDED, **how}), None) == f"commbench: error: {line}"
+
+
+BOX = (b"-" * 74 + b"\nprterun noticed that process rank 1 with PID 30561 on node vm exited on\nsignal 9 (Killed).\n"
+       + b"-" * 74 + b"\n")
+
+
+def test_mpiruns_notice_after_rank_0s_held_line_is_shown_above_the_commands_line(capsys):
+    """The line named rank 1 from mpirun's notice `(mpirun's account)`, but where the notice came
+    after rank 0's held-back `commbench: terminated` the relay passed nothing on after it, and the
+    account was nowhere to be seen (9 runs in 79). The command shows it above its line."""
+    read_end, write_end = os.pipe()
+    sink = io.BytesIO()
+    relayed = relay.start(read_end, sink)
+    os.write(write_end, b"rank 1 starts\ncommbench: terminated\n" + BOX)
+    os.close(write_end)
+    relayed.join(10)
+    assert sink.getvalue() == b"rank 1 starts\n"
+    assert relay.withheld_account(relayed.withheld) == BOX.decode()
+    _after_the_ranks(Launched(**{**ENDED, "ran": True, "ending": relayed.ending, "signalled": relay.signalled_rank(relayed.seen),
+                                 "withheld_account": relay.withheld_account(relayed.withheld)}))
+    assert capsys.readouterr().err == BOX.decode() + (
+        "commbench: error: the ranks ended before any result was written: rank 1's process ended on signal SIGKILL on host "
+        "vm (mpirun's account), and the launch ended the others\n")

@@ -246,7 +246,8 @@ class Launched:
     ranks say so), whether rank 0 ran at all, whether any rank did (world.mark_guarded), the (status,
     text) rank 1 said for a rank 0 that did not report (None: it said nothing), the (rank, host,
     signal) of the first rank mpirun saw a signal end (relay.signalled_rank), and the result file rank
-    0 made (None: it made none), -o's or the one it chose."""
+    0 made (None: it made none), -o's or the one it chose, and mpirun's notice of a signalled rank that
+    came after rank 0's held-back line (relay.withheld_account)."""
     status: int
     ending: Optional[bytes]
     stopped: Optional[str]
@@ -256,6 +257,7 @@ class Launched:
     spoken: Optional[tuple[str, str]]
     signalled: Optional[tuple[int, str, int]]
     result: Optional[str]
+    withheld_account: Optional[str] = None
 
 
 def _after_the_ranks(launched: Launched) -> None:
@@ -265,6 +267,8 @@ def _after_the_ranks(launched: Launched) -> None:
     if line is None and relay.held_back(launched.ending):
         line = launched.ending.decode(errors="replace")
     if line is not None:
+        if MPIRUNS_ACCOUNT in line and launched.withheld_account:  # shown where it came before the line
+            click.echo(launched.withheld_account, err=True, nl=False)
         click.echo(line, err=True)
 
 
@@ -330,6 +334,10 @@ def _last_word(launched: Launched, output: Optional[str]) -> Optional[str]:
     return None
 
 
+# Where a line names a rank from mpirun's notice (relay.signalled_rank).
+MPIRUNS_ACCOUNT = "(mpirun's account)"
+
+
 def _cause(signalled: Optional[tuple[int, str, int]], interrupted: Optional[int]) -> str:
     """Why the ranks ended where no rank said why: a rank that a signal ended before any watchdog
     could name it (in the ranks' start-up, or after the run), as mpirun's notice above says; the
@@ -338,7 +346,7 @@ def _cause(signalled: Optional[tuple[int, str, int]], interrupted: Optional[int]
         rank, host, signum = signalled
         with contextlib.suppress(ValueError):
             signum = signal.Signals(signum).name
-        return f"rank {rank}'s process ended on signal {signum} on host {host} (mpirun's account), and the launch ended the others"
+        return f"rank {rank}'s process ended on signal {signum} on host {host} {MPIRUNS_ACCOUNT}, and the launch ended the others"
     if interrupted is not None:
         return f"the command was interrupted ({signal.Signals(interrupted).name})"
     return "rank 0's process was killed, or ended by the launch for another rank's"
@@ -416,7 +424,7 @@ def _spawn(argv: list[str], env: dict, timeout_s: float) -> Launched:
                     backstop.text() if backstop.ended else None, interrupted[0] if interrupted else None,
                     os.path.exists(env[STARTED_MARK]), bool(guarded_pids(env[STARTED_MARK])),
                     spoken_for_rank_0(env[STARTED_MARK]), relay.signalled_rank(relayed.seen),
-                    announced_result(env[STARTED_MARK]))
+                    announced_result(env[STARTED_MARK]), relay.withheld_account(relayed.withheld))
 
 
 def resolve_device(device: str, impl_text: Optional[str], wants_gpu: bool = False) -> tuple[str, int]:

@@ -36,10 +36,12 @@ def _ends_the_run(line: bytes) -> bool:
 class Relay(threading.Thread):
     """The relaying thread; `ending` is the line that ended the run once one did (None before).
     `muted`: nothing more is passed on (the launch ended the ranks and says why itself, after
-    mpirun's account of the ranks it ended). `seen`: the last of what it read, passed on or not."""
+    mpirun's account of the ranks it ended). `seen`: the last of what it read, passed on or not;
+    `withheld`: what came after a held-back ending, not passed on (withheld_account)."""
     ending: Optional[bytes] = None
     muted = False
     seen = b""
+    withheld = b""
 
 
 # How much of the relayed text is kept for signalled_rank.
@@ -47,6 +49,20 @@ _SEEN = 8192
 # The bundled mpirun's (PRRTE's) notice of a rank that a signal ended: "prterun noticed that process
 # rank 1 with PID 30561 on node vm exited on\nsignal 9 (Killed)."
 _SIGNALLED = re.compile(rb"process rank (\d+) with PID \d+ on node (\S+) exited on\s+signal (\d+)")
+
+
+# One of mpirun's notices: its text between two rules of dashes.
+_BOX = re.compile(rb"-{20,}\n(?:(?!-{20,}\n).*\n)*?-{20,}\n")
+
+
+def withheld_account(withheld: bytes) -> Optional[str]:
+    """mpirun's notice of a rank that a signal ended, whole, where it came after a held-back ending
+    (and was not passed on): the command shows it above its own line that names that rank, as where
+    it came first."""
+    for box in _BOX.finditer(withheld):
+        if _SIGNALLED.search(box.group(0)):
+            return box.group(0).decode(errors="replace")
+    return None
 
 
 def signalled_rank(seen: bytes) -> Optional[tuple[int, str, int]]:
@@ -133,6 +149,8 @@ def start(source: int, sink: BinaryIO) -> Relay:
         while chunk := os.read(source, 65536):
             thread.seen = (thread.seen + chunk)[-_SEEN:]
             if ended or thread.muted:
+                if ended and held_back(thread.ending):
+                    thread.withheld = (thread.withheld + chunk)[:_SEEN]
                 continue  # read to the end all the same, so that no writer blocks on a full pipe
             shown = chunk
             while b"\n" in chunk:
@@ -141,6 +159,8 @@ def start(source: int, sink: BinaryIO) -> Relay:
                     thread.ending = _CONTROL.sub(b"", (line + head).rsplit(b"\r", 1)[-1])
                     # Up to this line's end, nothing after; a held-back line's bytes not either.
                     shown = shown[:len(shown) - len(chunk) - (len(head) + 1 if held_back(thread.ending) else 0)]
+                    if held_back(thread.ending):
+                        thread.withheld = chunk[:_SEEN]
                     ended = True
                     break
                 line = b""
