@@ -203,8 +203,11 @@ def test_mpi_names_the_host_shaped_to_a_third(make_cluster, workdir):
 @pytest.mark.cluster
 @pytest.mark.mpi
 def test_mpi_uniform_cluster_names_nothing(make_cluster, workdir):
+    # Half the typical pair, not 75 %: beside a wheel's compile and two busy loops, one loaded pair of
+    # the uniform links read 73 % (the slow host of the test above, at a third, stays far below).
     c = make_cluster(4, 300)
-    r = c.mpirun([COMMBENCH, *CLUSTER, "-o", os.path.join(workdir, "links.json")], timeout=180, cwd=workdir)
+    r = c.mpirun([COMMBENCH, *CLUSTER, "--threshold-pct", "50", "-o", os.path.join(workdir, "links.json")], timeout=180,
+                 cwd=workdir)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "no slow link, rank or host found" in r.stdout
 
