@@ -286,11 +286,11 @@ def _last_word(launched: Launched, output: Optional[str]) -> Optional[str]:
                 os.unlink(path)
     from ..results.document import close_abandoned, closed_complete, error_of_closed, left_running
     signalled = launched.signalled
-    if launched.interrupted is not None and signalled is not None and \
-            signalled[2] in (launched.interrupted, signal.SIGTERM, signal.SIGKILL):
-        # mpirun's notice of the signal the command passed on (SIGTERM to a rank not yet holding a
-        # Ctrl-C), or of its SIGKILL to ranks that did not end within STOP_WITHIN_S of it: no rank's
-        # fault
+    if launched.interrupted is not None:
+        # mpirun's notice of a rank ended by the signal the command passed on (SIGTERM to a rank not
+        # yet holding a Ctrl-C), by its SIGKILL to ranks that did not end within STOP_WITHIN_S of it,
+        # or by an abort on the way out (a gloo rank's SIGABRT as SIGTERM tore it down): the
+        # interrupt's doing, no rank's fault
         signalled = None
     # Rank 0 spoke, and closed its file, or said why it could not (a full disk); but `commbench:
     # terminated` is the launch's SIGTERM that reached it before its watchdog ran, after a rank that
