@@ -5,14 +5,18 @@ import os
 import signal
 import sys
 
-# A Ctrl-C before the start-up guard knows whether this process is a rank and which, is kept for the
-# guard to act on: Python's own handler would end the process with a KeyboardInterrupt traceback from
-# whichever import it hit.
+# A Ctrl-C, SIGTERM or hang-up before the start-up guard knows whether this process is a rank and
+# which, is kept for the guard to act on: Python's own handler would end the process with a
+# KeyboardInterrupt traceback from whichever import it hit, and a SIGTERM or a hang-up in the guard's
+# own imports (a tenth of a second) ended the command a user typed without a word.
 _early: list = []
 
 
 def main() -> None:
     signal.signal(signal.SIGINT, lambda signum, frame: _early.append(signum))
+    for ending in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(ending) is not signal.SIG_IGN:  # `nohup`'s stays
+            signal.signal(ending, lambda signum, frame: _early.append(signum))
     from .launch.marks import mark_guarded
     mark_guarded()  # a rank of commbench's own launch: a Ctrl-C is safe to pass on to it now
     try:

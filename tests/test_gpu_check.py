@@ -89,6 +89,13 @@ def test_a_steps_document_is_there_whole_or_not_at_all(tmp_path, said, limit_s, 
     assert not kept or json.loads(doc.read_text()) == {"a": 1}
 
 
+def test_a_stopped_step_has_time_to_end_its_own_launch():
+    """accept's SIGKILL of a stopped step came with the step's own SIGKILL of ranks deaf to the stop
+    (both at 10 s): the step's launch folder stayed in $TMPDIR (1 run in 13 of a SIGHUP to accept)."""
+    from commbench.launch.backstop import STOP_WITHIN_S
+    assert runner.STOP_GRACE_S >= STOP_WITHIN_S + 5
+
+
 def test_doctor_verdict_is_reported_and_not_counted(tmp_path):
     """gpu-node's doctor step, judging a recorded degraded node instead of this one: every FAIL and
     WARN with its evidence, the step FAIL, the run still PASS (the step is not counted)."""

@@ -1,6 +1,6 @@
-"""The standalone launch's last word (cli/common.py _last_word) where the ranks could not say theirs,
-from how the launch ended: what mpirun said (launch/relay.py) and what the ranks left in the
-launch's folder."""
+"""The command's last word: the standalone launch's (cli/common.py _last_word) where the ranks could
+not say theirs, from how the launch ended (what mpirun said, launch/relay.py, and what the ranks left
+in the launch's folder), and the command line's own where a signal meets its first statements."""
 
 import io
 import os
@@ -79,3 +79,24 @@ def test_a_ctrl_c_before_click_runs_is_the_aborted_line(monkeypatch, capfd):
     with pytest.raises(SystemExit) as ended:
         entry.main()
     assert ended.value.code == 130 and capfd.readouterr().err == "commbench: aborted\n"
+
+
+def test_a_sigterm_before_click_runs_is_the_terminated_line(monkeypatch, capsys):
+    """A SIGTERM in the command line's first statements, its handler set but before its `try`, escaped
+    as a traceback of the Terminated it raised (2 runs in 2 with the signal sent there)."""
+    import commbench.cli
+    import commbench.launch.relay
+    import commbench.launch.watchdog
+    import commbench.trace
+    monkeypatch.setattr(commbench.launch.watchdog, "guard_start_up", lambda early=(): None)
+    monkeypatch.setattr(commbench.launch.relay, "std_streams", lambda out, err: (out, err))
+    monkeypatch.setattr(commbench.trace, "launched", lambda: os.kill(os.getpid(), signal.SIGTERM))
+    monkeypatch.setattr("sys.argv", ["commbench", "version"])
+    saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        with pytest.raises(SystemExit) as ended:
+            commbench.cli.main()
+    finally:
+        for s, handler in saved.items():
+            signal.signal(s, handler)
+    assert ended.value.code == 143 and capsys.readouterr().err == "commbench: terminated\n"

@@ -17,11 +17,14 @@ import time
 from dataclasses import dataclass
 from typing import Optional
 
+from ..launch.backstop import STOP_WITHIN_S
 from ..redact import scrub
 from ..results.atomic import create_temporary
 
-# After SIGTERM, how long a stopped step (mpirun passing it on to its ranks) may take to exit.
-STOP_GRACE_S = 10
+# After SIGTERM, how long a stopped step (mpirun passing it on to its ranks) may take to exit: longer
+# than the step's own time to kill ranks deaf to it (STOP_WITHIN_S), or accept's SIGKILL came first
+# and the step's launch folder stayed behind in $TMPDIR (1 run in 13 of a SIGHUP to accept).
+STOP_GRACE_S = STOP_WITHIN_S + 5
 
 
 @dataclass(frozen=True)

@@ -50,10 +50,10 @@ def main() -> None:
     watchdog.guard_start_up()
     signal.signal(signal.SIGTERM, _terminate)  # after the guard's, which holds only for the imports
     on_hang_up(_terminate)
-    sys.stdout, sys.stderr = relay.std_streams(sys.stdout, sys.stderr)
-    trace.launched()
-    trace.phase("imports")  # the interpreter's start and commbench's command line, before any command runs
-    try:
+    try:  # from here on a SIGTERM is Terminated: what it meets before click's main too
+        sys.stdout, sys.stderr = relay.std_streams(sys.stdout, sys.stderr)
+        trace.launched()
+        trace.phase("imports")  # the interpreter's start and commbench's command line, before any command runs
         cli.main(standalone_mode=False)
     except Terminated as e:
         if launch_rank() in (None, 0):

@@ -20,7 +20,7 @@ import click
 from .. import trace
 from ..errors import CommbenchError, described, one_line
 from ..launch import relay
-from ..launch.backstop import Backstop, session_members
+from ..launch.backstop import STOP_WITHIN_S, Backstop, session_members
 from ..launch.marks import guarded_pids
 from ..launch.world import (
     STARTED_MARK,
@@ -352,8 +352,6 @@ def _cause(signalled: Optional[tuple[int, str, int]], interrupted: Optional[int]
     return "rank 0's process was killed, or ended by the launch for another rank's"
 
 
-# How long the ranks have, once interrupted, to report before the launch is killed whole.
-STOP_WITHIN_S = 10.0
 # How often the command looks whether it was interrupted while it waits for the launch.
 WAIT_STEP_S = 0.25
 

@@ -76,9 +76,21 @@ def guard_start_up(early: Sequence[int] = ()) -> None:
         # where nothing was made yet, ended the command on the signal without a word.
         signal.signal(signal.SIGTERM, _terminated_in_start_up)
         on_hang_up(_terminated_in_start_up)
+        for signum in early:
+            if signum != signal.SIGINT:
+                _terminated_in_start_up(signum, None)
         if early:
             raise KeyboardInterrupt
         return
+    # A rank ends on a SIGTERM or hang-up as it did before __main__ kept them: on the signal itself,
+    # which the launch's account names.
+    for ending in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(ending) is not signal.SIG_IGN:
+            signal.signal(ending, signal.SIG_DFL)
+    for signum in early:
+        if signum != signal.SIGINT:
+            os.kill(os.getpid(), signum)
+    early = [signum for signum in early if signum == signal.SIGINT]
     under_mpi = detect_launcher() == "mpi"
 
     def interrupted(signum, frame):
