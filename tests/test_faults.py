@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -842,3 +843,31 @@ def test_a_run_started_to_ignore_hang_ups_outlives_one(workdir):
             os.killpg(p.pid, signal.SIGKILL)
     assert p.returncode == 0 and "commbench: error" not in err, err
     assert results.load_document(out)["status"] == "complete"
+
+
+def test_a_signal_as_mpirun_starts_leaves_no_launch_folder(workdir):
+    """SIGHUP to the command just as its mpirun appeared, before the command's forwarding handler was
+    set: its own handler's Terminated raised out of the launch, which removed its folder, and the
+    starting ranks' marks made it again (6 runs in 8). The handler is set before mpirun starts."""
+    import glob
+    for _ in range(3):
+        p = subprocess.Popen([COMMBENCH, *SWEEP, "--np", "2"], env=mpi_env(), cwd=workdir, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, text=True, start_new_session=True)
+        try:
+            until = time.monotonic() + 60
+            while not any(_command_name(pid) in ("mpirun", "prterun") for pid in _children(p.pid)):
+                assert p.poll() is None and time.monotonic() < until, p.communicate()
+                time.sleep(0.001)
+            p.send_signal(signal.SIGHUP)
+            _, err = p.communicate(timeout=60)
+        finally:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+        time.sleep(1)
+        assert glob.glob(os.path.join(tempfile.gettempdir(), f"commbench-mpirun-{p.pid}-*")) == [], err
+
+
+def _children(pid: int) -> list:
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/task/{pid}/children") as f:
+        return [int(c) for c in f.read().split()]
+    return []

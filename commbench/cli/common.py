@@ -367,24 +367,17 @@ def _spawn(argv: list[str], env: dict, timeout_s: float) -> Launched:
     # job on its SIGPIPE, a complete run's exit status 1.
     out_read, out_write = os.pipe()
     sys.stdout.flush()
-    # SIGPIPE stays ignored in mpirun (restore_signals=False): once this process is SIGKILLed, its
-    # pipe is broken, and mpirun, killed by the first line it wrote there, would leave its ranks
-    # without the SIGTERM that ends them in order (dies_with).
-    proc = subprocess.Popen(argv, env=env, stdout=out_write, stderr=write_end, start_new_session=True,
-                            restore_signals=False, preexec_fn=dies_with(os.getpid()))
-    os.close(write_end)
-    os.close(out_write)
-    relayed = relay.start(read_end, sys.stderr.buffer)
-    passed = relay.pass_on(out_read, sys.stdout.buffer)
-    interrupted = []
-    backstop = Backstop(proc.pid, timeout_s, relayed, lambda: bool(interrupted))
-    backstop.start()
+    interrupted: list = []
+    running: list = []  # mpirun, once started
 
     def forward(signum, _frame):
         # A hang-up (the terminal or the ssh session closed) ends the ranks as SIGTERM does: in order,
         # the file closed, no Open MPI session folder left behind.
         sent = signal.SIGTERM if signum == signal.SIGHUP else signum
         interrupted.append(sent)
+        if not running:
+            return  # passed on to mpirun as soon as it runs
+        proc = running[0]
         ranks = session_members(proc.pid)
         # A Ctrl-C to the ranks that hold it; SIGTERM ends one still in the interpreter's start-up
         # without a word (world.GUARDED_PREFIX).
@@ -393,9 +386,26 @@ def _spawn(argv: list[str], env: dict, timeout_s: float) -> Launched:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sent if pid in guarded or not ranks else signal.SIGTERM)
 
+    # Set before mpirun starts: a signal that came as it started raised out of here, and the launch
+    # folder, removed, was made again by the starting ranks' marks (6 runs in 8 of a hang-up then).
     for s in (signal.SIGINT, signal.SIGTERM):
         signal.signal(s, forward)
     on_hang_up(forward)
+    # SIGPIPE stays ignored in mpirun (restore_signals=False): once this process is SIGKILLed, its
+    # pipe is broken, and mpirun, killed by the first line it wrote there, would leave its ranks
+    # without the SIGTERM that ends them in order (dies_with).
+    proc = subprocess.Popen(argv, env=env, stdout=out_write, stderr=write_end, start_new_session=True,
+                            restore_signals=False, preexec_fn=dies_with(os.getpid()))
+    running.append(proc)
+    if interrupted:  # no ranks yet: mpirun ends its launch
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, interrupted[0])
+    os.close(write_end)
+    os.close(out_write)
+    relayed = relay.start(read_end, sys.stderr.buffer)
+    passed = relay.pass_on(out_read, sys.stdout.buffer)
+    backstop = Backstop(proc.pid, timeout_s, relayed, lambda: bool(interrupted))
+    backstop.start()
     # Waited for in short steps: a signal's handler returns into the wait it came in, and an untimed
     # wait then went on past STOP_WITHIN_S for ranks deaf to the signal (held in a C call as they
     # started), for good.
