@@ -31,6 +31,14 @@ def main() -> None:
     except KeyboardInterrupt:
         os.write(2, b"commbench: aborted\n")
         sys.exit(130)
+    finally:
+        # Its work done and said, the process is deaf to the signals that end it in order: one in its
+        # last milliseconds (the interpreter's exit handlers, a rank's MPI finalize) ended the command
+        # without a word, or printed a traceback of an exit handler. Ignored, not defaulted: Python
+        # leaves an ignored signal alone at its exit. A rank stuck in its finalize still meets the
+        # launcher's SIGKILL (the standalone launch's after STOP_WITHIN_S, Open MPI's, Slurm's).
+        for ending in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(ending, signal.SIG_IGN)
 
 
 if __name__ == "__main__":

@@ -712,6 +712,80 @@ def test_a_rank_killed_after_the_run_was_complete_is_named_and_the_file_stands(w
         f"on host {socket.gethostname()} (mpirun's account), and the launch ended the others"], r.stderr
 
 
+@pytest.mark.parametrize("where,signum", [("before", signal.SIGTERM), ("before", signal.SIGINT), ("after", signal.SIGTERM)],
+                         ids=["before-SIGTERM", "before-SIGINT", "after-SIGTERM"])
+def test_an_interrupt_after_the_last_size_leaves_the_file_closed(workdir, where, signum):
+    """Every size measured and the watchdog stopped, rank 0 about to close its file whole (links
+    judges its pairs there): a SIGTERM to the command ended rank 0 on its own `commbench:
+    terminated`, which the command took for rank 0's closing word, the file left `running` (links, 3
+    runs in 10 of a SIGTERM 3-5 ms after its last row). The command closes it now and says why."""
+    out = os.path.join(workdir, "links-end.json")
+    p = subprocess.Popen([COMMBENCH, "links", "--np", "2", "--bandwidth-size", "64K", "-o", out],
+                         env=rank_faults_env(COMMBENCH_STUB_HELD_AT_FINISH=where), stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, cwd=workdir)
+    try:
+        said = []
+        while not said or not said[-1].startswith("rank 0 holds"):
+            said.append(p.stderr.readline())
+            assert said[-1], said  # the stub's line, before the command ends
+        p.send_signal(signum)
+        _, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    doc = results.load_document(out)
+    lines = [line for line in err.splitlines() if line.startswith("commbench:")]
+    name = signal.Signals(signum).name
+    assert p.returncode == 1 and len(doc["results"]) == 4 and "links" in doc, (p.returncode, doc["status"], err)
+    if where == "before":
+        assert doc["status"] == "interrupted", (doc["status"], err)
+        assert lines == [f"commbench: error: the ranks ended with {out} still open: the command was interrupted ({name}) "
+                         "(measured rows kept)"], err
+    else:
+        assert doc["status"] == "complete", (doc["status"], err)
+        assert lines == [f"commbench: error: the run was complete ({out} holds all of it), but then the command was "
+                         f"interrupted ({name})"], err
+    assert left_behind(out) == []
+
+
+def test_a_watchdog_stopped_ends_nothing_more():
+    """A signal the watchdog's thread read just as the main thread stopped it (the last size ended):
+    the thread closed the file `interrupted` while the main thread closed it whole, the file
+    `complete` and the line `interrupted` (links, 1 run in 24 of a SIGTERM 2 ms after its last
+    row). stop() waits for an ending under way; an ending after it is dropped (in a process of its
+    own: an ending that is not dropped leaves the process)."""
+    script = """
+from commbench.launch import watchdog
+from commbench.launch.world import local_world
+class Output:
+    def fail(self, *args):
+        print("closed as", args[1])
+        return "kept"
+dog = watchdog.Watchdog(local_world(), 5, Output())
+dog.stop()
+dog.end("interrupted", "allreduce 1K: interrupted (SIGTERM)")
+print("dropped")
+"""
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert (r.returncode, r.stdout, r.stderr) == (0, "dropped\n", "")
+
+
+@pytest.mark.parametrize("args,signum", [(["version"], signal.SIGINT), (["--np", "2"], signal.SIGTERM),
+                                         (["--np", "2"], signal.SIGINT)], ids=["version-SIGINT", "ranks-SIGTERM", "ranks-SIGINT"])
+def test_a_signal_in_the_last_milliseconds_leaves_the_exit_status(workdir, args, signum):
+    """A signal once a process has done and said everything, as it exits (the interpreter's exit
+    handlers, a rank's MPI finalize): the command ended without a word on the signal, or a
+    rank's exit handler printed a traceback of the signal's exception. The process ends with its
+    own status now."""
+    out = os.path.join(workdir, "at-exit.json")
+    argv = args if args == ["version"] else [*SWEEP[:5], "--sizes", "1K", "--iters", "5", *args, "-o", out]
+    r = subprocess.run([COMMBENCH, *argv], env=rank_faults_env(COMMBENCH_STUB_SIGNAL_AT_EXIT=signal.Signals(signum).name),
+                       capture_output=True, text=True, timeout=120, cwd=workdir)
+    assert r.returncode == 0 and "Traceback" not in r.stderr and "commbench:" not in r.stderr, (r.returncode, r.stderr)
+    if args != ["version"]:
+        assert results.load_document(out)["status"] == "complete"
+
+
 def test_a_command_terminated_in_the_ranks_start_up_says_so_once(workdir):
     """The ranks' `commbench: terminated` is held back until they end (for a line that names a rank
     a signal ended instead): where no rank was, the command still says it, once."""

@@ -100,3 +100,30 @@ def test_a_sigterm_before_click_runs_is_the_terminated_line(monkeypatch, capsys)
         for s, handler in saved.items():
             signal.signal(s, handler)
     assert ended.value.code == 143 and capsys.readouterr().err == "commbench: terminated\n"
+
+
+@pytest.mark.parametrize("ending", [b"commbench: terminated", b"commbench: aborted"])
+@pytest.mark.parametrize("status", ["running", "complete"])
+def test_the_commands_signal_that_rank_0_met_after_its_watchdog_is_told(tmp_path, ending, status):
+    """The command's signal, passed on, reached rank 0 once its watchdog had stopped (the last size
+    measured): rank 0 ended on its own held-back line, which the command took for a closing word,
+    the file left `running` (links, 3 runs in 10 of a SIGTERM 3-5 ms after its last row). The
+    command closes it, or says that it was whole."""
+    from commbench.results.document import ResultFile, load_document
+    from docs import result_doc, row
+    out = str(tmp_path / "run.json")
+    doc = result_doc([], status="running")
+    file = ResultFile(out, {k: v for k, v in doc.items() if k not in ("status", "error", "results")})
+    file.add(row(1024, 10.0))
+    if status == "complete":
+        file.finish()
+    line = _last_word(Launched(**{**ENDED, "ran": True, "started": True, "interrupted": signal.SIGTERM,
+                                  "ending": ending, "result": out}), out)
+    if status == "running":
+        assert line == (f"commbench: error: the ranks ended with {out} still open: the command was interrupted "
+                        "(SIGTERM) (measured rows kept)")
+        assert load_document(out)["status"] == "interrupted"
+    else:
+        assert line == (f"commbench: error: the run was complete ({out} holds all of it), but then the command was "
+                        "interrupted (SIGTERM)")
+        assert load_document(out)["status"] == "complete"

@@ -296,10 +296,14 @@ def _last_word(launched: Launched, output: Optional[str]) -> Optional[str]:
     # terminated` is the launch's SIGTERM that reached it before its watchdog ran, after a rank that
     # a signal ended there: its file is left running, and the cause is told below. Where the command
     # was interrupted and no rank spoke, the ranks ended on the signal before any handler of theirs.
-    ended_early = (signalled is not None and (ending is None or relay.held_back(ending))) or \
-        (launched.interrupted is not None and ending is None)
     no_file = output is None or not os.path.exists(output)
-    if relay.by_rank_0(ending) and not (ended_early and (no_file or left_running(output))):
+    # Or `commbench: terminated` (`aborted`) is the command's own signal, passed on, that rank 0 met
+    # once its watchdog had stopped (its last size measured): its file is left running, or was
+    # closed whole just before.
+    after_the_watchdog = launched.interrupted is not None and relay.held_back(ending) and not no_file
+    ended_early = (signalled is not None and (ending is None or relay.held_back(ending))) or \
+        (launched.interrupted is not None and ending is None) or after_the_watchdog
+    if relay.by_rank_0(ending) and not (ended_early and (no_file or left_running(output))) and not after_the_watchdog:
         return None
     cause = _cause(signalled, launched.interrupted)
     if stopped:

@@ -3,8 +3,9 @@ comes, until commbench's own line that ends a run; its stdout, passed on whether
 stays (pass_on, ReaderMayLeave, std_streams). What follows it is mpirun's account of the same
 ending (a banner naming the rank that exited, MPI_ABORT's boilerplate), which would bury the one
 line a user reads; a launch that fails before any rank speaks passes on everything mpirun says.
-Rank 0's `commbench: terminated` is held back (held_back): it may be the launch's SIGTERM after a
-rank that a signal ended, which the command names in a line of its own once the ranks ended."""
+Rank 0's `commbench: terminated` (or `aborted`, a Ctrl-C's) is held back (held_back): it may be the
+launch's SIGTERM after a rank that a signal ended, or the command's interrupt passed on where no
+watchdog held it, which the command tells in a line of its own once the ranks ended."""
 
 from __future__ import annotations
 
@@ -15,15 +16,16 @@ from typing import BinaryIO, Optional
 
 # Terminal control sequences (the progress bar redraws its line with them).
 _CONTROL = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]")
-_TERMINATED = b"commbench: terminated"
-_ENDING = (b"commbench: error", _TERMINATED)
+# The lines of a process that a signal ended where no handler of a run held it (cli.main, __main__).
+_SIGNALS_ENDING = (b"commbench: terminated", b"commbench: aborted")
+_ENDING = (b"commbench: error", *_SIGNALS_ENDING)
 # The most of a line kept to tell whether it is the ending one (an error line is one line, and short).
 _LONGEST = 1 << 16
 
 
 def held_back(ending: Optional[bytes]) -> bool:
     """Whether the line that ended the run was not passed on: the command says it, or its own."""
-    return ending is not None and ending.startswith(_TERMINATED)
+    return ending is not None and ending.startswith(_SIGNALS_ENDING)
 
 
 def _ends_the_run(line: bytes) -> bool:

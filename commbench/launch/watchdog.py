@@ -269,7 +269,8 @@ class Watchdog:
         self.failures: dict[int, tuple[str, str]] = {}  # rank 0: (status, text) other ranks reported
         self._looked, self.paused_s = now, 0.0  # the thread's last look; its longest pause (_note_pause)
         self._buffers = {r: b"" for r in self.peers}
-        self._ending = threading.Lock()
+        # Reentrant: the main thread that took it in fail() may stop the watchdog on its way out.
+        self._ending = threading.RLock()
         self._io = threading.RLock()
         self._wake, wake = os.pipe()
         os.set_blocking(wake, False)
@@ -295,7 +296,11 @@ class Watchdog:
             time.sleep(GOODBYE_POLL_S)
 
     def stop(self) -> None:
-        self.stopped, self.deadline = True, None
+        # Not while the thread ends the run: its ending (a signal read just as the last size ended)
+        # closed the file as interrupted while the main thread closed it whole, the line and the file
+        # at odds. The thread's ending leaves the process; one that comes after this ends nothing.
+        with self._ending:
+            self.stopped, self.deadline = True, None
         with self._io:
             if self.up is not None:
                 # A leader passes its ranks' goodbyes on before its own: rank 0 would take a host
@@ -540,6 +545,9 @@ class Watchdog:
     def end(self, status: str, text: str) -> None:
         """Reports (rank 0) or hands over (other ranks) the ending, then leaves the process."""
         self._ending.acquire()  # a second ending waits here until the first one's exit
+        if self.stopped:  # the run ended on this rank first (stop)
+            self._ending.release()
+            return
         self.deadline = None
         try:
             if self.rank == 0:

@@ -16,8 +16,15 @@
 - COMMBENCH_STUB_KILLED_AT_CLOSE=R: rank R is killed (SIGKILL) as the world closes, once every rank
   is there (rank 0 has closed its result file whole), as in MPI's finalize.
 - COMMBENCH_STUB_KILLED_AT_REPORT=1: rank 0 is killed (SIGKILL) as its watchdog starts to report an
-  ending, as the launcher that saw a rank die may kill it (SIGTERM, then SIGKILL)."""
+  ending, as the launcher that saw a rank die may kill it (SIGTERM, then SIGKILL).
+- COMMBENCH_STUB_HELD_AT_FINISH=before|after: rank 0 holds for a minute once every size is measured
+  and its watchdog has stopped, before it closes its result file whole or after; it says `holds
+  before finish` (or after) on stderr first.
+- COMMBENCH_STUB_SIGNAL_AT_EXIT=SIGTERM (or another signal's name): every process (the command and
+  its ranks) sends itself that signal in its last exit handler, as a signal that comes in its last
+  milliseconds."""
 
+import atexit
 import importlib.abc
 import importlib.util
 import os
@@ -94,6 +101,21 @@ def _killed_at_report(module) -> None:
     module.Watchdog._report = report
 
 
+def _held_at_finish(module) -> None:
+    real = module.FileOutput.finish
+    where = os.environ["COMMBENCH_STUB_HELD_AT_FINISH"]
+
+    def finish(self):
+        if where == "after":
+            real(self)
+        print(f"rank 0 holds {where} finish", file=sys.stderr, flush=True)
+        time.sleep(60)
+        if where == "before":
+            real(self)
+
+    module.FileOutput.finish = finish
+
+
 # (module, the variable that asks for its fault, the patch)
 PATCHES = [("commbench.launch.watchdog", "COMMBENCH_STUB_STOP_RANK", _stop),
            ("commbench.launch.watchdog", "COMMBENCH_STUB_KILLED_AT_REPORT", _killed_at_report),
@@ -101,7 +123,8 @@ PATCHES = [("commbench.launch.watchdog", "COMMBENCH_STUB_STOP_RANK", _stop),
            ("commbench.launch.world", "COMMBENCH_STUB_WAIT_AT_START_S", _wait_at_start),
            ("commbench.launch.world", "COMMBENCH_STUB_KILLED_AT_START", _killed_at_start),
            ("commbench.launch.world", "COMMBENCH_STUB_KILLED_AT_CLOSE", _killed_at_close),
-           ("commbench.run.collective", "COMMBENCH_STUB_WRONG_RANK", _wrong)]
+           ("commbench.run.collective", "COMMBENCH_STUB_WRONG_RANK", _wrong),
+           ("commbench.run.output", "COMMBENCH_STUB_HELD_AT_FINISH", _held_at_finish)]
 
 
 class _PatchOnImport(importlib.abc.MetaPathFinder):
@@ -124,6 +147,13 @@ class _PatchOnImport(importlib.abc.MetaPathFinder):
 
         spec.loader.exec_module = exec_module
         return spec
+
+
+if os.environ.get("COMMBENCH_STUB_SIGNAL_AT_EXIT"):
+    @atexit.register  # the first registered: the last to run
+    def _signal_at_exit() -> None:
+        os.kill(os.getpid(), getattr(signal, os.environ["COMMBENCH_STUB_SIGNAL_AT_EXIT"]))
+        time.sleep(0.2)  # where a handler of Python's runs
 
 
 _asked: dict = {}
