@@ -36,8 +36,12 @@ def main() -> None:
         # last milliseconds (the interpreter's exit handlers, a rank's MPI finalize) ended the command
         # without a word, or printed a traceback of an exit handler. Ignored, not defaulted: Python
         # leaves an ignored signal alone at its exit. A rank stuck in its finalize still meets the
-        # launcher's SIGKILL (the standalone launch's after STOP_WITHIN_S, Open MPI's, Slurm's).
-        for ending in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        # launcher's SIGKILL (the standalone launch's after STOP_WITHIN_S, Open MPI's, Slurm's). A rank
+        # of the standalone launch ignores its word that the command ended too: one SIGKILLed after the
+        # last size ended a rank in its MPI finalize, and mpirun then ended rank 0 before it had
+        # closed its file whole. (The module is loaded wherever a launch ran.)
+        world = sys.modules.get("commbench.launch.world")
+        for ending in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, *([world.LAUNCHER_GONE] if world else [])):
             signal.signal(ending, signal.SIG_IGN)
 
 

@@ -13,7 +13,9 @@ import re
 # replaced by REDACTED; the rest of the value (a host, a port, a tuning setting beside it, a quote)
 # stays.
 REDACTED = "<redacted>"
-_WORDS = r"(?:token|key|secret|password|passwd|pwd|auth|sig|signature|credential)"
+# "pass" as the last word of a name (UCX_PASS, db.pass), not inside another (BYPASS) nor before
+# another (--pass-pct, a threshold).
+_WORDS = r"(?:token|key|secret|password|passwd|passphrase|pwd|auth|sig|signature|cred|cookie|(?<![a-z])pass(?![\w.-]))"
 _NAME = rf"[A-Za-z0-9_.-]*{_WORDS}[A-Za-z0-9_.-]*"
 # A quoted value is redacted up to its closing quote (a space inside it included), a bare one up to
 # the first separator.
@@ -43,3 +45,9 @@ def scrub(value: str) -> str:
     for pattern, replacement in _SHAPES:
         value = pattern.sub(replacement, value)
     return _FLAG.sub(_named, _NAMED.sub(_named, value))
+
+
+def secret_name(name: str) -> bool:
+    """Whether a variable's or a setting's name says that it holds a credential (UCX_PASSWORD,
+    GLOO_AUTH_TOKEN, NCCL_..._KEY, UCX_PASS), whatever library it belongs to."""
+    return re.search(_WORDS, name, re.IGNORECASE) is not None

@@ -66,10 +66,9 @@ def _parse_part(part: str, spec: str) -> list[int]:
         raise CommbenchError(f"bad size range '{part}' in --sizes '{spec}': the start exceeds the end")
     step_text = step_text.strip() or "x2"
     if step_text[0] in "xX*":
-        try:
-            factor = int(step_text[1:])
-        except ValueError:
-            factor = 0
+        digits = step_text[1:]
+        # ASCII digits alone, as a size takes them: int() took "２" (full-width) and "1_0" too.
+        factor = int(digits) if digits.isascii() and digits.isdigit() and len(digits) <= _MAX_DIGITS else 0
         if factor < 2:
             raise CommbenchError(f"bad step '{step_text}' in --sizes '{spec}': a factor must be an integer >= 2 (e.g. :x4)")
         if lo == 0:

@@ -751,6 +751,35 @@ def test_an_interrupt_after_the_last_size_leaves_the_file_closed(workdir, where,
     assert left_behind(out) == []
 
 
+def test_a_command_killed_after_the_last_size_leaves_the_file_whole(workdir):
+    """The command SIGKILLed once every size was measured, rank 0 about to close its file whole: the
+    launch's word that its command ended (mpirun's SIGUSR1) met no watchdog and ended rank 0 on the
+    signal, the file left `running` (6 runs in 13 of a SIGKILL 0-30 ms after the last row), at times
+    with a half-written temporary file beside it. Rank 0 closes it whole now, and the ranks end."""
+    out = os.path.join(workdir, "killed-at-the-end.json")
+    p = subprocess.Popen([COMMBENCH, "links", "--np", "2", "--bandwidth-size", "64K", "-o", out],
+                         env=rank_faults_env(COMMBENCH_STUB_HELD_AT_FINISH="before", COMMBENCH_STUB_HELD_S="2"),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=workdir)
+    try:
+        said = []
+        while not said or not said[-1].startswith("rank 0 holds"):
+            said.append(p.stderr.readline())
+            assert said[-1], said
+        p.kill()
+        p.wait(10)
+        until = time.monotonic() + 60
+        while left_behind(out) and time.monotonic() < until:
+            time.sleep(0.2)
+    finally:
+        for pid in left_behind(out):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid), signal.SIGKILL)
+    assert left_behind(out) == []
+    doc = results.load_document(out)
+    assert doc["status"] == "complete" and len(doc["results"]) == 4 and "links" in doc, doc["status"]
+    assert sorted(os.listdir(workdir)) == ["killed-at-the-end.json"]
+
+
 def test_a_watchdog_stopped_ends_nothing_more():
     """A signal the watchdog's thread read just as the main thread stopped it (the last size ended):
     the thread closed the file `interrupted` while the main thread closed it whole, the file

@@ -509,7 +509,8 @@ def test_an_os_error_no_command_answered_is_one_line(monkeypatch, capsys):
 # ---- what result files record ----------------------------------------------------------------------
 
 SECRETS = {"UCX_PASSWORD": "hunter2", "GLOO_AUTH_TOKEN": "t0k", "NCCL_IB_SECRET": "s", "MY_API_KEY": "k",
-           "AWS_SECRET_ACCESS_KEY": "a", "OMPI_MCA_credential_file": "/home/me/.cred"}
+           "AWS_SECRET_ACCESS_KEY": "a", "OMPI_MCA_credential_file": "/home/me/.cred", "UCX_PASS": "hunter2",
+           "NCCL_IB_PWD": "p", "NCCL_X_CREDS": "c", "UCX_COOKIE": "k"}
 SETTINGS = {"NCCL_IB_HCA": "mlx5_0", "OMPI_MCA_btl_tcp_if_include": "lo", "FI_PROVIDER": "tcp"}
 # Settings of the recorded families that are paths of the machine the run was on.
 PATHS = {"NCCL_TOPO_FILE": "/etc/nccl/topo.xml", "NCCL_NET_PLUGIN": "/opt/nccl/libnccl-net.so",
@@ -525,6 +526,7 @@ PATHS = {"NCCL_TOPO_FILE": "/etc/nccl/topo.xml", "NCCL_NET_PLUGIN": "/opt/nccl/l
     ("ncclfoo", False),
     ("NCCL_TOPO_FILE", False), ("UCX_MODULE_DIR", False), ("NCCL_PLUGIN_PATH", False), ("I_MPI_ROOT", False),
     ("GLOO_X_HOME", False), ("UCX_IB_PREFIX", False),
+    ("UCX_RNDV_BYPASS", True),  # "pass" inside a word names no credential
 ])
 def test_the_environment_is_an_allow_list_without_secrets(name, kept):
     assert (name in machine.recorded_env({name: "x"})) == kept
@@ -554,6 +556,8 @@ SHAPED = [
     ("GLOO_DEVICE_TRANSPORT", "TCP password:colonpw42", "TCP password:<redacted>"),
     ("NCCL_DEBUG_SUBSYS", "token: tokcolon77", "token: <redacted>"),
     ("UCX_TLS", "Password = pw555", "Password = <redacted>"),
+    ("UCX_TLS", "rc,pass=pw556,bypass=1", "rc,pass=<redacted>,bypass=1"),
+    ("UCX_TLS", "rc,passphrase=pp1,cookie=c2,x_creds=c3", "rc,passphrase=<redacted>,cookie=<redacted>,x_creds=<redacted>"),
     # a quoted value or name (JSON, Python, a shell), a flag, an HTTP authorisation
     ("NCCL_NET", 'password="pw r1"', 'password="<redacted>"'),
     ("UCX_TLS", "password='pwR2',rc", "password='<redacted>',rc"),

@@ -127,3 +127,22 @@ def test_the_commands_signal_that_rank_0_met_after_its_watchdog_is_told(tmp_path
         assert line == (f"commbench: error: the run was complete ({out} holds all of it), but then the command was "
                         "interrupted (SIGTERM)")
         assert load_document(out)["status"] == "complete"
+
+
+def test_mpiruns_own_failure_after_a_complete_run_is_told(tmp_path):
+    """mpirun itself sent SIGTERM or SIGINT as the run ended: the ranks ended as they should, rank 0
+    closed its file whole, and the command exited 1 without a word (9 runs in 16 of a signal to
+    mpirun mid-run, which it passes on about half a second later)."""
+    from commbench.results.document import ResultFile
+    from docs import result_doc, row
+    out = str(tmp_path / "run.json")
+    doc = result_doc([], status="running")
+    file = ResultFile(out, {k: v for k, v in doc.items() if k not in ("status", "error", "results")})
+    file.add(row(1024, 10.0))
+    file.finish()
+    launched = Launched(**{**ENDED, "ran": True, "started": True, "result": out, "mpirun_status": 1})
+    assert _last_word(launched, out) == (f"commbench: error: the run was complete ({out} holds all of it), but then "
+                                         "mpirun ended with status 1, no rank's failure")
+    # A run that found what it looked for (a wrong element): the command's status 1 is rank 0's, mpirun's is 0.
+    assert _last_word(Launched(**{**ENDED, "ran": True, "started": True, "result": out}), out) is None
+

@@ -37,7 +37,8 @@ MANY = "9" * 5000
 
 
 @pytest.mark.parametrize("bad", ["", "abc", "1Q", "8-1", "1K-1M:x1", "1K-1M:y2", "0-8", "1-8:+0", "-5", "1K-",
-                                 MANY, f"1-{MANY}", f"1K-1M:+{MANY}", f"1K-1M:x{MANY}", "1" + "0" * 24])
+                                 MANY, f"1-{MANY}", f"1K-1M:+{MANY}", f"1K-1M:x{MANY}", "1" + "0" * 24,
+                                 "1K-64K:x\uff12", "1K-1M:x1_0"])
 def test_bad_specs_raise_one_clear_error(bad):
     with pytest.raises(CommbenchError) as e:
         parse_sizes(bad)

@@ -280,7 +280,10 @@ def fit_records(records: list[dict]) -> list[dict]:
     """One fit per series in a run's records (see series_key); series with fewer than MIN_POINTS
     usable sizes, or on one rank, are reported with the reason instead. Each call returns dicts of
     its own (callers add verdicts to them)."""
-    return [dict(f) for f in _fit_records(records)]
+    # Times near the float range's end (a file's samples of 1e308 us) overflow the weights' squares:
+    # the weight is 0 then, as it should be, and numpy's warnings would be lines of noise on stderr.
+    with np.errstate(over="ignore", invalid="ignore"):
+        return [dict(f) for f in _fit_records(records)]
 
 
 @for_the_last_records

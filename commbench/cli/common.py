@@ -247,7 +247,8 @@ class Launched:
     text) rank 1 said for a rank 0 that did not report (None: it said nothing), the (rank, host,
     signal) of the first rank mpirun saw a signal end (relay.signalled_rank), and the result file rank
     0 made (None: it made none), -o's or the one it chose, and mpirun's notice of a signalled rank that
-    came after rank 0's held-back line (relay.withheld_account)."""
+    came after rank 0's held-back line (relay.withheld_account); `mpirun_status`: mpirun's own exit
+    status (every rank of this launch exits 0 where its run ended as it should: world.rank_status)."""
     status: int
     ending: Optional[bytes]
     stopped: Optional[str]
@@ -258,6 +259,7 @@ class Launched:
     signalled: Optional[tuple[int, str, int]]
     result: Optional[str]
     withheld_account: Optional[str] = None
+    mpirun_status: int = 0
 
 
 def _after_the_ranks(launched: Launched) -> None:
@@ -329,6 +331,11 @@ def _last_word(launched: Launched, output: Optional[str]) -> Optional[str]:
         # Rank 0 closed the file whole, and then a rank ended on a signal (in MPI's finalize), or the
         # command was interrupted: the rows stand, the status says the ranks' end.
         return f"commbench: error: the run was complete ({output} holds all of it), but then {cause}"
+    elif ending is None and launched.mpirun_status and output is not None and closed_complete(output):
+        # Rank 0 closed the file whole and every rank ended as it should, but mpirun failed of its own
+        # (a SIGTERM or SIGINT to mpirun itself near the run's end: it exits 1, no rank's notice).
+        return (f"commbench: error: the run was complete ({output} holds all of it), but then mpirun ended with "
+                f"status {launched.mpirun_status}, no rank's failure")
     elif ending is None and no_file and not launched.interrupted and (launched.started or launched.ran):
         # A rank killed in its start-up, before mpirun knew it for one of the job's (no notice)
         return (f"commbench: error: the ranks ended before any result was written (launch status {status}): a rank's "
@@ -431,12 +438,12 @@ def _spawn(argv: list[str], env: dict, timeout_s: float) -> Launched:
     relayed.join(STOP_WITHIN_S)  # what mpirun wrote last, on the user's stderr before the exit
     passed.join(STOP_WITHIN_S)
     # A rank killed by a signal makes mpirun's own status a signal number; the command's is 1.
-    rc = launched_status(env[STARTED_MARK], rc)
-    return Launched(rc if rc in (0, 1, 2) and not (interrupted and rc == 0) else 1, relayed.ending,
+    status = launched_status(env[STARTED_MARK], rc)
+    return Launched(status if status in (0, 1, 2) and not (interrupted and status == 0) else 1, relayed.ending,
                     backstop.text() if backstop.ended else None, interrupted[0] if interrupted else None,
                     os.path.exists(env[STARTED_MARK]), bool(guarded_pids(env[STARTED_MARK])),
                     spoken_for_rank_0(env[STARTED_MARK]), relay.signalled_rank(relayed.seen),
-                    announced_result(env[STARTED_MARK]), relay.withheld_account(relayed.withheld))
+                    announced_result(env[STARTED_MARK]), relay.withheld_account(relayed.withheld), rc)
 
 
 def resolve_device(device: str, impl_text: Optional[str], wants_gpu: bool = False) -> tuple[str, int]:

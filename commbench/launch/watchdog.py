@@ -158,6 +158,17 @@ def stop() -> None:
         _current = None
 
 
+def _launcher_gone_after_the_run(signum, frame) -> None:
+    """The command that launched the ranks ended (SIGKILLed) after this rank's last size: the run is
+    measured, and rank 0 closes its file whole. The signal's default action ended rank 0 as it did,
+    the file left `running` (6 runs in 13 of a SIGKILL 0-30 ms after the last row) and at times a
+    half-written temporary file beside it. A rank that has not ended REPORTING_S later (nothing of
+    the launch is left to end it) leaves then."""
+    leave = threading.Timer(REPORTING_S, os._exit, args=(1,))
+    leave.daemon = True  # a rank that ends meanwhile does not wait for it
+    leave.start()
+
+
 def relay_parents(hosts: list[str]) -> dict[int, int]:
     """{rank: the rank it reports to} for every rank but 0: a host's first rank (its leader) and the
     ranks of rank 0's own host to rank 0, every other rank to its host's leader."""
@@ -313,7 +324,7 @@ class Watchdog:
                 self._send(conn, "bye")
         signal.set_wakeup_fd(-1)
         for s, handler in self._handlers.items():  # what the process had before
-            signal.signal(s, handler)
+            signal.signal(s, _launcher_gone_after_the_run if s == LAUNCHER_GONE else handler)
 
     # ---- the thread --------------------------------------------------------------------------
 

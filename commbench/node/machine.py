@@ -9,7 +9,7 @@ from functools import lru_cache
 from typing import Optional
 
 from .. import __version__
-from ..redact import scrub
+from ..redact import scrub, secret_name
 
 # The settings that change how the communication libraries and the GPUs perform: the only
 # variables a result file records, because result files go into shared repositories and the full
@@ -22,9 +22,6 @@ RECORDED_NAMES = frozenset({"CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "CUDA_D
 # MCA variables mpirun itself sets on every rank it starts (the launch, and paths of the machine it
 # ran on), not tuning a user chose.
 LAUNCHER_SET = frozenset({"OMPI_MCA_PREFIXES", "OMPI_MCA_initial_wdir", "OMPI_MCA_num_procs", "OMPI_MCA_cpu_type"})
-# A name with any of these words holds a credential, whatever library it belongs to (UCX_PASSWORD,
-# GLOO_AUTH_TOKEN, NCCL_..._KEY).
-SECRET_WORDS = ("PASSWORD", "SECRET", "TOKEN", "KEY", "CREDENTIAL", "AUTH")
 # A name with one of these endings, or an absolute path as its value, is a path of the machine the
 # run was on (NCCL_TOPO_FILE, UCX_..._DIR, a plugin's location): it means nothing on another machine
 # and shows how this one is laid out.
@@ -35,10 +32,6 @@ def _setting(name: str) -> bool:
     return (name in RECORDED_NAMES or name.startswith(RECORDED_PREFIXES)) and name not in LAUNCHER_SET
 
 
-def _secret(name: str) -> bool:
-    return any(word in name.upper() for word in SECRET_WORDS)
-
-
 def _path(name: str, value: str) -> bool:
     return name.upper().endswith(PATH_SUFFIXES) or os.path.isabs(value)
 
@@ -47,7 +40,7 @@ def recorded_env(env: Optional[dict] = None) -> dict[str, str]:
     """The performance settings of env (default: this process's environment) that a result file
     keeps; also what cleans the environment of a result file written before this list existed."""
     env = os.environ if env is None else env
-    return {k: scrub(v) for k, v in sorted(env.items()) if _setting(k) and not _secret(k) and not _path(k, v)}
+    return {k: scrub(v) for k, v in sorted(env.items()) if _setting(k) and not secret_name(k) and not _path(k, v)}
 
 
 def typed_command(argv: list[str]) -> list[str]:

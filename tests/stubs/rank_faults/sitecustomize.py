@@ -17,9 +17,9 @@
   is there (rank 0 has closed its result file whole), as in MPI's finalize.
 - COMMBENCH_STUB_KILLED_AT_REPORT=1: rank 0 is killed (SIGKILL) as its watchdog starts to report an
   ending, as the launcher that saw a rank die may kill it (SIGTERM, then SIGKILL).
-- COMMBENCH_STUB_HELD_AT_FINISH=before|after: rank 0 holds for a minute once every size is measured
-  and its watchdog has stopped, before it closes its result file whole or after; it says `holds
-  before finish` (or after) on stderr first.
+- COMMBENCH_STUB_HELD_AT_FINISH=before|after: rank 0 holds for a minute (COMMBENCH_STUB_HELD_S
+  seconds) once every size is measured and its watchdog has stopped, before it closes its result
+  file whole or after; it says `holds before finish` (or after) on stderr first.
 - COMMBENCH_STUB_SIGNAL_AT_EXIT=SIGTERM (or another signal's name): every process (the command and
   its ranks) sends itself that signal in its last exit handler, as a signal that comes in its last
   milliseconds."""
@@ -109,7 +109,7 @@ def _held_at_finish(module) -> None:
         if where == "after":
             real(self)
         print(f"rank 0 holds {where} finish", file=sys.stderr, flush=True)
-        time.sleep(60)
+        time.sleep(float(os.environ.get("COMMBENCH_STUB_HELD_S", "60")))
         if where == "before":
             real(self)
 
