@@ -190,12 +190,19 @@ def test_the_ranks_end_with_a_killed_command(command, workdir):
 def test_a_launch_killed_whole_leaves_its_folders_to_the_next_launch(workdir):
     """The command, its mpirun and its ranks SIGKILLed at once (a job's end, the OOM killer, a cgroup's
     kill): mpirun's session folder (`ompi.<pid>`) stayed in the launch's folder, and no later launch
-    removed it, as it removes one holding rank 0's notes alone."""
+    removed it, as it removes one holding rank 0's notes alone. Nor the temporary file of the result
+    file that rank 0 was rewriting (2 runs in 25 of a command SIGKILLed after the last row): the
+    next launch removes it where its writer no longer runs."""
     out = os.path.join(workdir, "whole.json")
     p = subprocess.Popen([COMMBENCH, *SWEEP, "--np", "2", "-o", out], env=mpi_env(), stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         wait_for_rows(out, p)
+        # as rank 0 leaves one killed mid-write (results/atomic.py's name), and one of a writer still alive
+        dead, alive = (os.path.join(workdir, f".whole.{pid}-abc123.partial.json") for pid in (rank_pids(out)[0], os.getpid()))
+        for left in (dead, alive):
+            with open(left, "w") as f:
+                f.write('{"sch')
         [mpirun] = [int(pid) for pid in left_behind(out) if _command_name(int(pid)) in ("mpirun", "prterun")]
         with open(f"/proc/{mpirun}/environ", "rb") as f:
             base = dict(v.split(b"=", 1) for v in f.read().split(b"\0") if b"=" in v)[SESSION_BASE.encode()].decode()
@@ -213,6 +220,7 @@ def test_a_launch_killed_whole_leaves_its_folders_to_the_next_launch(workdir):
     r = commbench(["allreduce", "--device", "cpu", "--np", "2", "--sizes", "1K", "--iters", "2", "--warmup", "1", "-o",
                    os.path.join(workdir, "next.json")])
     assert r.returncode == 0 and not os.path.exists(base), (r.stderr, os.listdir(base))
+    assert not os.path.exists(dead) and os.path.exists(alive)
 
 
 def _command_name(pid: int) -> str:

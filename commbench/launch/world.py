@@ -202,20 +202,27 @@ RESULT_NAME = "rank-0-result"
 
 def announce_result(path: str) -> None:
     """Rank 0 of commbench's own launch made its result file at `path`: the command closes it where
-    rank 0 cannot, and says what it holds where a rank ended after rank 0 closed it."""
+    rank 0 cannot, and says what it holds where a rank ended after rank 0 closed it. The absolute path
+    goes beside it, for a later launch to tidy (_remove_abandoned_bases)."""
     mark = os.environ.get(STARTED_MARK)
     if mark:
         # In the file system's bytes: a name may hold bytes that are no UTF-8 (Python keeps them as
-        # surrogates, which no text encoder writes).
+        # surrogates, which no text encoder writes); no path holds a NUL.
         with contextlib.suppress(OSError), open(os.path.join(os.path.dirname(mark), RESULT_NAME), "wb") as f:
-            f.write(os.fsencode(path))
+            f.write(os.fsencode(path) + b"\0" + os.fsencode(os.path.abspath(path)))
+
+
+def _announced(folder: str) -> tuple[Optional[str], Optional[str]]:
+    """(the result file's name as given, its absolute path) that rank 0 left in the launch's folder."""
+    with contextlib.suppress(OSError), open(os.path.join(folder, RESULT_NAME), "rb") as f:
+        given, _, absolute = f.read().partition(b"\0")
+        return (os.fsdecode(given) or None), (os.fsdecode(absolute) or None)
+    return None, None
 
 
 def announced_result(mark: str) -> Optional[str]:
     """The result file that rank 0 made in the launch of `mark`, if it made one."""
-    with contextlib.suppress(OSError), open(os.path.join(os.path.dirname(mark), RESULT_NAME), "rb") as f:
-        return os.fsdecode(f.read()) or None
-    return None
+    return _announced(os.path.dirname(mark))[0]
 
 
 def _gone(pid: str) -> bool:
@@ -239,13 +246,23 @@ def _gone(pid: str) -> bool:
 
 def _remove_abandoned_bases() -> None:
     """The launch folders that commands killed with SIGKILL left, of commands that no longer run:
-    rank 0's and rank 1's notes and the ranks' guard marks, and the session folder (`ompi.<its pid>`) of an mpirun SIGKILLed
+    rank 0's and rank 1's notes, the ranks' guard marks, the temporary file of a result file that a
+    rank 0 ended mid-write left, and the session folder (`ompi.<its pid>`) of an mpirun SIGKILLed
     with the command (a job's end, the OOM killer, a cgroup's kill take every process at once) that
     no longer runs either. rmdir removes none that holds anything else."""
     import glob
+
+    from ..results.atomic import leftovers
     for path in glob.glob(os.path.join(tempfile.gettempdir(), "commbench-mpirun-*-*")):
         if not _gone(os.path.basename(path).split("-")[2]):
             continue
+        # A rank 0 ended while it rewrote the result file (its command SIGKILLed, no one left to tidy)
+        # left the temporary file beside it: the writer's pid is in its name.
+        result = _announced(path)[1]
+        for left in leftovers(result) if result else []:
+            if _gone(os.path.basename(left).rpartition(".partial")[0].rpartition(".")[2].partition("-")[0]):
+                with contextlib.suppress(OSError):
+                    os.unlink(left)
         with contextlib.suppress(OSError):
             for name in os.listdir(path):
                 if name in (MARK_NAME, SPOKE_NAME, RESULT_NAME) or name.startswith(GUARDED_PREFIX):
