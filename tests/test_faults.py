@@ -322,8 +322,10 @@ def test_a_rank_0_resumed_past_its_deadline_closes_its_file_as_the_timeout_it_mi
     """Rank 0 stopped amid a size: rank 1 says the size timed out, rank 0 not answering, and the
     launch ends the job, resuming rank 0 (SIGCONT, then SIGTERM). Rank 0 then finds the SIGTERM, rank
     1's report and its deadline long past: its file said `interrupted (SIGTERM)`, or named the ranks
-    it had not heard from while it was stopped. It says what rank 1 said; where Open MPI ends it
-    first (a peer's connection closed), the command closes the file with rank 1's words."""
+    it had not heard from while it was stopped. It says what rank 1 said, or that it did not run for
+    the time it was stopped; where Open MPI ends it first (a peer's connection closed), the command
+    closes the file with rank 1's words. The one line is rank 1's, or rank 0's own where mpirun passes
+    the resumed rank 0's line on before rank 1's (it reads their pipes in no set order): the file's."""
     out = os.path.join(workdir, "stop0.json")
     p = subprocess.Popen([COMMBENCH, *SWEEP, "-o", out, "--np", "3"], env=_env("cpu"), stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True, start_new_session=True)
@@ -340,13 +342,17 @@ def test_a_rank_0_resumed_past_its_deadline_closes_its_file_as_the_timeout_it_mi
     assert left_behind(out) == []
     lines = [line for line in err.splitlines() if line.startswith("commbench: error")]
     said = f"did not finish within --timeout {TIMEOUT_S} s; rank 0 did not answer"
-    assert len(lines) == 1 and lines[0].startswith("commbench: error on rank 1: allreduce ring@mpi ") and \
-        lines[0].endswith(said), err
     doc = results.load_document(out)
     assert doc["status"] == "timeout" and doc["results"] and doc["error"].startswith("allreduce ring@mpi "), doc
     # Rank 0's own words, or rank 1's where Open MPI ended the resumed rank 0 before it wrote.
     assert doc["error"].endswith(said) or re.search(f"{said}: its process did not run for \\d+ s$", doc["error"]), doc
-    assert doc["error"].endswith(said) == (doc["error"] == lines[0].removeprefix("commbench: error on rank 1: ")), doc
+    assert len(lines) == 1, err
+    rank_1s = lines[0].removeprefix("commbench: error on rank 1: ")
+    if rank_1s != lines[0]:
+        assert rank_1s.startswith("allreduce ring@mpi ") and rank_1s.endswith(said), err
+        assert doc["error"].endswith(said) == (doc["error"] == rank_1s), (lines, doc)
+    else:
+        assert lines[0] == f"commbench: error: {doc['error']} (measured rows kept in {out})", (lines, doc)
 
 
 # A lost or stopped rank on another host, named through the network; an interrupt names no rank, and
