@@ -79,6 +79,7 @@ bench: install
 
 # Two passes: everything but the GPU path, then the GPU path (pytest -m gpu) on emulated GPUs, two per
 # host (tests/emu; some of its tests take 1, 4 or 8), NVML answering for them (tests/stubs/emu_nvml).
+# Each pass's times per test go to build/test-times/ (tools/test_times.py sums them).
 # pytest exits 5 when it collects no test: that must not pass silently, nor fail confusingly. Both
 # passes run; either failing fails the target. Two tests at a time (pytest-xdist): much of a test is
 # waiting (for ranks to start, a shaped link, a --timeout), so two share 2 cores well. Tests go out one
@@ -108,7 +109,8 @@ test: install emu test-system $(JUNIT_XSD)
 	  if [ "$$pass" = gpu ]; then export COMMBENCH_GPU_EMULATION=2 PYTHONPATH=$(CURDIR)/tests/stubs/emu_nvml$${PYTHONPATH:+:$$PYTHONPATH}; \
 	  else unset COMMBENCH_GPU_EMULATION; fi; \
 	  echo "== pytest -m '$$pass'$${COMMBENCH_GPU_EMULATION:+ (COMMBENCH_GPU_EMULATION=$$COMMBENCH_GPU_EMULATION)}"; \
-	  $(BIN)/python -m pytest -q -n 2 --dist loadgroup --durations=15 -m "$$pass" tests; rc=$$?; \
+	  $(BIN)/python -m pytest -q -n 2 --dist loadgroup --durations=15 -m "$$pass" \
+	    --junit-xml=build/test-times/$$( [ "$$pass" = gpu ] && echo gpu || echo first ).xml tests; rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "no tests collected for -m '$$pass'"; rc=1; fi; \
 	  [ $$rc -eq 0 ] || status=$$rc; \
 	done; exit $$status

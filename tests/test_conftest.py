@@ -91,3 +91,21 @@ def test_quiet(i):
     assert len(found) == 11, found
     held = (found["quiet0"][0], found["quiet1"][1])
     assert all(end <= held[0] or start >= held[1] for name, (start, end) in found.items() if name.startswith("plain")), found
+
+
+def test_the_times_report_sums_each_file_and_lists_the_longest_tests(tmp_path):
+    """tools/test_times.py on a JUnit report pytest wrote, as `make test` writes one per pass."""
+    (tmp_path / "test_slow.py").write_text("import time\n\ndef test_a():\n    time.sleep(0.6)\n\n"
+                                           "def test_b():\n    time.sleep(0.3)\n")
+    (tmp_path / "test_quick.py").write_text("def test_c():\n    pass\n")
+    report = tmp_path / "first.xml"
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(tmp_path),
+                        f"--junit-xml={report}", str(tmp_path)], capture_output=True, text=True, cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    tool = os.path.join(os.path.dirname(TESTS), "tools", "test_times.py")
+    r = subprocess.run([sys.executable, tool, "--top", "2", str(report)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith("== first: 3 tests, ") and lines[1].endswith("2 tests  test_slow.py"), lines
+    assert float(lines[1].split()[0]) >= 0.9 and lines[2].endswith("1 tests  test_quick.py"), lines
+    assert [line.split()[-1] for line in lines[4:]] == ["test_slow.py::test_a", "test_slow.py::test_b"], lines
