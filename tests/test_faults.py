@@ -681,6 +681,24 @@ def test_a_rank_stopped_before_the_first_size_ends_the_run(workdir, when):
     assert left_behind(out) == []
 
 
+def test_rank_0_killed_before_the_first_size_is_said_where(workdir):
+    """Rank 0 killed once the watchdogs were up and its file made, before the first size (0-100 ms
+    after the file appeared): rank 1 said `commbench: error on rank 1: : rank 0 did not arrive`, its
+    place empty, and the file kept it so (13 runs in 16). Where no size has started the line says
+    so (tests/stubs/rank_faults kills rank 0 as its watchdog starts)."""
+    out = os.path.join(workdir, "rank-0-killed.json")
+    env = rank_faults_env(COMMBENCH_STUB_STOP_RANK="0", COMMBENCH_STUB_STOP_SIGNAL="SIGKILL")
+    r = subprocess.run([COMMBENCH, *SWEEP, "--np", "2", "-o", out], env=env, capture_output=True, text=True,
+                       timeout=120, cwd=workdir)
+    said = "before the first size: rank 0 did not arrive: its process ended"
+    assert r.returncode == 1 and [line for line in r.stderr.splitlines() if line.startswith("commbench: error")] == [
+        f"commbench: error on rank 1: {said}"], r.stderr
+    doc = results.load_document(out)
+    assert (doc["status"], doc["error"], doc["results"]) == ("peer-lost", said, []), doc
+    time.sleep(0.5)
+    assert left_behind(out) == []
+
+
 @pytest.mark.parametrize("where,signame", [("file made", "SIGKILL"), ("file made", "SIGTERM"), ("in MPI's start-up", "SIGKILL"),
                                           ("in Python's start-up", "SIGKILL")])
 def test_a_rank_killed_before_the_watchdogs_are_up_is_named_from_mpirun_s_account(workdir, where, signame):

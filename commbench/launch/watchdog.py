@@ -118,9 +118,13 @@ def _terminated_in_start_up(signum, frame) -> None:
     os._exit(128 + signum)
 
 
+# What a line says of where the run was before the first size armed the watchdog (its label then).
+UNARMED = "before the first size"
+
+
 def _interrupted_text(label: str, signum: int) -> str:
     why = "the command that launched the ranks ended" if signum == LAUNCHER_GONE else signal.Signals(signum).name
-    return f"{label or 'before the first size'}: interrupted ({why})"
+    return f"{label or UNARMED}: interrupted ({why})"
 
 
 def start(world, timeout_s: float, reporter) -> None:
@@ -292,6 +296,12 @@ class Watchdog:
         self._handlers = {s: signal.signal(s, lambda *_: None) for s in watched}
         threading.Thread(target=self._watch, name="commbench-watchdog", daemon=True).start()
 
+    @property
+    def where(self) -> str:
+        """Where the run was, for a line: the size being measured, or UNARMED (a rank ended in the
+        set-up, after rank 0 made the file: ': rank 0 did not arrive' said nothing of where)."""
+        return self.label or UNARMED
+
     def arm(self, label: str) -> None:
         self.label = label
         self.deadline = time.monotonic() + self.timeout_s
@@ -348,7 +358,7 @@ class Watchdog:
                     news = self._read_up(0)
             # Outside the lock: an ending on the main thread holds _ending and then takes _io.
             if news and not self.stopped:  # rank 0 reported an ending, or is gone: this rank leaves too
-                self.end("peer-lost" if news == "gone" else "failed", f"{self.label}: rank 0 did not arrive: its process ended")
+                self.end("peer-lost" if news == "gone" else "failed", f"{self.where}: rank 0 did not arrive: its process ended")
             signum = os.read(self._wake, 16)[-1] if self._wake in ready else None
             # A peer's end comes first: a launcher that saw a rank die, or fail, sends this one SIGTERM
             # next (with the loss settled or not: the launcher ends the job for it).
@@ -367,13 +377,13 @@ class Watchdog:
             if self.deadline is not None and time.monotonic() > self.deadline:
                 self.end("timeout", self._absent_text(f"did not arrive within --timeout {self.timeout_s:g} s"))
             if signum is not None:
-                self.end("interrupted", _interrupted_text(self.label, signum))
+                self.end("interrupted", _interrupted_text(self.where, signum))
             # Before the first size nothing is armed, yet a collective of the set-up (a subgroup, a
             # communicator) waits for every rank: one silent for --timeout would hang it for good.
             if self.deadline is None and not self.stopped and self.rank == 0:
                 silent = self._silent(max(self.timeout_s, STALE_S))
                 if silent:
-                    self.end("timeout", f"{self.label or 'before the first size'}: {_ranks(silent)} did not "
+                    self.end("timeout", f"{self.where}: {_ranks(silent)} did not "
                                         f"arrive within --timeout {self.timeout_s:g} s")
 
     def _note_pause(self) -> None:
@@ -490,19 +500,19 @@ class Watchdog:
         lost = sorted(set(self.lost))
         silent = [r for r in self._silent(STALE_S) if r not in lost]
         ended = "their processes" if len(lost) > 1 else "its process"
-        return f"{self.label}: {_ranks(lost)} did not arrive: {ended} ended" + \
+        return f"{self.where}: {_ranks(lost)} did not arrive: {ended} ended" + \
             (f"; {_ranks(silent)} did not answer" if silent else "") + self._on_hosts(lost + silent)
 
     def _absent_text(self, what: str) -> str:
         if self.rank != 0:  # said only where rank 0 did not report: it is what is missing
-            return f"{self.label}: did not finish within --timeout {self.timeout_s:g} s; rank 0 did not answer"
+            return f"{self.where}: did not finish within --timeout {self.timeout_s:g} s; rank 0 did not answer"
         absent = self._absent()
         if absent:
-            return f"{self.label}: {_ranks(absent)} {what}{self._on_hosts(absent)}"
+            return f"{self.where}: {_ranks(absent)} {what}{self._on_hosts(absent)}"
         if self.paused_s > self.timeout_s:  # rank 0 itself was stopped past the deadline
-            return (f"{self.label}: did not finish within --timeout {self.timeout_s:g} s; rank 0 did not answer: "
+            return (f"{self.where}: did not finish within --timeout {self.timeout_s:g} s; rank 0 did not answer: "
                     f"its process did not run for {self.paused_s:.0f} s")
-        return f"{self.label}: did not finish within --timeout {self.timeout_s:g} s; every rank was alive in it"
+        return f"{self.where}: did not finish within --timeout {self.timeout_s:g} s; every rank was alive in it"
 
     def _on_hosts(self, ranks: list[int]) -> str:
         """Across hosts, the hosts of `ranks`: a host is what a cluster team repairs."""
@@ -520,9 +530,9 @@ class Watchdog:
             # The signal reached every rank; rank 0's label says where the run was. A rank left out
             # of a rank count (scale, numerics) waits unarmed and would say 'before the first size'.
             why = text.rpartition(": interrupted ")[2]
-            return f"{self.label}: interrupted {why}" if self.label and why else text
+            return f"{self.where}: interrupted {why}" if self.label and why else text
         absent = self._absent()
-        return f"{self.label}: on rank {rank}: {text}" + (f"; {_ranks(absent)} did not arrive" if absent else "")
+        return f"{self.where}: on rank {rank}: {text}" + (f"; {_ranks(absent)} did not arrive" if absent else "")
 
     # ---- the ending --------------------------------------------------------------------------
 
@@ -533,7 +543,7 @@ class Watchdog:
         if isinstance(error, OSError) and error.errno in (errno.EIO, errno.EPIPE):
             # The launch closed this rank's output: it is ending the job (the command that started it
             # was killed), and its SIGTERM may come after this rank's next line.
-            self.end("interrupted", f"{self.label or 'before the first size'}: interrupted "
+            self.end("interrupted", f"{self.where}: interrupted "
                                     f"(the launch closed this rank's output: {error.strerror})")
         # A failure caused by a peer that died arrives a moment after its connection closed.
         time.sleep(2 * TICK_S)
@@ -547,7 +557,7 @@ class Watchdog:
             self.end(status, self._absent_text(f"did not arrive within --timeout {self.timeout_s:g} s"))
         absent = self._absent()
         if absent:
-            self.end("peer-lost", f"{self.label}: {_ranks(absent)} did not arrive; {text}")
+            self.end("peer-lost", f"{self.where}: {_ranks(absent)} did not arrive; {text}")
         self._ending.acquire()  # the thread ends nothing more: the caller does
         self.deadline = None
         for conn in list(self.peers.values()):

@@ -5,7 +5,7 @@
   barrier, as it would in a set-up collective (a subgroup, a communicator) that needs every rank.
   With COMMBENCH_STUB_STOP_BEFORE=1 it stops before its watchdog starts instead: the others wait in
   the collectives that set the watchdogs' side channel up. COMMBENCH_STUB_STOP_SIGNAL=SIGKILL kills
-  it there instead of stopping it.
+  it (either there) instead of stopping it.
 - COMMBENCH_STUB_WRONG_RANK=R: rank R finds one wrong element more in every check of a collective
   (a run that ends as it should, with exit status 1).
 - COMMBENCH_STUB_KILLED_AT_START=R: rank R is killed (SIGKILL) before MPI's start-up, which holds
@@ -39,11 +39,12 @@ def _stop(module) -> None:
     def start(world, timeout_s, reporter):
         stops = world.rank == int(os.environ["COMMBENCH_STUB_STOP_RANK"])
         before = os.environ.get("COMMBENCH_STUB_STOP_BEFORE") == "1"
+        signum = getattr(signal, os.environ.get("COMMBENCH_STUB_STOP_SIGNAL", "SIGSTOP"))
         if stops and before:
-            os.kill(os.getpid(), getattr(signal, os.environ.get("COMMBENCH_STUB_STOP_SIGNAL", "SIGSTOP")))
+            os.kill(os.getpid(), signum)
         real(world, timeout_s, reporter)
         if stops and not before:
-            os.kill(os.getpid(), signal.SIGSTOP)
+            os.kill(os.getpid(), signum)
         world.comm.Barrier()
 
     module.start = start
