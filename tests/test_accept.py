@@ -12,7 +12,7 @@ import sys
 
 import pytest
 import xmlschema
-from conftest import COMMBENCH, MPIRUN, commbench, in_process, mpi_env, wait_for_rows
+from conftest import COMMBENCH, MPIRUN, commbench, in_process, mpi_env, rank_faults_env, wait_for_rows
 
 from commbench.accept import plan as plans
 from commbench.accept.baselines import Baselines, sku_folder
@@ -241,6 +241,24 @@ def test_a_cluster_plan_s_values_are_checked_before_any_step_what_its_nodes_deci
         for quick in (False, True):
             assert [step.name for step, _ in plan.check_values(checked_cluster_step, 0, quick)] == \
                 [s.name for s in plan.steps if s.measuring and s.applies(0)]
+
+
+def test_a_step_whose_command_fails_after_its_complete_file_is_an_error(tmp_path):
+    """A rank stopped (or killed) once its step's file was complete: the command exits 1 on its line
+    (`... the run was complete ..., but then rank 1's process ended`), with nothing in the file to
+    say why. accept read exit 1 as the command's own verdict, found the file good and said PASS, exit
+    0 (7 runs in 7, a rank SIGSTOPped after the last size). Such a step is an ERROR
+    (tests/stubs/rank_faults kills rank 1 as the world closes, rank 0's file closed whole)."""
+    path = tmp_path / "one.toml"
+    path.write_text('description = "one step"\n[[step]]\nname = "allreduce"\ncommand = "allreduce"\n'
+                    'options = { np = 2, impl = "mpi", sizes = "1K", iters = 5 }\n')
+    r = commbench(["accept", "--plan", str(path), "-o", str(tmp_path / "out")], cwd=str(tmp_path),
+                  env=rank_faults_env(COMMBENCH_STUB_KILLED_AT_CLOSE="1"))
+    assert r.returncode == 1, r.stdout + r.stderr
+    [step] = summary_of(tmp_path, "out")["steps"]
+    assert step["status"] == "ERROR" and step["result"] == "allreduce.json", step
+    assert [(c["check"], c["status"]) for c in step["checks"]] == [("correct", "PASS"), ("exit status", "ERROR")], step
+    assert step["checks"][1]["evidence"].startswith("exit 1: commbench: error: the run was complete ("), step
 
 
 def accept(tmp_path, out: str, *args):

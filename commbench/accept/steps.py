@@ -88,9 +88,12 @@ def run_step(step: Step, folder: str, gpus: int, quick: bool, launch: list, base
         verdict = _read_json(stdout)
         judged = verdict is not None
         checks += doctor_checks(verdict)
-    if ran.rc not in (0, None) and not (judged and ran.rc == 1):
-        # Exit 1 with a file to judge is the command's own verdict (wrong elements, a slow link, a node
-        # doctor fails), judged above; anything else is a step that could not show the node good.
+    # Exit 1 with a file to judge is the command's own verdict (wrong elements, a slow link, a node
+    # doctor fails, a run that did not finish), judged above, where the file gives that reason; a file
+    # judged good beside exit 1 is a command that failed after it measured (a rank stopped as the ranks
+    # ended, said on its last line), and like any other exit a step that could not show the node good.
+    own_verdict = judged and ran.rc == 1 and any(c["status"] == FAIL for c in checks)
+    if ran.rc not in (0, None) and not own_verdict:
         checks.append(check("exit status", ERROR, f"exit {ran.rc}: {runner.last_line(ran.log) or 'see the log'}"))
     if not checks:
         checks.append(check("ran", PASS, "exit 0"))
