@@ -31,6 +31,7 @@ from conftest import (
 from commbench.launch.marks import GUARDED_PREFIX
 from commbench.launch.world import MARK_NAME, RESULT_NAME, SESSION_BASE
 from commbench.results import document as results
+from commbench.sizes import parse_sizes
 
 TIMEOUT_S = 2
 # --timeout bounds one size (its check, warm-up and timed calls): 50 calls of a gloo all-reduce across
@@ -810,6 +811,38 @@ def test_a_command_killed_after_the_last_size_leaves_the_file_whole(workdir):
     doc = results.load_document(out)
     assert doc["status"] == "complete" and len(doc["results"]) == 4 and "links" in doc, doc["status"]
     assert sorted(os.listdir(workdir)) == ["killed-at-the-end.json"]
+
+
+def test_mpirun_killed_after_the_last_size_leaves_the_line_and_the_file_agreeing(workdir):
+    """mpirun SIGKILLed once every row was in the file: its ranks live on, orphaned, and rank 0's next
+    line met its output closed. The command said the file was `still open` while rank 0 went on to
+    close it `failed` (`Input/output error at gloo 4M`), or printed that error alone (5 runs in 13).
+    The command waits for the ranks that outlived mpirun before its last word, and rank 0 takes its
+    closed output for the interrupt it is, as it does mid-run (tests/stubs/rank_faults holds rank 0
+    before it closes its file whole)."""
+    out = os.path.join(workdir, "mpirun-killed-at-the-end.json")
+    p = subprocess.Popen([COMMBENCH, *SWEEP, "--np", "2", "-o", out],
+                         env=rank_faults_env(COMMBENCH_STUB_HELD_AT_FINISH="before", COMMBENCH_STUB_HELD_S="2"),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=workdir, start_new_session=True)
+    try:
+        said = []
+        while not said or not said[-1].startswith("rank 0 holds"):
+            said.append(p.stderr.readline())
+            assert said[-1], said
+        [mpirun] = subprocess.run(["pgrep", "-P", str(p.pid)], capture_output=True, text=True).stdout.split()
+        os.kill(int(mpirun), signal.SIGKILL)
+        _, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    assert left_behind(out) == []
+    doc = results.load_document(out)
+    sizes = parse_sizes(SWEEP[SWEEP.index("--sizes") + 1])
+    assert doc["status"] == "interrupted" and len(doc["results"]) == len(sizes), (doc["status"], err)
+    assert re.fullmatch(r"after the last size: interrupted \(the launch closed this rank's output: "
+                        r"(Input/output error|Broken pipe)\)", doc["error"]), doc["error"]
+    assert p.returncode == 1 and [line for line in err.splitlines() if line.startswith("commbench:")] == [
+        f"commbench: error: {doc['error']} (measured rows kept in {out})"], err
 
 
 def test_a_watchdog_stopped_ends_nothing_more():

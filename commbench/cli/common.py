@@ -367,6 +367,23 @@ def _cause(signalled: Optional[tuple[int, str, int]], interrupted: Optional[int]
 WAIT_STEP_S = 0.25
 
 
+def _outlived(sid: int) -> None:
+    """Ranks of mpirun's session that outlived it (a SIGKILLed mpirun orphans its ranks, ending none)
+    waited for, then ended, STOP_WITHIN_S on: rank 0 may still be closing its file, which the last
+    word reads (it said `still open` of a file rank 0 then closed). They end at their next line, their
+    output closed (watchdog.output_closed)."""
+    until = time.monotonic() + STOP_WITHIN_S
+    while session_members(sid) and time.monotonic() < until:
+        time.sleep(OUTLIVED_POLL_S)
+    for pid in session_members(sid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+# How often the command looks whether the ranks that outlived mpirun ended: they do within milliseconds.
+OUTLIVED_POLL_S = 0.02
+
+
 def _spawn(argv: list[str], env: dict, timeout_s: float) -> Launched:
     """Runs the ranks under mpirun and says how the launch ended; their stderr and mpirun's pass
     through launch/relay.py. SIGINT/SIGTERM go on to the ranks
@@ -434,6 +451,7 @@ def _spawn(argv: list[str], env: dict, timeout_s: float) -> Launched:
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(pid, signal.SIGKILL)
                 killed_at += STOP_WITHIN_S
+    _outlived(proc.pid)
     backstop.stop()
     relayed.join(STOP_WITHIN_S)  # what mpirun wrote last, on the user's stderr before the exit
     passed.join(STOP_WITHIN_S)
@@ -554,7 +572,13 @@ def _fail(reporter, world, error: Exception) -> NoReturn:
         watchdog.current().fail(error)
     abort = world.comm is not None and world.size > 1
     try:
-        if reporter:
+        if reporter and (closed := watchdog.output_closed(error)):
+            # After the last size (the watchdog stopped, which says it while a size runs): the launch
+            # is ending the job, and no line of this rank reaches anyone; the file says it.
+            where = watchdog.current().where if watchdog.current() is not None else \
+                "after the last size" if reporter.records else watchdog.UNARMED
+            reporter.fail(f"{where}: interrupted ({closed})", "interrupted")
+        elif reporter:
             where = f" at {reporter.current}" if reporter.current else ""
             said = described(error)
             kept = reporter.fail(f"{type(error).__name__}{where}: {error}" if said.startswith(type(error).__name__)

@@ -122,6 +122,14 @@ def _terminated_in_start_up(signum, frame) -> None:
 UNARMED = "before the first size"
 
 
+def output_closed(error: Exception) -> Optional[str]:
+    """Why a write to this rank's output failed where the launch closed it, ending the job (the command
+    that started it, or mpirun, was killed): an interrupt, not the rank's failure. None otherwise."""
+    if isinstance(error, OSError) and error.errno in (errno.EIO, errno.EPIPE):
+        return f"the launch closed this rank's output: {error.strerror}"
+    return None
+
+
 def _interrupted_text(label: str, signum: int) -> str:
     why = "the command that launched the ranks ended" if signum == LAUNCHER_GONE else signal.Signals(signum).name
     return f"{label or UNARMED}: interrupted ({why})"
@@ -540,11 +548,9 @@ class Watchdog:
         """A failure in this rank's main thread. Ends the process where it involves other ranks;
         returns on rank 0 when its own failure is all there is to say (the caller says it and ends the
         job; the other ranks follow when rank 0's side channel closes)."""
-        if isinstance(error, OSError) and error.errno in (errno.EIO, errno.EPIPE):
-            # The launch closed this rank's output: it is ending the job (the command that started it
-            # was killed), and its SIGTERM may come after this rank's next line.
-            self.end("interrupted", f"{self.where}: interrupted "
-                                    f"(the launch closed this rank's output: {error.strerror})")
+        closed = output_closed(error)
+        if closed:  # its SIGTERM may come after this rank's next line
+            self.end("interrupted", f"{self.where}: interrupted ({closed})")
         # A failure caused by a peer that died arrives a moment after its connection closed.
         time.sleep(2 * TICK_S)
         text = described(error)
