@@ -303,8 +303,11 @@ def _last_word(launched: Launched, output: Optional[str]) -> Optional[str]:
     # once its watchdog had stopped (its last size measured): its file is left running, or was
     # closed whole just before.
     after_the_watchdog = launched.interrupted is not None and relay.held_back(ending) and not no_file
-    ended_early = (signalled is not None and (ending is None or relay.held_back(ending))) or \
-        (launched.interrupted is not None and ending is None) or after_the_watchdog
+    # The command interrupted, and no rank said more than that the signal ended it (its held-back
+    # `commbench: terminated`, in its set-up before its watchdog ran: the same interrupt, told as where
+    # the ranks ended on it before any handler of theirs).
+    interrupted_unsaid = launched.interrupted is not None and (ending is None or relay.held_back(ending))
+    ended_early = (signalled is not None and (ending is None or relay.held_back(ending))) or interrupted_unsaid
     if relay.by_rank_0(ending) and not (ended_early and (no_file or left_running(output))) and not after_the_watchdog:
         return None
     cause = _cause(signalled, launched.interrupted)
