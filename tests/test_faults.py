@@ -734,6 +734,26 @@ def test_a_rank_killed_before_the_watchdogs_are_up_is_named_from_mpirun_s_accoun
     assert left_behind(out) == []
 
 
+def test_a_sigterm_as_torch_loads_ends_the_rank_on_it_without_an_abort(workdir):
+    """A SIGTERM that reached a rank as torch loaded (numerics 1.5 s in, the command interrupted)
+    raised its Terminated inside torch's C++ (torch.distributed's `_c10d_init` calls back into
+    Python), which cannot pass it on: the rank aborted, `terminate called after throwing an instance
+    of 'python_error'` and a page of backtrace on stderr, mpirun's account SIGABRT (1 run in 69).
+    torch's import holds the signal until it ends now (launch/held.py): the rank ends on the SIGTERM,
+    named, and nothing else is said."""
+    out = os.path.join(workdir, "torch-loading.json")
+    r = subprocess.run([COMMBENCH, "numerics", "--device", "cpu", "--np", "2", "--timeout", "5", "-o", out],
+                       env=rank_faults_env(COMMBENCH_STUB_SIGNAL_IN_TORCH="1"), capture_output=True, text=True, timeout=120,
+                       cwd=workdir)
+    assert r.returncode == 1 and not os.path.exists(out), r.stderr
+    assert "terminate called" not in r.stderr and "Process received signal" not in r.stderr, r.stderr
+    assert [line for line in r.stderr.splitlines() if line.startswith("commbench:")] == [
+        f"commbench: error: the ranks ended before any result was written: rank 1's process ended on signal SIGTERM on "
+        f"host {socket.gethostname()} (mpirun's account), and the launch ended the others"], r.stderr
+    time.sleep(0.5)
+    assert left_behind(out) == []
+
+
 def test_a_rank_killed_after_the_run_was_complete_is_named_and_the_file_stands(workdir):
     """Killed as the ranks closed (MPI's finalize), after rank 0 closed its file whole: the command
     exited 1 without a word. It names the rank now, and the file stays as rank 0 closed it."""

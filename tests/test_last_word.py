@@ -132,7 +132,7 @@ def test_the_commands_signal_that_rank_0_met_after_its_watchdog_is_told(tmp_path
 def test_mpiruns_own_failure_after_a_complete_run_is_told(tmp_path):
     """mpirun itself sent SIGTERM or SIGINT as the run ended: the ranks ended as they should, rank 0
     closed its file whole, and the command exited 1 without a word (9 runs in 16 of a signal to
-    mpirun mid-run, which it passes on about half a second later)."""
+    mpirun mid-run, which it passes on one to two seconds later)."""
     from commbench.results.document import ResultFile
     from docs import result_doc, row
     out = str(tmp_path / "run.json")
@@ -143,6 +143,10 @@ def test_mpiruns_own_failure_after_a_complete_run_is_told(tmp_path):
     launched = Launched(**{**ENDED, "ran": True, "started": True, "result": out, "mpirun_status": 1})
     assert _last_word(launched, out) == (f"commbench: error: the run was complete ({out} holds all of it), but then "
                                          "mpirun ended with status 1, no rank's failure")
+    # SIGKILLed (probe: `mpirun ended with status -9`): the signal by its name.
+    launched = Launched(**{**ENDED, "ran": True, "started": True, "result": out, "mpirun_status": -signal.SIGKILL})
+    assert _last_word(launched, out) == (f"commbench: error: the run was complete ({out} holds all of it), but then "
+                                         "mpirun ended on signal SIGKILL, no rank's failure")
     # A run that found what it looked for (a wrong element): the command's status 1 is rank 0's, mpirun's is 0.
     assert _last_word(Launched(**{**ENDED, "ran": True, "started": True, "result": out}), out) is None
 

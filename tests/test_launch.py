@@ -136,3 +136,23 @@ def test_a_run_that_finds_a_wrong_element_exits_1_without_mpirun_s_box(tmp_path)
     assert r.returncode == 1 and "wrong elements in total: 1 FAILED" in r.stdout, r.stdout + r.stderr
     assert "commbench: error" not in r.stderr and "non-zero status" not in r.stderr, r.stderr
     assert results.load_document(str(out))["status"] == "complete"
+
+
+def test_a_signal_held_in_the_block_reaches_its_handler_as_the_block_ends():
+    """launch/held.py: a signal in the block (as torch loads) runs its handler once the block ends,
+    each signal once, in Python's own code; one left to its default action is not held."""
+    import signal
+
+    from commbench.launch.held import signals_held
+    heard = []
+    before = signal.signal(signal.SIGUSR1, signal.SIG_DFL), signal.signal(signal.SIGTERM, lambda s, f: heard.append(s))
+    try:
+        with signals_held():
+            assert signal.getsignal(signal.SIGUSR1) is signal.SIG_DFL
+            signal.raise_signal(signal.SIGTERM)
+            signal.raise_signal(signal.SIGTERM)
+            assert heard == []
+        assert heard == [signal.SIGTERM]
+    finally:
+        signal.signal(signal.SIGUSR1, before[0])
+        signal.signal(signal.SIGTERM, before[1])

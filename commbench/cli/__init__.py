@@ -15,7 +15,7 @@ import click
 
 from .. import trace
 from ..errors import CommbenchError, RankError, one_line
-from ..launch import relay, watchdog
+from ..launch import held, relay, watchdog
 from ..launch.world import launch_rank, on_hang_up
 from . import accept, analyze, fleet, links, measure, node, numerics, scale  # noqa: F401  (each registers its commands on the group)
 from .group import cli
@@ -68,6 +68,7 @@ def main() -> None:
     watchdog.guard_start_up()
     signal.signal(signal.SIGTERM, _terminate)  # after the guard's, which holds only for the imports
     on_hang_up(_terminate)
+    held.hold_import()  # a handler that raises must not raise inside torch's C++ as it loads
     try:  # from here on a SIGTERM is Terminated: what it meets before click's main too
         sys.stdout, sys.stderr = relay.std_streams(sys.stdout, sys.stderr)
         trace.launched()

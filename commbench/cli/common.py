@@ -336,9 +336,11 @@ def _last_word(launched: Launched, output: Optional[str]) -> Optional[str]:
         return f"commbench: error: the run was complete ({output} holds all of it), but then {cause}"
     elif ending is None and launched.mpirun_status and output is not None and closed_complete(output):
         # Rank 0 closed the file whole and every rank ended as it should, but mpirun failed of its own
-        # (a SIGTERM or SIGINT to mpirun itself near the run's end: it exits 1, no rank's notice).
-        return (f"commbench: error: the run was complete ({output} holds all of it), but then mpirun ended with "
-                f"status {launched.mpirun_status}, no rank's failure")
+        # (a SIGTERM or SIGINT to mpirun itself near the run's end: it exits 1, no rank's notice; a
+        # SIGKILL to it: Popen's status is minus the signal's number).
+        how = f"on signal {signal.Signals(-launched.mpirun_status).name}" if launched.mpirun_status < 0 else \
+            f"with status {launched.mpirun_status}"
+        return f"commbench: error: the run was complete ({output} holds all of it), but then mpirun ended {how}, no rank's failure"
     elif ending is None and no_file and not launched.interrupted and (launched.started or launched.ran):
         # A rank killed in its start-up, before mpirun knew it for one of the job's (no notice)
         return (f"commbench: error: the ranks ended before any result was written (launch status {status}): a rank's "

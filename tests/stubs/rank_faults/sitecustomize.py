@@ -22,7 +22,9 @@
   file whole or after; it says `holds before finish` (or after) on stderr first.
 - COMMBENCH_STUB_SIGNAL_AT_EXIT=SIGTERM (or another signal's name): every process (the command and
   its ranks) sends itself that signal in its last exit handler, as a signal that comes in its last
-  milliseconds."""
+  milliseconds.
+- COMMBENCH_STUB_SIGNAL_IN_TORCH=R: rank R sends itself SIGTERM from the Python that torch's C++
+  calls back as torch loads (torch.distributed's `_c10d_init`), as a SIGTERM that comes there."""
 
 import atexit
 import importlib.abc
@@ -156,6 +158,28 @@ if os.environ.get("COMMBENCH_STUB_SIGNAL_AT_EXIT"):
         os.kill(os.getpid(), getattr(signal, os.environ["COMMBENCH_STUB_SIGNAL_AT_EXIT"]))
         time.sleep(0.2)  # where a handler of Python's runs
 
+
+def _signal_in_torch() -> None:
+    # A call whose caller is the line of torch/distributed/__init__.py that calls _c10d_init, other
+    # than that line's own is_available(): Python run from inside the C++ call.
+    def tracer(frame, event, arg):
+        caller = frame.f_back
+        if event == "call" and caller is not None and frame.f_code.co_name != "is_available" \
+                and caller.f_code.co_filename.endswith(os.path.join("torch", "distributed", "__init__.py")) \
+                and "_c10d_init" in _line(caller):
+            sys.settrace(None)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    sys.settrace(tracer)
+
+
+def _line(frame) -> str:
+    with open(frame.f_code.co_filename) as f:
+        return f.read().splitlines()[frame.f_lineno - 1]
+
+
+if os.environ.get("COMMBENCH_STUB_SIGNAL_IN_TORCH") == os.environ.get("OMPI_COMM_WORLD_RANK", "-"):
+    _signal_in_torch()
 
 _asked: dict = {}
 for name, var, patch in PATCHES:
