@@ -103,13 +103,14 @@ JUNIT_XSD := $(VENV)/share/junit-10.xsd
 $(JUNIT_XSD): | $(STAMP)
 	$(BIN)/python tools/junit_schema.py $@ || echo "commbench: could not fetch the published JUnit schema"
 
+TEST_WORKERS ?= 3
 test: install emu test-system $(JUNIT_XSD)
 	@status=0; \
 	for pass in "not gpu" "gpu"; do \
 	  if [ "$$pass" = gpu ]; then export COMMBENCH_GPU_EMULATION=2 PYTHONPATH=$(CURDIR)/tests/stubs/emu_nvml$${PYTHONPATH:+:$$PYTHONPATH}; \
 	  else unset COMMBENCH_GPU_EMULATION; fi; \
 	  echo "== pytest -m '$$pass'$${COMMBENCH_GPU_EMULATION:+ (COMMBENCH_GPU_EMULATION=$$COMMBENCH_GPU_EMULATION)}"; \
-	  $(BIN)/python -m pytest -q -n 2 --dist loadgroup --durations=15 -m "$$pass" \
+	  $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=15 -m "$$pass" \
 	    --junit-xml=build/test-times/$$( [ "$$pass" = gpu ] && echo gpu || echo first ).xml tests; rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "no tests collected for -m '$$pass'"; rc=1; fi; \
 	  [ $$rc -eq 0 ] || status=$$rc; \
