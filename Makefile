@@ -81,11 +81,13 @@ bench: install
 # host (tests/emu; some of its tests take 1, 4 or 8), NVML answering for them (tests/stubs/emu_nvml).
 # Each pass's times per test go to build/test-times/ (tools/test_times.py sums them).
 # pytest exits 5 when it collects no test: that must not pass silently, nor fail confusingly. Both
-# passes run; either failing fails the target. Two tests at a time (pytest-xdist): much of a test is
-# waiting (for ranks to start, a shaped link, a --timeout), so two share 2 cores well. Tests go out one
-# by one, the longest first (tests/conftest.py): measured faster than whole files per worker, though a
-# module's batch may then run on both workers; but the test clusters' tests one after another on one
-# worker (--dist loadgroup: two clusters at once took a fit against a shaped rate off by 18 %).
+# passes run; either failing fails the target. Several tests at a time (pytest-xdist): much of a test
+# is waiting (for ranks to start, a shaped link, a --timeout). The first pass three (on 2 cores: 11 min
+# 6 s against 11 min 32 s to 12 min 48 s with two, on one host), the GPU pass two (its emulated GPUs
+# compute: 2 min 57 s with three, 2 min 45 s with two). Tests go out one by one, the longest first
+# (tests/conftest.py): measured faster than whole files per worker, though a module's batch may then
+# run on several workers; but the test clusters' tests one after another on one worker (--dist
+# loadgroup: two clusters at once took a fit against a shaped rate off by 18 %).
 # The real-Slurm tests (tests/slurm.py) need Debian's slurm-wlm and munge. Installed here where they
 # are missing, as root, with apt-get, and no systemd running (a container or CI machine: on a host with
 # systemd the packages would enable daemons of their own); elsewhere those tests skip with one line.
@@ -103,14 +105,16 @@ JUNIT_XSD := $(VENV)/share/junit-10.xsd
 $(JUNIT_XSD): | $(STAMP)
 	$(BIN)/python tools/junit_schema.py $@ || echo "commbench: could not fetch the published JUnit schema"
 
+# pytest workers of the first pass and of the GPU pass (the two passes' comment above says why)
 TEST_WORKERS ?= 3
+GPU_TEST_WORKERS ?= 2
 test: install emu test-system $(JUNIT_XSD)
 	@status=0; \
 	for pass in "not gpu" "gpu"; do \
 	  if [ "$$pass" = gpu ]; then export COMMBENCH_GPU_EMULATION=2 PYTHONPATH=$(CURDIR)/tests/stubs/emu_nvml$${PYTHONPATH:+:$$PYTHONPATH}; \
 	  else unset COMMBENCH_GPU_EMULATION; fi; \
 	  echo "== pytest -m '$$pass'$${COMMBENCH_GPU_EMULATION:+ (COMMBENCH_GPU_EMULATION=$$COMMBENCH_GPU_EMULATION)}"; \
-	  $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=15 -m "$$pass" \
+	  $(BIN)/python -m pytest -q -n $$( [ "$$pass" = gpu ] && echo $(GPU_TEST_WORKERS) || echo $(TEST_WORKERS) ) --dist loadgroup --durations=15 -m "$$pass" \
 	    --junit-xml=build/test-times/$$( [ "$$pass" = gpu ] && echo gpu || echo first ).xml tests; rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "no tests collected for -m '$$pass'"; rc=1; fi; \
 	  [ $$rc -eq 0 ] || status=$$rc; \
