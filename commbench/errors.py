@@ -19,6 +19,10 @@ class UnknownOption(CommbenchError):
     """An option the command does not have (a plan's defaults reach only the commands that have it)."""
 
 
+class UnknownCommand(CommbenchError):
+    """A command a plan's step cannot run: the step's mistake, whichever table's option found it."""
+
+
 class RankError(CommbenchError):
     """A problem of this rank's own (its launch variables): it says so whatever its rank, where other
     errors are said by rank 0 alone for the whole job."""

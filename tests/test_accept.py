@@ -89,6 +89,9 @@ BAD_PLANS = [
     ("unknown top key", GOOD + 'colour = "red"\n', "unknown key 'colour'"),
     ("unknown step key", GOOD + 'retries = 3\n', "step 1 (a): unknown key 'retries'"),
     ("unknown command", 'description = "d"\n[[step]]\nname = "a"\ncommand = "allreduse"\n', "'allreduse' is no command"),
+    # Found by a plan-wide option's check first, it is still the step's (it read `[defaults] (allreduse)`).
+    ("unknown command beside defaults", 'description = "d"\n[defaults]\ntimeout = 5\n[[step]]\nname = "a"\ncommand = "allreduse"\n',
+     "step 1 (a): 'allreduse' is no command"),
     ("an analysis command", 'description = "d"\n[[step]]\nname = "a"\ncommand = "fleet"\n', "'fleet' is no command"),
     ("unknown option", GOOD + 'options = { sizez = "1K" }\n', "step 1 (a): No such option '--sizez'. Did you mean '--sizes'?"),
     ("bad value", GOOD + 'options = { np = "two" }\n', "step 1 (a): Invalid value for '--np'"),

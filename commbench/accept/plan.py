@@ -12,7 +12,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from ..errors import CommbenchError, UnknownOption
+from ..errors import CommbenchError, UnknownCommand, UnknownOption
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -214,8 +214,8 @@ def parse(data: dict, name: str, source: str, check_argv: Optional[Callable[[lis
         quick = _table(raw, "quick", bad, f"{where}: ")
         if command not in PRINTING:
             # The plan's defaults and quick defaults, for the options this command has (check_argv tells).
-            accepted = {t: _accepted(command, table, check_argv, bad, t) for t, table in (("defaults", defaults),
-                                                                                          ("quick", quick_defaults))}
+            accepted = {t: _accepted(command, table, check_argv, bad, t, where) for t, table in (("defaults", defaults),
+                                                                                                 ("quick", quick_defaults))}
             for t, own in (("defaults", options), ("quick", quick)):
                 had[t].update(accepted[t])
                 taken[t].update(set(accepted[t]) - set(own))
@@ -285,11 +285,13 @@ def _measured_fabric(command: str, options: dict, fabric: Optional[str], check_a
     return {**options, "fabric": fabric}
 
 
-def _accepted(command: str, table: dict, check_argv, bad, name: str) -> dict:
+def _accepted(command: str, table: dict, check_argv, bad, name: str, where: str) -> dict:
     """The options of a plan-wide table that `command` has; a value the command refuses is the
-    plan's mistake, not an option to leave out."""
+    plan's mistake, not an option to leave out. A command no step can run is the step's (`where`)."""
     try:
         return {k: v for k, v in table.items() if _accepts(command, k, v, check_argv)}
+    except UnknownCommand as e:
+        raise bad(f"{where}: {e}") from None
     except CommbenchError as e:
         raise bad(f"[{name}] ({command}): {e}") from None
 

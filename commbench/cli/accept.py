@@ -13,7 +13,7 @@ import sys
 
 import click
 
-from ..errors import CommbenchError, NodeError, UnknownOption
+from ..errors import CommbenchError, NodeError, UnknownCommand, UnknownOption
 from ..launch.world import on_hang_up
 from .analyze import baseline
 from .group import cli
@@ -28,7 +28,7 @@ def check_argv(argv: list) -> None:
     ctx = click.Context(cli, info_name="commbench")
     command = cli.get_command(ctx, argv[0])
     if command is None or argv[0] in ("accept", "fleet", "baseline", "compare", "fit", "report", "export", "plot", "import"):
-        raise CommbenchError(f"'{argv[0]}' is no command a step can run (a measuring command, doctor, topo or version)")
+        raise UnknownCommand(f"'{argv[0]}' is no command a step can run (a measuring command, doctor, topo or version)")
     owned = [a for a in argv[1:] if a.lstrip("-") in OWN_OPTIONS and a.startswith("-")]
     if owned and argv[0] not in ("doctor", "topo"):
         raise CommbenchError(f"{owned[0]}: accept names each step's files itself")
