@@ -83,8 +83,9 @@ bench: install
 # pytest exits 5 when it collects no test: that must not pass silently, nor fail confusingly. Both
 # passes run; either failing fails the target. Several tests at a time (pytest-xdist): much of a test
 # is waiting (for ranks to start, a shaped link, a --timeout). The first pass three (on 2 cores: 11 min
-# 6 s against 11 min 32 s to 12 min 48 s with two, on one host), the GPU pass two (its emulated GPUs
-# compute: 2 min 57 s with three, 2 min 45 s with two). Tests go out one by one, the longest first
+# 6 s and 11 min 52 s in two runs, against 11 min 32 s to 12 min 48 s in three with two, on one host:
+# a small gain, inside the host's own swings), the GPU pass two (its emulated GPUs compute: 2 min 57 s
+# with three, 2 min 45 s to 2 min 59 s with two). Tests go out one by one, the longest first
 # (tests/conftest.py): measured faster than whole files per worker, though a module's batch may then
 # run on several workers; but the test clusters' tests one after another on one worker (--dist
 # loadgroup: two clusters at once took a fit against a shaped rate off by 18 %).
