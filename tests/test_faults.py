@@ -183,7 +183,8 @@ def test_the_ranks_end_with_a_killed_command(command, workdir):
                                            for name in os.listdir(base)), os.listdir(base)
     if command != "allreduce":
         return  # the same folder whatever the command: one next launch tells
-    r = commbench(["allreduce", "--device", "cpu", "--np", "2", "--sizes", "1K", "--iters", "2", "--warmup", "1", "-o",
+    r = commbench(["allreduce", "--device", "cpu", "--impl", "ring", "--np", "2", "--sizes", "1K", "--iters", "2", "--warmup",
+                   "1", "-o",
                    os.path.join(workdir, "next.json")])
     assert r.returncode == 0 and not os.path.exists(base), r.stderr
 
@@ -218,7 +219,8 @@ def test_a_launch_killed_whole_leaves_its_folders_to_the_next_launch(workdir):
         for pid in left_behind(out):
             os.kill(int(pid), signal.SIGKILL)
     assert f"ompi.{mpirun}" in os.listdir(base), os.listdir(base)
-    r = commbench(["allreduce", "--device", "cpu", "--np", "2", "--sizes", "1K", "--iters", "2", "--warmup", "1", "-o",
+    r = commbench(["allreduce", "--device", "cpu", "--impl", "ring", "--np", "2", "--sizes", "1K", "--iters", "2", "--warmup",
+                   "1", "-o",
                    os.path.join(workdir, "next.json")])
     assert r.returncode == 0 and not os.path.exists(base), (r.stderr, os.listdir(base))
     assert not os.path.exists(dead) and os.path.exists(alive)

@@ -411,8 +411,8 @@ def test_a_reader_that_leaves_early_changes_no_exit_status(workdir):
     """`commbench allreduce ... | head`: mpirun met the closed pipe and ended the job ('prterun:
     SIGPIPE detected - aborting', exit 1) though the file was complete; `commbench compare A A | head`
     exited 1, compare's status for a regression, without a word. The rest goes to /dev/null."""
-    code, err = _reader_gone([COMMBENCH, "allreduce", "--device", "cpu", "--sizes", "1K-4K", "--iters", "3", "--warmup",
-                              "1", "--np", "2", "-o", "r.json"], workdir)
+    code, err = _reader_gone([COMMBENCH, "allreduce", "--device", "cpu", "--impl", "mpi,ring", "--sizes", "1K-4K", "--iters", "3",
+                              "--warmup", "1", "--np", "2", "-o", "r.json"], workdir)
     assert code == 0 and "SIGPIPE" not in err and "commbench: error" not in err, err
     assert results.load_document(os.path.join(workdir, "r.json"))["status"] == "complete"
     assert _reader_gone([COMMBENCH, "compare", "r.json", "r.json"], workdir) == (0, "")
@@ -428,7 +428,7 @@ def test_a_closed_or_full_stdout_or_stderr_changes_no_exit_status(redirect, work
     def run(args: str) -> subprocess.CompletedProcess:
         return subprocess.run(f"{shlex.quote(COMMBENCH)} {args} {redirect}", shell=True, cwd=workdir, env=mpi_env(),
                               capture_output=True, text=True, timeout=120)
-    r = run("allreduce --device cpu --sizes 1K-4K --iters 3 --warmup 1 --np 2 -o r.json")
+    r = run("allreduce --device cpu --impl mpi,ring --sizes 1K-4K --iters 3 --warmup 1 --np 2 -o r.json")
     assert r.returncode == 0 and "Traceback" not in r.stderr and "commbench: error" not in r.stderr, r.stderr
     assert results.load_document(os.path.join(workdir, "r.json"))["status"] == "complete"
     # An analysis command's output is its result: a full device fails it, in one line (exit 2).
@@ -442,8 +442,8 @@ def test_a_run_writes_a_result_file_whose_name_is_no_utf8(workdir):
     file, which no encoder writes such a name into) with a raw UnicodeEncodeError, the file left
     `running`."""
     name = os.fsdecode(b"caf\xe9.json")
-    r = subprocess.run([COMMBENCH, "allreduce", "--device", "cpu", "--np", "2", "--sizes", "1K", "--iters", "2", "--warmup",
-                        "1", "--no-fit", "-o", name], cwd=workdir, env=mpi_env(), capture_output=True, timeout=120)
+    r = subprocess.run([COMMBENCH, "allreduce", "--device", "cpu", "--impl", "ring", "--np", "2", "--sizes", "1K", "--iters", "2",
+                        "--warmup", "1", "--no-fit", "-o", name], cwd=workdir, env=mpi_env(), capture_output=True, timeout=120)
     assert r.returncode == 0 and b"commbench: error" not in r.stderr, r.stderr[-2000:]
     assert results.load_document(os.path.join(workdir, name))["status"] == "complete"
 

@@ -98,7 +98,7 @@ def test_p2p_loop_timing_records_each_loops_time_per_message(workdir):
 def test_links_loop_timing_judges_the_loops(workdir):
     out = os.path.join(workdir, "links.json")
     r = commbench(["links", "--np", "3", "--timing", "loop", "--loops", "2", "--iters", "10", "--judge", "bandwidth",
-                   "--threshold-pct", "5", "-o", out], cwd=workdir)
+                   "--threshold-pct", "5", "--bandwidth-size", "256K", "-o", out], cwd=workdir)
     assert r.returncode == 0, r.stdout + r.stderr
     doc = results.load_document(out)
     # 3 pairs, each alone and in its round, each ping-pong and bandwidth: 12 rows, all loops.
