@@ -11,21 +11,22 @@ import sys
 import sysconfig
 
 import pytest
-import torch
 from conftest import commbench, in_process
 
 from commbench.collectives.dtypes import DTYPES, REDOPS, dtype_of
 from commbench.node import toolkit
 from commbench.node.gpu import cuda_module, visible_gpus
+from commbench.node.machine import torch_version
 from commbench.results import document as results
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _matching_toolkit():
-    """The CUDA compiler the build would choose here (the same rule as setup.py), or None."""
+    """The CUDA compiler the build would choose here (the same rule as setup.py), or None. torch's
+    CUDA release read without importing torch: every pytest worker collects this module."""
     paths = sysconfig.get_paths()
-    return toolkit.choose(torch.version.cuda, [paths["purelib"], paths["platlib"]], dict(os.environ))[0]
+    return toolkit.choose(torch_version().cuda, [paths["purelib"], paths["platlib"]], dict(os.environ))[0]
 
 
 GPUS = visible_gpus()[0]
@@ -163,6 +164,8 @@ def _reduction_cases():
     """Both kernel paths for every dtype and op: 16-byte vectors (aligned, offset 0) and the scalar
     tail / misaligned path (offset 1 element), against torch's own element-wise ops on the host, on
     small integers (exact)."""
+    import torch
+
     from commbench.run.device_arrays import DeviceArray
     _cuda = cuda_module()
 
