@@ -75,6 +75,7 @@ def numerics(ranks_text, impl_text, dtype, data, count_text, seed, repeats, devi
     from ..run.config import RunConfig
     from ..run.reporter import run_metadata
     from ..transports import default_impls, gpu_only, over_mpi, parse_impls
+    from ..transports.gloo import GLOO
     coll = get("allreduce")
     asked = tuple(parse_counts(ranks_text)) if ranks_text is not None else None
     dtypes = tuple(names_or_all(dtype, FORMATS, _float_dtype))
@@ -95,7 +96,7 @@ def numerics(ranks_text, impl_text, dtype, data, count_text, seed, repeats, devi
               "policy": {}}  # nothing is timed
 
     def body(world):
-        from ..run.numerics import NumericsOutput, Plan, rows  # torch: on the ranks alone
+        from ..run.numerics import NumericsOutput, Plan, rows  # on the ranks alone
         plan = Plan(data, seed, count, asked or default_counts(world.size), dtypes, repeats)
         world.subsets = True  # its rank counts
         if device == "cuda":  # each rank onto its GPU's CPUs before NCCL starts (node/affinity.py)
@@ -119,5 +120,5 @@ def numerics(ranks_text, impl_text, dtype, data, count_text, seed, repeats, devi
 
     checks = preflight.Checks(output, f"numerics on {count} elements", _bytes_per_rank(count, asked), device,
                               ranks_used=asked[-1] if asked else None, needs_mpi=over_mpi(cfg.impls), lower="--count",
-                              loads_torch=True)
+                              loads_torch=device == "cuda" or GLOO.name in cfg.impls)
     run_ranks(nranks, asked[-1] if asked else gpus if device == "cuda" else DEFAULT_SPAWN, body, checks, timeout_s)

@@ -13,11 +13,10 @@ from typing import Iterator, Optional
 
 import click
 import numpy as np
-import torch
 
 from ..analysis.numerics import contribution, drift, errors, reference, round_to, shares
 from ..collectives import get
-from ..collectives.dtypes import dtype_of, numpy_dtype, redop_code
+from ..collectives.dtypes import numpy_dtype, redop_code
 from ..launch import watchdog
 from ..launch.world import World
 from ..results.document import default_path
@@ -52,15 +51,17 @@ def digest(values: np.ndarray) -> str:
 
 
 def local_sum(values: list[np.ndarray], dtype: str) -> np.ndarray:
-    """A rank's contributions, each rounded to the dtype, added in order in the dtype: torch's
-    arithmetic on the host, one rounding per addition as on a GPU. A NumPy array of the dtype."""
-    parts = [torch.from_numpy(round_to(v, dtype)).to(dtype_of(dtype)) for v in values]
-    total = parts[0].clone()
-    for part in parts[1:]:
-        total += part
-    if dtype == "bfloat16":  # NumPy's bfloat16 (ml_dtypes) is not torch's: share the bits
-        return total.view(torch.int16).numpy().view(numpy_dtype(dtype))
-    return total.numpy()
+    """A rank's contributions, each rounded to the dtype, added in order in the dtype, one rounding per
+    addition as on a GPU. NumPy's arithmetic (ml_dtypes' for bfloat16), not torch's: the same bits, as
+    each adds two 16-bit values in float32 and rounds once to nearest even (float32 holds twice their
+    precision and more, so that rounding twice is rounding once), and a rank on host memory loads no
+    torch for it (seconds of its start)."""
+    parts = [round_to(v, dtype).astype(numpy_dtype(dtype)) for v in values]
+    total = parts[0].copy()
+    with np.errstate(over="ignore", invalid="ignore"):  # inf and NaN are the dtype's results, as on a GPU
+        for part in parts[1:]:
+            total += part
+    return total
 
 
 class _Batch:

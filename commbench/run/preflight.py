@@ -20,7 +20,7 @@ from ..transports import GLOO, over_mpi
 # Our tensors are not all the memory a rank uses: the MPI and gloo libraries keep buffers of their own.
 LIBRARY_SLACK_BYTES = 4 << 20
 # What a rank costs before any buffer (resident memory of a rank at work, measured on the development
-# VM): an interpreter with MPI and NumPy, and one that has loaded torch (gloo, GPUs, numerics). A
+# VM): an interpreter with MPI and NumPy, and one that has loaded torch (gloo, GPUs). A
 # thousand ranks of the first need 59 GiB.
 HOST_RANK_BYTES = 60 << 20
 TORCH_RANK_BYTES = 520 << 20
@@ -68,7 +68,7 @@ class Checks:
     ranks_used: Optional[int] = None  # the most ranks one measurement takes (scale --ranks)
     needs_mpi: Optional[str] = None  # what of the run goes over MPI, in a refusal's words (transports.over_mpi)
     lower: str = "the largest --sizes"  # what sets the memory a rank needs, for the refusal
-    loads_torch: bool = False  # the ranks load torch (gloo, GPUs, numerics): each costs TORCH_RANK_BYTES
+    loads_torch: bool = False  # the ranks load torch (gloo, GPUs): each costs TORCH_RANK_BYTES
 
     def before_joining(self, launcher: str) -> None:
         """Checked by every rank of a launch before it meets the others: what the launch itself must
