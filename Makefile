@@ -87,8 +87,8 @@ bench: install
 # a small gain, inside the host's own swings), the GPU pass two (its emulated GPUs compute: 2 min 57 s
 # with three, 2 min 45 s to 2 min 59 s with two). Tests go out one by one, the longest first
 # (tests/conftest.py): measured faster than whole files per worker, though a module's batch may then
-# run on several workers; but the test clusters' tests one after another on one worker (--dist
-# loadgroup: two clusters at once took a fit against a shaped rate off by 18 %).
+# run on several workers; the quiet tests (alone on the machine) last, one group on one worker, one
+# after another under one hold (--dist loadgroup, the collection's order kept: --no-loadscope-reorder).
 # The real-Slurm tests (tests/slurm.py) need Debian's slurm-wlm and munge. Installed here where they
 # are missing, as root, with apt-get, and no systemd running (a container or CI machine: on a host with
 # systemd the packages would enable daemons of their own); elsewhere those tests skip with one line.
@@ -115,7 +115,7 @@ test: install emu test-system $(JUNIT_XSD)
 	  if [ "$$pass" = gpu ]; then export COMMBENCH_GPU_EMULATION=2 PYTHONPATH=$(CURDIR)/tests/stubs/emu_nvml$${PYTHONPATH:+:$$PYTHONPATH}; \
 	  else unset COMMBENCH_GPU_EMULATION; fi; \
 	  echo "== pytest -m '$$pass'$${COMMBENCH_GPU_EMULATION:+ (COMMBENCH_GPU_EMULATION=$$COMMBENCH_GPU_EMULATION)}"; \
-	  $(BIN)/python -m pytest -q -n $$( [ "$$pass" = gpu ] && echo $(GPU_TEST_WORKERS) || echo $(TEST_WORKERS) ) --dist loadgroup --durations=15 -m "$$pass" \
+	  $(BIN)/python -m pytest -q -n $$( [ "$$pass" = gpu ] && echo $(GPU_TEST_WORKERS) || echo $(TEST_WORKERS) ) --dist loadgroup --no-loadscope-reorder --durations=15 -m "$$pass" \
 	    --junit-xml=build/test-times/$$( [ "$$pass" = gpu ] && echo gpu || echo first ).xml tests; rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "no tests collected for -m '$$pass'"; rc=1; fi; \
 	  [ $$rc -eq 0 ] || status=$$rc; \

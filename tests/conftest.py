@@ -351,19 +351,21 @@ def pytest_runtest_protocol(item, nextitem):
                 _quiet_hold.pop().close()  # the locks go with the files
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the group marks into the test ids
 def pytest_collection_modifyitems(items):
     """The longest tests first (the wheel's build, the test clusters' shaped links, gpu-check on
-    emulated GPUs), so that under `make test`'s two workers none of them is what one worker is left
-    running at the end. The test clusters' tests one after another, on one worker (`--dist
-    loadgroup`): their ranks run ahead of the other worker's processes (nice -10, tests/cluster.py),
-    but not of another cluster's, and a fit against a shaped rate read 0.82 of it beside another
-    cluster test (0.94 to 0.97 beside two busy loops). Among each, the quiet tests last, one after
-    another, so that one exclusive hold serves them all (pytest_runtest_protocol)."""
+    emulated GPUs), so that under `make test`'s workers none of them is what one worker is left running
+    at the end; the quiet tests last, one group (`--dist loadgroup`, in collection order:
+    `--no-loadscope-reorder`), so that one worker runs them one after another under one exclusive
+    hold (pytest_runtest_protocol). Spread over the workers as they came, they took three holds and
+    more in a first pass: each new hold waits for the tests the other workers are in, and a test that
+    took the turnstile between two holds ran alone too (180 s with one test running, of which the
+    quiet tests' own 136 s)."""
     for item in items:
-        if item.get_closest_marker("cluster"):
-            item.add_marker(pytest.mark.xdist_group("cluster"))
-    items.sort(key=lambda item: (not any(item.get_closest_marker(m) for m in ("wheel", "cluster", "long")),
-                                 item.get_closest_marker("quiet") is not None))
+        if item.get_closest_marker("quiet"):
+            item.add_marker(pytest.mark.xdist_group("quiet"))
+    items.sort(key=lambda item: (item.get_closest_marker("quiet") is not None,
+                                 not any(item.get_closest_marker(m) for m in ("wheel", "cluster", "long"))))
 
 
 def pytest_addoption(parser):

@@ -14,7 +14,7 @@ def span(name, seconds=0.4):
     start = time.time()
     time.sleep(seconds)
     with open(os.environ["SPANS"], "a") as f:
-        f.write(f"{name} {start} {time.time()}\\n")
+        f.write(f"{name} {start} {time.time()} {os.environ.get('PYTEST_XDIST_WORKER')}\\n")
 """
 
 # Two files, one a worker (--dist loadfile), so that the module fixture's set-up on one worker and the
@@ -41,24 +41,28 @@ def test_plain(i):
 """}
 
 
-def _spans(tmp_path, files: dict) -> dict:
-    """{span's name: (start, end)} of the test files `files` run as `make test` runs them, two workers
-    (--dist loadfile: one file a worker) under the suite's turnstile."""
+def _spans(tmp_path, files: dict, dist=("--dist", "loadfile"), workers=None) -> dict:
+    """{span's name: (start, end)} of the test files `files` run under the suite's turnstile by two
+    workers, --dist loadfile (one file a worker) unless `dist` says otherwise; `workers` gets
+    {span's name: its worker}."""
     (tmp_path / "conftest.py").write_text(
         "import importlib.util\n"
         f"spec = importlib.util.spec_from_file_location('suite_conftest', {os.path.join(TESTS, 'conftest.py')!r})\n"
         "suite = importlib.util.module_from_spec(spec)\nspec.loader.exec_module(suite)\n"
-        "pytest_runtest_protocol = suite.pytest_runtest_protocol\n")
+        "pytest_runtest_protocol = suite.pytest_runtest_protocol\n"
+        "pytest_collection_modifyitems = suite.pytest_collection_modifyitems\n")
     (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    quiet: alone\n")
     for name, text in files.items():
         (tmp_path / name).write_text(text)
     spans = tmp_path / "spans.log"
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", "loadfile", "-p", "no:cacheprovider",
-                        *files],
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "2", *dist, "-p", "no:cacheprovider", *files],
                        cwd=tmp_path, capture_output=True, text=True, timeout=120,
                        env={**os.environ, "SPANS": str(spans)})
     assert r.returncode == 0, r.stdout + r.stderr
-    return {name: (float(a), float(b)) for name, a, b in (line.split() for line in spans.read_text().splitlines())}
+    found = [line.split() for line in spans.read_text().splitlines()]
+    if workers is not None:
+        workers.update({name: worker for name, _, _, worker in found})
+    return {name: (float(a), float(b)) for name, a, b, _ in found}
 
 
 def test_a_quiet_test_runs_while_no_other_test_does(tmp_path):
@@ -91,6 +95,23 @@ def test_quiet(i):
     assert len(found) == 11, found
     held = (found["quiet0"][0], found["quiet1"][1])
     assert all(end <= held[0] or start >= held[1] for name, (start, end) in found.items() if name.startswith("plain")), found
+
+
+def test_the_quiet_tests_of_every_file_run_last_on_one_worker_under_one_hold(tmp_path):
+    """As `make test` distributes them (--dist loadgroup --no-loadscope-reorder): the quiet tests of two
+    files, each collected before plain tests, run after every other test has started, on one worker,
+    one after another, and no plain test runs from the first one's start to the last one's end."""
+    plain = "\n".join(f"def test_plain{i}():\n    span('{{f}}plain{i}', 0.2)\n" for i in range(4))
+    quiet = "@pytest.mark.quiet\ndef test_quiet():\n    span('{f}quiet')\n"
+    workers: dict = {}
+    found = _spans(tmp_path, {f"test_{f}_spans.py": SPAN + quiet.format(f=f) + plain.format(f=f) for f in "ab"},
+                   dist=("--dist", "loadgroup", "--no-loadscope-reorder"), workers=workers)
+    assert len(found) == 10, found
+    held = (min(found["aquiet"][0], found["bquiet"][0]), max(found["aquiet"][1], found["bquiet"][1]))
+    assert workers["aquiet"] == workers["bquiet"], workers
+    others = [span for name, span in found.items() if "plain" in name]
+    assert all(end <= held[0] for start, end in others), found
+    assert len(set(workers.values())) == 2, workers  # the plain tests did go to both workers
 
 
 def test_the_times_report_sums_each_file_and_lists_the_longest_tests(tmp_path):
