@@ -74,28 +74,28 @@ checked = 0
 failures = []
 for coll in collectives.all_collectives():
     ops = list(REDOPS) if coll.reduces else [None]
-    for impl in impls_for(coll, "cpu").values():
-        if impl.transport is gloo.GLOO and not WITH_GLOO:
-            continue
-        for dname in CHECKED_DTYPES:
-            itemsize = itemsize_of(dname)
-            for op in ops:
-                code = REDOPS[op] if op else _MOVE_ONLY
-                for i, count in enumerate(COUNTS):
-                    shape = coll.shape(count * itemsize, itemsize, size, align=1)  # odd blocks too
-                    root = i % size
-                    for in_place in ((False, True) if coll.in_place else (False,)):
+    impls = [impl for impl in impls_for(coll, "cpu").values() if WITH_GLOO or impl.transport is not gloo.GLOO]
+    for dname in CHECKED_DTYPES:
+        itemsize = itemsize_of(dname)
+        for op in ops:
+            code = REDOPS[op] if op else _MOVE_ONLY
+            for i, count in enumerate(COUNTS):
+                shape = coll.shape(count * itemsize, itemsize, size, align=1)  # odd blocks too
+                root = i % size
+                # Every rank's input and the reference, once for all impls: they depend on neither.
+                inputs = [rank_input(coll, j, root, shape, dname, code) for j in range(size)]
+                for in_place in ((False, True) if coll.in_place else (False,)):
+                    want = reference(coll, inputs, op, root, shape, in_place)
+                    for impl in impls:
                         for chunk in chunks(impl.algorithm, count):
                             send, recv = Buffers(coll, shape, dname, (in_place,), HOST).views(shape, rank, in_place)
                             _fill(data, send, coll.inputs(rank, size, root, shape), code)
-                            inputs = [rank_input(coll, j, root, shape, dname, code) for j in range(size)]
                             if not np.array_equal(inputs[rank], send.astype(np.float64)):
                                 failures.append(f"{coll.name}: rank {rank}'s input differs from its rebuilt copy")
                             cfg = RunConfig(op=coll.name, impls=(impl.name,), sizes=(shape.size,), root=root,
                                             place="in" if in_place else "out", chunk_bytes=chunk)
                             # One call through the transport, as a sweep's check makes it; no times gathered.
                             impl.transport.times(world, coll, impl.algorithm, send, recv, code, 1, cfg, 1, 0.0)
-                            want = reference(coll, inputs, op, root, shape, in_place)
                             bad = int(np.count_nonzero(recv.astype(np.float64) != want))
                             claimed = _count_wrong(data, recv, coll.expected(rank, size, root, shape), code, in_place)
                             if bad or claimed:
