@@ -64,6 +64,21 @@ def test_mpiruns_notice_after_rank_0s_held_line_is_shown_above_the_commands_line
         "vm (mpirun's account), and the launch ended the others\n")
 
 
+def test_a_ranks_error_line_after_mpiruns_nul_byte_ends_the_run():
+    """mpirun's forwarding put a NUL byte before rank 0's error line: the relay took it for no ending,
+    and the command said the error again in a line of its own (a failed kernel launch on emulated GPUs,
+    in a loaded first run of the suite). A terminal shows no NUL: the line ends the run."""
+    read_end, write_end = os.pipe()
+    sink = io.BytesIO()
+    relayed = relay.start(read_end, sink)
+    line = b"commbench: error at ring@nccl 1K: RuntimeError: reduce kernel launch failed"
+    os.write(write_end, b"\0" + line + b"\r\n" + BOX)
+    os.close(write_end)
+    relayed.join(10)
+    assert relayed.ending == line and relay.by_rank_0(relayed.ending)
+    assert sink.getvalue() == b"\0" + line + b"\r\n"
+
+
 def test_a_ctrl_c_before_click_runs_is_the_aborted_line(monkeypatch, capfd):
     """A Ctrl-C in the command line's first statements, after its imports and before click turns one
     into its Abort, escaped as a KeyboardInterrupt traceback (1 run in 15 of a Ctrl-C 0.33 s in)."""
