@@ -82,13 +82,13 @@ bench: install
 # Each pass's times per test go to build/test-times/ (tools/test_times.py sums them).
 # pytest exits 5 when it collects no test: that must not pass silently, nor fail confusingly. Both
 # passes run; either failing fails the target. Several tests at a time (pytest-xdist): much of a test
-# is waiting (for ranks to start, a shaped link, a --timeout). The first pass three (they keep the 2
-# cores busy; four gained nothing), the GPU pass two (its emulated GPUs compute: 2 min 57 s
+# is waiting (for ranks to start, a shaped link, a --timeout). The first pass three (on 2 cores: 11 min
+# 6 s and 11 min 52 s in two runs, against 11 min 32 s to 12 min 48 s in three with two, on one host:
+# a small gain, inside the host's own swings), the GPU pass two (its emulated GPUs compute: 2 min 57 s
 # with three, 2 min 45 s to 2 min 59 s with two). Tests go out one by one, the longest first
 # (tests/conftest.py): measured faster than whole files per worker, though a module's batch may then
-# run on several workers; the quiet tests and the test clusters' first, one group on one worker, one
-# after another (--dist loadgroup, the collection's order kept: --no-loadscope-reorder), the CPU theirs
-# first (tests/quiet.py).
+# run on several workers; the quiet tests (alone on the machine) last, one group on one worker, one
+# after another under one hold (--dist loadgroup, the collection's order kept: --no-loadscope-reorder).
 # The real-Slurm tests (tests/slurm.py) need Debian's slurm-wlm and munge. Installed here where they
 # are missing, as root, with apt-get, and no systemd running (a container or CI machine: on a host with
 # systemd the packages would enable daemons of their own); elsewhere those tests skip with one line.

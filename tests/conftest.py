@@ -13,7 +13,6 @@ import tempfile
 import time
 
 import pytest
-import quiet as quiet_cpu
 
 from commbench.launch.world import WITHOUT_LIBFABRIC, launcher_free_env
 from commbench.results.document import read_json
@@ -314,46 +313,19 @@ def in_process(args: list, monkeypatch, capsys) -> tuple:
     return code, out, err
 
 
-def pytest_configure(config):
-    """The quiet tests' cgroups (tests/quiet.py), made by the process that runs the workers, for them."""
-    if hasattr(config, "workerinput") or not config.getoption("numprocesses", None):
-        return
-    config.quiet_groups = quiet_cpu.make_groups()
-    os.environ[quiet_cpu.GROUPS_VAR] = config.quiet_groups or ""
-
-
-def pytest_unconfigure(config):
-    if getattr(config, "quiet_groups", None):
-        quiet_cpu.remove_groups(config.quiet_groups)
-
-
-def _ahead(item) -> bool:
-    """Whether a test runs in the quiet tests' group, one after another with them on one worker: a
-    quiet test, and where the quiet tests have their cgroup, a test on a test cluster too. Its ranks
-    judge shaped links too (a fault of each kind, the slow host), and in the idle group, starved while
-    a quiet test's ranks ran, one of them read as a fault of its own (rails and leaves' link fault: a
-    rank at 25 % of the typical flow, named a rail fault); beside a quiet test at the same priority
-    they move its figures (tests/quiet.py, pytest_runtest_protocol)."""
-    return item.get_closest_marker("quiet") is not None or (
-        bool(os.environ.get(quiet_cpu.GROUPS_VAR)) and item.get_closest_marker("cluster") is not None)
-
-
 # The open lock files of this worker's exclusive hold, kept from a quiet test to the next one.
 _quiet_hold: list = []
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    """A test marked `quiet` judges measured figures (against a shaped link's rate, or a baseline
-    measured minutes before), and the other workers' load moves them: scale's 4-rank ground truth read
-    0.90 to 0.99 of its prediction beside the first pass (0.96 to 0.99 alone) and once 0.84, outside
-    its 15 %; beside a test cluster's ranks (nice -10) a 256K all-reduce read 0.035 of its baseline.
-    Under pytest-xdist a worker moves itself, before each test, into the quiet tests' cgroup or into
-    the others', whose processes get a core only when no quiet one wants it (tests/quiet.py).
-
-    Where there are no such groups, the quiet test runs alone: the other workers finish the test they
-    are in and wait until it is done. Every other test holds a shared lock for its run; a quiet one
-    first takes the turnstile, which lets no new test start, then the lock alone. Around the whole of a
+    """A test marked `quiet` runs alone on the machine: under pytest-xdist the other workers finish
+    the test they are in and wait until it is done. Its measured figures are judged (against a shaped
+    link's rate, or a baseline measured minutes before), and the other worker's load moves them:
+    scale's 4-rank ground truth read 0.90 to 0.99 of its prediction beside the first pass (0.96 to 0.99
+    alone) and once 0.84, outside its 15 %; beside a test cluster's ranks (nice -10) a 256K all-reduce
+    read 0.035 of its baseline. Every other test holds a shared lock for its run; a quiet one first
+    takes the turnstile, which lets no new test start, then the lock alone. Around the whole of a
     test's run, its fixtures' set-up and tear-down included: a module's fixture that starts ranks or a
     test cluster does so inside the lock of the test that first asks for it. A quiet test followed by
     another on its worker keeps the hold for it: each new hold first waits for the other worker's
@@ -363,10 +335,6 @@ def pytest_runtest_protocol(item, nextitem):
         yield
         return
     quiet = item.get_closest_marker("quiet") is not None
-    if os.environ.get(quiet_cpu.GROUPS_VAR):
-        quiet_cpu.enter(os.environ[quiet_cpu.GROUPS_VAR], quiet_cpu.QUIET if _ahead(item) else quiet_cpu.OTHERS)
-        yield
-        return
     if not _quiet_hold:
         where = item.config._tmp_path_factory.getbasetemp().parent  # the run's folder, shared by its workers
         _quiet_hold.extend([open(where / "quiet.turnstile", "a"), open(where / "quiet.lock", "a")])
@@ -387,18 +355,16 @@ def pytest_runtest_protocol(item, nextitem):
 def pytest_collection_modifyitems(items):
     """The longest tests first (the wheel's build, the test clusters' shaped links, gpu-check on
     emulated GPUs), so that under `make test`'s workers none of them is what one worker is left running
-    at the end; the quiet tests one group (`--dist loadgroup`, in collection order:
-    `--no-loadscope-reorder`) on one worker, one after another. With the quiet tests' cgroup, first:
-    they run beside the others from the start, ahead of them for the CPU. Where they hold the machine
-    instead (pytest_runtest_protocol), last, under one hold: spread over the workers as they came,
-    they took three holds and more in a first pass, each new hold waiting for the tests the other
-    workers were in, and a test that took the turnstile between two holds ran alone too (180 s with
-    one test running, of which the quiet tests' own 136 s)."""
+    at the end; the quiet tests last, one group (`--dist loadgroup`, in collection order:
+    `--no-loadscope-reorder`), so that one worker runs them one after another under one exclusive
+    hold (pytest_runtest_protocol). Spread over the workers as they came, they took three holds and
+    more in a first pass: each new hold waits for the tests the other workers are in, and a test that
+    took the turnstile between two holds ran alone too (180 s with one test running, of which the
+    quiet tests' own 136 s)."""
     for item in items:
-        if _ahead(item):
+        if item.get_closest_marker("quiet"):
             item.add_marker(pytest.mark.xdist_group("quiet"))
-    quiet_last = not os.environ.get(quiet_cpu.GROUPS_VAR)
-    items.sort(key=lambda item: (_ahead(item) == quiet_last,
+    items.sort(key=lambda item: (item.get_closest_marker("quiet") is not None,
                                  not any(item.get_closest_marker(m) for m in ("wheel", "cluster", "long"))))
 
 

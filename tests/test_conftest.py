@@ -4,9 +4,6 @@ import os
 import subprocess
 import sys
 
-import pytest
-import quiet as quiet_cpu
-
 TESTS = os.path.dirname(os.path.abspath(__file__))
 
 SPAN = """
@@ -44,16 +41,14 @@ def test_plain(i):
 """}
 
 
-def _spans(tmp_path, files: dict, dist=("--dist", "loadfile"), workers=None, quiet="hold") -> dict:
-    """{span's name: (start, end)} of the test files `files` run under the suite's conftest by two
-    workers, --dist loadfile (one file a worker) unless `dist` says otherwise, the quiet tests holding
-    the machine (`quiet="hold"`) or in their cgroup where it can be made (`quiet=""`); `workers` gets
+def _spans(tmp_path, files: dict, dist=("--dist", "loadfile"), workers=None) -> dict:
+    """{span's name: (start, end)} of the test files `files` run under the suite's turnstile by two
+    workers, --dist loadfile (one file a worker) unless `dist` says otherwise; `workers` gets
     {span's name: its worker}."""
     (tmp_path / "conftest.py").write_text(
-        f"import importlib.util, sys\nsys.path.insert(0, {TESTS!r})\n"
+        "import importlib.util\n"
         f"spec = importlib.util.spec_from_file_location('suite_conftest', {os.path.join(TESTS, 'conftest.py')!r})\n"
         "suite = importlib.util.module_from_spec(spec)\nspec.loader.exec_module(suite)\n"
-        "pytest_configure, pytest_unconfigure = suite.pytest_configure, suite.pytest_unconfigure\n"
         "pytest_runtest_protocol = suite.pytest_runtest_protocol\n"
         "pytest_collection_modifyitems = suite.pytest_collection_modifyitems\n")
     (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    quiet: alone\n")
@@ -62,9 +57,9 @@ def _spans(tmp_path, files: dict, dist=("--dist", "loadfile"), workers=None, qui
     spans = tmp_path / "spans.log"
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "2", *dist, "-p", "no:cacheprovider", *files],
                        cwd=tmp_path, capture_output=True, text=True, timeout=120,
-                       env={**os.environ, "SPANS": str(spans), "COMMBENCH_TEST_QUIET": quiet})
+                       env={**os.environ, "SPANS": str(spans)})
     assert r.returncode == 0, r.stdout + r.stderr
-    found = [line.split()[:4] for line in spans.read_text().splitlines()]
+    found = [line.split() for line in spans.read_text().splitlines()]
     if workers is not None:
         workers.update({name: worker for name, _, _, worker in found})
     return {name: (float(a), float(b)) for name, a, b, _ in found}
@@ -117,66 +112,6 @@ def test_the_quiet_tests_of_every_file_run_last_on_one_worker_under_one_hold(tmp
     others = [span for name, span in found.items() if "plain" in name]
     assert all(end <= held[0] for start, end in others), found
     assert len(set(workers.values())) == 2, workers  # the plain tests did go to both workers
-
-
-PRIORITY = SPAN + f"""
-import sys
-sys.path.insert(0, {TESTS!r})
-import quiet
-
-CPU = min(os.sched_getaffinity(0))
-
-def spin(name, until):
-    \"\"\"Busy on the one core the two tests share until `until()`: records its wall and CPU seconds.\"\"\"
-    os.sched_setaffinity(0, {{CPU}})
-    start, cpu = time.time(), time.process_time()
-    while not until():
-        pass
-    with open(os.environ["SPANS"], "a") as f:
-        f.write(f"{{name}} {{start}} {{time.time()}} {{os.environ.get('PYTEST_XDIST_WORKER')}} "
-                f"{{time.process_time() - cpu}} {{quiet._own_cpu_cgroup()}}\\n")
-"""
-
-
-@pytest.mark.quiet  # it judges CPU shares: in the idle group the whole inner run was starved
-def test_the_quiet_tests_run_first_and_take_the_core_from_the_others(tmp_path):
-    """Where the quiet tests' cgroup can be made: the quiet test is the first on its worker, in its
-    group, while a plain test in the others' group runs beside it; pinned to the same core as the
-    quiet one, the plain one gets almost none of it (fairly shared, it would get half), and the run
-    leaves no group behind."""
-    groups = quiet_cpu.make_groups()
-    if groups is None:
-        pytest.skip("no cgroup of the CPU controller to be had here: the quiet tests hold the machine (the tests above)")
-    quiet_cpu.remove_groups(groups)
-    own = os.path.dirname(groups)
-    before = {name for name in os.listdir(own) if name.startswith("commbench-tests-")}
-    started, done = tmp_path / "quiet-started", tmp_path / "plain-done"
-    plain = "\n".join(f"def test_plain{i}():\n    span('plain{i}', 0.2)\n" for i in range(3))
-    workers: dict = {}
-    _spans(tmp_path, {"test_a_spans.py": PRIORITY + plain + f"""
-def test_plain_busy():
-    deadline = time.time() + 60
-    while not os.path.exists({str(started)!r}) and time.time() < deadline:
-        time.sleep(0.01)
-    end = time.time() + 1.0
-    spin("plain-busy", lambda: time.time() >= end)
-    open({str(done)!r}, "w").close()
-""", "test_b_spans.py": PRIORITY + f"""
-@pytest.mark.quiet
-def test_quiet():
-    open({str(started)!r}, "w").close()
-    deadline = time.time() + 60
-    spin("quiet", lambda: os.path.exists({str(done)!r}) or time.time() > deadline)
-"""}, dist=("--dist", "loadgroup", "--no-loadscope-reorder"), workers=workers, quiet="")
-    found = [line.split() for line in (tmp_path / "spans.log").read_text().splitlines()]
-    busy = {name: (float(a), float(b), float(cpu), group) for name, a, b, _, cpu, group in (f for f in found if len(f) == 6)}
-    (q_start, q_end, q_cpu, q_group), (p_start, p_end, p_cpu, p_group) = busy["quiet"], busy["plain-busy"]
-    assert q_group.endswith("/quiet") and p_group.endswith("/others"), busy
-    assert q_start < p_start and p_end <= q_end, busy  # side by side on one core
-    assert p_cpu < 0.2 * (p_end - p_start) and q_cpu > 0.7 * (q_end - q_start), busy
-    on_its_worker = sorted(float(f[1]) for f in found if f[3] == workers["quiet"])
-    assert on_its_worker[0] == q_start, (workers, found)
-    assert {name for name in os.listdir(own) if name.startswith("commbench-tests-")} == before
 
 
 def test_the_times_report_sums_each_file_and_lists_the_longest_tests(tmp_path):
