@@ -87,8 +87,10 @@ bench: install
 # a small gain, inside the host's own swings), the GPU pass two (its emulated GPUs compute: 2 min 57 s
 # with three, 2 min 45 s to 2 min 59 s with two). Tests go out one by one, the longest first
 # (tests/conftest.py): measured faster than whole files per worker, though a module's batch may then
-# run on several workers; the quiet tests (alone on the machine) last, one group on one worker, one
-# after another under one hold (--dist loadgroup, the collection's order kept: --no-loadscope-reorder).
+# run on several workers; the test-cluster tests first, one group on one worker, one after another
+# (their ranks poll while they wait: side by side they slowed each other to a crawl); the quiet tests
+# (alone on the machine) last, one group on one worker, one after another under one hold (--dist
+# loadgroup, the collection's order kept: --no-loadscope-reorder).
 # The real-Slurm tests (tests/slurm.py) need Debian's slurm-wlm and munge. Installed here where they
 # are missing, as root, with apt-get, and no systemd running (a container or CI machine: on a host with
 # systemd the packages would enable daemons of their own); elsewhere those tests skip with one line.

@@ -360,10 +360,18 @@ def pytest_collection_modifyitems(items):
     hold (pytest_runtest_protocol). Spread over the workers as they came, they took three holds and
     more in a first pass: each new hold waits for the tests the other workers are in, and a test that
     took the turnstile between two holds ran alone too (180 s with one test running, of which the
-    quiet tests' own 136 s)."""
+    quiet tests' own 136 s).
+
+    The other test-cluster tests are one group too, first: one worker runs them one after another.
+    Their ranks (up to 16, ahead of the rest at nice -10) poll while they wait for a shaped link, so
+    that two or three of these tests at once slow each other to a crawl: host_links' three longest
+    took 111-135 s each side by side on three workers, 6-20 s each one after another (the whole
+    first pass 12 min 55 s)."""
     for item in items:
         if item.get_closest_marker("quiet"):
             item.add_marker(pytest.mark.xdist_group("quiet"))
+        elif item.get_closest_marker("cluster"):
+            item.add_marker(pytest.mark.xdist_group("cluster"))
     items.sort(key=lambda item: (item.get_closest_marker("quiet") is not None,
                                  not any(item.get_closest_marker(m) for m in ("wheel", "cluster", "long"))))
 

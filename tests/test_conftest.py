@@ -51,7 +51,7 @@ def _spans(tmp_path, files: dict, dist=("--dist", "loadfile"), workers=None) -> 
         "suite = importlib.util.module_from_spec(spec)\nspec.loader.exec_module(suite)\n"
         "pytest_runtest_protocol = suite.pytest_runtest_protocol\n"
         "pytest_collection_modifyitems = suite.pytest_collection_modifyitems\n")
-    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    quiet: alone\n")
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    quiet: alone\n    cluster: a test cluster's\n")
     for name, text in files.items():
         (tmp_path / name).write_text(text)
     spans = tmp_path / "spans.log"
@@ -112,6 +112,22 @@ def test_the_quiet_tests_of_every_file_run_last_on_one_worker_under_one_hold(tmp
     others = [span for name, span in found.items() if "plain" in name]
     assert all(end <= held[0] for start, end in others), found
     assert len(set(workers.values())) == 2, workers  # the plain tests did go to both workers
+
+
+def test_the_cluster_tests_of_every_file_run_one_after_another_on_one_worker(tmp_path):
+    """As `make test` distributes them: the test-cluster tests of two files, collected after plain
+    tests, start first, on one worker, one after another, while the other worker runs plain tests."""
+    plain = "\n".join(f"def test_plain{i}():\n    span('{{f}}plain{i}', 0.2)\n" for i in range(4))
+    cluster = "\n".join(f"@pytest.mark.cluster\ndef test_cluster{i}():\n    span('{{f}}cluster{i}')\n" for i in range(2))
+    workers: dict = {}
+    found = _spans(tmp_path, {f"test_{f}_spans.py": SPAN + plain.format(f=f) + cluster.format(f=f) for f in "ab"},
+                   dist=("--dist", "loadgroup", "--no-loadscope-reorder"), workers=workers)
+    assert len(found) == 12, found
+    clustered = sorted(span for name, span in found.items() if "cluster" in name)
+    assert len({worker for name, worker in workers.items() if "cluster" in name}) == 1, workers
+    assert all(a[1] <= b[0] for a, b in zip(clustered, clustered[1:])), clustered
+    assert clustered[0][0] <= min(start for start, end in found.values()) + 0.1, found
+    assert any(start < clustered[-1][1] for name, (start, end) in found.items() if "plain" in name), found
 
 
 def test_the_times_report_sums_each_file_and_lists_the_longest_tests(tmp_path):
