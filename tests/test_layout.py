@@ -3,6 +3,8 @@ contracts in pyproject.toml), no import cycle between any two modules, ruff clea
 docs/architecture.md describes is the tree, and the collectives registry is the only list of
 collectives."""
 
+import importlib
+import json
 import os
 import re
 import subprocess
@@ -106,10 +108,45 @@ def test_the_described_layout_is_the_tree():
     assert sorted(described - tree) == [], "files docs/architecture.md describes that do not exist"
 
 
+_COMMANDS_OF_ONE_MODULE = """
+import json, sys
+from commbench.cli import group
+group._load(sys.argv[1])
+print(json.dumps({"modules": sorted(m for m in sys.modules if m.startswith("commbench.cli.")),
+                  "commands": {name: sorted(getattr(c, "commands", ())) for name, c in group.cli.commands.items()}}))
+"""
+
+
+def test_a_command_s_module_alone_registers_it_whole():
+    """The group imports only the module of the command asked for (commbench/cli/group.py): in a
+    process of its own, each module registers whole every command the group looks for in it, groups
+    with all their subcommands (`baseline promote` is accept's, `baseline save` analyze's), as every
+    module together does; a measuring command's processes import neither the analysis nor accept."""
+    from commbench.cli import group
+    named = [name for names in group.OTHER_COMMANDS.values() for name in names]
+    assert len(named) == len(set(named)), named
+    folder = os.path.join(ROOT, "commbench", "cli")
+    for module in sorted(f[:-3] for f in os.listdir(folder) if f.endswith(".py")):
+        importlib.import_module(f"commbench.cli.{module}")  # whatever registers, known to the group or not
+    everything = {name: sorted(getattr(c, "commands", ())) for name, c in group.cli.commands.items()}
+    found = {}
+    for module in group.MODULES:
+        r = subprocess.run([sys.executable, "-c", _COMMANDS_OF_ONE_MODULE, module], capture_output=True, text=True,
+                           timeout=60)
+        assert r.returncode == 0, r.stderr
+        found[module] = json.loads(r.stdout)
+        for name, subcommands in found[module]["commands"].items():
+            if group.module_of(name) == module:
+                assert subcommands == everything[name], (module, name)
+    assert {name for name in everything if name not in found[group.module_of(name)]["commands"]} == set()
+    assert not {"commbench.cli.analyze", "commbench.cli.accept"} & set(found["measure"]["modules"])
+
+
 def test_every_collective_module_is_registered_and_reaches_the_cli_schema_and_transports():
     """A collective is its module: the registry finds it, and the command, the result schema and the
     transports take it from there, with no list to extend."""
     from commbench.cli import cli
+    cli.list_commands(None)  # every command's module imported
     folder = os.path.join(ROOT, "commbench", "collectives")
     modules = {f[:-3] for f in os.listdir(folder) if f.endswith(".py") and not f.startswith("_")}
     defining = {m for m in modules if re.search(r"^COLLECTIVE = ", open(os.path.join(folder, f"{m}.py")).read(), re.M)}

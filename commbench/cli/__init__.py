@@ -17,8 +17,7 @@ from .. import trace
 from ..errors import CommbenchError, RankError, one_line
 from ..launch import held, relay, watchdog
 from ..launch.world import launch_rank, on_hang_up
-from . import accept, analyze, fleet, links, measure, node, numerics, scale  # noqa: F401  (each registers its commands on the group)
-from .group import cli
+from .group import cli  # each command's module registers it when it is asked for (group.py)
 
 __all__ = ["cli", "main"]
 
