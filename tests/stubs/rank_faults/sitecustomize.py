@@ -17,6 +17,8 @@
   is there (rank 0 has closed its result file whole), as in MPI's finalize.
 - COMMBENCH_STUB_KILLED_AT_REPORT=1: rank 0 is killed (SIGKILL) as its watchdog starts to report an
   ending, as the launcher that saw a rank die may kill it (SIGTERM, then SIGKILL).
+- COMMBENCH_STUB_KILLED_AFTER_SPEAKING=1: rank 1 is killed (SIGKILL) once it has written its words
+  for a rank 0 gone, before its line, as the launcher that saw rank 0 die may kill it.
 - COMMBENCH_STUB_HELD_AT_FINISH=before|after: rank 0 holds for a minute (COMMBENCH_STUB_HELD_S
   seconds) once every size is measured and its watchdog has stopped, before it closes its result
   file whole or after; it says `holds before finish` (or after) on stderr first.
@@ -104,6 +106,16 @@ def _killed_at_report(module) -> None:
     module.Watchdog._report = report
 
 
+def _killed_after_speaking(module) -> None:
+    real = module.speak_for_rank_0
+
+    def speak_for_rank_0(status, text):
+        real(status, text)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    module.speak_for_rank_0 = speak_for_rank_0
+
+
 def _held_at_finish(module) -> None:
     real = module.FileOutput.finish
     where = os.environ["COMMBENCH_STUB_HELD_AT_FINISH"]
@@ -122,6 +134,7 @@ def _held_at_finish(module) -> None:
 # (module, the variable that asks for its fault, the patch)
 PATCHES = [("commbench.launch.watchdog", "COMMBENCH_STUB_STOP_RANK", _stop),
            ("commbench.launch.watchdog", "COMMBENCH_STUB_KILLED_AT_REPORT", _killed_at_report),
+           ("commbench.launch.watchdog", "COMMBENCH_STUB_KILLED_AFTER_SPEAKING", _killed_after_speaking),
            # (the wait first: the rank killed at start is killed before it)
            ("commbench.launch.world", "COMMBENCH_STUB_WAIT_AT_START_S", _wait_at_start),
            ("commbench.launch.world", "COMMBENCH_STUB_KILLED_AT_START", _killed_at_start),
