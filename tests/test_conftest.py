@@ -41,10 +41,8 @@ def test_plain(i):
 """}
 
 
-def _spans(tmp_path, files: dict, dist=("--dist", "loadfile"), workers=None) -> dict:
-    """{span's name: (start, end)} of the test files `files` run under the suite's turnstile by two
-    workers, --dist loadfile (one file a worker) unless `dist` says otherwise; `workers` gets
-    {span's name: its worker}."""
+def _suite(tmp_path, files: dict) -> None:
+    """The test files `files` in `tmp_path` under the suite's own hooks (its turnstile and order)."""
     (tmp_path / "conftest.py").write_text(
         "import importlib.util\n"
         f"spec = importlib.util.spec_from_file_location('suite_conftest', {os.path.join(TESTS, 'conftest.py')!r})\n"
@@ -54,6 +52,13 @@ def _spans(tmp_path, files: dict, dist=("--dist", "loadfile"), workers=None) -> 
     (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    quiet: alone\n    cluster: a test cluster's\n")
     for name, text in files.items():
         (tmp_path / name).write_text(text)
+
+
+def _spans(tmp_path, files: dict, dist=("--dist", "loadfile"), workers=None) -> dict:
+    """{span's name: (start, end)} of the test files `files` run under the suite's turnstile by two
+    workers, --dist loadfile (one file a worker) unless `dist` says otherwise; `workers` gets
+    {span's name: its worker}."""
+    _suite(tmp_path, files)
     spans = tmp_path / "spans.log"
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "2", *dist, "-p", "no:cacheprovider", *files],
                        cwd=tmp_path, capture_output=True, text=True, timeout=120,
@@ -128,6 +133,21 @@ def test_the_cluster_tests_of_every_file_run_one_after_another_on_one_worker(tmp
     assert all(a[1] <= b[0] for a, b in zip(clustered, clustered[1:])), clustered
     assert clustered[0][0] <= min(start for start, end in found.values()) + 0.1, found
     assert any(start < clustered[-1][1] for name, (start, end) in found.items() if "plain" in name), found
+
+
+def test_a_modules_tests_spread_over_the_pass_unless_they_share_a_fixture(tmp_path):
+    """The order a pass hands its tests out in: the tests of two modules of plain tests alternate
+    (waiting tests of one module, test_faults.py's, no longer run side by side on every worker), while
+    a module whose tests share a module fixture keeps them together, set up once, at its own place."""
+    plain = "\n".join(f"def test_{{f}}{i}():\n    pass\n" for i in range(4))
+    shared = ("import pytest\n\n@pytest.fixture(scope='module')\ndef launched():\n    return 1\n\n"
+              + "\n".join(f"def test_b{i}(launched):\n    pass\n" for i in range(3)))
+    _suite(tmp_path, {"test_a.py": plain.format(f="a"), "test_b.py": shared, "test_c.py": plain.format(f="c")})
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "--collect-only", "-p", "no:cacheprovider"],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    order = [line.split("::")[-1] for line in r.stdout.splitlines() if "::" in line]
+    assert order == ["test_a0", "test_c0", "test_a1", "test_c1", "test_b0", "test_b1", "test_b2",
+                     "test_a2", "test_c2", "test_a3", "test_c3"], r.stdout + r.stderr
 
 
 def test_the_times_report_sums_each_file_and_lists_the_longest_tests(tmp_path):

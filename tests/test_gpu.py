@@ -231,6 +231,7 @@ def test_cuda_graph_mode(workdir):
 
 
 @pytest.mark.gpu
+@pytest.mark.long  # the GPU pass's third longest (10-13 s): left to the end, one worker ran it alone
 @needs_gpu
 def test_peer_matrix_and_copies(workdir):
     r = commbench([*PEER_MATRIX_ARGS, "-o", os.path.join(workdir, "m.json")], cwd=workdir)
