@@ -82,12 +82,12 @@ bench: install
 # Each pass's times per test go to build/test-times/ (tools/test_times.py sums them).
 # pytest exits 5 when it collects no test: that must not pass silently, nor fail confusingly. Both
 # passes run; either failing fails the target. Several tests at a time (pytest-xdist): much of a test
-# is waiting (for ranks to start, a shaped link, a --timeout). The first pass three (on 2 cores: 11 min
-# 6 s and 11 min 52 s in two runs, against 11 min 32 s to 12 min 48 s in three with two, on one host:
-# a small gain, inside the host's own swings), the GPU pass two (its emulated GPUs compute: 2 min 57 s
-# with three, 2 min 45 s to 2 min 59 s with two). Tests go out one by one, the longest first
-# (tests/conftest.py): measured faster than whole files per worker, though a module's batch may then
-# run on several workers; the test-cluster tests first, one group on one worker, one after another
+# is waiting (for ranks to start, a shaped link, a --timeout). Three each on 2 cores: the first pass
+# 11 min 6 s and 11 min 52 s in two runs, against 11 min 32 s to 12 min 48 s in three with two, on one
+# host (a small gain, inside the host's own swings); the GPU pass, its tests spread and its long ones
+# first, 99 to 102 s in three runs against 110 to 113 s in three with two. Tests go out one by one,
+# the longest first, the rest spread (tests/conftest.py): measured faster than whole files per worker;
+# a module whose tests share a fixture keeps them together; the test-cluster tests first, one group on one worker, one after another
 # (their ranks poll while they wait: side by side they slowed each other to a crawl); the quiet tests
 # (alone on the machine) last, one group on one worker, one after another under one hold (--dist
 # loadgroup, the collection's order kept: --no-loadscope-reorder).
@@ -110,7 +110,7 @@ $(JUNIT_XSD): | $(STAMP)
 
 # pytest workers of the first pass and of the GPU pass (the two passes' comment above says why)
 TEST_WORKERS ?= 3
-GPU_TEST_WORKERS ?= 2
+GPU_TEST_WORKERS ?= 3
 test: install emu test-system $(JUNIT_XSD)
 	@status=0; \
 	for pass in "not gpu" "gpu"; do \
