@@ -173,7 +173,9 @@ def start(source: int, sink: BinaryIO) -> Relay:
                 line = b""
             if not ended:  # the line so far, as a terminal shows it: after its last carriage return
                 line = (line + chunk).rsplit(b"\r", 1)[-1][-_LONGEST:]
-            _write(sink, shown)
+            # Without mpirun's NUL bytes, which a terminal does not show: one before a rank's error
+            # line kept the line from starting with `commbench: error` for a reader of the stream.
+            _write(sink, shown.replace(b"\0", b""))
         os.close(source)
 
     thread = Relay(target=run, name="commbench-stderr", daemon=True)
