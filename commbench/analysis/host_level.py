@@ -9,8 +9,9 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Optional
 
+from .host_findings import verdicts
 from .host_schedule import HostPair, confirmation_rounds, host_ranks, inter_rounds, intra_rounds, rail_flows
-from .host_verdicts import Flow, attribute, confirmation_needs, ratios, verdicts
+from .host_verdicts import Flow, attribute, confirmation_needs, noise, ratios
 
 STAGES = {"intra": "rank pairs inside each host", "inter": "rail-aligned flows of host matchings",
           "confirm": "suspects against healthy partners"}
@@ -18,10 +19,15 @@ STAGES = {"intra": "rank pairs inside each host", "inter": "rail-aligned flows o
 
 @dataclass(frozen=True)
 class Round:
-    """Rank pairs measured at once, and the host pairs they stand for (none inside hosts)."""
+    """Rank pairs measured at once, and the host pairs they stand for (none inside hosts). Between
+    hosts (`both`) the bandwidth of each pair is measured both ways, one way after the other."""
     stage: str
     pairs: list[tuple[int, int]]
     hosts: list[HostPair] = field(default_factory=list)
+
+    @property
+    def both(self) -> bool:
+        return bool(self.hosts)
 
 
 @dataclass(frozen=True)
@@ -42,8 +48,9 @@ class Layout:
         return out
 
     def flow(self, stage: str, a: int, b: int, bandwidth_gbps: Optional[float], latency_us: Optional[float],
-             local: list[int]) -> Flow:
-        return Flow(stage, self.hosts[a], self.hosts[b], local[a], local[b], bandwidth_gbps, latency_us)
+             local: list[int], round_no: int = 0) -> Flow:
+        """Rank a sending to rank b."""
+        return Flow(stage, self.hosts[a], self.hosts[b], local[a], local[b], bandwidth_gbps, latency_us, round_no)
 
     def names(self) -> list[str]:
         return list(self.groups)
@@ -60,24 +67,30 @@ def first_rounds(layout: Layout, k: Optional[int], seed: int, intra: bool = True
 
 def judge(layout: Layout, flows: list[Flow], threshold: float, judged, lost: Optional[dict[str, str]] = None,
           nics: Optional[dict] = None) -> dict:
-    """The findings and one verdict per host, with the typical flows they were judged against."""
+    """The findings and one verdict per host, with the typical flows they were judged against and the
+    run's noise (the spread of its flows, per class)."""
     ratio, typ = ratios(flows, judged)
-    found = attribute(flows, ratio, layout.names(), threshold, layout.leaf_of, lost, nics)
-    return {"typical": typ, "findings": found, "verdicts": verdicts(found, layout.names()), "ratio": ratio}
+    spread = noise(flows, ratio)
+    first = [f for f in flows if f.stage != "confirm"]
+    planned = confirmation_needs(first, ratios(first, judged)[0], layout.names(), threshold, layout.leaf_of, lost)
+    found = attribute(flows, ratio, layout.names(), threshold, layout.leaf_of, lost, nics, spread.get("inter"), planned)
+    return {"typical": typ, "noise": spread, "findings": found, "verdicts": verdicts(found, layout.names()),
+            "ratio": ratio}
 
 
 def confirm_rounds(layout: Layout, flows: list[Flow], seed: int, threshold: float, judged,
                    lost: Optional[dict[str, str]] = None) -> list[Round]:
     """The confirmation stage after the first rounds' flows: each suspect against trusted partners it
-    has not met, each suspect host pair again."""
-    first = judge(layout, flows, threshold, judged, lost)
-    needs, again, trusted = confirmation_needs(flows, first["ratio"], threshold, first["findings"])
+    has not met, each suspect host pair again, each host below a doubtful leaf across leaves."""
+    ratio, _ = ratios(flows, judged)
+    names = layout.names()
+    needs = confirmation_needs(flows, ratio, names, threshold, layout.leaf_of, lost)
     met: dict[str, set] = {}
     for f in flows:
         if f.a != f.b:
             met.setdefault(f.a, set()).add(f.b)
             met.setdefault(f.b, set()).add(f.a)
-    names = layout.names()
     groups = layout.groups
     return [Round("confirm", rail_flows(groups, pairs), pairs)
-            for pairs in confirmation_rounds(needs, again, sorted(trusted), met, names, seed, layout.leaf_of)]
+            for pairs in confirmation_rounds(needs.partners, needs.again, sorted(needs.trusted), met, names, seed,
+                                             layout.leaf_of, frozenset(needs.across))]

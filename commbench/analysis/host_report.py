@@ -10,8 +10,9 @@ from typing import Optional
 
 from ..errors import CommbenchError
 from ..sizes import format_size
+from .host_findings import KINDS, evidence, verdict_lines
 from .host_level import STAGES, Layout, Round, judge
-from .host_verdicts import Flow, evidence, verdict_lines
+from .host_verdicts import Flow
 from .links import METRICS
 
 # Evidence flows shown per finding on the console (the file keeps them all).
@@ -19,15 +20,24 @@ SHOWN_FLOWS = 6
 
 
 def flows_from_records(records: list[dict], layout: Layout) -> list[Flow]:
-    """A host-level run's flows from its rows: a rank pair's ping-pong and bandwidth rows of one stage."""
+    """A host-level run's flows from its rows: a rank pair's bandwidth row of one round (one way: the
+    first rank of `pair` sends), with the pair's ping-pong of that round; a ping-pong alone where a
+    failure came before the bandwidth. Rows of files written before rounds were numbered run as one."""
     local = layout.local()
-    got: dict[tuple, dict] = {}
+    ping: dict[tuple, float] = {}
+    bandwidth: dict[tuple, float] = {}
     for r in records:
         if r.get("schedule") in STAGES and r.get("pair") is not None:
-            got.setdefault((r["schedule"], *r["pair"]), {})[r["op"]] = r
-    return [layout.flow(stage, a, b, rows["bandwidth"]["algbw_gbps"] if "bandwidth" in rows else None,
-                        rows["pingpong"]["time_us"]["median"] if "pingpong" in rows else None, local)
-            for (stage, a, b), rows in got.items()]
+            a, b = r["pair"]
+            if r["op"] == "pingpong":
+                ping[(r["schedule"], r.get("round"), min(a, b), max(a, b))] = r["time_us"]["median"]
+            elif r["op"] == "bandwidth":
+                bandwidth[(r["schedule"], r.get("round"), a, b)] = r["algbw_gbps"]
+    flows = [layout.flow(stage, a, b, v, ping.get((stage, rnd, min(a, b), max(a, b))), local, rnd or 0)
+             for (stage, rnd, a, b), v in bandwidth.items()]
+    timed = {(stage, rnd, min(a, b), max(a, b)) for stage, rnd, a, b in bandwidth}
+    return flows + [layout.flow(stage, a, b, None, v, local, rnd or 0)
+                    for (stage, rnd, a, b), v in ping.items() if (stage, rnd, a, b) not in timed]
 
 
 def round_rows(rounds: list[Round]) -> list[dict]:
@@ -43,8 +53,8 @@ def report(impl: str, layout: Layout, settings: dict, flows: list[Flow], rounds:
     by_rail = {(layout.hosts[r], local[r]): nic for r, nic in enumerate(nics or []) if nic}
     result = judge(layout, flows, settings["threshold_pct"] / 100, settings["judged"], lost, by_rail)
     return {**settings, "impl": impl, "hosts": list(layout.hosts), "leaf_of": layout.leaf_of, "rounds": rounds,
-            "nics": list(nics) if by_rail else None,
-            "typical": result["typical"], "findings": result["findings"], "verdicts": result["verdicts"]}
+            "nics": list(nics) if by_rail else None, "typical": result["typical"], "noise": result["noise"],
+            "findings": result["findings"], "verdicts": result["verdicts"]}
 
 
 def rejudge(section: dict, records: list[dict], threshold_pct: float, judged, source: str = "the file") -> dict:
@@ -75,16 +85,20 @@ def lines(section: dict) -> list[str]:
     for metric, by_class in section["typical"].items():
         unit = "GB/s" if metric == "bandwidth_gbps" else "us"
         out.append(f"# typical {METRICS[metric]}: " + ", ".join(f"{cls}-host {v:.4g} {unit}" for cls, v in by_class.items()))
+    if section.get("noise"):
+        out.append("# noise (spread of the flows' ratios): " + ", ".join(
+            f"{cls}-host {100 * v:.1f} %" for cls, v in section["noise"].items()))
     out.append("#")
     out += verdict_lines(section["verdicts"])
     out.append("#")
-    if not section["findings"]:
+    failing = [f for f in section["findings"] if KINDS[f["kind"]].fails]
+    if not failing:
         out.append("# no slow host, rail, link or switch found")
     for f in section["findings"]:
         out.append(f"# {f['kind']} {f['subject']}: {evidence(f, f['hosts'][0]).split(': ', 1)[1]}")
         flows = f.get("flows") or []
-        if flows:
-            shown = ", ".join(f"{a} ranks {rail} {100 * r:.0f} %" if a == b else f"{a} <-> {b} rail {rail} {100 * r:.0f} %"
+        if flows and KINDS[f["kind"]].fails:
+            shown = ", ".join(f"{a} ranks {rail} {100 * r:.0f} %" if a == b else f"{a} -> {b} rail {rail} {100 * r:.0f} %"
                               for a, b, rail, r in flows[:SHOWN_FLOWS])
             more = f" and {len(flows) - SHOWN_FLOWS} more" if len(flows) > SHOWN_FLOWS else ""
             out.append(f"#   flows: {shown}{more}")

@@ -10,7 +10,10 @@ Three stages, each a list of rounds of disjoint flows measured all at once:
   different partners (K - 1 where an odd count leaves it idle once). With leaves, half the rounds pair
   hosts within their leaf and half across leaves, so that a leaf's uplinks can be told from its hosts;
 - confirm: each suspect retested against partners judged healthy and never met before, and each
-  suspect host pair measured again (confirmation_rounds).
+  suspect host pair measured again, in rounds light enough that their flows rarely collide
+  (confirmation_rounds).
+Between hosts each flow is measured both ways (Round.both): every host sends and receives on every
+rail, so a fault of one direction (an RX lane, one fibre of a pair) shows.
 Pure functions of host names, a seed and the evidence: `benchmarks/links_at_scale.py` drives them on a
 model of thousands of hosts, `commbench links` on real ranks."""
 
@@ -25,6 +28,9 @@ from .links import circle_round, circle_rounds
 HostPair = tuple[str, str]
 # Arrangements tried per cross-leaf round for the one that repeats fewest pairs of earlier rounds.
 CROSS_TRIES = 8
+# A confirmation round keeps one host in LIGHT busy, LIGHT_MIN pairs at least (light_pairs).
+LIGHT = 8
+LIGHT_MIN = 4
 
 
 def host_ranks(hosts: list[str]) -> dict[str, list[int]]:
@@ -143,12 +149,14 @@ def rail_flows(groups: dict[str, list[int]], pairs: list[HostPair]) -> list[tupl
 
 
 def confirmation_rounds(needs: dict[str, int], again: list[HostPair], trusted: list[str], met: dict[str, set],
-                        hosts: list[str], seed: int, leaf_of: Optional[dict[str, str]] = None) -> list[list[HostPair]]:
+                        hosts: list[str], seed: int, leaf_of: Optional[dict[str, str]] = None,
+                        across: frozenset = frozenset()) -> list[list[HostPair]]:
     """Rounds that give each suspect host `needs[host]` partners from `trusted` that it has not met
-    (`met`), and measure each pair of `again` once more. With leaves, a suspect's new partners alternate
-    between its own leaf and other leaves where both have trusted hosts, so a host's fault is told from
-    its leaf's. Stops where no further pair can be arranged (too few trusted hosts): the attribution
-    then works from what there is."""
+    (`met`), and measure each pair of `again` once per time it is listed. With leaves, a suspect's new
+    partners alternate between its own leaf and other leaves where both have trusted hosts, so a host's
+    fault is told from its leaf's; a host of `across` takes its first from another leaf (a leaf's uplink
+    is probed). A round holds at most light_pairs(hosts) pairs. Stops where no further pair can be
+    arranged (too few trusted hosts): the attribution then works from what there is."""
     rng = random.Random(f"confirm {seed}")
     order = {h: i for i, h in enumerate(hosts)}
     pool = sorted(trusted, key=order.__getitem__)
@@ -157,19 +165,20 @@ def confirmation_rounds(needs: dict[str, int], again: list[HostPair], trusted: l
     given = {h: 0 for h in need}
     met = {h: set(met.get(h, ())) for h in need}
     todo = list(again)
+    cap = light_pairs(len(hosts))
     rounds, start = [], 0
     while need or todo:
         busy: set[str] = set()
         rnd = []
         for pair in list(todo):
-            if not busy.intersection(pair):
+            if len(rnd) < cap and not busy.intersection(pair):
                 rnd.append(_ordered(*pair, order))
                 busy.update(pair)
                 todo.remove(pair)
         for s in sorted(need, key=order.__getitem__):
-            if s in busy:
+            if s in busy or len(rnd) >= cap:
                 continue
-            want_own = leaf_of is not None and given[s] % 2 == 0
+            want_own = leaf_of is not None and (given[s] % 2 == 0) != (s in across)
             partner = _partner(s, pool, start, busy, met[s], leaf_of, want_own)
             if partner is None:
                 continue
@@ -184,6 +193,12 @@ def confirmation_rounds(needs: dict[str, int], again: list[HostPair], trusted: l
             break
         rounds.append(sorted(rnd))
     return rounds
+
+
+def light_pairs(n_hosts: int) -> int:
+    """The most host pairs of a confirmation round: one host in LIGHT busy (at least LIGHT_MIN pairs),
+    so that the round's flows rarely share a spine uplink (ECMP collisions grow with a round's load)."""
+    return max(LIGHT_MIN, n_hosts // (2 * LIGHT))
 
 
 def _partner(s: str, pool: list[str], start: int, busy: set, met: set, leaf_of, want_own: bool) -> Optional[str]:

@@ -1,45 +1,73 @@
-"""Which host, rail, host pair or leaf switch is bad, from the flows of a host-level `links` run
-(host_schedule.py): one verdict per host and the findings with their evidence.
+"""Which host, rail (and which way), host pair, leaf switch or leaf uplink is bad, from the flows of a
+host-level `links` run (host_schedule.py): the findings with their evidence, and what the confirmation
+stage measures again.
 
-Every flow is judged against the typical flow of its class (intra-host or inter-host): the median over
-hosts of each host's upper-quartile flow (typical()), so that slow hosts and a slow leaf move it little. A flow is slow below
-`threshold` of it (bandwidth; latency above typical / threshold). Slow flows are then explained, the
-widest cause first, and every host stays healthy until evidence says otherwise:
-1. a leaf switch (with a topology): every host below it is slow to other leaves (AGREE of its
-   cross-leaf flows) while the flows inside the leaf are healthy; its cross-leaf flows are explained;
-2. rails and hosts, repeated until nothing changes: a host is trusted while none of its flows is slow
-   and unexplained. A suspect's rail i is bad when AGREE of its flows on rail i with trusted partners
-   are slow (with all its partners where fewer than two are trusted, as in a cluster of three); a host
-   whose every rail is bad is a bad host. Their flows are explained;
-3. a link: a host pair (on one rail or more) slow in most of its measurements with neither end bad,
-   which the confirmation stage has measured twice and whose ends it has met with healthy partners.
-Intra-host flows are judged per host as `links` judges ranks (analysis/links.attribute).
+A real fabric is not clean: flows vary by several percent from round to round; on ECMP fabrics the flows
+of a loaded round that hash onto one spine uplink share it (a random share of the cross-leaf flows run at
+half rate, different each round); worn hosts run a little slow yet within spec. A false FAIL drains a
+healthy node, so no single slow flow condemns anything, and nothing is OR-ed over many flows.
 
-A finding FAILs the hosts in its scope: a host or rail its host, a link both ends, a switch every host
-below it, and a host that died or stalled reads `lost`."""
+A flow is one direction: host `a` sends, host `b` receives, on rail `la` (== `lb` between hosts). Each
+flow is judged against the typical flow of its class (intra-host or inter-host): the median over hosts of
+each host's upper-quartile flow (typical()), so that slow hosts and a slow leaf move it little; it is
+slow below `threshold` of it (latency: above typical / threshold). The run's own noise (noise(): the
+spread of the flows' log ratios, robust to the slow ones) sets how sure a median of a few flows is.
+Every host is healthy until evidence says otherwise; the widest cause is explained first:
+1. switch: every host below a leaf slow to other leaves (AGREE of its cross-leaf flows), the flows inside
+   the leaf healthy;
+2. uplink: a leaf's cross-leaf flows slow more often than the other leaves' flows of the same rounds, by a
+   margin that chance does not give (binomial tail below UPLINK_P) and by UPLINK_EXCESS of its flows at
+   least: a degraded uplink slows the share of flows that ECMP hashes onto it;
+3. subjects, one per rail of a host and way (tx: where it sends, rx: where it receives), each judged on its
+   own. A subject is a suspect after the first rounds where AGREE of its partners found it slow (partners
+   whose own side is no suspect, where two or more are); it is bad where the confirmation rounds, light
+   enough not to collide, measure it CONFIRMATIONS times and its median flow stays below the threshold by
+   MARGIN_Z standard errors of such a median. A rail bad both ways is a rail, one way an rx or tx, every
+   rail of a host bad a host;
+4. link: one rail of a host pair slow both ways in the first rounds and again in the confirmation rounds
+   (the same median rule), neither end bad.
+A suspect that the light rounds find healthy is a transient: reported with its counts, no FAIL.
+Intra-host flows are judged per host as `links` judges ranks (analysis/links.attribute). Each finding
+carries how many measurements agreed (`agreed`) out of how many (`measured`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 from typing import Iterable, Optional
 
 import numpy as np
 
+from .host_findings import ORDER
 from .links import attribute as attribute_ranks
 
-# Share of a subject's evidence that must be slow to condemn it: one partner of four may disagree.
+# Share of a subject's partners that must find it slow to suspect it (one partner of four may disagree).
 AGREE = 0.75
-# Trusted partners a suspect is retested against in the confirmation stage.
-CONFIRM_PARTNERS = 2
-# Measurements of a host pair on a rail before it can be named a slow link.
-LINK_MEASUREMENTS = 2
-KINDS = ("lost", "untested", "switch", "host", "rail", "link", "rank", "pair")
+# Light-round measurements of each suspect: partners for a suspect host, repeats for a suspect host pair.
+CONFIRMATIONS = 3
+# How many standard errors of its median a suspect's flows must stay below the threshold by.
+MARGIN_Z = 2.0
+# A median's standard error over the mean's, for normal noise: sqrt(pi / 2).
+MEDIAN_SE = math.sqrt(math.pi / 2)
+# The least noise assumed, whatever few flows say: a measurement is never exact.
+NOISE_FLOOR = 0.01
+# A leaf's excess of slow cross-leaf flows: chance below UPLINK_P names its uplink, below
+# UPLINK_SUSPECT_P probes it in the confirmation rounds; either needs UPLINK_EXCESS more of its flows.
+UPLINK_P = 1e-6
+UPLINK_SUSPECT_P = 1e-3
+UPLINK_EXCESS = 0.03
+# Cross-leaf flows of a round outside a leaf needed to say what the round's chance of a slow one is.
+BASELINE_FLOWS = 20
+FIRST, CONFIRM = "inter", "confirm"
+
+Subject = tuple[str, int, str]  # (host, rail, 'tx' or 'rx')
+RailPair = tuple[str, str, int]  # (host, host in order of name, rail)
 
 
 @dataclass(frozen=True, slots=True)
 class Flow:
-    """One measured flow: local rank `la` of host `a` with local rank `lb` of host `b` (for an
-    inter-host flow la == lb, its rail), in stage `stage` (intra, inter or confirm)."""
+    """One measured flow: local rank `la` of host `a` sends to local rank `lb` of host `b` (between
+    hosts la == lb, its rail), in round `round` of stage `stage` (intra, inter or confirm)."""
     stage: str
     a: str
     b: str
@@ -47,6 +75,7 @@ class Flow:
     lb: int
     bandwidth_gbps: Optional[float]
     latency_us: Optional[float] = None
+    round: int = 0
 
 
 def typical(flows: list[Flow], metric: str) -> dict[str, float]:
@@ -86,193 +115,412 @@ def ratios(flows: list[Flow], judged: Iterable[str]) -> tuple[list[float], dict]
     return out, typ
 
 
+def noise(flows: list[Flow], ratio: list[float]) -> dict[str, float]:
+    """{class: the spread of its flows' log ratios}: the median absolute deviation scaled to a normal
+    sigma, which the few slow flows of faults and collisions barely move; at least NOISE_FLOOR."""
+    logs: dict[str, list[float]] = {}
+    for f, r in zip(flows, ratio):
+        if r > 0:
+            logs.setdefault("intra" if f.a == f.b else "inter", []).append(math.log(r))
+    out = {}
+    for cls, values in logs.items():
+        v = np.asarray(values)
+        out[cls] = max(NOISE_FLOOR, 1.4826 * float(np.median(np.abs(v - np.median(v)))))
+    return out
+
+
+def binomial_tail(k: int, n: int, p: float) -> float:
+    """P(X >= k) for X ~ Binomial(n, p)."""
+    if k <= 0:
+        return 1.0
+    if k > n or p <= 0:
+        return 0.0
+    if p >= 1:
+        return 1.0
+    lp, lq, ln = math.log(p), math.log1p(-p), math.lgamma(n + 1)
+    terms = [ln - math.lgamma(j + 1) - math.lgamma(n - j + 1) + j * lp + (n - j) * lq for j in range(k, n + 1)]
+    top = max(terms)
+    return min(1.0, math.exp(top) * sum(math.exp(t - top) for t in terms))
+
+
 def _share(flags: list[bool]) -> float:
     return sum(flags) / len(flags) if flags else 0.0
 
 
-class _Evidence:
-    """The inter-host flows of a run with their judgement, indexed by host, and what is explained."""
+@dataclass
+class _Leaves:
+    """Per leaf: its hosts and the indices of its cross-leaf and inside flows."""
+    members: dict[str, list[str]] = field(default_factory=dict)
+    cross: dict[str, list[int]] = field(default_factory=dict)  # by host
+    within: dict[str, list[int]] = field(default_factory=dict)  # by leaf
 
-    def __init__(self, flows: list[Flow], ratio: list[float], threshold: float):
-        self.flows, self.ratio = flows, ratio
+
+class _Evidence:
+    """The inter-host flows of a run with their judgement, indexed by host, subject and rail pair, and
+    what is explained."""
+
+    def __init__(self, flows: list[Flow], ratio: list[float], threshold: float, sigma: float):
+        self.flows, self.ratio, self.threshold, self.sigma = flows, ratio, threshold, sigma
         self.slow = [r < threshold for r in ratio]
+        self.first = [f.stage != CONFIRM for f in flows]
         self.explained = [False] * len(flows)
         self.of: dict[str, list[int]] = {}
+        self.subj: dict[Subject, list[int]] = {}
+        self.pair: dict[RailPair, list[int]] = {}
         for i, f in enumerate(flows):
             self.of.setdefault(f.a, []).append(i)
             self.of.setdefault(f.b, []).append(i)
+            self.subj.setdefault((f.a, f.la, "tx"), []).append(i)
+            self.subj.setdefault((f.b, f.lb, "rx"), []).append(i)
+            self.pair.setdefault((*sorted((f.a, f.b)), f.la), []).append(i)
 
     def other(self, i: int, h: str) -> str:
         f = self.flows[i]
         return f.b if f.a == h else f.a
 
-    def open_slow(self, i: int) -> bool:
-        return self.slow[i] and not self.explained[i]
-
-    def trusted(self) -> set[str]:
-        return {h for h, idx in self.of.items() if not any(self.open_slow(i) for i in idx)}
+    @staticmethod
+    def counterpart(f: Flow, s: Subject) -> Subject:
+        """The other end's side of a flow of subject s."""
+        return (f.b, f.lb, "rx") if s[2] == "tx" else (f.a, f.la, "tx")
 
     def flow_row(self, i: int) -> list:
         f = self.flows[i]
         return [f.a, f.b, f.la, round(self.ratio[i], 3)]
 
+    def bad_median(self, idx: list[int]) -> bool:
+        """Whether the median of these flows stays below the threshold by MARGIN_Z standard errors of a
+        median of as many flows under the run's noise."""
+        med = float(np.median([self.ratio[i] for i in idx]))
+        return med * math.exp(MARGIN_Z * MEDIAN_SE * self.sigma / math.sqrt(len(idx))) < self.threshold
+
+    def median(self, idx: list[int]) -> float:
+        return float(np.median([self.ratio[i] for i in idx]))
+
+
+class _Judgement:
+    """The judgement of one set of inter-host flows, in the order of the module's docstring: what the
+    confirmation stage needs (the suspects) and what is found."""
+
+    def __init__(self, ev: _Evidence, hosts: list[str], leaf_of: Optional[dict[str, str]], lost: dict,
+                 planned: Optional[Needs] = None):
+        self.ev, self.hosts, self.leaf_of, self.planned = ev, hosts, leaf_of, planned
+        self.found: list[dict] = []
+        self.transient: list[dict] = []
+        self.rails = {h: 1 + max(ev.flows[i].la for i in idx) for h, idx in ev.of.items()}
+        self.leaves = self._leaves(lost) if leaf_of else None
+        if self.leaves:
+            self.found += self._switches()
+        pre = self._suspects()
+        self.probe_leaves: list[str] = []
+        if self.leaves:
+            pairs = self._pair_suspects() | (set(planned.pair_keys) if planned is not None else set())
+            self.found += self._uplinks(pre, pairs)
+        self.suspects = self._suspects()
+        self.again_pairs = {key[:2] for key in (planned.pair_keys if planned is not None else self._pair_suspects())}
+        self.found += self._subjects()
+        self.suspect_pairs = self._pair_suspects()
+        self.found += self._links()
+
+    # -- leaves ------------------------------------------------------------------------------------
+
+    def _leaves(self, lost: dict) -> _Leaves:
+        ev, leaf_of, out = self.ev, self.leaf_of, _Leaves()
+        for i, f in enumerate(ev.flows):
+            if leaf_of[f.a] != leaf_of[f.b]:
+                out.cross.setdefault(f.a, []).append(i)
+                out.cross.setdefault(f.b, []).append(i)
+            else:
+                out.within.setdefault(leaf_of[f.a], []).append(i)
+        for h in self.hosts:
+            if h not in lost:
+                out.members.setdefault(leaf_of[h], []).append(h)
+        return out
+
+    def _switches(self) -> list[dict]:
+        ev, lv = self.ev, self.leaves
+        found = []
+        # The clearest leaf first, its flows then explained: a healthy leaf whose hosts happened to meet
+        # the slow leaf's hosts in most of their cross-leaf flows is judged on its other flows. Leaves
+        # alike in evidence (two leaves only: every cross flow joins them) are named together.
+        while True:
+            scores = {}
+            for leaf, below in lv.members.items():
+                if any(f["subject"] == leaf for f in found):
+                    continue
+                score = self._leaf_score(below, lv.within.get(leaf, []))
+                if score is not None:
+                    scores[leaf] = score
+            if not scores:
+                return found
+            best = max(scores.values())
+            explained = []
+            for leaf in [leaf for leaf, score in scores.items() if score == best]:
+                below = lv.members[leaf]
+                reached = [h for h in below if any(not ev.explained[i] for i in lv.cross.get(h, []))]
+                mine = sorted({i for h in reached for i in lv.cross[h] if not ev.explained[i]})
+                slow = [i for i in mine if ev.slow[i]]
+                inside = lv.within.get(leaf, [])
+                found.append({"kind": "switch", "subject": leaf, "hosts": below, "flows": [ev.flow_row(i) for i in slow],
+                              "ratio": ev.median(slow), "hosts_slow": len(reached), "agreed": len(slow),
+                              "measured": len(mine), "partners": len({ev.other(i, h) for h in reached for i in lv.cross[h]}),
+                              "inside": ev.median(inside)})
+                explained += mine
+            for i in explained:
+                ev.explained[i] = True
+
+    def _leaf_score(self, below: list[str], inside: list[int]) -> Optional[float]:
+        """The least share of slow cross-leaf flows over the hosts below a leaf (unexplained flows), where
+        every one of them reaches AGREE and the flows inside the leaf are healthy; None otherwise."""
+        ev = self.ev
+        shares = []
+        for h in below:
+            mine = [i for i in self.leaves.cross.get(h, []) if not ev.explained[i]]
+            if mine:
+                shares.append(_share([ev.slow[i] for i in mine]))
+        # A leaf of one host, or one never measured inside, cannot be told from its hosts.
+        if len(shares) < 2 or not inside or _share([ev.slow[i] for i in inside]) >= 0.5 or min(shares) < AGREE:
+            return None
+        return min(shares)
+
+    def _uplinks(self, suspects: set[Subject], pairs: set[RailPair]) -> list[dict]:
+        """Leaves whose cross-leaf flows are slow more often than the other leaves' in the same rounds
+        (the flows of suspect rails and suspect host pairs left out: a bad NIC or path is not its leaf's
+        uplink, and a suspect pair is measured again and again)."""
+        ev, leaf_of = self.ev, self.leaf_of
+        # (round, leaf) -> [flows, slow]; round -> [flows, slow]
+        per: dict[tuple[int, str], list[int]] = {}
+        total: dict[int, list[int]] = {}
+        mine: dict[str, list[int]] = {}
+        counted: set[int] = set()
+        for i, f in enumerate(ev.flows):
+            la, lb = leaf_of[f.a], leaf_of[f.b]
+            if (la == lb or ev.explained[i] or (f.a, f.la, "tx") in suspects or (f.b, f.lb, "rx") in suspects
+                    or (*sorted((f.a, f.b)), f.la) in pairs):
+                continue
+            counted.add(i)
+            t = total.setdefault(f.round, [0, 0])
+            t[0] += 1
+            t[1] += ev.slow[i]
+            for leaf in (la, lb):
+                c = per.setdefault((f.round, leaf), [0, 0])
+                c[0] += 1
+                c[1] += ev.slow[i]
+                mine.setdefault(leaf, []).append(i)
+        # The clearest leaf first, its cross-leaf flows then explained: a leaf that the cross rounds paired
+        # with a degraded one shares some of its slow flows, and is judged on the others.
+        found: list[dict] = []
+        while True:
+            tests = {leaf: self._uplink_test(leaf, per, total) for leaf in self.leaves.members
+                     if not any(f["subject"] == leaf for f in found)}
+            tests = {leaf: t for leaf, t in tests.items() if t is not None}
+            if not tests:
+                break
+            leaf = min(tests, key=lambda x: (tests[x][0], (tests[x][3] - tests[x][1]) / tests[x][2]))
+            tail, k, n, expected = tests[leaf]
+            if tail >= UPLINK_P:
+                self.probe_leaves = sorted(x for x, t in tests.items() if t[0] < UPLINK_SUSPECT_P)
+                break
+            slow = [i for i in mine[leaf] if ev.slow[i] and not ev.explained[i]]
+            found.append({"kind": "uplink", "subject": leaf, "hosts": self.leaves.members[leaf],
+                          "flows": [ev.flow_row(i) for i in slow], "ratio": ev.median(slow), "agreed": k, "measured": n,
+                          "share": k / n, "expected": expected / n, "p": tail})
+            for h in self.leaves.members[leaf]:
+                for i in self.leaves.cross.get(h, []):
+                    if not ev.explained[i]:
+                        ev.explained[i] = True
+                        if i in counted:
+                            self._uncount(i, per, total)
+        return found
+
+    def _uncount(self, i: int, per: dict, total: dict) -> None:
+        f, ev = self.ev.flows[i], self.ev
+        for leaf in {self.leaf_of[f.a], self.leaf_of[f.b]}:
+            c = per[(f.round, leaf)]
+            c[0] -= 1
+            c[1] -= ev.slow[i]
+        total[f.round][0] -= 1
+        total[f.round][1] -= ev.slow[i]
+
+    def _uplink_test(self, leaf: str, per: dict, total: dict) -> Optional[tuple[float, int, int, float]]:
+        """(the chance of as many slow cross-leaf flows, slow, flows, expected slow) of a leaf whose share
+        of slow cross-leaf flows exceeds its rounds' share elsewhere by UPLINK_EXCESS; None otherwise.
+        A round's share elsewhere: its other cross-leaf flows (one slow and one healthy added, so that a
+        round of no slow flow still allows some)."""
+        n = k = 0
+        expected = 0.0
+        for rnd, (n_all, k_all) in total.items():
+            nl, kl = per.get((rnd, leaf), (0, 0))
+            n_rest, k_rest = n_all - nl, k_all - kl
+            if not nl or n_rest < BASELINE_FLOWS:
+                continue  # no other leaf says what this round's chance is
+            n += nl
+            k += kl
+            expected += nl * (k_rest + 1) / (n_rest + 2)
+        if not n or (k - expected) / n < UPLINK_EXCESS:
+            return None
+        return binomial_tail(k, n, expected / n), k, n, expected
+
+    # -- rails of hosts, each way ---------------------------------------------------------------------
+
+    def _first(self, s: Subject, suspects: Optional[set]) -> list[int]:
+        """The first rounds' unexplained flows that judge s: those with partners whose side is no
+        suspect where two partners or more are, else all."""
+        ev = self.ev
+        idx = [i for i in ev.subj.get(s, ()) if ev.first[i] and not ev.explained[i]]
+        if suspects is None:
+            return idx
+        clean = [i for i in idx if ev.counterpart(ev.flows[i], s) not in suspects]
+        return clean if len({ev.other(i, s[0]) for i in clean}) >= 2 else idx
+
+    def _agrees(self, s: Subject, suspects: Optional[set]) -> bool:
+        ev = self.ev
+        idx = self._first(s, suspects)
+        partners = {ev.other(i, s[0]) for i in idx}
+        agreed = {ev.other(i, s[0]) for i in idx if ev.slow[i]}
+        return len(partners) >= 2 and len(agreed) >= AGREE * len(partners)
+
+    def _suspects(self) -> set[Subject]:
+        raw = {s for s in self.ev.subj if self._agrees(s, None)}
+        return {s for s in raw if self._agrees(s, raw)}
+
+    def _decide(self, s: Subject) -> tuple[bool, list[int]]:
+        """Whether suspect s is bad, and the flows that say so: the confirmation's light rounds where
+        they measured it twice or more, else the first rounds (too few healthy partners were left)."""
+        ev = self.ev
+        # Not the flows of host pairs measured again as links: a slow link is not its end's rail.
+        again = [i for i in ev.subj.get(s, ()) if not ev.first[i] and not ev.explained[i]
+                 and ev.counterpart(ev.flows[i], s) not in self.suspects
+                 and tuple(sorted((ev.flows[i].a, ev.flows[i].b))) not in self.again_pairs]
+        if len(again) >= 2:
+            return ev.bad_median(again), again
+        first = self._first(s, self.suspects)
+        agrees = s in self.suspects
+        return agrees and all(ev.slow[i] for i in again), first + again
+
+    def _judged(self) -> set[Subject]:
+        """The suspects the confirmation stage measured again: those of the first rounds alone (a suspect
+        only once the confirmation's flows moved the typical flow was not measured again)."""
+        return set(self.planned.subjects) if self.planned is not None else self.suspects
+
+    def _subjects(self) -> list[dict]:
+        ev = self.ev
+        bad: dict[str, dict[int, dict[str, list[int]]]] = {}
+        for s in sorted(self._judged()):
+            is_bad, idx = self._decide(s)
+            if is_bad:
+                bad.setdefault(s[0], {}).setdefault(s[1], {})[s[2]] = idx
+            elif idx:
+                self.transient.append(self._transient(f"{s[0]}:{s[1]} {s[2]}", [s[0]], idx))
+        found = []
+        for h, rails in bad.items():
+            for rail, ways in rails.items():
+                for way in ways:
+                    for i in ev.subj[(h, rail, way)]:
+                        ev.explained[i] = True
+            if len(rails) == self.rails[h]:
+                found.append(self._finding("host", h, h, [i for ways in rails.values() for idx in ways.values()
+                                                          for i in idx], rails=self.rails[h]))
+                continue
+            for rail in sorted(rails):
+                ways = rails[rail]
+                kind = "rail" if len(ways) == 2 else next(iter(ways))
+                found.append(self._finding(kind, f"{h}:{rail}", h, [i for idx in ways.values() for i in idx], rail=rail))
+        return found
+
+    def _finding(self, kind: str, subject: str, host: str, idx: list[int], **more) -> dict:
+        ev = self.ev
+        slow = [i for i in idx if ev.slow[i]] or idx
+        return {"kind": kind, "subject": subject, "hosts": [host], **more, "flows": [ev.flow_row(i) for i in slow],
+                "ratio": ev.median(slow), "agreed": sum(ev.slow[i] for i in idx), "measured": len(idx),
+                "partners": len({ev.other(i, host) for i in idx})}
+
+    def _transient(self, subject: str, hosts: list[str], idx: list[int]) -> dict:
+        ev = self.ev
+        again = [i for i in idx if not ev.first[i]]
+        return {"kind": "transient", "subject": subject, "hosts": hosts, "flows": [ev.flow_row(i) for i in idx if ev.slow[i]],
+                "ratio": ev.median(again or idx), "agreed": sum(ev.slow[i] for i in again), "measured": len(again)}
+
+    # -- host pairs -----------------------------------------------------------------------------------
+
+    def _pair_suspects(self) -> set[RailPair]:
+        """Rails of host pairs slow both ways (AGREE of two measurements or more) in the first rounds."""
+        ev = self.ev
+        out = set()
+        for key, idx in ev.pair.items():
+            first = [i for i in idx if ev.first[i] and not ev.explained[i]]
+            if len(first) >= 2 and _share([ev.slow[i] for i in first]) >= AGREE:
+                out.add(key)
+        return out
+
+    def _links(self) -> list[dict]:
+        ev = self.ev
+        bad: dict[tuple[str, str], dict[int, list[int]]] = {}
+        planned = set(self.planned.pair_keys) if self.planned is not None else set()
+        for key in sorted(self.suspect_pairs | planned):
+            again = [i for i in ev.pair[key] if not ev.first[i] and not ev.explained[i]]
+            if not again:
+                continue  # named only where measured again
+            if (ev.bad_median(again) if len(again) >= 2 else ev.slow[again[0]]):
+                bad.setdefault(key[:2], {})[key[2]] = again
+            else:
+                self.transient.append(self._transient(f"{key[0]}-{key[1]}:{key[2]}", list(key[:2]), again))
+        found = []
+        for (a, b), rails in bad.items():
+            idx = [i for again in rails.values() for i in again]
+            slow = [i for i in idx if ev.slow[i]] or idx
+            found.append({"kind": "link", "subject": f"{a}-{b}", "hosts": [a, b], "rails_slow": sorted(rails),
+                          "flows": [ev.flow_row(i) for i in slow], "ratio": ev.median(slow),
+                          "agreed": sum(ev.slow[i] for i in idx), "measured": len(idx),
+                          "others": {h: len({ev.other(i, h) for i in ev.of[h]} - {a, b}) for h in (a, b)}})
+        return found
+
+    def needs(self) -> tuple[set[str], list[RailPair], set[str]]:
+        """(the hosts of suspect subjects, the suspect rails of host pairs where neither end is a
+        suspect on that rail (its own confirmation explains them), the hosts below leaves whose switch is
+        named or whose uplink is a suspect), for the confirmation stage."""
+        hosts = {s[0] for s in self.suspects}
+        rails = {s[:2] for s in self.suspects}
+        pairs = sorted(key for key in self.suspect_pairs if (key[0], key[2]) not in rails and (key[1], key[2]) not in rails)
+        # A named leaf's hosts are probed too: two leaves that the cross rounds paired look alike, and
+        # a partner below a third leaf tells them apart.
+        leaves = self.probe_leaves + [f["subject"] for f in self.found if f["kind"] == "switch"]
+        probes = {h for leaf in leaves for h in self.leaves.members[leaf]} if self.leaves else set()
+        return hosts, pairs, probes
+
 
 def attribute(flows: list[Flow], ratio: list[float], hosts: list[str], threshold: float,
               leaf_of: Optional[dict[str, str]] = None, lost: Optional[dict[str, str]] = None,
-              nics: Optional[dict[tuple[str, int], str]] = None) -> list[dict]:
+              nics: Optional[dict[tuple[str, int], str]] = None, sigma: Optional[float] = None,
+              planned: Optional[Needs] = None) -> list[dict]:
     """The findings of a host-level run: `hosts` in their order, `lost` {host: why}, `nics` {(host,
-    local rank): NIC name} where the topology snapshot knows it."""
+    local rank): NIC name} where the topology snapshot knows it, `sigma` the inter-host noise (noise()),
+    `planned` what the confirmation stage was given to measure (confirmation_needs of the first rounds;
+    None: the suspects of these flows)."""
     lost = lost or {}
     found = [{"kind": "lost", "subject": h, "hosts": [h], "why": why} for h, why in lost.items()]
-    keep = [i for i, f in enumerate(flows) if f.a not in lost and f.b not in lost]
-    inter = [i for i in keep if flows[i].a != flows[i].b]
-    ev = _Evidence([flows[i] for i in inter], [ratio[i] for i in inter], threshold)
-    rails = {h: 1 + max(ev.flows[i].la for i in idx) for h, idx in ev.of.items()}
-    if leaf_of:
-        found += _switches(ev, hosts, leaf_of, lost)
-    found += _hosts_and_rails(ev, rails, nics or {})
-    found += _links(ev)
+    j = _judge(flows, ratio, hosts, threshold, leaf_of, lost, sigma, planned)
+    for f in j.found:
+        if "rail" in f and f["kind"] in ("rail", "rx", "tx"):
+            f["nic"] = (nics or {}).get((f["hosts"][0], f["rail"]))
+    found += j.found + j.transient
     if len(hosts) > 1:
         # A host that met no other (an idle one of an odd count, one not reached before a failure)
         # was not shown good.
         found += [{"kind": "untested", "subject": h, "hosts": [h]} for h in dict.fromkeys(hosts)
-                  if h not in ev.of and h not in lost]
-    intra = [i for i in keep if flows[i].a == flows[i].b]
-    found += _intra([flows[i] for i in intra], [ratio[i] for i in intra], threshold)
+                  if h not in j.ev.of and h not in lost]
+    keep = [i for i, f in enumerate(flows) if f.a not in lost and f.b not in lost and f.a == f.b]
+    found += _intra([flows[i] for i in keep], [ratio[i] for i in keep], threshold)
     order = {h: k for k, h in enumerate(hosts)}
-    found.sort(key=lambda f: (KINDS.index(f["kind"]), min(order[h] for h in f["hosts"]), f["subject"]))
+    found.sort(key=lambda f: (ORDER.index(f["kind"]), min(order[h] for h in f["hosts"]), f["subject"]))
     return found
 
 
-def _switches(ev: _Evidence, hosts: list[str], leaf_of: dict[str, str], lost: dict) -> list[dict]:
-    cross: dict[str, list[int]] = {}
-    within: dict[str, list[int]] = {}
-    for i, f in enumerate(ev.flows):
-        if leaf_of[f.a] != leaf_of[f.b]:
-            cross.setdefault(f.a, []).append(i)
-            cross.setdefault(f.b, []).append(i)
-        else:
-            within.setdefault(leaf_of[f.a], []).append(i)
-    members: dict[str, list[str]] = {}
-    for h in hosts:
-        if h not in lost:
-            members.setdefault(leaf_of[h], []).append(h)
-    found = []
-    # The clearest leaf first, its flows then explained: a healthy leaf whose hosts happened to meet
-    # the slow leaf's hosts in most of their cross-leaf flows is judged on its other flows. Leaves
-    # alike in evidence (two leaves only: every cross flow joins them) are named together.
-    while True:
-        scores = {}
-        for leaf, below in members.items():
-            if any(f["subject"] == leaf for f in found):
-                continue
-            score = _leaf_score(ev, below, cross, within.get(leaf, []))
-            if score is not None:
-                scores[leaf] = score
-        if not scores:
-            return found
-        best = max(scores.values())
-        explained = []
-        for leaf in [leaf for leaf, score in scores.items() if score == best]:
-            below = members[leaf]
-            reached = [h for h in below if any(not ev.explained[i] for i in cross.get(h, []))]
-            mine = sorted({i for h in reached for i in cross[h] if not ev.explained[i]})
-            slow = [i for i in mine if ev.slow[i]]
-            inside = within.get(leaf, [])
-            found.append({"kind": "switch", "subject": leaf, "hosts": below, "flows": [ev.flow_row(i) for i in slow],
-                          "ratio": float(np.median([ev.ratio[i] for i in slow])), "agreed": len(reached),
-                          "partners": len({ev.other(i, h) for h in reached for i in cross[h]}),
-                          "inside": float(np.median([ev.ratio[i] for i in inside]))})
-            explained += mine
-        for i in explained:
-            ev.explained[i] = True
-
-
-def _leaf_score(ev: _Evidence, below: list[str], cross: dict, inside: list[int]) -> Optional[float]:
-    """The least share of slow cross-leaf flows over the hosts below a leaf (unexplained flows), where
-    every one of them reaches AGREE and the flows inside the leaf are healthy; None otherwise."""
-    shares = []
-    for h in below:
-        mine = [i for i in cross.get(h, []) if not ev.explained[i]]
-        if mine:
-            shares.append(_share([ev.slow[i] for i in mine]))
-    # A leaf of one host, or one never measured inside, cannot be told from its hosts.
-    if len(shares) < 2 or not inside or _share([ev.slow[i] for i in inside]) >= 0.5 or min(shares) < AGREE:
-        return None
-    return min(shares)
-
-
-def _hosts_and_rails(ev: _Evidence, rails: dict[str, int], nics: dict) -> list[dict]:
-    bad: dict[tuple[str, int], dict] = {}
-    while True:
-        trusted = ev.trusted()
-        new = {}
-        for h, idx in ev.of.items():
-            if h in trusted:
-                continue
-            for rail in range(rails[h]):
-                if (h, rail) in bad:
-                    continue
-                mine = [i for i in idx if ev.flows[i].la == rail and not ev.explained[i]]
-                good = [i for i in mine if ev.other(i, h) in trusted]
-                use = good if len({ev.other(i, h) for i in good}) >= 2 else mine
-                partners = {ev.other(i, h) for i in use}
-                agreed = {ev.other(i, h) for i in use if ev.slow[i]}
-                if len(partners) >= 2 and len(agreed) >= AGREE * len(partners):
-                    slow = [i for i in use if ev.slow[i]]
-                    new[(h, rail)] = {"flows": slow, "agreed": len(agreed), "partners": len(partners)}
-        if not new:
-            break
-        bad.update(new)
-        for (h, rail) in new:
-            for i in ev.of[h]:
-                if ev.flows[i].la == rail:
-                    ev.explained[i] = True
-    found = []
-    for h in dict.fromkeys(h for h, _ in bad):
-        mine = [bad[(h, r)] for r in range(rails[h]) if (h, r) in bad]
-        whole = len(mine) == rails[h]
-        parts = mine if whole else []
-        if whole:
-            slow = [i for m in parts for i in m["flows"]]
-            found.append({"kind": "host", "subject": h, "hosts": [h], "rails": rails[h],
-                          "flows": [ev.flow_row(i) for i in slow], "ratio": float(np.median([ev.ratio[i] for i in slow])),
-                          "agreed": min(m["agreed"] for m in parts), "partners": max(m["partners"] for m in parts)})
-            continue
-        for rail in range(rails[h]):
-            m = bad.get((h, rail))
-            if m:
-                found.append({"kind": "rail", "subject": f"{h}:{rail}", "hosts": [h], "rail": rail,
-                              "nic": nics.get((h, rail)), "flows": [ev.flow_row(i) for i in m["flows"]],
-                              "ratio": float(np.median([ev.ratio[i] for i in m["flows"]])),
-                              "agreed": m["agreed"], "partners": m["partners"]})
-    return found
-
-
-def _links(ev: _Evidence) -> list[dict]:
-    by_pair: dict[tuple[str, str], list[int]] = {}
-    for i, f in enumerate(ev.flows):
-        if not ev.explained[i]:
-            by_pair.setdefault(tuple(sorted((f.a, f.b))), []).append(i)
-    found = []
-    for (a, b), idx in by_pair.items():
-        if not any(ev.slow[i] for i in idx):
-            continue
-        per_rail: dict[int, list[int]] = {}
-        for i in idx:
-            per_rail.setdefault(ev.flows[i].la, []).append(i)
-        # Measured twice at least (the confirmation measures a suspect pair again): one slow
-        # measurement alone is no evidence against a host pair.
-        slow_rails = sorted(r for r, mine in per_rail.items()
-                            if len(mine) >= LINK_MEASUREMENTS and _share([ev.slow[i] for i in mine]) > 0.5)
-        if not slow_rails:
-            continue
-        slow = [i for r in slow_rails for i in per_rail[r] if ev.slow[i]]
-        found.append({"kind": "link", "subject": f"{a}-{b}", "hosts": [a, b], "rails_slow": slow_rails,
-                      "flows": [ev.flow_row(i) for i in slow], "ratio": float(np.median([ev.ratio[i] for i in slow])),
-                      "agreed": len(slow), "partners": len(idx),
-                      "others": {h: len({ev.other(i, h) for i in ev.of[h]} - {a, b}) for h in (a, b)}})
-    return found
+def _judge(flows, ratio, hosts, threshold, leaf_of, lost, sigma, planned=None) -> _Judgement:
+    inter = [i for i, f in enumerate(flows) if f.a != f.b and f.a not in lost and f.b not in lost]
+    if sigma is None:
+        sigma = noise([flows[i] for i in inter], [ratio[i] for i in inter]).get("inter", NOISE_FLOOR)
+    ev = _Evidence([flows[i] for i in inter], [ratio[i] for i in inter], threshold, sigma)
+    return _Judgement(ev, hosts, leaf_of, lost, planned)
 
 
 def _intra(flows: list[Flow], ratio: list[float], threshold: float) -> list[dict]:
@@ -291,81 +539,37 @@ def _intra(flows: list[Flow], ratio: list[float], threshold: float) -> list[dict
             found.append({"kind": kind, "subject": f"{h}:{f['subject']}", "hosts": [h], "local": f["ranks"],
                           "flows": [[h, h, f"{p[0]}-{p[1]}", round(r, 3)] for p, r in
                                     ((x["pair"], x["ratio"]) for x in flagged) if set(p) & set(f["ranks"])],
-                          "ratio": f["ratio"], "agreed": len(f["pairs"]), "partners": size - 1})
+                          "ratio": f["ratio"], "agreed": len(f["pairs"]), "measured": size - 1})
     return found
 
 
-def _pct(ratio: float) -> str:
-    return f"{100 * ratio:.0f} % of the typical flow"
+@dataclass(frozen=True)
+class Needs:
+    """What the confirmation stage measures: each suspect host against CONFIRMATIONS trusted partners
+    it has not met, the host pairs of suspect rails CONFIRMATIONS times again, each host below a leaf
+    whose uplink is a suspect once against a trusted host of another leaf; the trusted hosts; and the
+    suspects themselves, which the final judgement decides."""
+    partners: dict[str, int]
+    again: list[tuple[str, str]]
+    across: set[str]
+    trusted: set[str]
+    subjects: frozenset = frozenset()
+    pair_keys: frozenset = frozenset()
 
 
-def evidence(f: dict, host: str) -> str:
-    """A finding as `<kind>: <evidence>` on the verdict line of `host`, one of its hosts."""
-    kind = f["kind"]
-    if kind == "lost":
-        return f"lost: {f['why']}"
-    if kind == "untested":
-        return "untested: no flow with another host was measured"
-    if kind == "switch":
-        return (f"switch: {f['subject']}: flows to other leaves at {_pct(f['ratio'])} from all {f['agreed']} hosts "
-                f"below it ({len(f['flows'])} flows, {f['partners']} partners), {100 * f['inside']:.0f} % inside the leaf")
-    if kind == "host":
-        return f"host: {_pct(f['ratio'])} with {f['agreed']} of {f['partners']} partners on every rail ({f['rails']})"
-    if kind == "rail":
-        nic = f" ({f['nic']})" if f.get("nic") else ""
-        return f"rail: local rank {f['rail']}{nic}: {_pct(f['ratio'])} with {f['agreed']} of {f['partners']} partners"
-    if kind == "link":
-        other = next(h for h in f["hosts"] if h != host)
-        rails = ",".join(map(str, f["rails_slow"]))
-        return (f"link: {other}: {_pct(f['ratio'])} on rail {rails} in {f['agreed']} of {f['partners']} flows, "
-                f"healthy with its {f['others'][host]} other partner(s)")
-    local = "-".join(map(str, f["local"]))
-    if kind == "rank":
-        return f"rank: local rank {local}: {_pct(f['ratio'])} with {f['agreed']} of its {f['partners']} peers in the host"
-    return f"pair: local ranks {local}: {_pct(f['ratio'])} inside the host"
-
-
-def verdicts(findings: list[dict], hosts: list[str]) -> dict[str, str]:
-    """{host: 'PASS' or 'FAIL <kind>: <evidence>[; ...]'} for every host, in order."""
-    mine: dict[str, list[str]] = {h: [] for h in dict.fromkeys(hosts)}
-    for f in findings:
-        for h in f["hosts"]:
-            mine[h].append(evidence(f, h))
-    return {h: "FAIL " + "; ".join(texts) if texts else "PASS" for h, texts in mine.items()}
-
-
-def verdict_lines(verdict: dict[str, str]) -> list[str]:
-    width = max((len(h) for h in verdict), default=0)
-    return [f"{h:<{width}} | {v}" for h, v in verdict.items()]
-
-
-def named(findings: list[dict]) -> set[str]:
-    """The findings as the specs `links_at_scale.py` plants: host:H, rail:H:I, link:A:B, switch:LEAF."""
-    out = set()
-    for f in findings:
-        if f["kind"] in ("host", "switch", "lost", "untested"):
-            out.add(f"{f['kind']}:{f['subject']}")
-        elif f["kind"] == "rail":
-            out.add(f"rail:{f['hosts'][0]}:{f['rail']}")
-        elif f["kind"] == "link":
-            out.add("link:" + ":".join(sorted(f["hosts"])))
-        else:
-            out.add(f"{f['kind']}:{f['subject']}")
-    return out
-
-
-def confirmation_needs(flows: list[Flow], ratio: list[float], threshold: float, findings: list[dict]
-                       ) -> tuple[dict[str, int], list[tuple[str, str]], set[str]]:
-    """What the confirmation stage retests after the first judgement: ({host: trusted partners it
-    needs} for every host in a finding's scope and every end of a slow flow no finding explains, the
-    host pairs named as links, to measure again; the hosts trusted to be partners)."""
-    scope = {h for f in findings if f["kind"] not in ("rank", "pair", "untested") for h in f["hosts"]}
-    lost = {h for f in findings if f["kind"] == "lost" for h in f["hosts"]}
-    loose: set[tuple[str, str]] = set()
-    for f, r in zip(flows, ratio):
-        if f.a != f.b and r < threshold and not {f.a, f.b} & scope:
-            loose.add((f.a, f.b) if f.a < f.b else (f.b, f.a))
-    needs = {h: CONFIRM_PARTNERS for h in sorted(scope | {h for pair in loose for h in pair}) if h not in lost}
-    again = sorted(loose)
+def confirmation_needs(flows: list[Flow], ratio: list[float], hosts: list[str], threshold: float,
+                       leaf_of: Optional[dict[str, str]] = None, lost: Optional[dict[str, str]] = None) -> Needs:
+    """What the confirmation stage measures after the first rounds' flows."""
+    lost = lost or {}
+    j = _judge(flows, ratio, hosts, threshold, leaf_of, lost, None)
+    suspects, pairs, probes = j.needs()
+    partners = {h: CONFIRMATIONS for h in suspects}
+    partners.update({h: 1 for h in probes if h not in partners})
+    # Trusted partners: no suspect, in no suspect pair, below no leaf whose switch or uplink is named or
+    # probed (a partner's own fault would be read as the suspect's).
+    doubtful = {h for f in j.found if f["kind"] in ("switch", "uplink") for h in f["hosts"]} | probes
     inter = {h for f in flows if f.a != f.b for h in (f.a, f.b)}
-    return needs, again, inter - needs.keys() - lost
+    trusted = inter - suspects - {h for p in pairs for h in p[:2]} - doubtful - set(lost)
+    hosts_again = sorted({key[:2] for key in pairs})
+    again = [p for p in hosts_again for _ in range(CONFIRMATIONS)]
+    return Needs(partners, again, probes - suspects, trusted, frozenset(j.suspects), frozenset(pairs))

@@ -1,11 +1,13 @@
 """Series: which records of a result belong to one line of measurements (same op, impl, ranks,
-dtype, reduction, pair, direction, placement, links schedule and copy mode), for fits, comparisons,
-plots and every format that shows series apart, and how a series is named."""
+dtype, reduction, pair, direction, placement, links schedule and round, copy mode), for fits,
+comparisons, plots and every format that shows series apart, and how a series is named."""
 
 from __future__ import annotations
 
-SERIES_FIELDS = ("op", "impl", "ranks", "dtype", "redop", "pair", "bidirectional", "in_place", "schedule", "mode",
-                 "nccl_algo", "nccl_proto")
+# A host-level links run measures a suspect host pair again in several rounds: each round's rows are
+# a series of their own.
+SERIES_FIELDS = ("op", "impl", "ranks", "dtype", "redop", "pair", "bidirectional", "in_place", "schedule", "round",
+                 "mode", "nccl_algo", "nccl_proto")
 
 
 def series_key(r: dict) -> tuple:

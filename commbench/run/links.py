@@ -58,19 +58,24 @@ def run_host_links(world, cfg, latency_size: int, bandwidth_size: int, reporter,
     prepare_pairs(world, cfg, "commbench links")
     tests = (("pingpong", latency_size), ("bandwidth", bandwidth_size))
     local = plan.layout.local()
-    wrong, flows, ran = 0, done.flows, done.rounds
+    wrong, flows, ran, count = 0, done.flows, done.rounds, 0
 
     def measure(rounds) -> None:
-        nonlocal wrong
+        nonlocal wrong, count
         for rnd in rounds:
-            w, got = _round(world, cfg, rnd.stage, rnd.pairs, tests, STAGES[rnd.stage], reporter, show=False)
+            w, got = _round(world, cfg, rnd.stage, rnd.pairs, tests, STAGES[rnd.stage], reporter, show=False,
+                            both=rnd.both, number=count)
             wrong += w
             if reporter:
                 ran.append(rnd)
-                mine = [plan.layout.flow(rnd.stage, a, b, recs[1].algbw_gbps, recs[0].time_us["median"],
-                                         local) for (a, b), recs in got]
+                mine = []
+                for (a, b), recs in got:
+                    latency = recs[0].time_us["median"]
+                    mine += [plan.layout.flow(rnd.stage, s, d, rec.algbw_gbps, latency, local, count)
+                             for (s, d), rec in zip(((a, b), (b, a)), recs[1:])]
                 flows.extend(mine)
                 _round_line(len(ran), rnd, mine)
+            count += 1
 
     measure(first_rounds(plan.layout, plan.rounds, plan.seed, plan.intra))
     measure(world.root_call(lambda: confirm_rounds(plan.layout, flows, plan.seed, plan.threshold, plan.judged)))
@@ -85,10 +90,12 @@ def _round_line(n: int, rnd, flows: list[Flow]) -> None:
                f"(median {float(np.median(bw)):.3f})")
 
 
-def _round(world, cfg, sched: str, pairs, tests, where: str, reporter, show: bool = True) -> tuple[int, list]:
-    """Every pair of `pairs` (disjoint) measured at once under schedule `sched`; rank 0 adds their
-    rows (to stdout too where `show`). Returns the wrong bytes and [((a, b), [record per test])] on
-    rank 0; 0 and [] elsewhere."""
+def _round(world, cfg, sched: str, pairs, tests, where: str, reporter, show: bool = True, both: bool = False,
+           number: Optional[int] = None) -> tuple[int, list]:
+    """Every pair of `pairs` (disjoint) measured at once under schedule `sched`, and where `both` the
+    bandwidth test again the other way (the second rank sending), after the first; rank 0 adds their
+    rows (to stdout too where `show`), numbered `number` where given. Returns the wrong bytes and
+    [((a, b), [record per test, the way back last])] on rank 0; 0 and [] elsewhere."""
     impl = cfg.impls[0]
     label = variant({"impl": impl, "schedule": sched})
     step = f"{label} {' '.join(f'{a}-{b}' for a, b in pairs)}" if show else f"{label} {len(pairs)} pairs"
@@ -96,28 +103,36 @@ def _round(world, cfg, sched: str, pairs, tests, where: str, reporter, show: boo
         reporter.step(step)
     # Every rank arms, those of no pair too: each waits for the round's end within --timeout.
     watchdog.arm(f"links {step}")
-    timers = open_pairs(world, cfg, pairs, max(size for _, size in tests))
-    rows = []
-    for test, size in tests:
-        watchdog.arm(f"links {step} {test} {format_size(size)}")
+    ways = [(pairs, tests)]
+    if both:
+        ways.append(([(b, a) for a, b in pairs], [t for t in tests if t[0] == "bandwidth"]))
+    rows, firsts = [], []
+    for way, (opened, measured) in enumerate(ways):
+        timers = open_pairs(world, cfg, opened, max(size for _, size in measured))
+        for test, size in measured:
+            watchdog.arm(f"links {step} {test} {format_size(size)}{' back' if way else ''}")
+            if timers is not None:
+                rows.append(timers.row(test, size, cfg.policy, impl, world.size))
+            firsts.append(way)
+            # The pairs of a round start each test together; the idle ranks wait here without
+            # spinning on the cores the measured ranks use.
+            world.quiet_barrier()
         if timers is not None:
-            rows.append(timers.row(test, size, cfg.policy, impl, world.size))
-        # The pairs of a round start each test together; the idle ranks wait here without
-        # spinning on the cores the measured ranks use.
-        world.quiet_barrier()
-    if timers is not None:
-        timers.close()
+            timers.close()
     got = world.gather(rows)
     if not reporter:
         return 0, []
+    sizes = [size for _opened, measured in ways for _test, size in measured]
+    numbered = {} if number is None else {"round": number}
     total, out, rows = 0, [], []
     for a, b in pairs:
         block = f"{label} {a}-{b}"
         if show:
             reporter.block(block, f"ping-pong latency and windowed bandwidth, {where}")
         recs = []
-        for k, (_test, size) in enumerate(tests):
-            rec = got[a][k][0].but(wrong=got[a][k][1] + got[b][k][1], schedule=sched)
+        for k, size in enumerate(sizes):
+            first = (a, b)[firsts[k]]  # the rank that sent first holds the record
+            rec = got[first][k][0].but(wrong=got[a][k][1] + got[b][k][1], schedule=sched, **numbered)
             total += rec.wrong
             recs.append(rec)
             rows.append((rec, block, format_size(size)))
