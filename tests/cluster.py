@@ -344,10 +344,14 @@ class Cluster:
                    *(f"net.ipv4.conf.{dev}.rp_filter=0" for dev in h.devs)]
         _run(["ip", "netns", "exec", h.ns, "sysctl", "-qw", *sysctls])
 
-    def _tbf(self, h: Host, mbit: float, verb: str, rails: Optional[list] = None) -> None:
+    def _tbf(self, h: Host, mbit: float, verb: str, rails: Optional[list] = None, way: Optional[str] = None) -> None:
+        """Shapes what the host sends (its own end of the veth, way 'tx'), what it receives (the bridge's
+        end, whose egress enters the host: 'rx'), or both (None)."""
         for r in rails if rails is not None else range(self.rails):
-            _run(["ip", "netns", "exec", h.ns, "tc", "qdisc", verb, "dev", h.devs[r], *_tbf_spec(mbit)])
-            _run(["tc", "qdisc", verb, "dev", h.bridge_devs[r], *_tbf_spec(mbit)])
+            if way != "rx":
+                _run(["ip", "netns", "exec", h.ns, "tc", "qdisc", verb, "dev", h.devs[r], *_tbf_spec(mbit)])
+            if way != "tx":
+                _run(["tc", "qdisc", verb, "dev", h.bridge_devs[r], *_tbf_spec(mbit)])
 
     def _write_agent(self) -> None:
         cases = "\n".join(f"  {h.addr}|{h.ns}) ns={h.ns} ;;" for h in self.hosts)
@@ -417,11 +421,12 @@ exec ip netns exec "$ns" unshare --uts sh -c "hostname $ns; $*"
 
     # ---- rates ---------------------------------------------------------------------------------
 
-    def shape(self, host: int, mbit: float, rail: Optional[int] = None) -> None:
-        """Re-shapes one host's links (every rail, or `rail` alone; both directions) to `mbit` Mbit/s."""
+    def shape(self, host: int, mbit: float, rail: Optional[int] = None, way: Optional[str] = None) -> None:
+        """Re-shapes one host's links (every rail, or `rail` alone; both directions, or `way` 'rx' or 'tx'
+        alone) to `mbit` Mbit/s."""
         h = self.hosts[host]
-        self._tbf(h, mbit, "replace", None if rail is None else [rail])
-        if rail is None:
+        self._tbf(h, mbit, "replace", None if rail is None else [rail], way)
+        if rail is None and way is None:
             h.mbit = mbit
 
     def shape_pair(self, a: int, b: int, mbit: float) -> None:

@@ -3,8 +3,8 @@ leaves, confirmation), the attribution of host, rail, link and switch faults on 
 with noise (benchmarks/links_at_scale.py's model), the verdict lines, the simulation as a user runs
 it, the command's refusals, and real runs across the test cluster (tests/cluster.py): 4 hosts of 2
 ranks with one host shaped to a third, and 8 hosts of two rails each in three leaves under a spine,
-with one fault per run (a slow host, a slow rail, a slow host pair, a slow uplink), each named as
-its kind and no other host failed."""
+with one fault per run (a slow host, a slow rail, a rail slow where its host receives, a slow host
+pair, a slow uplink), each named as its kind and no other host failed."""
 
 import contextlib
 import json
@@ -167,8 +167,10 @@ def test_a_healthy_cluster_passes_every_host(seed):
 def test_each_kind_alone_is_named_and_fails_only_its_scope(seed):
     n, g, leaf = 64, 4, 8
     a, b = measured_pair(n, g, leaf, seed, avoid=("node0010", "node0020"))
-    cases = {"host:node0010": {"node0010"}, "rail:node0020:2": {"node0020"}, f"link:{a}:{b}": {a, b},
-             "switch:leaf3": set(names(24)[16:24])}
+    cases = {"host:node0010": {"node0010"}, "rail:node0020:2": {"node0020"}, "rx:node0030:1": {"node0030"},
+             "tx:node0040:3": {"node0040"}, f"link:{a}:{b}": {a, b}, "switch:leaf3": set(names(24)[16:24]),
+             "uplink:leaf5": set(names(40)[32:40])}
+    assert {spec.split(":")[0] for spec in cases} == {k.split(":")[0] for k in host_findings.planted_kinds()}
     for spec, scope in cases.items():
         planted, result = simulated(n, g, leaf, spec, seed)
         assert host_findings.named(result["findings"]) == planted, (spec, result["findings"])
@@ -176,6 +178,9 @@ def test_each_kind_alone_is_named_and_fails_only_its_scope(seed):
         assert set(bad) == scope, spec
         kind = spec.split(":")[0]
         assert all(v.startswith(f"FAIL {kind}: ") for v in bad.values())
+        # Each finding says how many measurements agreed out of how many.
+        [f] = [f for f in result["findings"] if f["kind"] == kind]
+        assert 0 < f["agreed"] <= f["measured"] and f"{f['agreed']} of {f['measured']} measurements" in bad[f["hosts"][0]]
         if kind == "link":
             assert bad[a].startswith(f"FAIL link: {b}: ") and bad[b].startswith(f"FAIL link: {a}: ")
 
@@ -202,6 +207,93 @@ def test_one_fault_of_each_kind_at_once_apart_is_named_exactly():
     planted, result = simulated(n, g, leaf, spec)
     assert host_findings.named(result["findings"]) == planted
     assert set(failing(result)) == {"node0005", "node0100", a, b, *names(64)[48:64]}
+
+
+def test_a_fault_of_one_way_is_named_as_that_way_and_both_ways_as_the_rail():
+    planted, result = simulated(64, 4, 8, "rx:node0003:1,tx:node0012:2,rx:node0021:0,tx:node0021:0")
+    assert host_findings.named(result["findings"]) == {"rx:node0003:1", "tx:node0012:2", "rail:node0021:0"}
+    verdict = result["verdicts"]
+    assert verdict["node0003"].startswith("FAIL rx: local rank 1 receiving: ") and "healthy the other way" in verdict["node0003"]
+    assert verdict["node0012"].startswith("FAIL tx: local rank 2 sending: ")
+    assert verdict["node0021"].startswith("FAIL rail: local rank 0: ") and "both ways" in verdict["node0021"]
+
+
+def test_every_host_sends_and_receives_on_every_rail_in_the_first_rounds():
+    layout = sim.cluster(9, 2, None)
+    flows = measure(layout, {}, host_level.first_rounds(layout, 3, 0))
+    inter = [f for f in flows if f.a != f.b]
+    for h in layout.names():
+        for rail in (0, 1):
+            sent = {f.b for f in inter if f.a == h and f.la == rail}
+            got = {f.a for f in inter if f.b == h and f.lb == rail}
+            assert sent == got and len(sent) >= 2, (h, rail)
+
+
+@pytest.mark.parametrize("noise,ecmp", [(0.08, 0.0), (0.05, 0.10), (0.08, 0.10)])
+def test_a_noisy_fabric_with_ecmp_collisions_and_worn_hosts_fails_no_healthy_host(noise, ecmp):
+    """1,000 hosts x 8: the slowdowns of noise and collisions are measured again and do not repeat;
+    hosts at 0.88 of the rate (worn, within spec) PASS."""
+    fabric = sim.Fabric(noise, 0.02, ecmp, 0.02)
+    plants, result, rounds, _, _ = sim.simulate(1000, 8, 32, "", 0, host_schedule.default_rounds(1000, True), fabric)
+    assert set(result["verdicts"].values()) == {"PASS"}, failing(result)
+    transient = [f for f in result["findings"] if f["kind"] == "transient"]
+    assert transient and [f for f in result["findings"] if f["kind"] != "transient"] == []
+    assert all(f["measured"] >= 2 and f["agreed"] < f["measured"] for f in transient)
+    assert len(rounds) <= 2 * 14
+
+
+def test_a_slowdown_that_does_not_repeat_is_a_transient_and_passes():
+    """node0005's rail 1 receives slowly in the first rounds alone (a passing load): measured again
+    against three healthy partners, healthy: a transient, with its counts, and a PASS."""
+    layout = sim.cluster(32, 2, None)
+    model = sim.Model(layout, {}, sim.Fabric(), 0)
+
+    def rate(flow, rng):
+        once = flow.stage == "inter" and flow.dst_host == "node0005" and flow.dst_local == 1
+        return model.rate(flow, rng) * (0.3 if once else 1)
+
+    sim_ = sim.Simulation(layout, rate, 0)
+    flows = [f for r in host_level.first_rounds(layout, 3, 0) for f in sim_.measure(r)]
+    again = host_level.confirm_rounds(layout, flows, 0, 0.75, ("bandwidth_gbps",))
+    flows += [f for r in again for f in sim_.measure(r)]
+    result = host_level.judge(layout, flows, 0.75, ("bandwidth_gbps",))
+    assert set(result["verdicts"].values()) == {"PASS"}
+    [found] = result["findings"]
+    assert (found["kind"], found["subject"], found["agreed"], found["measured"]) == \
+        ("transient", "node0005:1 rx", 0, host_verdicts.CONFIRMATIONS)
+    assert host_findings.evidence(found, "node0005") == (
+        "transient: node0005:1 rx: slow in the first rounds, 0 of 3 measurements slow when measured again in light "
+        "rounds: not repeated")
+
+
+def test_the_confirmation_rounds_are_light():
+    layout = sim.cluster(256, 2, 16)
+    fabric = sim.Fabric(0.08, 0.02, 0.2, 0.05)
+    flows = measure(layout, {}, host_level.first_rounds(layout, 4, 0), fabric=fabric)
+    again = host_level.confirm_rounds(layout, flows, 0, 0.75, ("bandwidth_gbps",))
+    assert again and max(len(r.hosts) for r in again) == host_schedule.light_pairs(256) == 16
+
+
+def test_a_worn_host_of_a_small_leaf_is_no_uplink():
+    """A leaf's excess of slow flows must hold without its worst host: an uplink slows all alike."""
+    layout = sim.cluster(40, 4, 8)
+    model = sim.Model(layout, {}, sim.Fabric(0.05), 0)
+
+    def rate(flow, rng):  # node0003 at 70 %: its flows sit at the threshold, half of them below
+        worn = "node0003" in (flow.src_host, flow.dst_host) and flow.src_host != flow.dst_host
+        return model.rate(flow, rng) * (0.7 if worn else 1)
+
+    sim_ = sim.Simulation(layout, rate, 0)
+    flows = [f for r in host_level.first_rounds(layout, 4, 0) for f in sim_.measure(r)]
+    result = host_level.judge(layout, flows, 0.75, ("bandwidth_gbps",))
+    assert not [f for f in result["findings"] if f["kind"] == "uplink"], result["findings"]
+
+
+@pytest.mark.parametrize("k,n,p", [(0, 5, 0.3), (3, 5, 0.3), (5, 5, 0.3), (6, 5, 0.3), (2, 40, 0.01), (1, 4, 0.0)])
+def test_binomial_tail_is_the_sum_of_the_terms(k, n, p):
+    from math import comb
+    exact = sum(comb(n, j) * p ** j * (1 - p) ** (n - j) for j in range(k, n + 1))
+    assert host_verdicts.binomial_tail(k, n, p) == pytest.approx(exact, rel=1e-9, abs=1e-300)
 
 
 @pytest.mark.parametrize("env,nic", [
@@ -295,8 +387,9 @@ def test_the_section_grows_with_hosts_times_rounds_not_their_square():
 # ---- the simulation as a user runs it -----------------------------------------------------------------
 
 def test_links_at_scale_names_the_planted_faults_at_a_thousand_hosts():
-    a, b = measured_pair(1000, 8, 32, avoid=("node0005", "node0100", *names(224)[192:224]))
-    plant = f"host:node0005,rail:node0100:3,link:{a}:{b},switch:leaf07"
+    a, b = measured_pair(1000, 8, 32, avoid=("node0005", "node0100", "node0300", *names(224)[192:224],
+                                             *names(512)[480:512]))
+    plant = f"host:node0005,rail:node0100:3,rx:node0300:6,link:{a}:{b},switch:leaf07,uplink:leaf16"
     r = subprocess.run([sys.executable, BENCH, "--hosts", "1000", "--ranks-per-host", "8", "--leaf-size", "32",
                         "--plant", plant], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
@@ -304,6 +397,42 @@ def test_links_at_scale_names_the_planted_faults_at_a_thousand_hosts():
     specs = ", ".join(sorted(plant.split(",")))
     assert re.fullmatch(rf"planted: {specs} \| named: {specs} \| rounds \d+ \| flows \d+ \| measuring [\d.]+ s \| "
                         r"compute [\d.]+ s", last), last
+
+
+def test_links_at_scale_mixes_on_a_noisy_fabric_name_every_fault_and_no_healthy_host():
+    """One cell of the grid docs/commands/links.md carries: each mix one fault of every kind planted apart."""
+    r = subprocess.run([sys.executable, BENCH, "--hosts", "1000", "--ranks-per-host", "8", "--leaf-size", "32",
+                        "--mixes", "2", "--noise", "0.08", "--ecmp", "0.1", "--mild", "0.02", "--seed", "5"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows = [line for line in r.stdout.splitlines() if line.startswith("| 1000 x 8 |")]
+    assert len(rows) == 2 and all("| yes | - | - | - |" in row for row in rows), rows
+    assert re.fullmatch(r"1000 hosts x 8 ranks in leaves of 32, noise 8 %, intra 2 %, ecmp 10 %, mild 2 %: runs 2 \| "
+                        r"named exactly 2 \| healthy hosts FAILed 0 \(in 0 runs\) \| faults missed 0 \(in 0 runs\) \| "
+                        r"rounds <= \d+ \| measuring <= [\d.]+ s \| compute <= [\d.]+ s", r.stdout.splitlines()[-1])
+
+
+def test_links_at_scale_runs_a_model_file_and_compares_with_what_it_plants():
+    model = os.path.join(os.path.dirname(BENCH), "fabric_model.py")
+    r = subprocess.run([sys.executable, BENCH, "--hosts", "320", "--ranks-per-host", "8", "--leaf-size", "32",
+                        "--model", model], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.splitlines()[-1].startswith("planted: rx:node0007:2, uplink:leaf03 | named: rx:node0007:2, "
+                                                "uplink:leaf03 | rounds ")
+
+
+@pytest.mark.parametrize("text,line", [
+    ("def rate(flow, rng):\n    return 1.0\n", "it must define rate(flow, rng) and PLANTED, a list of --plant specs"),
+    ("PLANTED = ['rail:node0001:9']\ndef rate(flow, rng):\n    return 1.0\n", "PLANTED rail:node0001:9: not a "),
+])
+def test_links_at_scale_refuses_a_model_file_it_cannot_use(text, line, workdir):
+    path = os.path.join(workdir, "model.py")
+    with open(path, "w") as f:
+        f.write(text)
+    r = subprocess.run([sys.executable, BENCH, "--hosts", "10", "--ranks-per-host", "2", "--model", path],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and r.stderr.startswith(f"links_at_scale: error: --model {path}: {line}"), r.stderr
+    assert len(r.stderr.splitlines()) == 1
 
 
 def test_links_at_scale_refuses_a_fault_the_cluster_does_not_have():
@@ -464,6 +593,8 @@ FAULTS = {
     "host": (lambda c: c.shape(1, FAULT), lambda c: {1: "host"}),
     # Named with its NIC: each rank's launch pins it to its rail's interface (btl_tcp_if_include).
     "rail": (lambda c: c.shape(4, FAULT, rail=1), lambda c: {4: "rail: local rank 1 (eth1): "}),
+    # Only what the host receives on rail 0: every host sends and receives on every rail.
+    "rx": (lambda c: c.shape(6, FAULT, rail=0, way="rx"), lambda c: {6: "rx: local rank 0 (eth0) receiving: "}),
     "link": (lambda c: c.shape_pair(*_measured_pair(c), FAULT),
              lambda c: {i: f"link: {c.hosts[j].name}" for i, j in (_measured_pair(c), _measured_pair(c)[::-1])}),
     "switch": (lambda c: c.shape_uplink(0, UPLINK), lambda c: {i: "switch: leaf0" for i in range(3)}),

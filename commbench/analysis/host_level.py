@@ -11,7 +11,7 @@ from typing import Optional
 
 from .host_findings import verdicts
 from .host_schedule import HostPair, confirmation_rounds, host_ranks, inter_rounds, intra_rounds, rail_flows
-from .host_verdicts import Flow, attribute, confirmation_needs, noise, ratios
+from .host_verdicts import Flow, Needs, attribute, confirmation_needs, noise, ratios
 
 STAGES = {"intra": "rank pairs inside each host", "inter": "rail-aligned flows of host matchings",
           "confirm": "suspects against healthy partners"}
@@ -66,25 +66,31 @@ def first_rounds(layout: Layout, k: Optional[int], seed: int, intra: bool = True
 
 
 def judge(layout: Layout, flows: list[Flow], threshold: float, judged, lost: Optional[dict[str, str]] = None,
-          nics: Optional[dict] = None) -> dict:
+          nics: Optional[dict] = None, planned: Optional[Needs] = None) -> dict:
     """The findings and one verdict per host, with the typical flows they were judged against and the
-    run's noise (the spread of its flows, per class)."""
+    run's noise (the spread of its flows, per class). `planned`: what the confirmation stage was given
+    (plan() of the first rounds, drawn again from them where not given)."""
     ratio, typ = ratios(flows, judged)
     spread = noise(flows, ratio)
-    first = [f for f in flows if f.stage != "confirm"]
-    planned = confirmation_needs(first, ratios(first, judged)[0], layout.names(), threshold, layout.leaf_of, lost)
+    if planned is None:
+        planned = plan(layout, [f for f in flows if f.stage != "confirm"], threshold, judged, lost)
     found = attribute(flows, ratio, layout.names(), threshold, layout.leaf_of, lost, nics, spread.get("inter"), planned)
     return {"typical": typ, "noise": spread, "findings": found, "verdicts": verdicts(found, layout.names()),
             "ratio": ratio}
 
 
+def plan(layout: Layout, flows: list[Flow], threshold: float, judged, lost: Optional[dict[str, str]] = None) -> Needs:
+    """What the confirmation stage measures after the first rounds' flows."""
+    return confirmation_needs(flows, ratios(flows, judged)[0], layout.names(), threshold, layout.leaf_of, lost)
+
+
 def confirm_rounds(layout: Layout, flows: list[Flow], seed: int, threshold: float, judged,
-                   lost: Optional[dict[str, str]] = None) -> list[Round]:
+                   lost: Optional[dict[str, str]] = None, needs: Optional[Needs] = None) -> list[Round]:
     """The confirmation stage after the first rounds' flows: each suspect against trusted partners it
-    has not met, each suspect host pair again, each host below a doubtful leaf across leaves."""
-    ratio, _ = ratios(flows, judged)
+    has not met, each suspect host pair again, each host below a doubtful leaf across leaves (`needs`:
+    plan() of these flows, drawn here where not given)."""
     names = layout.names()
-    needs = confirmation_needs(flows, ratio, names, threshold, layout.leaf_of, lost)
+    needs = needs or plan(layout, flows, threshold, judged, lost)
     met: dict[str, set] = {}
     for f in flows:
         if f.a != f.b:
@@ -93,4 +99,4 @@ def confirm_rounds(layout: Layout, flows: list[Flow], seed: int, threshold: floa
     groups = layout.groups
     return [Round("confirm", rail_flows(groups, pairs), pairs)
             for pairs in confirmation_rounds(needs.partners, needs.again, sorted(needs.trusted), met, names, seed,
-                                             layout.leaf_of, frozenset(needs.across))]
+                                             layout.leaf_of, frozenset(needs.across), needs.shady)]

@@ -150,16 +150,18 @@ def rail_flows(groups: dict[str, list[int]], pairs: list[HostPair]) -> list[tupl
 
 def confirmation_rounds(needs: dict[str, int], again: list[HostPair], trusted: list[str], met: dict[str, set],
                         hosts: list[str], seed: int, leaf_of: Optional[dict[str, str]] = None,
-                        across: frozenset = frozenset()) -> list[list[HostPair]]:
+                        across: frozenset = frozenset(), shady: frozenset = frozenset()) -> list[list[HostPair]]:
     """Rounds that give each suspect host `needs[host]` partners from `trusted` that it has not met
     (`met`), and measure each pair of `again` once per time it is listed. With leaves, a suspect's new
     partners alternate between its own leaf and other leaves where both have trusted hosts, so a host's
     fault is told from its leaf's; a host of `across` takes its first from another leaf (a leaf's uplink
-    is probed). A round holds at most light_pairs(hosts) pairs. Stops where no further pair can be
-    arranged (too few trusted hosts): the attribution then works from what there is."""
+    is probed). Hosts of `shady` (below a leaf whose switch or uplink is in doubt) are partners inside
+    their leaf alone, and a suspect among them meets partners inside its leaf alone. A round holds at
+    most light_pairs(hosts) pairs. Stops where no further pair can be arranged (too few trusted hosts):
+    the attribution then works from what there is."""
     rng = random.Random(f"confirm {seed}")
     order = {h: i for i, h in enumerate(hosts)}
-    pool = sorted(trusted, key=order.__getitem__)
+    pool = sorted(set(trusted) | shady, key=order.__getitem__)
     rng.shuffle(pool)
     need = {h: n for h, n in needs.items() if n > 0}
     given = {h: 0 for h in need}
@@ -178,8 +180,9 @@ def confirmation_rounds(needs: dict[str, int], again: list[HostPair], trusted: l
         for s in sorted(need, key=order.__getitem__):
             if s in busy or len(rnd) >= cap:
                 continue
-            want_own = leaf_of is not None and (given[s] % 2 == 0) != (s in across)
-            partner = _partner(s, pool, start, busy, met[s], leaf_of, want_own)
+            inside = s in shady and s not in across
+            want_own = leaf_of is not None and (inside or (given[s] % 2 == 0) != (s in across))
+            partner = _partner(s, pool, start, busy, met[s], leaf_of, want_own, shady, inside)
             if partner is None:
                 continue
             start = (pool.index(partner) + 1) % len(pool)
@@ -201,14 +204,19 @@ def light_pairs(n_hosts: int) -> int:
     return max(LIGHT_MIN, n_hosts // (2 * LIGHT))
 
 
-def _partner(s: str, pool: list[str], start: int, busy: set, met: set, leaf_of, want_own: bool) -> Optional[str]:
-    """The next free trusted host for suspect s from `start` around the pool: first of the leaf
-    wanted, then any."""
+def _partner(s: str, pool: list[str], start: int, busy: set, met: set, leaf_of, want_own: bool, shady: frozenset,
+             inside: bool) -> Optional[str]:
+    """The next free partner for suspect s from `start` around the pool: first of the leaf wanted, then
+    any (but where s must stay `inside` its leaf); a shady host only for a suspect of its own leaf."""
     n = len(pool)
-    fits = [lambda t: True] if leaf_of is None else [lambda t: (leaf_of[t] == leaf_of[s]) == want_own, lambda t: True]
+    if leaf_of is None:
+        fits = [lambda t: True]
+    else:
+        fits = [lambda t: (leaf_of[t] == leaf_of[s]) == want_own] + ([] if inside else [lambda t: True])
     for fit in fits:
         for i in range(n):
             t = pool[(start + i) % n]
-            if t != s and t not in busy and t not in met and fit(t):
+            if (t != s and t not in busy and t not in met and fit(t)
+                    and (t not in shady or (leaf_of is not None and leaf_of[t] == leaf_of[s]))):
                 return t
     return None

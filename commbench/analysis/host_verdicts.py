@@ -83,18 +83,37 @@ def typical(flows: list[Flow], metric: str) -> dict[str, float]:
     Flow): a host keeps its healthy figure while up to three quarters of its flows are slow (a leaf
     fault slows half of a host's flows by design of the rounds), and a few slow hosts do not move the
     median over hosts. Latency's healthy end is its low one."""
-    per_host: dict[tuple[str, str], list[float]] = {}
+    keys: dict[tuple[str, str], int] = {}
+    group, values = [], []
     for f in flows:
         v = getattr(f, metric)
         if v is None:
             continue
         cls = "intra" if f.a == f.b else "inter"
-        for h in {f.a, f.b}:
-            per_host.setdefault((cls, h), []).append(v)
+        for h in (f.a,) if f.a == f.b else (f.a, f.b):
+            group.append(keys.setdefault((cls, h), len(keys)))
+            values.append(v)
+    if not keys:
+        return {}
+    q = _group_percentiles(np.asarray(group), np.asarray(values, dtype=float), len(keys),
+                           0.75 if metric == "bandwidth_gbps" else 0.25)
     by_class: dict[str, list[float]] = {}
-    for (cls, _h), values in per_host.items():
-        by_class.setdefault(cls, []).append(float(np.percentile(values, 75 if metric == "bandwidth_gbps" else 25)))
-    return {cls: float(np.median(medians)) for cls, medians in by_class.items()}
+    for (cls, _h), k in keys.items():
+        by_class.setdefault(cls, []).append(float(q[k]))
+    return {cls: float(np.median(v)) for cls, v in by_class.items()}
+
+
+def _group_percentiles(group: np.ndarray, values: np.ndarray, count: int, q: float) -> np.ndarray:
+    """Each group's q-quantile, interpolated as numpy.percentile's default, for all groups at once."""
+    order = np.lexsort((values, group))
+    group, values = group[order], values[order]
+    sizes = np.bincount(group, minlength=count)
+    starts = np.concatenate(([0], np.cumsum(sizes)[:-1]))
+    pos = q * (sizes - 1)
+    lo = np.floor(pos).astype(int)
+    hi = np.minimum(lo + 1, sizes - 1)
+    frac = pos - lo
+    return values[starts + lo] * (1 - frac) + values[starts + hi] * frac
 
 
 def ratios(flows: list[Flow], judged: Iterable[str]) -> tuple[list[float], dict]:
@@ -298,28 +317,31 @@ class _Judgement:
                     or (*sorted((f.a, f.b)), f.la) in pairs):
                 continue
             counted.add(i)
-            t = total.setdefault(f.round, [0, 0])
+            t = total.setdefault(self._slot(i), [0, 0])
             t[0] += 1
             t[1] += ev.slow[i]
             for leaf in (la, lb):
-                c = per.setdefault((f.round, leaf), [0, 0])
+                c = per.setdefault((self._slot(i), leaf), [0, 0])
                 c[0] += 1
                 c[1] += ev.slow[i]
                 mine.setdefault(leaf, []).append(i)
         # The clearest leaf first, its cross-leaf flows then explained: a leaf that the cross rounds paired
         # with a degraded one shares some of its slow flows, and is judged on the others.
+        # Leaves in doubt, before any is explained, are probed: two leaves that the cross rounds paired
+        # share their slow flows, and partners below other leaves tell them apart.
         found: list[dict] = []
+        doubt: set[str] = set()
         while True:
-            tests = {leaf: self._uplink_test(leaf, per, total) for leaf in self.leaves.members
+            tests = {leaf: self._uplink_test(leaf, mine.get(leaf, []), per, total) for leaf in self.leaves.members
                      if not any(f["subject"] == leaf for f in found)}
             tests = {leaf: t for leaf, t in tests.items() if t is not None}
-            if not tests:
+            doubt |= {x for x, t in tests.items() if t[0] < UPLINK_SUSPECT_P}
+            strong = {x: t for x, t in tests.items() if t[0] < UPLINK_P}
+            if not strong:
                 break
-            leaf = min(tests, key=lambda x: (tests[x][0], (tests[x][3] - tests[x][1]) / tests[x][2]))
-            tail, k, n, expected = tests[leaf]
-            if tail >= UPLINK_P:
-                self.probe_leaves = sorted(x for x, t in tests.items() if t[0] < UPLINK_SUSPECT_P)
-                break
+            # The largest excess of slow flows first.
+            leaf = max(strong, key=lambda x: (strong[x][1] - strong[x][3]) / strong[x][2])
+            tail, k, n, expected = strong[leaf]
             slow = [i for i in mine[leaf] if ev.slow[i] and not ev.explained[i]]
             found.append({"kind": "uplink", "subject": leaf, "hosts": self.leaves.members[leaf],
                           "flows": [ev.flow_row(i) for i in slow], "ratio": ev.median(slow), "agreed": k, "measured": n,
@@ -330,35 +352,68 @@ class _Judgement:
                         ev.explained[i] = True
                         if i in counted:
                             self._uncount(i, per, total)
+        self.probe_leaves = sorted(doubt - {f["subject"] for f in found})
         return found
+
+    def _slot(self, i: int) -> int:
+        """Which rounds share a chance of a slow flow: each first round its own (within or across leaves,
+        loaded alike), the light confirmation rounds one together (-1): a leaf probed alone in a round
+        is compared with the other leaves probed in the others."""
+        return self.ev.flows[i].round if self.ev.first[i] else -1
 
     def _uncount(self, i: int, per: dict, total: dict) -> None:
         f, ev = self.ev.flows[i], self.ev
         for leaf in {self.leaf_of[f.a], self.leaf_of[f.b]}:
-            c = per[(f.round, leaf)]
+            c = per[(self._slot(i), leaf)]
             c[0] -= 1
             c[1] -= ev.slow[i]
-        total[f.round][0] -= 1
-        total[f.round][1] -= ev.slow[i]
+        total[self._slot(i)][0] -= 1
+        total[self._slot(i)][1] -= ev.slow[i]
 
-    def _uplink_test(self, leaf: str, per: dict, total: dict) -> Optional[tuple[float, int, int, float]]:
+    def _uplink_test(self, leaf: str, mine: list[int], per: dict, total: dict) -> Optional[tuple[float, int, int, float]]:
         """(the chance of as many slow cross-leaf flows, slow, flows, expected slow) of a leaf whose share
-        of slow cross-leaf flows exceeds its rounds' share elsewhere by UPLINK_EXCESS; None otherwise.
-        A round's share elsewhere: its other cross-leaf flows (one slow and one healthy added, so that a
-        round of no slow flow still allows some)."""
+        of slow cross-leaf flows exceeds its rounds' share elsewhere by UPLINK_EXCESS, and does so still
+        without its host of most slow flows (a worn host is not its leaf's uplink, which slows every
+        host's flows alike); None otherwise. The chance is the larger of the two."""
+        ev = self.ev
+        idx = [i for i in mine if not ev.explained[i]]
+        k, n, expected = self._tally(leaf, idx, per, total)
+        if not n or (k - expected) / n < UPLINK_EXCESS:
+            return None
+        slow: dict[str, int] = {}
+        for i in idx:
+            if ev.slow[i]:
+                for h in (ev.flows[i].a, ev.flows[i].b):
+                    if self.leaf_of[h] == leaf:
+                        slow[h] = slow.get(h, 0) + 1
+        worst = max(slow, key=slow.__getitem__)
+        k2, n2, e2 = self._tally(leaf, [i for i in idx if worst not in (ev.flows[i].a, ev.flows[i].b)], per, total)
+        if not n2 or (k2 - e2) / n2 < UPLINK_EXCESS:
+            return None
+        return max(binomial_tail(k, n, expected / n), binomial_tail(k2, n2, e2 / n2)), k, n, expected
+
+    def _tally(self, leaf: str, idx: list[int], per: dict, total: dict) -> tuple[int, int, float]:
+        """(slow, flows, expected slow) of these cross-leaf flows of a leaf, each round's chance of a slow
+        flow taken from its cross-leaf flows outside the leaf (one slow and one healthy added, so that a
+        round of no slow flow still allows some); rounds with too few such flows left out."""
+        ev = self.ev
+        by_round: dict[int, list[int]] = {}
+        for i in idx:
+            c = by_round.setdefault(self._slot(i), [0, 0])
+            c[0] += 1
+            c[1] += ev.slow[i]
         n = k = 0
         expected = 0.0
-        for rnd, (n_all, k_all) in total.items():
-            nl, kl = per.get((rnd, leaf), (0, 0))
-            n_rest, k_rest = n_all - nl, k_all - kl
-            if not nl or n_rest < BASELINE_FLOWS:
+        for rnd, (nl, kl) in by_round.items():
+            n_all, k_all = total[rnd]
+            n_leaf, k_leaf = per[(rnd, leaf)]
+            n_rest, k_rest = n_all - n_leaf, k_all - k_leaf
+            if n_rest < BASELINE_FLOWS:
                 continue  # no other leaf says what this round's chance is
             n += nl
             k += kl
             expected += nl * (k_rest + 1) / (n_rest + 2)
-        if not n or (k - expected) / n < UPLINK_EXCESS:
-            return None
-        return binomial_tail(k, n, expected / n), k, n, expected
+        return k, n, expected
 
     # -- rails of hosts, each way ---------------------------------------------------------------------
 
@@ -380,7 +435,9 @@ class _Judgement:
         return len(partners) >= 2 and len(agreed) >= AGREE * len(partners)
 
     def _suspects(self) -> set[Subject]:
-        raw = {s for s in self.ev.subj if self._agrees(s, None)}
+        ev = self.ev
+        slow = {s for s, idx in ev.subj.items() if any(ev.slow[i] and ev.first[i] for i in idx)}
+        raw = {s for s in slow if self._agrees(s, None)}
         return {s for s in raw if self._agrees(s, raw)}
 
     def _decide(self, s: Subject) -> tuple[bool, list[int]]:
@@ -393,8 +450,10 @@ class _Judgement:
                  and tuple(sorted((ev.flows[i].a, ev.flows[i].b))) not in self.again_pairs]
         if len(again) >= 2:
             return ev.bad_median(again), again
+        # Too few healthy partners were left to measure it again (a small cluster): the first rounds'
+        # flows, which must agree and stay below the threshold by the same margin.
         first = self._first(s, self.suspects)
-        agrees = s in self.suspects
+        agrees = s in self.suspects and len(first) >= 2 and ev.bad_median(first)
         return agrees and all(ev.slow[i] for i in again), first + again
 
     def _judged(self) -> set[Subject]:
@@ -482,8 +541,8 @@ class _Judgement:
         rails = {s[:2] for s in self.suspects}
         pairs = sorted(key for key in self.suspect_pairs if (key[0], key[2]) not in rails and (key[1], key[2]) not in rails)
         # A named leaf's hosts are probed too: two leaves that the cross rounds paired look alike, and
-        # a partner below a third leaf tells them apart.
-        leaves = self.probe_leaves + [f["subject"] for f in self.found if f["kind"] == "switch"]
+        # partners below other leaves tell them apart.
+        leaves = self.probe_leaves + [f["subject"] for f in self.found if f["kind"] in ("switch", "uplink")]
         probes = {h for leaf in leaves for h in self.leaves.members[leaf]} if self.leaves else set()
         return hosts, pairs, probes
 
@@ -547,12 +606,13 @@ def _intra(flows: list[Flow], ratio: list[float], threshold: float) -> list[dict
 class Needs:
     """What the confirmation stage measures: each suspect host against CONFIRMATIONS trusted partners
     it has not met, the host pairs of suspect rails CONFIRMATIONS times again, each host below a leaf
-    whose uplink is a suspect once against a trusted host of another leaf; the trusted hosts; and the
-    suspects themselves, which the final judgement decides."""
+    whose uplink is a suspect once against a trusted host of another leaf; the trusted hosts, and those
+    trusted inside their own leaf alone; and the suspects themselves, which the final judgement decides."""
     partners: dict[str, int]
     again: list[tuple[str, str]]
     across: set[str]
     trusted: set[str]
+    shady: frozenset = frozenset()  # below a doubtful leaf: partners inside it alone
     subjects: frozenset = frozenset()
     pair_keys: frozenset = frozenset()
 
@@ -565,11 +625,13 @@ def confirmation_needs(flows: list[Flow], ratio: list[float], hosts: list[str], 
     suspects, pairs, probes = j.needs()
     partners = {h: CONFIRMATIONS for h in suspects}
     partners.update({h: 1 for h in probes if h not in partners})
-    # Trusted partners: no suspect, in no suspect pair, below no leaf whose switch or uplink is named or
-    # probed (a partner's own fault would be read as the suspect's).
+    # Trusted partners: no suspect, in no suspect pair; below a leaf whose switch or uplink is named or
+    # probed only for hosts of that leaf (a partner's own fault would be read as the suspect's).
     doubtful = {h for f in j.found if f["kind"] in ("switch", "uplink") for h in f["hosts"]} | probes
     inter = {h for f in flows if f.a != f.b for h in (f.a, f.b)}
+    shady = doubtful - {h for p in pairs for h in p[:2]} - set(lost)
     trusted = inter - suspects - {h for p in pairs for h in p[:2]} - doubtful - set(lost)
     hosts_again = sorted({key[:2] for key in pairs})
     again = [p for p in hosts_again for _ in range(CONFIRMATIONS)]
-    return Needs(partners, again, probes - suspects, trusted, frozenset(j.suspects), frozenset(pairs))
+    return Needs(partners, again, probes - suspects, trusted, frozenset(shady), frozenset(j.suspects),
+                 frozenset(pairs))
