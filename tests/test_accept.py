@@ -705,3 +705,15 @@ def test_a_run_folder_on_a_full_file_system_is_refused_first(tmp_path, monkeypat
     assert os.listdir(tmp_path) == []
     monkeypatch.setattr(os, "statvfs", real)
     assert steps.run_folder(str(tmp_path / "acc"), "h") == str(tmp_path / "acc" / "h")
+
+
+def test_a_bandwidth_window_that_outlasts_the_budget_is_estimated_by_its_iterations():
+    """links' windows of 64 x 256 MiB: one takes 1.4 s at the slowest healthy flow, seven times the
+    200 ms budget, so the measurement takes its warm-up and least timed count of them."""
+    from commbench.accept.sizing import OVERHEAD_S, SLOWEST_FLOW_GBPS, bandwidth_s, measurement_s
+    from commbench.run.policy import Policy
+    policy = Policy()
+    assert bandwidth_s(policy, 64, 4096) == measurement_s(policy)
+    window_s = 64 * (256 << 20) / (SLOWEST_FLOW_GBPS * 1e9)
+    assert bandwidth_s(policy, 64, 256 << 20) == pytest.approx((1 + policy.min_iters) * window_s + OVERHEAD_S)
+    assert bandwidth_s(Policy(iters=2), 64, 256 << 20) == pytest.approx(3 * window_s + OVERHEAD_S)

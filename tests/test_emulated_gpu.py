@@ -375,16 +375,18 @@ def test_the_gpu_plans_fit_their_limits_on_8_gpus(workdir):
 
 
 # gpu-cluster's steps as their commands count them on one node of 8 GPUs; links at host level (which
-# needs several hosts to check) as a healthy allocation of 64 such nodes runs it: its rounds inside
-# the hosts, then the host matchings (no suspect to confirm), each round the step's two measurements
-# at once over all its pairs, under the policy its command takes (checked at rank level).
+# needs several hosts to check) as a healthy allocation of 64 such nodes runs it (accept/sizing.py's
+# host_links_s): its rounds inside the hosts, the host matchings and a healthy cluster's confirmation,
+# each window of the step's bandwidth size at the slowest healthy flow's rate, under the policy its
+# command takes (checked at rank level).
 _CLUSTER_STEPS = textwrap.dedent("""
     import json
     from commbench.accept import plan as plans
-    from commbench.accept.sizing import START_S, estimate_s, measurement_s
+    from commbench.accept.sizing import estimate_s, host_links_s
     from commbench.analysis.host_level import Layout, first_rounds
     from commbench.analysis.host_schedule import default_rounds
     from commbench.cli.accept import checked_step
+    from commbench.sizes import parse_size
     out = []
     for s in (s for s in plans.load("gpu-cluster").steps if s.measuring):
         if s.options.get("level") != "host":
@@ -393,7 +395,8 @@ _CLUSTER_STEPS = textwrap.dedent("""
             continue
         policy = checked_step(["rank" if a == "host" else a for a in s.arguments(8)]).policy
         rounds = first_rounds(Layout([f"node{h}" for h in range(64) for _ in range(8)]), default_rounds(64, False), 0)
-        out.append((s.name, 64 * 8, START_S["cuda"] + 2 * len(rounds) * measurement_s(policy), s.timeout_s))
+        estimate = host_links_s(rounds, policy, 64, parse_size(s.options["bandwidth-size"]))
+        out.append((s.name, 64 * 8, estimate, s.timeout_s))
     print(json.dumps(out))
 """)
 

@@ -239,16 +239,63 @@ def test_nccl_reserve_follows_its_settings():
     # x 32 channels x 12, NVLS 16 x 2 x 1 MiB x 8 GPUs + 2.
     assert gpu.nccl_reserve_bytes(8, 8, 7, {}) == (224 + 1152 + 2688 + 258) * mib
     assert gpu.nccl_reserve_bytes(8, 8, 7, {"NCCL_NVLS_ENABLE": "0"}) == (224 + 1152 + 2688) * mib
-    # Channels above 32 (MAXCHANNELS is 64): tables (64 x 3 + 16) x 2, ring and tree 64 x 12 x 3.
-    assert gpu.nccl_reserve_bytes(8, 8, 7, {"NCCL_MAX_NCHANNELS": "64"}) == (416 + 2304 + 2688 + 258) * mib
+    # Channels above 32 (MAXCHANNELS is 64): tables (64 x 3 + 16) x 2, ring and tree 64 x 12 x 3; a peer of
+    # the node gets every p2p channel (NCCL 2.29-2.30), 7 x 64 x 12.
+    assert gpu.nccl_reserve_bytes(8, 8, 7, {"NCCL_MAX_NCHANNELS": "64"}) == (416 + 2304 + 5376 + 258) * mib
     assert gpu.nccl_reserve_bytes(8, 8, 7, {"NCCL_MAX_CTAS": "100"}) == gpu.nccl_reserve_bytes(8, 8, 7, {"NCCL_MAX_CTAS": "64"})
-    # 2 ranks, 1 MiB buffers (8 + 2 MiB a connection), 4 channels, a ring alone, no point-to-point.
+    # 2 ranks, 1 MiB buffers (8 + 2 MiB a connection), 4 channels (and 4 p2p channels: tables (4 x 3 +
+    # 16) x 2), a ring alone, no point-to-point.
     assert gpu.nccl_reserve_bytes(2, 2, 0, {"NCCL_BUFFSIZE": "0x100000", "NCCL_MAX_NCHANNELS": "4"}) == \
-        (224 + 40 + 66) * mib
+        (56 + 40 + 66) * mib
     # Ranks on separate nodes: no NVLS; one rank: no connection at all.
     assert gpu.nccl_reserve_bytes(2, 1, 0, {}) == (224 + 32 * 12) * mib
     assert gpu.nccl_reserve_bytes(1, 1, 0, {}) == 224 * mib
     assert gpu.nccl_reserve_bytes(8, 8, 7, {"NCCL_BUFFSIZE": "junk"}) == gpu.nccl_reserve_bytes(8, 8, 7, {})
+
+
+@pytest.mark.parametrize("nodes,channels,per_peer", [(1, 32, 32), (2, 32, 4), (8, 32, 4), (16, 32, 2), (32, 32, 1),
+                                                     (64, 32, 1), (4, 16, 4), (8, 16, 2), (16, 16, 1)])
+def test_nccl_gives_every_point_to_point_peer_the_channels_of_its_node_count(nodes, channels, per_peer):
+    """NCCL 2.29-2.30 (graph/paths.cc): 4 channels a NET peer for one 400G NIC a GPU, halved while they
+    times the node count exceed the p2p channels; on one node every p2p channel."""
+    assert gpu.p2p_channels_per_peer(nodes, channels, {}) == per_peer
+    assert gpu.p2p_channels_per_peer(nodes, channels, {"NCCL_NCHANNELS_PER_NET_PEER": "3"}) == (
+        channels if nodes == 1 else 4)
+
+
+def test_nccl_reserve_across_nodes_shares_its_network_buffers():
+    """64 nodes of 8 GPUs, all-to-all: the 7 peers of the node at 1 channel each (12 MiB a channel),
+    the 504 others through the shared pools of 32 channels x 16 slots x 128 KiB (64 MiB), this rank's
+    receive pool and up to the 8 local ranks' send pools; whatever the count of peers."""
+    mib = 2**20
+    tables, rings, nvls = 224, 1152, 258
+    assert gpu.nccl_reserve_bytes(512, 8, 511, {}) == (tables + rings + 7 * 12 + 9 * 64 + nvls) * mib
+    assert gpu.nccl_reserve_bytes(4096, 8, 4095, {}) == gpu.nccl_reserve_bytes(512, 8, 511, {})
+    # 2 nodes: 4 channels a peer.
+    assert gpu.nccl_reserve_bytes(16, 8, 15, {}) == (tables + rings + 7 * 4 * 12 + 9 * 64 + nvls) * mib
+
+
+def test_the_gpu_cluster_plan_fits_64_nodes_of_8_h100_80gb():
+    """Each measuring step of gpu-cluster at its largest message on 64 nodes of 8 GPUs: its buffers
+    and NCCL's bound (every peer reached by point-to-point where the step's calls are sends and
+    receives) within what an H100-80GB has free (81,559 MiB, 1 GiB of it the CUDA context's)."""
+    from commbench import collectives
+    from commbench.accept import plan as plans
+    from commbench.run.preflight import collective_bytes, p2p_bytes
+    from commbench.sizes import parse_size, parse_sizes
+    free, ranks, local = (81559 - 1024) * 2**20, 512, 8
+    needs = {}
+    for step in (s for s in plans.load("gpu-cluster").steps if s.measuring):
+        if step.command == "links":
+            need = p2p_bytes(parse_size(step.options["bandwidth-size"]))
+            peers = ranks - 1
+        else:
+            coll = collectives.get(step.command)
+            need = collective_bytes(coll, max(parse_sizes(step.options["sizes"])), 4, ranks, (False,))
+            peers = ranks - 1 if coll.peer_to_peer else 0
+        needs[step.name] = need + gpu.nccl_reserve_bytes(ranks, local, peers, {})
+    assert set(needs) == {"allreduce", "allgather", "alltoall", "links"}
+    assert all(need <= free for need in needs.values()), {k: v / 2**30 for k, v in needs.items()}
 
 
 @pytest.fixture

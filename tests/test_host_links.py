@@ -298,12 +298,17 @@ def test_binomial_tail_is_the_sum_of_the_terms(k, n, p):
 
 @pytest.mark.parametrize("env,nic", [
     ({"UCX_NET_DEVICES": "mlx5_3:1"}, "mlx5_3"), ({"NCCL_IB_HCA": "mlx5_2"}, "mlx5_2"),
+    # NCCL matches a prefix: mlx5_1 takes mlx5_10 and mlx5_11 too; '=' asks for the name alone.
+    ({"NCCL_IB_HCA": "mlx5_1"}, None), ({"NCCL_IB_HCA": "=mlx5_1:1"}, "mlx5_1"), ({"NCCL_IB_HCA": "mlx5_4"}, None),
+    ({"NCCL_SOCKET_IFNAME": "ens"}, "ens7"), ({"NCCL_SOCKET_IFNAME": "eth"}, None), ({"NCCL_SOCKET_IFNAME": "e"}, None),
     ({"OMPI_MCA_btl_tcp_if_include": "eth1"}, "eth1"), ({"NCCL_IB_HCA": "mlx5_0,mlx5_1"}, None),
-    ({"NCCL_IB_HCA": "^mlx5_0"}, None), ({"NCCL_IB_HCA": "=mlx5_0"}, None),
+    ({"NCCL_IB_HCA": "^mlx5_0"}, None), ({"NCCL_IB_HCA": "^=mlx5_0"}, None),
     ({"OMPI_MCA_btl_tcp_if_include": "10.0.0.0/24"}, None), ({}, None)])
 def test_the_nic_a_launch_pins_a_rank_to(env, nic):
     from commbench.node.machine import pinned_nic
-    assert pinned_nic(env) == nic
+    devices = {"/sys/class/infiniband": ["mlx5_0", "mlx5_1", "mlx5_10", "mlx5_11", "mlx5_2", "mlx5_3"],
+               "/sys/class/net": ["eth0", "eth1", "ens7", "lo"]}
+    assert pinned_nic(env, devices.__getitem__) == nic
 
 
 def test_a_rail_fault_is_named_with_its_nic_where_the_launch_names_it():
@@ -313,6 +318,14 @@ def test_a_rail_fault_is_named_with_its_nic_where_the_launch_names_it():
     found = host_verdicts.attribute(flows, ratio, layout.names(), 0.75, nics={("node0003", 1): "mlx5_1"})
     assert [(f["kind"], f["subject"], f["nic"]) for f in found] == [("rail", "node0003:1", "mlx5_1")]
     assert host_findings.evidence(found[0], "node0003").startswith("rail: local rank 1 (mlx5_1): ")
+
+
+def test_a_nic_that_every_rank_of_a_host_names_names_no_rail():
+    """A site-wide NCCL_SOCKET_IFNAME=bond0 says nothing of which rail is which; one rank a host does."""
+    from commbench.analysis.host_report import rail_nics
+    assert rail_nics(sim.cluster(2, 2, None), ["bond0", "bond0", "mlx5_0", "mlx5_1"]) == {
+        ("node0002", 0): "mlx5_0", ("node0002", 1): "mlx5_1"}
+    assert rail_nics(sim.cluster(2, 1, None), ["bond0", "bond0"]) == {("node0001", 0): "bond0", ("node0002", 0): "bond0"}
 
 
 def test_a_lost_host_reads_fail_lost_and_its_flows_judge_nobody():

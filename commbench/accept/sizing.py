@@ -6,7 +6,8 @@ The estimate is the start and, per measurement (a size of a series: one pair of 
 dtype and placement of a collective), the time the iteration policy spends on it: the timed
 iterations' budget, up to half as much again for warm-ups (policy.measure), and the untimed check,
 its count and the row's write. A healthy node spends at most this; a step's limit must be at least
-twice the estimate, so that only a hang reaches it."""
+twice the estimate, so that only a hang reaches it. A bandwidth test whose window of messages alone
+outlasts the budget takes what its iterations take: links at host level (host_links_s)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,11 @@ START_S = {"cpu": 2.0, "cuda": 20.0}
 OVERHEAD_S = 0.05
 WARMUP_SHARE = 0.5  # warm-ups take at most half the budget (policy.measure)
 LIMIT_SHARE = 0.5  # a step's estimate takes at most this share of its timeout_s
+# A flow's rate for an estimate: the slowest a healthy GPU cluster gives one (100 Gb/s), so that a
+# window of large messages is not taken for quicker than it is.
+SLOWEST_FLOW_GBPS = 12.5
+# Confirmation rounds a healthy cluster runs (a suspect's partners, analysis/host_verdicts.CONFIRMATIONS).
+CONFIRM_ROUNDS = 3
 
 
 def measurement_s(policy) -> float:
@@ -41,3 +47,22 @@ def too_long(checked, timeout_s: float) -> str:
     return (f"{checked.measurements:,} measurements of about {measurement_s(checked.policy):.2f} s each, an estimated "
             f"{estimate:.0f} s, more than half its timeout_s {timeout_s:g}: measure fewer sizes or pairs, lower its "
             f"budget-ms, or raise its timeout_s")
+
+
+def bandwidth_s(policy, window: int, size_bytes: int, gbps: float = SLOWEST_FLOW_GBPS) -> float:
+    """Seconds one windowed bandwidth measurement takes: the budget's, or, where a window of messages
+    outlasts it, the iterations that run whatever the budget (one warm-up and the least timed count)."""
+    window_s = window * size_bytes / (gbps * 1e9)
+    if policy is None:
+        return OVERHEAD_S + window_s
+    iterations = (policy.iters or policy.min_iters) + 1
+    return max(measurement_s(policy), iterations * window_s + OVERHEAD_S)
+
+
+def host_links_s(rounds, policy, window: int, bandwidth_size: int, device: str = "cuda") -> float:
+    """Seconds `links --level host` takes over these first rounds (analysis/host_level.first_rounds)
+    and a healthy cluster's confirmation: each round a ping-pong and the bandwidth test, both ways
+    between hosts."""
+    bandwidth = bandwidth_s(policy, window, bandwidth_size)
+    per_round = [measurement_s(policy) + (2 if r.both else 1) * bandwidth for r in rounds]
+    return START_S.get(device, START_S["cuda"]) + sum(per_round) + CONFIRM_ROUNDS * (measurement_s(policy) + 2 * bandwidth)

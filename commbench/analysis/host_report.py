@@ -49,12 +49,25 @@ def report(impl: str, layout: Layout, settings: dict, flows: list[Flow], rounds:
            lost: Optional[dict[str, str]] = None, nics: Optional[list] = None) -> dict:
     """The `links` section of a host-level run; `lost`: {host: why} of hosts that died or stalled;
     `nics`: by rank, the NIC its launch pinned it to, or None (a rail's finding names its NIC)."""
-    local = layout.local()
-    by_rail = {(layout.hosts[r], local[r]): nic for r, nic in enumerate(nics or []) if nic}
+    by_rail = rail_nics(layout, nics or [])
     result = judge(layout, flows, settings["threshold_pct"] / 100, settings["judged"], lost, by_rail)
     return {**settings, "impl": impl, "hosts": list(layout.hosts), "leaf_of": layout.leaf_of, "rounds": rounds,
             "nics": list(nics) if by_rail else None, "typical": result["typical"], "noise": result["noise"],
             "findings": result["findings"], "verdicts": result["verdicts"]}
+
+
+def rail_nics(layout: Layout, nics: list) -> dict[tuple[str, int], str]:
+    """{(host, local rank): NIC} of the ranks whose launch named one, but where every rank of a host
+    names the same one: a site-wide setting (NCCL_SOCKET_IFNAME=bond0) says nothing of a rail."""
+    local = layout.local()
+    named: dict[str, dict[int, str]] = {}
+    for r, nic in enumerate(nics):
+        if nic:
+            named.setdefault(layout.hosts[r], {})[local[r]] = nic
+    groups = layout.groups
+    return {(h, i): nic for h, mine in named.items()
+            if len(groups[h]) == 1 or len(set(mine.values())) > 1 or len(mine) < len(groups[h])
+            for i, nic in mine.items()}
 
 
 def rejudge(section: dict, records: list[dict], threshold_pct: float, judged, source: str = "the file") -> dict:

@@ -293,39 +293,74 @@ def cpu_binding_warning(ranks: list[dict]) -> Optional[str]:
 # granularity of CUDA's IPC memory (transport/p2p.cc); every channel NCCL sets up holds tables of 3 x 2
 # MiB, each NVLS channel one more (channel.cc); NVLS (NVLink SHARP, on NVSwitch) 16 channels of 2 x 8
 # steps of NCCL_NVLS_CHUNKSIZE (128 KiB) per GPU of the node (transport/nvls.cc).
+# Point-to-point across nodes (2.29-2.30, graph/paths.cc ncclTopoComputeP2pChannels): every peer gets one
+# channel count, NCCL_NCHANNELS_PER_NET_PEER where set, else what a NIC needs at 14 GB/s a channel (4 for
+# one 400G NIC a GPU), halved while it times the node count exceeds the p2p channels: 4 up to 8 nodes,
+# 2 at 16, 1 from 32 (at 32 p2p channels). NET connections of point-to-point calls share pools
+# (transport/net.cc sharedNetBuffersInit): per direction p2p channels x 16 slots of 128 KiB, the receive
+# pool on the rank's GPU, the send pools of up to every local rank on it (PXN proxies), whatever the
+# count of peers.
 _MIB = 1 << 20
 _GRANULE = 2 * _MIB
 _LL, _LL128 = 512 * 1024, 4 * _MIB + 704 * 1024
 MAX_CHANNELS = 64
 _DEFAULT_CHANNELS = 32  # a bound of what NCCL chooses on current NVLink systems (24 on an 8-GPU H100)
-_P2P_CHANNELS_PER_PEER = 32  # point-to-point channels NCCL connects to a peer on its first send or receive
 _NVLS_CHANNELS, _NVLS_STEP_BYTES = 16, 8 * 128 * 1024
+_NET_CHANNELS_PER_PEER = 4  # ceil(48 GB/s / 14 GB/s): NCCL_P2P_PER_CHANNEL_NET_BW for one 400G NIC a GPU
+_NET_SLOTS, _P2P_CHUNK = 16, 128 * 1024
+
+
+def _pow2_up(n: int) -> int:
+    return 1 << max(n - 1, 0).bit_length()
+
+
+def _env_number(env: dict, name: str, default: int) -> int:
+    try:
+        return int(env.get(name, ""), 0)  # NCCL reads these as C integers: decimal or 0x hex
+    except ValueError:
+        return default
+
+
+def p2p_channels_per_peer(nodes: int, p2p_channels: int, env: Optional[dict] = None) -> int:
+    """The channels NCCL gives each point-to-point peer of a communicator over `nodes` nodes with
+    `p2p_channels` p2p channels (NCCL 2.29-2.30): all of them on one node, across nodes the count the
+    module's notes derive."""
+    env = os.environ if env is None else env
+    if nodes <= 1:
+        return p2p_channels
+    given = _env_number(env, "NCCL_NCHANNELS_PER_NET_PEER", 0)
+    if given > 0:
+        return min(p2p_channels, _pow2_up(given))
+    per_peer = _NET_CHANNELS_PER_PEER
+    while per_peer > 1 and per_peer * nodes > p2p_channels:
+        per_peer //= 2
+    return per_peer
 
 
 def nccl_reserve_bytes(ranks: int, local_ranks: int, p2p_peers: int, env: Optional[dict] = None) -> int:
     """Device memory NCCL allocates outside commbench's buffers, a bound for the up-front memory check:
     `ranks` in the communicator, `local_ranks` of them on this node (NVLS spans the node's GPUs),
     `p2p_peers` that this rank's point-to-point calls reach (all-to-all and commbench's algorithms:
-    NCCL connects every one). Every channel's tables, a ring and a tree's connections (up to three
-    peers a channel on one node), the point-to-point channels to each peer, NVLS unless
-    NCCL_NVLS_ENABLE=0; NCCL_BUFFSIZE and NCCL_MAX_NCHANNELS (or NCCL_MAX_CTAS) as NCCL reads them."""
+    NCCL connects every one), those of this node first. Every channel's tables, a ring and a tree's
+    connections (up to three peers a channel on one node), each peer's point-to-point channels on this
+    node, the shared pools of point-to-point calls across nodes, NVLS unless NCCL_NVLS_ENABLE=0;
+    NCCL_BUFFSIZE and NCCL_MAX_NCHANNELS (or NCCL_MAX_CTAS) as NCCL reads them."""
     env = os.environ if env is None else env
-
-    def number(name, default):
-        try:
-            return int(env.get(name, ""), 0)  # NCCL reads these as C integers: decimal or 0x hex
-        except ValueError:
-            return default
 
     def granules(n: int) -> int:
         return -(-n // _GRANULE) * _GRANULE
-    buffsize = max(number("NCCL_BUFFSIZE", 4 * _MIB), 0)
-    channels = number("NCCL_MAX_NCHANNELS", number("NCCL_MAX_CTAS", _DEFAULT_CHANNELS))
+    buffsize = max(_env_number(env, "NCCL_BUFFSIZE", 4 * _MIB), 0)
+    channels = _env_number(env, "NCCL_MAX_NCHANNELS", _env_number(env, "NCCL_MAX_CTAS", _DEFAULT_CHANNELS))
     channels = max(min(channels, MAX_CHANNELS), 1)
+    p2p_channels = min(_pow2_up(channels), MAX_CHANNELS)
     connection = granules(_LL + _LL128 + buffsize + 4096) + _GRANULE  # receive side (with its header), send side
-    tables = (max(channels, _P2P_CHANNELS_PER_PEER) * 3 + _NVLS_CHANNELS) * _GRANULE
+    tables = (max(channels, p2p_channels) * 3 + _NVLS_CHANNELS) * _GRANULE
     collectives = channels * connection * (1 if ranks <= 2 else 3) if ranks > 1 else 0
-    p2p = p2p_peers * min(channels, _P2P_CHANNELS_PER_PEER) * connection
+    nodes = -(-ranks // max(local_ranks, 1))
+    local_peers = min(p2p_peers, local_ranks - 1)
+    p2p = local_peers * p2p_channels_per_peer(nodes, p2p_channels, env) * connection
+    if p2p_peers > local_peers:
+        p2p += (local_ranks + 1) * p2p_channels * _NET_SLOTS * _P2P_CHUNK
     nvls = 0
     if local_ranks > 1 and env.get("NCCL_NVLS_ENABLE", "") != "0":
         nvls = _NVLS_CHANNELS * 2 * _NVLS_STEP_BYTES * local_ranks + _GRANULE

@@ -6,7 +6,7 @@ import os
 import platform
 import subprocess
 from functools import lru_cache
-from typing import Optional
+from typing import Callable, Optional
 
 from .. import __version__
 from ..redact import scrub, secret_name
@@ -141,15 +141,39 @@ def tool_info() -> dict:
 # Where a launch pins a rank to one network device, in the order the libraries read them: UCX's
 # device (mlx5_1:1), NCCL's InfiniBand HCA and socket interface, Open MPI's TCP interface.
 NIC_VARIABLES = ("UCX_NET_DEVICES", "NCCL_IB_HCA", "NCCL_SOCKET_IFNAME", "OMPI_MCA_btl_tcp_if_include")
+# NCCL's two lists match by prefix (mlx5_1 takes mlx5_10 too) unless '=' leads them (misc/utils.cc's
+# matchIfList); the devices they are matched against, by variable.
+_PREFIXED = {"NCCL_IB_HCA": "/sys/class/infiniband", "NCCL_SOCKET_IFNAME": "/sys/class/net"}
 
 
-def pinned_nic(env: Optional[dict] = None) -> Optional[str]:
+def pinned_nic(env: Optional[dict] = None, devices: Optional[Callable[[str], list[str]]] = None) -> Optional[str]:
     """The one NIC this rank's environment pins it to (a rail-per-rank launch sets one per local
-    rank), or None where none is named alone: a list, an exclusion (^), a prefix (=), a subnet."""
+    rank), or None where none is named alone: a list, an exclusion (^), a subnet, or one of NCCL's
+    prefixes that matches no device or several of this host's (`devices(folder)`: the names in a
+    /sys/class folder). NCCL reads NCCL_SOCKET_IFNAME of one character as unset."""
     env = os.environ if env is None else env
+    devices = devices or _listed
     for name in NIC_VARIABLES:
         value = env.get(name, "").strip()
-        if value and not any(c in value for c in ",^=/ ") and not value[0].isdigit():
-            return value.split(":")[0]
+        if name == "NCCL_SOCKET_IFNAME" and len(value) <= 1:
+            continue
+        if not value or any(c in value for c in ",^/ ") or value[0].isdigit():
+            continue
+        exact = value.startswith("=")
+        device = value.lstrip("=").split(":")[0]
+        if "=" in device or not device:
+            continue
+        if name in _PREFIXED and not exact:
+            matches = [d for d in devices(_PREFIXED[name]) if d.startswith(device)]
+            if len(matches) != 1:
+                continue
+            device = matches[0]
+        return device
     return None
 
+
+def _listed(folder: str) -> list[str]:
+    try:
+        return sorted(os.listdir(folder))
+    except OSError:
+        return []

@@ -21,7 +21,7 @@ from .p2p import open_pairs, prepare_pairs
 
 def run_links(world, cfg, latency_size: int, bandwidth_size: int, reporter) -> int:
     """Measures both schedules; returns the wrong bytes of the checks, on every rank."""
-    prepare_pairs(world, cfg, "commbench links")
+    prepare_pairs(world, cfg, "commbench links", peers=world.size - 1)
     tests = (("pingpong", latency_size), ("bandwidth", bandwidth_size))
     wrong = 0
     rounds = schedule(world.size)
@@ -55,7 +55,7 @@ class HostRun:
 def run_host_links(world, cfg, latency_size: int, bandwidth_size: int, reporter, plan: HostPlan, done: HostRun) -> int:
     """The first rounds (inside hosts, host matchings), then the confirmation rounds rank 0 draws from
     them, into `done` (flows on rank 0 only). Returns the wrong bytes on every rank."""
-    prepare_pairs(world, cfg, "commbench links")
+    prepare_pairs(world, cfg, "commbench links", peers=world.size - 1)
     tests = (("pingpong", latency_size), ("bandwidth", bandwidth_size))
     local = plan.layout.local()
     wrong, flows, ran, count = 0, done.flows, done.rounds, 0

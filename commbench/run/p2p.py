@@ -82,12 +82,13 @@ def open_pairs(world, cfg: RunConfig, pairs, nbytes: int) -> Optional[PairTimers
     return PairTimers(link, *mine, cfg.window, nbytes) if link is not None else None
 
 
-def prepare_pairs(world, cfg: RunConfig, command: str) -> None:
-    """What every rank does before pairs of cfg's transport are timed, members of a pair or not."""
+def prepare_pairs(world, cfg: RunConfig, command: str, peers: int = 1) -> None:
+    """What every rank does before pairs of cfg's transport are timed, members of a pair or not; a rank
+    meets `peers` others in turn (NCCL keeps each connection it made)."""
     transport(cfg.impls[0]).prepare(world, cfg, command)
     if cfg.device == "cuda":
         largest = max(cfg.sizes)
-        check_device_memory(world, p2p_bytes(largest), f"a p2p message of {format_size(largest)}", p2p_peers=1)
+        check_device_memory(world, p2p_bytes(largest), f"a p2p message of {format_size(largest)}", p2p_peers=peers)
 
 
 def run_p2p(world, cfg: RunConfig, reporter) -> int:
