@@ -328,6 +328,33 @@ def test_a_nic_that_every_rank_of_a_host_names_names_no_rail():
     assert rail_nics(sim.cluster(2, 1, None), ["bond0", "bond0"]) == {("node0001", 0): "bond0", ("node0002", 0): "bond0"}
 
 
+def test_flows_far_below_the_nic_say_that_a_half_rate_nic_cannot_be_seen():
+    """The typical flow between hosts under 60 % of rank 0's fastest NIC (its topology snapshot): a NIC
+    at half rate would read healthy, and the section and the output say so."""
+    from commbench.analysis.host_report import lines, nic_rate_gbps, report
+    topology = {"host": {"infiniband": [{"hca": "mlx5_0", "port": 1, "rate_gbps": 400.0}, {"hca": "mlx5_1", "port": 1,
+                                                                                       "rate_gbps": None}],
+                         "nics": [{"name": "eth0", "type": "ethernet", "speed_mbps": 100000, "virtual": False},
+                                  {"name": "veth1", "type": "ethernet", "speed_mbps": 800000, "virtual": True}]}}
+    assert nic_rate_gbps(topology) == 50.0 and nic_rate_gbps(None) is None and nic_rate_gbps({"host": {}}) is None
+    layout = sim.cluster(8, 2, None)
+    first = host_level.first_rounds(layout, 3, 0)
+    flows = measure(layout, {}, first)  # inter-host flows at about 48 GB/s
+    settings = {"level": "host", "latency_size": 8, "bandwidth_size": 1 << 22, "threshold_pct": 75.0,
+                "judged": ["bandwidth_gbps"], "seed": 0, "rounds_asked": 3, "topology": None, "intra": True,
+                "nccl_channels": {"coll": 32, "collnet": 32, "nvls": 0, "p2p": 32, "p2p_per_peer": 1}}
+    from commbench.analysis.host_report import round_rows
+    assert not report("nccl", layout, settings, flows, round_rows(first), nic_gbps=50.0)["below_nic"]
+    slow = [host_verdicts.Flow(f.stage, f.a, f.b, f.la, f.lb, f.bandwidth_gbps / 4 if f.a != f.b else f.bandwidth_gbps,
+                               None, f.round) for f in flows]
+    section = report("nccl", layout, settings, slow, round_rows(first), nic_gbps=50.0)
+    assert section["below_nic"] and section["nic_gbps"] == 50.0
+    [warning] = [line for line in lines(section) if line.startswith("# warning:")]
+    assert re.fullmatch(r"# warning: the typical flow between hosts, [\d.]+ GB/s, is 2\d % of the NIC's 50 GB/s: a NIC "
+                        r"at half its rate stays above the threshold and cannot be told from a healthy one \(NCCL gave "
+                        r"each peer 1 channel\(s\)\)", warning), warning
+
+
 def test_a_lost_host_reads_fail_lost_and_its_flows_judge_nobody():
     layout = sim.cluster(8, 1, None)
     flows = measure(layout, {}, host_level.first_rounds(layout, 3, 0))
@@ -690,7 +717,11 @@ def test_a_host_that_stops_or_dies_midway_reads_fail_lost(fault, rails_cluster, 
 
 # On emulated GPUs (the gpu pass of `make test`): NCCL send/recv on the world communicator at host
 # level across namespace hosts. The emulated NCCL moves data through shared memory, not the veths:
-# a functional run (rounds, rows, the exact check, a verdict per host), its figures not judged.
+# a functional run (rounds, rows, the exact check, a verdict per host), its figures not judged, but for
+# the cap the emulated NCCL puts on a flow between hosts (COMMBENCH_EMU_NCCL_CHANNEL_GBPS: its
+# channels per peer times that rate). Over 3 hosts NCCL would give each peer 2 of its 8 channels; links
+# gives a flow the channels it would have alone (NCCL_NCHANNELS_PER_NET_PEER), unless the user set
+# them: that flow then runs at its one channel's rate, the INIT line says so, and so does the file.
 @pytest.mark.gpu
 @pytest.mark.cluster
 @pytest.mark.mpi
@@ -699,16 +730,28 @@ def test_host_level_over_nccl_on_emulated_gpus_is_a_functional_run(make_cluster,
     if not os.environ.get(EMULATION):
         pytest.skip(f"needs the emulated GPUs ({EMULATION}, as make test's gpu pass sets)")
     c = make_cluster(3)
-    out = os.path.join(workdir, "nccl.json")
+    rate = 0.02  # GB/s a channel
     export = {"COMMBENCH_MASTER_ADDR": c.hosts[0].addr, EMULATION: os.environ[EMULATION],
-              "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
-    r = c.mpirun([COMMBENCH, *CLUSTER, "--impl", "nccl", "-o", out], ranks_per_host=2, timeout=240, cwd=workdir,
-                 export=export)
-    assert r.returncode in (0, 1), r.stdout[-3000:] + r.stderr[-3000:]
-    doc = results.load_document(out)
-    assert doc["status"] == "complete" and doc["links"]["impl"] == "nccl"
-    assert {x["impl"] for x in doc["results"]} == {"nccl"} and all(x["wrong"] == 0 for x in doc["results"])
-    stages = {x["schedule"] for x in doc["results"]}
-    assert {"intra", "inter"} <= stages
-    assert [VERDICT.match(line).group(1) for line in r.stdout.splitlines() if VERDICT.match(line)] == \
-        [h.name for h in c.hosts]
+              "PYTHONPATH": os.environ.get("PYTHONPATH", ""), "COMMBENCH_EMU_NCCL_CHANNEL_GBPS": str(rate)}
+    inter = {}
+    for case, more in (("alone", {}), ("user's", {"NCCL_NCHANNELS_PER_NET_PEER": "1"})):
+        out = os.path.join(workdir, f"nccl-{len(inter)}.json")
+        r = c.mpirun([COMMBENCH, *CLUSTER, "--impl", "nccl", "-o", out], ranks_per_host=2, timeout=240, cwd=workdir,
+                     export={**export, **more})
+        assert r.returncode in (0, 1), r.stdout[-3000:] + r.stderr[-3000:]
+        doc = results.load_document(out)
+        assert doc["status"] == "complete" and doc["links"]["impl"] == "nccl"
+        assert {x["impl"] for x in doc["results"]} == {"nccl"} and all(x["wrong"] == 0 for x in doc["results"])
+        stages = {x["schedule"] for x in doc["results"]}
+        assert {"intra", "inter"} <= stages
+        assert [VERDICT.match(line).group(1) for line in r.stdout.splitlines() if VERDICT.match(line)] == \
+            [h.name for h in c.hosts]
+        per_peer = 8 if case == "alone" else 1
+        assert doc["nccl_channels"] == {"coll": 8, "collnet": 8, "nvls": 0, "p2p": 8, "p2p_per_peer": per_peer}
+        assert doc["links"]["nccl_channels"] == doc["nccl_channels"]
+        assert doc["links"]["nccl_channels_per_net_peer"] == ("8" if case == "alone" else "1")
+        assert f"# NCCL's channels: 8 for collectives, 8 for point-to-point, {per_peer} to each peer" in r.stdout
+        inter[case] = doc["links"]["typical"]["bandwidth_gbps"]["inter"]
+        # A flow holds to its channels: at most their rate (2 MiB of a window, timed with its ack).
+        assert inter[case] <= per_peer * rate * 1.05, (case, inter)
+    assert inter["alone"] > 4 * inter["user's"], inter

@@ -17,6 +17,10 @@ from .links import METRICS
 
 # Evidence flows shown per finding on the console (the file keeps them all).
 SHOWN_FLOWS = 6
+# Below this share of its NIC's rate, the typical flow between hosts hides a NIC at half rate: such a
+# NIC's flows stay above the judgement's threshold of the typical one (NCCL's few channels per peer
+# on many nodes cap every flow alike).
+BLIND_SHARE = 0.6
 
 
 def flows_from_records(records: list[dict], layout: Layout) -> list[Flow]:
@@ -46,14 +50,28 @@ def round_rows(rounds: list[Round]) -> list[dict]:
 
 
 def report(impl: str, layout: Layout, settings: dict, flows: list[Flow], rounds: list[dict],
-           lost: Optional[dict[str, str]] = None, nics: Optional[list] = None) -> dict:
+           lost: Optional[dict[str, str]] = None, nics: Optional[list] = None, nic_gbps: Optional[float] = None) -> dict:
     """The `links` section of a host-level run; `lost`: {host: why} of hosts that died or stalled;
-    `nics`: by rank, the NIC its launch pinned it to, or None (a rail's finding names its NIC)."""
+    `nics`: by rank, the NIC its launch pinned it to, or None (a rail's finding names its NIC);
+    `nic_gbps`: the rate of rank 0's fastest NIC (nic_rate_gbps), which the typical flow is held to."""
     by_rail = rail_nics(layout, nics or [])
     result = judge(layout, flows, settings["threshold_pct"] / 100, settings["judged"], lost, by_rail)
+    nic_gbps = settings.get("nic_gbps") if nic_gbps is None else nic_gbps
+    inter = result["typical"].get("bandwidth_gbps", {}).get("inter")
     return {**settings, "impl": impl, "hosts": list(layout.hosts), "leaf_of": layout.leaf_of, "rounds": rounds,
             "nics": list(nics) if by_rail else None, "typical": result["typical"], "noise": result["noise"],
+            "nic_gbps": nic_gbps, "below_nic": bool(nic_gbps and inter and inter < BLIND_SHARE * nic_gbps),
             "findings": result["findings"], "verdicts": result["verdicts"]}
+
+
+def nic_rate_gbps(topology: Optional[dict]) -> Optional[float]:
+    """The fastest NIC of a topology snapshot's host in GB/s: an InfiniBand port's rate, else a
+    physical Ethernet NIC's speed; None where it knows none."""
+    host = (topology or {}).get("host") or {}
+    rates = [p["rate_gbps"] / 8 for p in host.get("infiniband") or [] if p.get("rate_gbps")]
+    rates += [n["speed_mbps"] / 8000 for n in host.get("nics") or []
+              if n.get("speed_mbps") and not n.get("virtual") and n.get("type") == "ethernet"]
+    return max(rates, default=None)
 
 
 def rail_nics(layout: Layout, nics: list) -> dict[tuple[str, int], str]:
@@ -82,6 +100,11 @@ def rejudge(section: dict, records: list[dict], threshold_pct: float, judged, so
                              "hosts): not a host-level links file as commbench wrote it") from None
 
 
+def _channels(section: dict) -> str:
+    per_peer = (section.get("nccl_channels") or {}).get("p2p_per_peer")
+    return f" (NCCL gave each peer {per_peer} channel(s))" if per_peer else ""
+
+
 def lines(section: dict) -> list[str]:
     layout = Layout(section["hosts"], section.get("leaf_of"))
     groups = layout.groups
@@ -98,6 +121,11 @@ def lines(section: dict) -> list[str]:
     for metric, by_class in section["typical"].items():
         unit = "GB/s" if metric == "bandwidth_gbps" else "us"
         out.append(f"# typical {METRICS[metric]}: " + ", ".join(f"{cls}-host {v:.4g} {unit}" for cls, v in by_class.items()))
+    inter = section["typical"].get("bandwidth_gbps", {}).get("inter")
+    if section.get("below_nic"):
+        out.append(f"# warning: the typical flow between hosts, {inter:.4g} GB/s, is {100 * inter / section['nic_gbps']:.0f} % "
+                   f"of the NIC's {section['nic_gbps']:.4g} GB/s: a NIC at half its rate stays above the threshold "
+                   f"and cannot be told from a healthy one{_channels(section)}")
     if section.get("noise"):
         out.append("# noise (spread of the flows' ratios): " + ", ".join(
             f"{cls}-host {100 * v:.1f} %" for cls, v in section["noise"].items()))

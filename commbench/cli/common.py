@@ -492,6 +492,20 @@ def resolve_device(device: str, impl_text: Optional[str], wants_gpu: bool = Fals
     return device, gpus
 
 
+def attach_nccl_log(world, output) -> None:
+    """After a sweep over NCCL (whose log transports.nccl.log_connections asked for before NCCL
+    started): the transports its connections took and its channel counts, as every rank's log says
+    them, into the result file of `output` (rank 0's). Collective."""
+    from ..transports.nccl import chosen_transports, init_channels
+    found, channels = chosen_transports(world), init_channels(world)
+    trace.phase("nccl-log")  # every rank's NCCL log read
+    if output:
+        if found is not None:
+            output.attach("nccl_transports", found)
+        if channels is not None:
+            output.attach("nccl_channels", channels)
+
+
 def make_reporter(world, cfg, output, steps, judge=None, config: Optional[dict] = None, fit: bool = True,
                   devices: Optional[list[int]] = None):
     """The Reporter on rank 0, None elsewhere, and every rank's watchdog (--timeout). The result

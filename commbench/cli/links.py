@@ -17,6 +17,7 @@ from ..transports import TRANSPORTS, default_p2p_transport, transport_names
 from .common import (
     MAX_WINDOW,
     Finite,
+    attach_nccl_log,
     make_reporter,
     policy_options,
     ranks_option,
@@ -134,7 +135,7 @@ def links(impl, latency_size, bandwidth_size, window, threshold_pct, mad_z, judg
 
         return _measure_and_judge(world, reporter, lambda: run_links(world, cfg, sizes[0], sizes[1], reporter),
                                   lambda: section(impl, world.hosts, sizes[0], sizes[1], threshold_pct, mad_z,
-                                                  reporter.records, judged))
+                                                  reporter.records, judged), impl == "nccl")
 
     run_ranks(nranks, max(gpus, 2), body, checks, timeout_s, measurements=_rank_level_steps, policy=policy)
 
@@ -170,7 +171,7 @@ def _level(level: str, hosts: list[str]) -> str:
 
 def _host_body(world, cfg, sizes, threshold_pct, judged, host_rounds, seed, topology, intra, output) -> int:
     from ..analysis.host_level import Layout, first_rounds
-    from ..analysis.host_report import report, round_rows
+    from ..analysis.host_report import nic_rate_gbps, report, round_rows
     from ..analysis.host_schedule import default_rounds
     from ..results.document import default_path
     from ..run.links import HostPlan, HostRun, run_host_links
@@ -183,6 +184,9 @@ def _host_body(world, cfg, sizes, threshold_pct, judged, host_rounds, seed, topo
     settings = {"level": "host", "latency_size": sizes[0], "bandwidth_size": sizes[1], "threshold_pct": threshold_pct,
                 "judged": list(judged), "seed": seed, "rounds_asked": "all" if k is None else k,
                 "topology": topology.source if topology else None, "intra": intra}
+    if cfg.impls[0] == "nccl":
+        from ..transports.nccl import channels_of_a_flow_alone
+        settings["nccl_channels_per_net_peer"] = channels_of_a_flow_alone()
     # The progress bar counts the first rounds' rows; the confirmation's come on top.
     steps = sum((3 if r.both else 2) * len(r.pairs) for r in first_rounds(layout, k, seed, intra))
     reporter = make_reporter(world, cfg, output or default_path("links"), steps, config={"links": settings})
@@ -204,15 +208,23 @@ def _host_body(world, cfg, sizes, threshold_pct, judged, host_rounds, seed, topo
         reporter.salvage = salvage
 
     return _measure_and_judge(world, reporter, lambda: run_host_links(world, cfg, sizes[0], sizes[1], reporter, plan, done),
-                              lambda: report(cfg.impls[0], layout, settings, done.flows, round_rows(done.rounds),
-                                             nics=nics))
+                              lambda: report(cfg.impls[0], layout,
+                                             {**settings, "nccl_channels": reporter.file.doc.get("nccl_channels")},
+                                             done.flows, round_rows(done.rounds), nics=nics,
+                                             nic_gbps=nic_rate_gbps(reporter.file.doc.get("topology"))),
+                              cfg.impls[0] == "nccl")
 
 
-def _measure_and_judge(world, reporter, measure, judge) -> int:
+def _measure_and_judge(world, reporter, measure, judge, nccl: bool) -> int:
     """measure() on every rank (the wrong bytes), then judge() on rank 0, which holds the rows (a
     refusal there reaches every rank): the links section, kept and shown. Returns what was flagged."""
     def run():
+        if nccl:
+            from ..transports.nccl import log_connections
+            log_connections()
         wrong = measure()
+        if nccl:
+            attach_nccl_log(world, reporter)
         found = world.root_call(judge)
         if reporter:
             reporter.attach("links", found)

@@ -7,7 +7,6 @@ import sys
 
 import click
 
-from .. import trace
 from ..collectives.dtypes import DTYPES, REDOPS, itemsize_of, redop_code
 from ..collectives.impls import COPY_IMPL
 from ..errors import CommbenchError
@@ -17,10 +16,11 @@ from ..run.config import PLACES
 from ..run.copies import ACCESS
 from ..sizes import parse_size, parse_sizes, round_to_itemsize
 from ..transports import TRANSPORTS, default_p2p_transport, nccl_choices, transport_names
-from ..transports.nccl import NCCL, chosen_transports, log_connections
+from ..transports.nccl import NCCL, log_connections
 from .common import (
     MAX_AGG,
     MAX_WINDOW,
+    attach_nccl_log,
     make_reporter,
     policy_options,
     ranks_option,
@@ -155,10 +155,7 @@ def collective_command(coll) -> click.Command:
                     impl.prepare(world, cfg)
                 wrong = run_collective(world, cfg, coll, impls, reporter)
                 if any(i.transport is NCCL for i in impls):
-                    found = chosen_transports(world)
-                    trace.phase("nccl-log")  # every rank's NCCL log read for its transports
-                    if reporter and found is not None:
-                        reporter.attach("nccl_transports", found)
+                    attach_nccl_log(world, reporter)
                 return wrong
             return sweep(reporter, run, world)
 
@@ -277,7 +274,15 @@ def p2p(sizes, impl, device, pairs, window, access, nranks, timeout_s, output, p
                         device=device, window=window, pairs=resolve_pairs(pairs, world.size), timeout_s=timeout_s,
                         policy=policy)
         reporter = make_reporter(world, cfg, output, 2 * len(cfg.pairs) * len(size_list), judge, fit=not no_fit)
-        return sweep(reporter, lambda: run_p2p(world, cfg, reporter), world)
+
+        def run():
+            if impl == NCCL.name:
+                log_connections()
+            wrong = run_p2p(world, cfg, reporter)
+            if impl == NCCL.name:
+                attach_nccl_log(world, reporter)
+            return wrong
+        return sweep(reporter, run, world)
 
     run_ranks(nranks, max(gpus, 2), body, preflight.for_p2p(size_list, pairs, device, output, impl, "commbench p2p"),
               timeout_s, measurements=lambda ranks: 2 * len(preflight.resolve_pairs(pairs, ranks)) * len(size_list), policy=policy)

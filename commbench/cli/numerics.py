@@ -14,7 +14,7 @@ from ..launch import watchdog
 from ..launch.world import detect_launcher
 from ..run import preflight
 from ..sizes import parse_size
-from .common import resolve_device, run_ranks, sweep, timeout_option
+from .common import attach_nccl_log, resolve_device, run_ranks, sweep, timeout_option
 from .group import cli
 from .measure import _impl_help, names_or_all
 from .scale import parse_counts
@@ -102,6 +102,10 @@ def numerics(ranks_text, impl_text, dtype, data, count_text, seed, repeats, devi
         if device == "cuda":  # each rank onto its GPU's CPUs before NCCL starts (node/affinity.py)
             from ..node.affinity import bind_rank
             bind_rank(world)
+        nccl = any(i.transport.name == "nccl" for i in impls)
+        if nccl:
+            from ..transports.nccl import log_connections
+            log_connections()
         for impl in impls:  # on every rank: refusals (an MPI impl under torchrun) before the result file
             impl.prepare(world, cfg)  # exists, and gloo's group before its subgroups
         made = []  # the output stays on rank 0; only the success travels
@@ -115,6 +119,8 @@ def numerics(ranks_text, impl_text, dtype, data, count_text, seed, repeats, devi
             for got in rows(world, plan, impls, cfg):
                 if out:
                     wrong += out.add(got[0])
+            if nccl:
+                attach_nccl_log(world, out)
             return world.bcast(wrong)
         return sweep(out, run, world)
 

@@ -17,6 +17,7 @@ from ..run import preflight
 from ..sizes import format_size, parse_size, parse_sizes, round_to_itemsize
 from .common import (
     Finite,
+    attach_nccl_log,
     expectation,
     make_reporter,
     policy_options,
@@ -138,7 +139,11 @@ def scale(op, counts_text, sizes, impl_text, device, dtype, compute_ms, grad_byt
 
     def body(world):
         from ..run.collective import run_counts  # torch: on the ranks alone
+        from ..transports.nccl import log_connections
         world.subsets = True
+        nccl = any(i.transport.name == "nccl" for i in impls)
+        if nccl:
+            log_connections()
         for impl in impls:
             impl.prepare(world, cfg)  # on every rank: gloo's group must exist before its subgroups
         reporter = make_reporter(world, cfg, output, len(counts) * len(impls) * len(size_list), judge,
@@ -146,6 +151,8 @@ def scale(op, counts_text, sizes, impl_text, device, dtype, compute_ms, grad_byt
 
         def run():
             wrong = run_counts(world, cfg, coll, impls, counts, reporter)
+            if nccl:
+                attach_nccl_log(world, reporter)
             # Judged on rank 0, which holds the rows; a refusal there reaches every rank.
             analyses = world.root_call(lambda: _analyses(reporter.records, coll, cfg.impls, workload, extra,
                                                          expectation(judge, reporter.file.doc),

@@ -125,6 +125,10 @@ class Reporter(FileOutput):
             click.echo(f"# {line}")
         for name, said in self.file.doc.get("nccl_refused", {}).items():
             click.echo(f"# {name}: NCCL refuses it: {said}")
+        channels = self.file.doc.get("nccl_channels")
+        if channels:
+            click.echo(f"# NCCL's channels: {channels['coll']} for collectives, {channels['p2p']} for point-to-point, "
+                       f"{channels['p2p_per_peer']} to each peer")
         if self.file.doc.get("nccl_transports"):
             click.echo("# NCCL's transports (connections): " +
                        ", ".join(f"{name} {n}" for name, n in self.file.doc["nccl_transports"].items()))

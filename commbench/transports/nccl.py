@@ -80,6 +80,39 @@ def chosen_transports(world) -> Optional[dict]:
     return {name: sum(t.get(name, 0) for t in every) for name in sorted({n for t in every for n in t})}
 
 
+# NCCL's channel counts of a communicator, in one INFO line of its initialisation (2.27-2.30, src/init.cc):
+# "32 coll channels, 32 collnet channels, 0 nvls channels, 32 p2p channels, 4 p2p channels per peer".
+# On several nodes every point-to-point peer gets the same few channels (1-4 from 2.29 on), so a flow
+# between two ranks carries a fraction of what its NIC could.
+_CHANNELS = re.compile(r"(\d+) coll channels, (\d+) collnet channels, (\d+) nvls channels, (\d+) p2p channels, "
+                       r"(\d+) p2p channels per peer")
+CHANNEL_FIELDS = ("coll", "collnet", "nvls", "p2p", "p2p_per_peer")
+
+
+def init_channels(world) -> Optional[dict]:
+    """The channel counts of this process's first communicator (the world's) as NCCL's INIT line says
+    them, {field of CHANNEL_FIELDS: the least over the ranks}, on rank 0 (None elsewhere, where a rank's
+    NCCL log is the user's, and where NCCL said none). Collective."""
+    text = _read_log()
+    found = _CHANNELS.search(text or "")
+    every = world.gather(dict(zip(CHANNEL_FIELDS, map(int, found.groups()))) if found else None)
+    if world.rank != 0 or any(c is None for c in every):
+        return None
+    return {name: min(c[name] for c in every) for name in CHANNEL_FIELDS}
+
+
+# A flow of `links --level host` carries the channels it would have alone: across nodes NCCL gives every
+# point-to-point peer one count, fewer the more nodes (1 from 32 nodes on, 2.29-2.30), and a flow of a
+# channel or two runs too far below its NIC for a NIC at half rate to show.
+FLOW_CHANNELS = 8
+
+
+def channels_of_a_flow_alone() -> str:
+    """NCCL_NCHANNELS_PER_NET_PEER, which NCCL reads as each network peer's channel count where set:
+    FLOW_CHANNELS unless the user set it, before NCCL starts. Returns the value NCCL is given."""
+    return os.environ.setdefault("NCCL_NCHANNELS_PER_NET_PEER", str(FLOW_CHANNELS))
+
+
 def communicator(world, timeout_s: Optional[float] = None):
     """This rank's NCCL communicator, created on first use on the GPU the rank takes (one GPU per
     rank); `timeout_s`, when given, bounds every later wait of it for its peers."""

@@ -5,7 +5,9 @@
 // only once its peers' matching groups run. Collectives are their messages plus a local step (the
 // reduction in rank order, the same on every rank). Faults are injected with
 // COMMBENCH_EMU_NCCL_FAULT=KIND:RANK[:GROUP] (KIND stall, error, init-stall or destroy-error); with
-// COMMBENCH_EMU_NCCL_LOG=FILE every communicator made is logged there (how, rank, ranks). Each
+// COMMBENCH_EMU_NCCL_LOG=FILE every communicator made is logged there (how, rank, ranks); with
+// COMMBENCH_EMU_NCCL_CHANNEL_GBPS=RATE a point-to-point flow between hosts is held to its channels per
+// peer times RATE (hold_to_channel_rate). Each
 // collective's algorithm, protocol and channels are chosen by choose() (NCCL_ALGO and NCCL_PROTO as
 // each communicator's initialisation found them) and reported to a profiler plugin
 // (NCCL_PROFILER_PLUGIN) through NCCL's own version 5 interface.
@@ -128,6 +130,7 @@ struct Comm {
   std::string algo_env, proto_env;
   void* profiler = nullptr;  // the profiler plugin's context for it
   uint64_t collectives = 0;  // its collectives so far: the profiler's sequence numbers
+  int p2p_per_peer = 0;  // the channels of each point-to-point peer (p2p_channels_per_peer), on its first call
 
   bool aborting() const { return aborted || (parent_aborted && *parent_aborted); }
 
@@ -289,6 +292,25 @@ bool finished(Progress& p) {
   return r.tail.load(std::memory_order_acquire) >= p.end;
 }
 
+// COMMBENCH_EMU_NCCL_CHANNEL_GBPS=RATE: a point-to-point message to or from another host runs at no more
+// than the communicator's channels per peer times RATE GB/s, as a real flow carries only the channels
+// NCCL gives it: the group ends no earlier than its largest bytes of one peer and way allow.
+void hold_to_channel_rate(const std::vector<Call>& calls, std::chrono::steady_clock::time_point started) {
+  static const char* v = std::getenv("COMMBENCH_EMU_NCCL_CHANNEL_GBPS");
+  if (!v || std::atof(v) <= 0) return;
+  std::map<std::tuple<Comm*, bool, int>, double> bytes;
+  for (const Call& call : calls) {
+    if (call.collective) continue;
+    Comm& c = *call.comm;
+    for (const Message& m : call.messages)
+      if (std::strcmp(c.shared->slots[c.rank].host, c.shared->slots[m.peer].host) != 0)
+        bytes[std::make_tuple(&c, m.send, m.peer)] += static_cast<double>(m.bytes);
+  }
+  double seconds = 0;
+  for (auto& [key, n] : bytes) seconds = std::max(seconds, n / (std::max(1, std::get<0>(key)->p2p_per_peer) * std::atof(v) * 1e9));
+  std::this_thread::sleep_until(started + std::chrono::duration<double>(seconds));
+}
+
 // Runs one group's calls on the stream's worker: all their messages together, then each call's local
 // step. Re-run as is by every launch of a graph that captured it.
 void run_group(const std::vector<Call>& calls) {
@@ -320,6 +342,7 @@ void run_group(const std::vector<Call>& calls) {
     for (const Message& m : calls[i].messages)
       work.push_back({m, calls[i].comm.get(), m.device ? m.device : scratch[i].data() + m.scratch});
   }
+  const auto started = std::chrono::steady_clock::now();
   unsigned rounds = 0;
   for (;;) {
     bool all = true, moved = false;
@@ -338,6 +361,7 @@ void run_group(const std::vector<Call>& calls) {
     else
       emu::idle(rounds);
   }
+  hold_to_channel_rate(calls, started);
   for (std::size_t i = 0; i < calls.size(); ++i)
     if (calls[i].after) calls[i].after(scratch[i].data());
 }
@@ -460,6 +484,28 @@ void note_call(const char* name) {
 // "Channel 00 : 0[0] -> 1[1] via SHM/direct/direct" (no connection index), a peer on another host
 // (or every peer where NCCL_SHM_DISABLE=1) by the network, logged by both ends: "Channel 00/0 : 0[0] ->
 // 1[1] [send] via NET/Socket/0" on the sender and the same connection's "[receive]" line on the receiver.
+// NCCL 2.29-2.30's channels to each point-to-point peer (graph/paths.cc ncclTopoComputeP2pChannels):
+// one count for every peer of the communicator; on one host all kP2pChannels; across hosts
+// NCCL_NCHANNELS_PER_NET_PEER (rounded up to a power of two) where set, else 4 (what one 400G NIC
+// needs at 14 GB/s a channel), halved while it times the host count exceeds kP2pChannels.
+constexpr int kCollChannels = 8, kP2pChannels = 8;
+
+int p2p_channels_per_peer(const Comm& c) {
+  std::set<std::string> hosts;
+  for (int r = 0; r < c.nranks; ++r) hosts.insert(c.shared->slots[r].host);
+  const int nodes = static_cast<int>(hosts.size());
+  if (nodes <= 1) return kP2pChannels;
+  if (const char* v = std::getenv("NCCL_NCHANNELS_PER_NET_PEER"); v && std::atoi(v) > 0) {
+    int n = 1;
+    while (n < std::atoi(v)) n *= 2;
+    return std::min(n, kP2pChannels);
+  }
+  int per_peer = 4;
+  while (per_peer > 1 && per_peer * nodes > kP2pChannels) per_peer /= 2;
+  return per_peer;
+}
+
+// NCCL's INIT line of its channel counts (2.27-2.30, src/init.cc), and the lines of each connection.
 void log_connections(const Comm& c) {
   const char* level = std::getenv("NCCL_DEBUG");
   const char* path = std::getenv("NCCL_DEBUG_FILE");
@@ -471,6 +517,9 @@ void log_connections(const Comm& c) {
   const std::string prefix = emu::host_name() + ":" + std::to_string(getpid()) + ":" + std::to_string(gettid()) +
                              " [" + std::to_string(c.device) + "] NCCL INFO Channel 00";
   const int me = c.shared->slots[c.rank].physical;
+  std::fprintf(f, "%s:%d:%d [%d] NCCL INFO %d coll channels, %d collnet channels, 0 nvls channels, %d p2p channels, "
+               "%d p2p channels per peer\n", emu::host_name().c_str(), static_cast<int>(getpid()), static_cast<int>(gettid()),
+               c.device, kCollChannels, kCollChannels, kP2pChannels, c.p2p_per_peer);
   for (int peer = 0; peer < c.nranks; ++peer) {
     if (peer == c.rank) continue;
     const int other = c.shared->slots[peer].physical;
@@ -661,6 +710,7 @@ ncclResult_t post(ncclComm_t comm, cudaStream_t stream, Call call) {
     return error(ncclUnhandledCudaError, "Cuda failure 'invalid resource handle': a stream of device " +
                                              std::to_string(dev) + ", not NCCL device " + std::to_string(c.device));
   if (!c.connected.exchange(true)) {
+    c.p2p_per_peer = p2p_channels_per_peer(c);
     log_connections(c);
     log_comm("call", c.rank, c.nranks, c.blocking);
   }
