@@ -320,6 +320,19 @@ def test_a_rail_fault_is_named_with_its_nic_where_the_launch_names_it():
     assert host_findings.evidence(found[0], "node0003").startswith("rail: local rank 1 (mlx5_1): ")
 
 
+def test_the_nic_nccl_sent_through_is_read_from_its_log():
+    from commbench.transports.nccl import used_nic
+    log = ("h:1:2 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/IB [2]mlx5_10:1/RoCE ; OOB ib0:10.0.0.1<0>\n"
+           "h:1:2 [1] NCCL INFO Channel 00/0 : 1[1] -> 9[1] [send] via NET/IB/1/GDRDMA\n"
+           "h:1:2 [1] NCCL INFO Channel 01/0 : 1[1] -> 9[1] [send] via NET/IB/1(3)/GDRDMA/Shared\n"
+           "h:1:2 [1] NCCL INFO Channel 00/0 : 9[1] -> 1[1] [receive] via NET/IB/2/GDRDMA\n"
+           "h:1:2 [1] NCCL INFO Channel 02/0 : 1[1] -> 17[1] [send] via NET/IB/2/GDRDMA\n")
+    assert used_nic(log) == "mlx5_1"
+    assert used_nic("NCCL INFO NET/Socket : Using [0]eth0:10.0.0.1<0> [1]eth1:10.0.1.1<0>\n"
+                    "NCCL INFO Channel 00/0 : 0[0] -> 2[0] [send] via NET/Socket/1\n") == "eth1"
+    assert used_nic("NCCL INFO Channel 00 : 0[0] -> 1[1] via SHM/direct/direct\n") is None and used_nic(None) is None
+
+
 def test_a_nic_that_every_rank_of_a_host_names_names_no_rail():
     """A site-wide NCCL_SOCKET_IFNAME=bond0 says nothing of which rail is which; one rank a host does."""
     from commbench.analysis.host_report import rail_nics
@@ -751,6 +764,9 @@ def test_host_level_over_nccl_on_emulated_gpus_is_a_functional_run(make_cluster,
         assert doc["links"]["nccl_channels"] == doc["nccl_channels"]
         assert doc["links"]["nccl_channels_per_net_peer"] == ("8" if case == "alone" else "1")
         assert f"# NCCL's channels: 8 for collectives, 8 for point-to-point, {per_peer} to each peer" in r.stdout
+        # Each rank's NIC as its NCCL log names it; every rank of a namespace host has eth0 alone, which
+        # names no rail.
+        assert doc["nccl_nics"] == ["eth0"] * 6 and doc["links"]["nics"] is None
         inter[case] = doc["links"]["typical"]["bandwidth_gbps"]["inter"]
         # A flow holds to its channels: at most their rate (2 MiB of a window, timed with its ack).
         assert inter[case] <= per_peer * rate * 1.05, (case, inter)

@@ -494,16 +494,16 @@ def resolve_device(device: str, impl_text: Optional[str], wants_gpu: bool = Fals
 
 def attach_nccl_log(world, output) -> None:
     """After a sweep over NCCL (whose log transports.nccl.log_connections asked for before NCCL
-    started): the transports its connections took and its channel counts, as every rank's log says
-    them, into the result file of `output` (rank 0's). Collective."""
-    from ..transports.nccl import chosen_transports, init_channels
-    found, channels = chosen_transports(world), init_channels(world)
+    started): the transports its connections took, its channel counts and the network device each
+    rank sent through, as every rank's log says them, into the result file of `output` (rank 0's).
+    Collective."""
+    from ..transports.nccl import chosen_transports, init_channels, used_nics
+    found, channels, nics = chosen_transports(world), init_channels(world), used_nics(world)
     trace.phase("nccl-log")  # every rank's NCCL log read
     if output:
-        if found is not None:
-            output.attach("nccl_transports", found)
-        if channels is not None:
-            output.attach("nccl_channels", channels)
+        for key, value in (("nccl_transports", found), ("nccl_channels", channels), ("nccl_nics", nics)):
+            if value is not None:
+                output.attach(key, value)
 
 
 def make_reporter(world, cfg, output, steps, judge=None, config: Optional[dict] = None, fit: bool = True,

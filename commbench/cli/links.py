@@ -210,7 +210,8 @@ def _host_body(world, cfg, sizes, threshold_pct, judged, host_rounds, seed, topo
     return _measure_and_judge(world, reporter, lambda: run_host_links(world, cfg, sizes[0], sizes[1], reporter, plan, done),
                               lambda: report(cfg.impls[0], layout,
                                              {**settings, "nccl_channels": reporter.file.doc.get("nccl_channels")},
-                                             done.flows, round_rows(done.rounds), nics=nics,
+                                             done.flows, round_rows(done.rounds),
+                                             nics=reporter.file.doc.get("nccl_nics") or nics,
                                              nic_gbps=nic_rate_gbps(reporter.file.doc.get("topology"))),
                               cfg.impls[0] == "nccl")
 

@@ -89,6 +89,34 @@ _CHANNELS = re.compile(r"(\d+) coll channels, (\d+) collnet channels, (\d+) nvls
 CHANNEL_FIELDS = ("coll", "collnet", "nvls", "p2p", "p2p_per_peer")
 
 
+# NCCL names its network devices in one INFO line of its initialisation, "NET/IB : Using [0]mlx5_0:1/IB
+# [1]mlx5_1:1/IB ; OOB ib0:10.0.0.1<0>" (net_ib/init.cc; the socket transport's "NET/Socket : Using
+# [0]eth0:10.0.0.1<0>"), and each connection's device by its index in that list: "[send] via
+# NET/IB/1/GDRDMA" (net.cc; "NET/IB/1(3)" through a proxy rank).
+_NET_DEVICES = re.compile(r"NET/(\w+) : Using((?: \[\d+\][^\s;]+)+)")
+_NET_DEVICE = re.compile(r"\[(\d+)\]([^:\s/<;]+)")
+_NET_SEND = re.compile(r"\[send\] via NET/(\w+)/(\d+)")
+
+
+def used_nic(text: Optional[str]) -> Optional[str]:
+    """The network device this rank's NCCL sent through most, by name, as its log `text` says; None
+    where it sent through none or named none."""
+    names = {(m.group(1), int(d.group(1))): d.group(2) for m in _NET_DEVICES.finditer(text or "")
+             for d in _NET_DEVICE.finditer(m.group(2))}
+    counts: dict[tuple[str, int], int] = {}
+    for m in _NET_SEND.finditer(text or ""):
+        key = (m.group(1), int(m.group(2)))
+        counts[key] = counts.get(key, 0) + 1
+    return next((names[k] for k in sorted(counts, key=counts.__getitem__, reverse=True) if k in names), None)
+
+
+def used_nics(world) -> Optional[list]:
+    """By rank, the network device each rank's NCCL sent through most (used_nic), on rank 0; None
+    elsewhere and where no rank's log names one. Collective."""
+    every = world.gather(used_nic(_read_log()))
+    return every if world.rank == 0 and any(every) else None
+
+
 def init_channels(world) -> Optional[dict]:
     """The channel counts of this process's first communicator (the world's) as NCCL's INIT line says
     them, {field of CHANNEL_FIELDS: the least over the ranks}, on rank 0 (None elsewhere, where a rank's

@@ -11,8 +11,11 @@
 // collective's algorithm, protocol and channels are chosen by choose() (NCCL_ALGO and NCCL_PROTO as
 // each communicator's initialisation found them) and reported to a profiler plugin
 // (NCCL_PROFILER_PLUGIN) through NCCL's own version 5 interface.
+#include <arpa/inet.h>
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
 #include <strings.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -505,7 +508,25 @@ int p2p_channels_per_peer(const Comm& c) {
   return per_peer;
 }
 
-// NCCL's INIT line of its channel counts (2.27-2.30, src/init.cc), and the lines of each connection.
+// The host's network interfaces as NCCL's socket transport lists them ("[0]eth0:10.0.0.1<0>"): IPv4,
+// up, not loopback, in the kernel's order.
+std::vector<std::string> net_devices() {
+  std::vector<std::string> out;
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return out;
+  for (ifaddrs* a = list; a; a = a->ifa_next) {
+    if (!a->ifa_addr || a->ifa_addr->sa_family != AF_INET || std::strcmp(a->ifa_name, "lo") == 0) continue;
+    char addr[INET_ADDRSTRLEN] = "";
+    inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr, addr, sizeof(addr));
+    out.push_back(std::string(a->ifa_name) + ":" + addr + "<0>");
+  }
+  freeifaddrs(list);
+  return out;
+}
+
+// NCCL's INIT lines of its network devices (2.28, misc/socket.cc and transport/net_socket.cc) and its
+// channel counts (2.27-2.30, src/init.cc), and the lines of each connection: GPU i's connections go
+// through device i of the list (modulo its length), as a rail-per-GPU node's do.
 void log_connections(const Comm& c) {
   const char* level = std::getenv("NCCL_DEBUG");
   const char* path = std::getenv("NCCL_DEBUG_FILE");
@@ -517,6 +538,13 @@ void log_connections(const Comm& c) {
   const std::string prefix = emu::host_name() + ":" + std::to_string(getpid()) + ":" + std::to_string(gettid()) +
                              " [" + std::to_string(c.device) + "] NCCL INFO Channel 00";
   const int me = c.shared->slots[c.rank].physical;
+  const std::vector<std::string> devices = net_devices();
+  std::string using_line;
+  for (std::size_t i = 0; i < devices.size(); ++i) using_line += " [" + std::to_string(i) + "]" + devices[i];
+  if (!devices.empty())
+    std::fprintf(f, "%s:%d:%d [%d] NCCL INFO NET/Socket : Using%s\n", emu::host_name().c_str(), static_cast<int>(getpid()),
+                 static_cast<int>(gettid()), c.device, using_line.c_str());
+  const int net = devices.empty() ? 0 : c.device % static_cast<int>(devices.size());
   std::fprintf(f, "%s:%d:%d [%d] NCCL INFO %d coll channels, %d collnet channels, 0 nvls channels, %d p2p channels, "
                "%d p2p channels per peer\n", emu::host_name().c_str(), static_cast<int>(getpid()), static_cast<int>(gettid()),
                c.device, kCollChannels, kCollChannels, kP2pChannels, c.p2p_per_peer);
@@ -526,8 +554,8 @@ void log_connections(const Comm& c) {
     if (shm && std::strcmp(c.shared->slots[c.rank].host, c.shared->slots[peer].host) == 0) {
       std::fprintf(f, "%s : %d[%d] -> %d[%d] via SHM/direct/direct\n", prefix.c_str(), c.rank, me, peer, other);
     } else {
-      std::fprintf(f, "%s/0 : %d[%d] -> %d[%d] [send] via NET/Socket/0\n", prefix.c_str(), c.rank, me, peer, other);
-      std::fprintf(f, "%s/0 : %d[%d] -> %d[%d] [receive] via NET/Socket/0\n", prefix.c_str(), peer, other, c.rank, me);
+      std::fprintf(f, "%s/0 : %d[%d] -> %d[%d] [send] via NET/Socket/%d\n", prefix.c_str(), c.rank, me, peer, other, net);
+      std::fprintf(f, "%s/0 : %d[%d] -> %d[%d] [receive] via NET/Socket/%d\n", prefix.c_str(), peer, other, c.rank, me, net);
     }
   }
   if (path) std::fclose(f);
