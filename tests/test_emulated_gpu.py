@@ -876,6 +876,25 @@ def test_the_transports_nccl_chose_are_recorded(case, workdir):
     assert os.listdir(tmp) == []
 
 
+@pytest.mark.parametrize("command", [
+    ["allreduce", "--device", "cuda", "--impl", "nccl", "--sizes", "1K", "--budget-ms", "10"],
+    ["p2p", "--impl", "nccl", "--sizes", "1K", "--budget-ms", "10"],
+    ["links", "--impl", "nccl", "--bandwidth-size", "1K", "--budget-ms", "10"],
+    ["scale", "--device", "cuda", "--impl", "nccl", "--ranks", "1,2", "--sizes", "1K", "--budget-ms", "10"],
+    ["numerics", "--device", "cuda", "--impl", "nccl", "--ranks", "1,2", "--count", "64"]], ids=lambda c: c[0])
+def test_every_nccl_command_records_nccl_s_channels(command, workdir):
+    """NCCL's INIT line of its channel counts ("8 coll channels, ..., 8 p2p channels per peer": one host,
+    every p2p channel to each peer), read from every rank's log into the result file, by every command
+    that runs NCCL; and the summary line where the command prints one."""
+    out = os.path.join(workdir, "c.json")
+    r = commbench([*command, "--np", "2", "-o", out], env=emu_env(2), cwd=workdir)
+    assert r.returncode == 0, r.stderr
+    doc = results.load_document(out)
+    assert doc["nccl_channels"] == {"coll": 8, "collnet": 8, "nvls": 0, "p2p": 8, "p2p_per_peer": 8}
+    if command[0] != "numerics":
+        assert "# NCCL's channels: 8 for collectives, 8 for point-to-point, 8 to each peer" in r.stdout
+
+
 @pytest.mark.parametrize("fault", ["timeout", "failure"])
 def test_a_failed_run_leaves_no_nccl_log_behind(fault, workdir):
     """NCCL's log of connections, asked for in a temporary file of each rank, goes however the run
