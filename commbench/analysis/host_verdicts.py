@@ -24,8 +24,8 @@ Every host is healthy until evidence says otherwise; the widest cause is explain
    enough not to collide, measure it CONFIRMATIONS times and its median flow stays below the threshold by
    MARGIN_Z standard errors of such a median. A rail bad both ways is a rail, one way an rx or tx, every
    rail of a host bad a host;
-4. link: one rail of a host pair slow both ways in the first rounds and again in the confirmation rounds
-   (the same median rule), neither end bad.
+4. link: one rail of a host pair slow both ways in the first rounds and again, each way, in the
+   confirmation rounds (the same median rule), neither end bad.
 A suspect that the light rounds find healthy is a transient: reported with its counts, no FAIL.
 Intra-host flows are judged per host as `links` judges ranks (analysis/links.attribute). Each finding
 carries how many measurements agreed (`agreed`) out of how many (`measured`)."""
@@ -519,7 +519,14 @@ class _Judgement:
             again = [i for i in ev.pair[key] if not ev.first[i] and not ev.explained[i]]
             if not again:
                 continue  # named only where measured again
-            if (ev.bad_median(again) if len(again) >= 2 else ev.slow[again[0]]):
+            # Slow both ways: a path between two hosts carries both; one way alone is an end's rx or tx,
+            # or collisions, which one way of the light rounds still meets now and then.
+            ways = [[i for i in again if ev.flows[i].a == end] for end in key[:2]]
+            if all(len(w) >= 2 for w in ways):
+                slow_both = all(ev.bad_median(w) for w in ways)
+            else:
+                slow_both = all(ways) and all(ev.slow[i] for i in again)
+            if slow_both:
                 bad.setdefault(key[:2], {})[key[2]] = again
             else:
                 self.transient.append(self._transient(f"{key[0]}-{key[1]}:{key[2]}", list(key[:2]), again))
