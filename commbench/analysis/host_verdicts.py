@@ -10,8 +10,8 @@ healthy node, so no single slow flow condemns anything, and nothing is OR-ed ove
 A flow is one direction: host `a` sends, host `b` receives, on rail `la` (== `lb` between hosts). Each
 flow is judged against the typical flow of its class (intra-host or inter-host): the median over hosts of
 each host's upper-quartile flow (typical()), so that slow hosts and a slow leaf move it little; it is
-slow below `threshold` of it (latency: above typical / threshold). The run's own noise (noise(): the
-spread of the flows' log ratios, robust to the slow ones) sets how sure a median of a few flows is.
+slow below `threshold` of it (latency: above typical / threshold). The run's own noise (noise(): each
+host's spread of its flows' log ratios, the median over hosts) sets how sure a median of a few flows is.
 Every host is healthy until evidence says otherwise; the widest cause is explained first:
 1. switch: every host below a leaf slow to other leaves (AGREE of its cross-leaf flows), the flows inside
    the leaf healthy;
@@ -135,17 +135,27 @@ def ratios(flows: list[Flow], judged: Iterable[str]) -> tuple[list[float], dict]
 
 
 def noise(flows: list[Flow], ratio: list[float]) -> dict[str, float]:
-    """{class: the spread of its flows' log ratios}: the median absolute deviation scaled to a normal
-    sigma, which the few slow flows of faults and collisions barely move; at least NOISE_FLOOR."""
-    logs: dict[str, list[float]] = {}
+    """{class: the spread of its flows' log ratios}: each host's median absolute deviation over its
+    flows (scaled to a normal sigma), the median over hosts, at least NOISE_FLOOR. A host's own spread
+    holds while fewer than half of its flows are slow (a slow host of four slows half of all flows, but
+    a third of each other host's), and the median over hosts leaves out the few that are not."""
+    keys: dict[tuple[str, str], int] = {}
+    group, values = [], []
     for f, r in zip(flows, ratio):
         if r > 0:
-            logs.setdefault("intra" if f.a == f.b else "inter", []).append(math.log(r))
-    out = {}
-    for cls, values in logs.items():
-        v = np.asarray(values)
-        out[cls] = max(NOISE_FLOOR, 1.4826 * float(np.median(np.abs(v - np.median(v)))))
-    return out
+            cls = "intra" if f.a == f.b else "inter"
+            for h in (f.a,) if f.a == f.b else (f.a, f.b):
+                group.append(keys.setdefault((cls, h), len(keys)))
+                values.append(math.log(r))
+    if not keys:
+        return {}
+    g, v = np.asarray(group), np.asarray(values)
+    middle = _group_percentiles(g, v, len(keys), 0.5)
+    spread = _group_percentiles(g, np.abs(v - middle[g]), len(keys), 0.5)
+    by_class: dict[str, list[float]] = {}
+    for (cls, _h), k in keys.items():
+        by_class.setdefault(cls, []).append(float(spread[k]))
+    return {cls: max(NOISE_FLOOR, 1.4826 * float(np.median(v))) for cls, v in by_class.items()}
 
 
 def binomial_tail(k: int, n: int, p: float) -> float:
