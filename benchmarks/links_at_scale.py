@@ -18,7 +18,9 @@ but within spec, they must PASS. A flow then runs at the smallest factor of the 
   link:NAME:NAME[@F]        the flows between the two hosts
   switch:LEAF[@F]           every flow between a host below the leaf and a host below another
   uplink:LEAF[@F]           one of the leaf's --uplinks U (default 8) degraded: each cross-leaf flow of
-                            the leaf lands on it with probability 1/U, drawn afresh every round
+                            the leaf lands on it with probability 1/U, drawn afresh every round; with
+                            --hash connection, each connection (host pair and rail) once for the run,
+                            both ways, as a TCP connection or an RDMA queue pair keeps its ECMP path
 F is the fault's share of the healthy rate (default 0.3).
 
 --model FILE replaces the built-in fabric: a Python file that defines `rate(flow, rng) -> float` (GB/s)
@@ -35,7 +37,7 @@ Compute is this process's wall time from the first round to the last verdict, th
 
     .venv/bin/python benchmarks/links_at_scale.py --hosts N --ranks-per-host G [--leaf-size L]
         [--plant SPEC[,SPEC...] | --model FILE] [--noise S] [--intra-noise S] [--ecmp P] [--mild M]
-        [--uplinks U] [--seed S] [--rounds K] [--verdicts]
+        [--uplinks U] [--hash round|connection] [--seed S] [--rounds K] [--verdicts]
     .venv/bin/python benchmarks/links_at_scale.py --hosts N --ranks-per-host G --leaf-size L --mixes M [fabric]
     .venv/bin/python benchmarks/links_at_scale.py --hosts N --ranks-per-host G --leaf-size L --mixes M --grid [--mild M]
         [--grid-noise 3,5,8] [--grid-ecmp 0,5,10]
@@ -54,6 +56,7 @@ rounds, measuring and compute; exit 0 when every mix is named exactly. With --gr
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import os
 import random
@@ -159,6 +162,7 @@ class Fabric:
     ecmp: float = 0.0
     mild: float = 0.0
     uplinks: int = UPLINKS
+    sticky: bool = False  # --hash connection: a connection keeps its uplink all run
 
 
 class Model:
@@ -172,6 +176,7 @@ class Model:
             key = tuple(args) if kind in ("link",) else (args[0], int(args[1])) if len(args) == 2 else args[0]
             self.by_kind.setdefault(kind, {})[key] = f
         names = layout.names()
+        self.seed = seed
         self.mild = set(random.Random(f"mild {seed}").sample(names, round(fabric.mild * len(names))))
 
     def rate(self, flow: ModelFlow, rng: random.Random) -> float:
@@ -188,11 +193,18 @@ class Model:
             for leaf in (flow.src_leaf, flow.dst_leaf):
                 f = min(f, k.get("switch", none).get(leaf, 1))
                 up = k.get("uplink", none).get(leaf)
-                if up is not None and rng.random() < 1 / fab.uplinks:
+                if up is not None and self._lands(flow, rng) < 1 / fab.uplinks:
                     f = min(f, up)
             if fab.ecmp and rng.random() < fab.ecmp * flow.load:
                 f = min(f, 0.5)  # two flows on one spine uplink: half of it each
         return INTER_GBPS * f * math.exp(fab.noise * rng.gauss(0, 1))
+
+    def _lands(self, flow: ModelFlow, rng: random.Random) -> float:
+        """Where a flow's uplink is drawn, in [0, 1): afresh, or from its connection once for the run."""
+        if not self.fabric.sticky:
+            return rng.random()
+        a, b = sorted((flow.src_host, flow.dst_host))
+        return random.Random(f"hash {self.seed} {a} {b} {flow.src_local}").random()
 
 
 class Simulation:
@@ -340,7 +352,7 @@ def run_mixes(args, fabric: Fabric, quiet: bool = False) -> Cell:
 
 def describe(fabric: Fabric) -> str:
     return (f"noise {100 * fabric.noise:g} %, intra {100 * fabric.intra_noise:g} %, ecmp {100 * fabric.ecmp:g} %, "
-            f"mild {100 * fabric.mild:g} %")
+            f"mild {100 * fabric.mild:g} %{', hash by connection' if fabric.sticky else ''}")
 
 
 def grid(args, fabric: Fabric) -> int:
@@ -351,8 +363,7 @@ def grid(args, fabric: Fabric) -> int:
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     exact = True
     for noise, ecmp in cells:
-        f = Fabric(noise, fabric.intra_noise, ecmp, fabric.mild, fabric.uplinks)
-        c = run_mixes(args, f, quiet=True)
+        c = run_mixes(args, dataclasses.replace(fabric, noise=noise, ecmp=ecmp), quiet=True)
         exact &= c.exact == c.runs
         print(f"| {args.hosts} x {args.ranks_per_host} | {100 * noise:g} % | {100 * ecmp:g} % | "
               f"{100 * fabric.mild:g} % | {c.runs} | {c.exact} | {c.false_hosts} ({c.false_runs}) | "
@@ -382,6 +393,8 @@ def main() -> int:
     ap.add_argument("--ecmp", type=float, default=0.0, help="share of a fully cross-leaf round's flows that collide")
     ap.add_argument("--mild", type=float, default=0.0, help="share of hosts at 0.88 of the rate (they must PASS)")
     ap.add_argument("--uplinks", type=int, default=UPLINKS, help="uplinks of a leaf (uplink:LEAF degrades one)")
+    ap.add_argument("--hash", choices=("round", "connection"), default="round",
+                    help="a degraded uplink takes a flow drawn afresh each round, or a connection for the run")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--rounds", default=None, help="K, or 'all' (default: links' default for the cluster)")
     ap.add_argument("--verdicts", action="store_true", help="print every host's verdict line and the findings")
@@ -399,7 +412,7 @@ def main() -> int:
             raise CommbenchError("--uplinks must be at least 1")
         if args.model and args.plant:
             raise CommbenchError("--model plants its own faults (PLANTED): give it or --plant, not both")
-        fabric = Fabric(args.noise, args.intra_noise, args.ecmp, args.mild, args.uplinks)
+        fabric = Fabric(args.noise, args.intra_noise, args.ecmp, args.mild, args.uplinks, args.hash == "connection")
         if args.grid and args.mixes is None:
             raise CommbenchError("--grid runs --mixes M in every cell: give --mixes")
         if args.mixes is not None:

@@ -90,6 +90,8 @@ MASTER_PORT = 29500
 # Several rails: rail r of host i at address .(i + 1 + RAIL_STRIDE r), routed by source through
 # table RAIL_TABLE + r of its namespace.
 MAX_RAILS = 2
+# Links of a bonded leaf uplink (Cluster.bond_uplinks).
+MEMBERS = 2
 RAIL_STRIDE = 100
 RAIL_TABLE = 100
 
@@ -142,6 +144,11 @@ def measured_until(measure, lands):
 
 def _tbf_spec(mbit: float) -> list:
     return ["root", "tbf", "rate", f"{int(mbit * 1000)}kbit", "burst", BURST, "latency", f"{LATENCY_MS}ms"]
+
+
+def _htb_rate(mbit: float) -> list:
+    rate = f"{int(mbit * 1000)}kbit"
+    return ["rate", rate, "ceil", rate, "burst", BURST]
 
 
 def _run(argv: list, check: bool = True) -> subprocess.CompletedProcess:
@@ -216,6 +223,7 @@ class Cluster:
         self._tmp: Optional[str] = None
         self.subnet = ""
         self.bridge_addr = ""
+        self.bonded: Optional[float] = None  # each bonded uplink member's rate (bond_uplinks)
 
     # ---- building and tearing down -------------------------------------------------------------
 
@@ -438,19 +446,59 @@ exec ip netns exec "$ns" unshare --uts sh -c "hostname $ns; $*"
                 tc = ["ip", "netns", "exec", hx.ns, "tc"]
                 _run([*tc, "qdisc", "replace", "dev", dev, "root", "handle", "1:", "htb", "default", "10"])
                 for cls, rate in (("1:10", hx.mbit), ("1:20", mbit)):
-                    _run([*tc, "class", "add", "dev", dev, "parent", "1:", "classid", cls, "htb", "rate",
-                          f"{int(rate * 1000)}kbit", "burst", BURST])
+                    _run([*tc, "class", "add", "dev", dev, "parent", "1:", "classid", cls, "htb",
+                          *_htb_rate(rate)])
                 for addr in hy.addrs:
                     _run([*tc, "filter", "add", "dev", dev, "parent", "1:", "protocol", "ip", "u32", "match", "ip",
                           "dst", f"{addr}/32", "flowid", "1:20"])
 
     def shape_uplink(self, leaf: int, mbit: Optional[float]) -> None:
-        """Leaf `leaf`'s uplink (both directions) at `mbit`, or unshaped again (None)."""
+        """Leaf `leaf`'s uplink (both directions) at `mbit` in all, or as built again (None): bonded
+        members at mbit / MEMBERS each, an unbonded uplink under one tbf."""
+        if self.bonded:
+            for m in range(MEMBERS):
+                self.shape_member(leaf, m, self.bonded if mbit is None else mbit / MEMBERS)
+            return
         for dev in self.uplink(leaf):
             if mbit is None:
                 _run(["tc", "qdisc", "del", "dev", dev, "root"], check=False)
             else:
                 _run(["tc", "qdisc", "replace", "dev", dev, *_tbf_spec(mbit)])
+
+    def bond_uplinks(self, mbit: float) -> None:
+        """Every leaf's uplink as MEMBERS links of `mbit` each, as a bond or ECMP group hashing on
+        layer 3+4: a TCP connection keeps its member for its life, both ways, and connections that
+        share a member share its rate, so that flows of a loaded round collide at random and a member
+        degraded (shape_member) slows a share of its leaf's cross-leaf connections. The hash is bit 1
+        of the source port XOR bit 1 of the destination port (the same both ways): bit 0 says nothing,
+        as Linux gives connect() even ports and bind() odd ones. An HTB class per member on each end of
+        the uplink's veth pair, u32 filters choosing it; what is not TCP takes member 0."""
+        self.bonded = mbit
+        for j in range(len(self.leaves or [])):
+            for dev in self.uplink(j):
+                _run(["tc", "qdisc", "replace", "dev", dev, "root", "handle", "1:", "htb", "default", "10"])
+                for m in range(MEMBERS):
+                    _run(["tc", "class", "add", "dev", dev, "parent", "1:", "classid", f"1:{10 + m}", "htb",
+                          *_htb_rate(mbit)])
+                for sport, dport in ((2, 0), (0, 2)):
+                    _run(["tc", "filter", "add", "dev", dev, "parent", "1:", "protocol", "ip", "prio", "1", "u32",
+                          "match", "ip", "protocol", "6", "0xff", "match", "ip", "sport", str(sport), "0x2",
+                          "match", "ip", "dport", str(dport), "0x2", "flowid", "1:11"])
+
+    def member_bytes(self, leaf: int) -> list[int]:
+        """The bytes each member of leaf `leaf`'s bonded uplink carried so far, both ways."""
+        sent = [0] * MEMBERS
+        for dev in self.uplink(leaf):
+            out = _run(["tc", "-s", "class", "show", "dev", dev]).stdout
+            for m, n in re.findall(r"class htb 1:1(\d) .*?\n\s*Sent (\d+) bytes", out):
+                sent[int(m)] += int(n)
+        return sent
+
+    def shape_member(self, leaf: int, member: int, mbit: float) -> None:
+        """One member of leaf `leaf`'s bonded uplink (bond_uplinks) at `mbit`, both ways."""
+        for dev in self.uplink(leaf):
+            _run(["tc", "class", "change", "dev", dev, "parent", "1:", "classid", f"1:{10 + member}", "htb",
+                  *_htb_rate(mbit)])
 
     def reset(self) -> None:
         """Every host's every rail at its build rate again, no pair filters, no uplink shaped."""

@@ -81,7 +81,9 @@ class Example:
     uses: Optional[str] = None  # an example whose files this one reads: run first, output not shown
     cluster: Optional[dict] = None  # Cluster(**cluster) of tests/cluster.py; CLUSTER_MPIRUN in lines
     ranks_per_host: int = 1  # CLUSTER_MPIRUN's ranks on each host of the cluster
-    # Done to the cluster before the steps: {"shape": [(host, mbit, rail)]} (tests/cluster.py's shape).
+    # Done to the cluster before the steps (tests/cluster.py's methods): {"bond": mbit} bonds every leaf's
+    # uplink (bond_uplinks), {"member": [(leaf, member, mbit)]} shapes a bond's member, {"shape": [(host,
+    # mbit, rail)]} a host's rail.
     faults: dict = dataclasses.field(default_factory=dict)
     slurm: Optional[int] = None  # a real Slurm (tests/slurm.py) of this many hosts: lines typed on its head node
     no_gpu: bool = False  # shows a GPU-less host's answer: skipped where a GPU is visible
@@ -155,7 +157,8 @@ EXAMPLES: dict[str, Example] = {
            "--budget-ms 50 --min-iters 3 --warmup 1 -o hosts.json", rc=(1,), show_rc=True),
     ], cluster={"hosts": 4, "rates": [300, 300, 100, 300]}, ranks_per_host=2),
     # docs/commands/links.md: 8 hosts of two rails in leaves of 3, 3 and 2 (topology.conf written from
-    # the cluster), host 4's rail 1 at a quarter of the rate; host level, then every rank pair, timed.
+    # the cluster), each leaf's uplink two bonded members of 400 Mbit/s (as tests/test_host_links.py),
+    # host 4's rail 1 at a fifth of the rate; host level, then every rank pair, timed.
     "links-rails": Example([
         sh("cat topology.conf"),
         sh("/usr/bin/time -f 'host level: %e s' -a -o times.txt " + CLUSTER_MPIRUN + "commbench links --level host "
@@ -164,7 +167,15 @@ EXAMPLES: dict[str, Example] = {
            "--level rank " + RAILS_LINKS + " -o pairs.json > pairs.txt", rc=(1,)),
         sh("tail -n 4 pairs.txt; cat times.txt"),
     ], cluster={"hosts": 8, "mbit": 200, "rails": 2, "leaves": [3, 3, 2]}, ranks_per_host=2,
-        faults={"shape": [(4, 50, 1)]}),
+        faults={"bond": 400, "shape": [(4, 40, 1)]}),
+    # The same cluster, healthy but for one member of leaf0's bonded uplink at 80 Mbit/s; every
+    # matching (--rounds all), as the test that names it.
+    "links-uplink": Example([
+        sh(CLUSTER_MPIRUN + "commbench links --level host --topology topology.conf --no-intra --rounds all "
+           + RAILS_LINKS + " -o uplink.json > uplink.txt", rc=(1,), show_rc=True),
+        sh("grep -v '^#   flows' uplink.txt | tail -n 11"),
+    ], cluster={"hosts": 8, "mbit": 200, "rails": 2, "leaves": [3, 3, 2]}, ranks_per_host=2,
+        faults={"bond": 400, "member": [(0, 1, 80)]}),
     # docs/commands/links.md: the simulation at 1,000 and 4,000 hosts of 8 ranks in leaves of 32, on a
     # noisy fabric with ECMP collisions and worn hosts; a model file.
     "links-at-scale": Example([
@@ -549,6 +560,10 @@ class Runner:
                 if ex.cluster.get("leaves"):
                     with open(os.path.join(folder, "topology.conf"), "w") as f:
                         f.write(c.topology_conf())
+                if ex.faults.get("bond"):
+                    c.bond_uplinks(ex.faults["bond"])
+                for leaf, member, mbit in ex.faults.get("member", []):
+                    c.shape_member(leaf, member, mbit)
                 for host, mbit, rail in ex.faults.get("shape", []):
                     c.shape(host, mbit, rail)
                 env = c.env()

@@ -6,6 +6,7 @@ figure and never measures the machine that reads the file."""
 from __future__ import annotations
 
 import json
+import math
 import socket
 import threading
 import time
@@ -112,6 +113,22 @@ def expectation(name: Optional[str], expect_gbps: Optional[float] = None, expect
                              f"--expect-gbps")
     bw = spot["bandwidth_gbps"]
     return Expectation(name, bw, alpha, f"{row['source']} ({bw:.1f} GB/s on {spot['host']}, by the run)")
+
+
+def nic_rate(text: str, option: str = "--nic-rate") -> float:
+    """A NIC's rate in GB/s from a catalog fabric's name (one of a given rate, not measured on the spot) or
+    a positive figure."""
+    try:
+        gbps = float(text)
+    except ValueError:
+        row = catalog().get(text)
+        if row is None or measured_here(text):
+            names = ", ".join(name for name in catalog() if not measured_here(name))
+            raise CommbenchError(f"{option} {text}: give a rate in GB/s or a fabric of the catalog: {names}") from None
+        return float(row["bandwidth_gbps"])
+    if not (math.isfinite(gbps) and gbps > 0):
+        raise CommbenchError(f"{option} {text}: a rate in GB/s is a positive number")
+    return gbps
 
 
 def guess_fabric(meta: dict) -> Optional[str]:

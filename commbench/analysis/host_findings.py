@@ -32,6 +32,9 @@ def _switch(f: dict, host: str) -> str:
 
 
 def _uplink(f: dict, host: str) -> str:
+    if "links" in f:  # named from the host pairs through its uplinks (host_verdicts.UPLINK_LINKS)
+        return (f"{f['subject']}: {f['links']} host pairs through its uplinks, from {f['from']} of its hosts, slow both "
+                f"ways at {_pct(f['ratio'])} ({_of(f)} slow when measured again): a degraded uplink")
     return (f"{f['subject']}: {100 * f['share']:.0f} % of its flows to other leaves slow ({_of(f)}) where the other "
             f"leaves' flows of the same rounds give {100 * f['expected']:.1f} %: a degraded uplink")
 

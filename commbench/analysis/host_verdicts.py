@@ -25,7 +25,9 @@ Every host is healthy until evidence says otherwise; the widest cause is explain
    MARGIN_Z standard errors of such a median. A rail bad both ways is a rail, one way an rx or tx, every
    rail of a host bad a host;
 4. link: one rail of a host pair slow both ways in the first rounds and again, each way, in the
-   confirmation rounds (the same median rule), neither end bad.
+   confirmation rounds (the same median rule), neither end bad; UPLINK_LINKS links or more through one
+   leaf's uplinks, from two of its hosts or more, are that leaf's uplink (a connection that keeps its
+   path keeps a degraded uplink's slowness, and a small cluster has too few flows to show it by share).
 A suspect that the light rounds find healthy is a transient: reported with its counts, no FAIL.
 Intra-host flows are judged per host as `links` judges ranks (analysis/links.attribute). Each finding
 carries how many measurements agreed (`agreed`) out of how many (`measured`)."""
@@ -56,8 +58,17 @@ NOISE_FLOOR = 0.01
 UPLINK_P = 1e-6
 UPLINK_SUSPECT_P = 1e-3
 UPLINK_EXCESS = 0.03
-# Cross-leaf flows of a round outside a leaf needed to say what the round's chance of a slow one is.
+# Host pairs found slow as links through one leaf's uplinks, from two of its hosts or more, that are one
+# uplink rather than as many links: where a connection keeps its path for its life (TCP, RDMA queue pairs
+# on ECMP), a degraded uplink slows a fixed share of its leaf's connections, each slow both ways and again
+# when measured again, as a bad cable would be. A small cluster has too few flows to show it by share.
+UPLINK_LINKS = 3
+# Cross-leaf flows of a round outside a leaf needed to say what the round's chance of a slow one is;
+# in a small cluster, of its rounds together (each has few): estimated as (slow + 1) / (flows + 2), 8
+# healthy flows already say a chance of one in ten, against which a leaf's uplink is named only where
+# about half its flows are slow.
 BASELINE_FLOWS = 20
+POOLED_BASELINE_FLOWS = 8
 FIRST, CONFIRM = "inter", "confirm"
 
 Subject = tuple[str, int, str]  # (host, rail, 'tx' or 'rx')
@@ -241,14 +252,15 @@ class _Judgement:
             self.found += self._switches()
         pre = self._suspects()
         self.probe_leaves: list[str] = []
-        if self.leaves:
-            pairs = self._pair_suspects() | (set(planned.pair_keys) if planned is not None else set())
-            self.found += self._uplinks(pre, pairs)
-        self.suspects = self._suspects()
         self.again_pairs = {key[:2] for key in (planned.pair_keys if planned is not None else self._pair_suspects())}
+        if self.leaves:
+            self.found += self._uplinks(pre)
+        self.suspects = self._suspects()
         self.found += self._subjects()
         self.suspect_pairs = self._pair_suspects()
         self.found += self._links()
+        if self.leaves:
+            self._uplinks_of_links()
 
     # -- leaves ------------------------------------------------------------------------------------
 
@@ -311,10 +323,11 @@ class _Judgement:
             return None
         return min(shares)
 
-    def _uplinks(self, suspects: set[Subject], pairs: set[RailPair]) -> list[dict]:
+    def _uplinks(self, suspects: set[Subject]) -> list[dict]:
         """Leaves whose cross-leaf flows are slow more often than the other leaves' in the same rounds
-        (the flows of suspect rails and suspect host pairs left out: a bad NIC or path is not its leaf's
-        uplink, and a suspect pair is measured again and again)."""
+        (the flows of suspect rails left out: a bad NIC is not its leaf's uplink; and the host pairs
+        measured again, but for their first measurement: a repeat of a slow pair is no new sample of
+        how the uplinks treat flows, where a connection keeps its path for its life)."""
         ev, leaf_of = self.ev, self.leaf_of
         # (round, leaf) -> [flows, slow]; round -> [flows, slow]
         per: dict[tuple[int, str], list[int]] = {}
@@ -324,7 +337,7 @@ class _Judgement:
         for i, f in enumerate(ev.flows):
             la, lb = leaf_of[f.a], leaf_of[f.b]
             if (la == lb or ev.explained[i] or (f.a, f.la, "tx") in suspects or (f.b, f.lb, "rx") in suspects
-                    or (*sorted((f.a, f.b)), f.la) in pairs):
+                    or (not ev.first[i] and tuple(sorted((f.a, f.b))) in self.again_pairs)):
                 continue
             counted.add(i)
             t = total.setdefault(self._slot(i), [0, 0])
@@ -414,15 +427,23 @@ class _Judgement:
             c[1] += ev.slow[i]
         n = k = 0
         expected = 0.0
+        few = [0, 0, 0, 0]  # the rounds of too few flows elsewhere, pooled: flows, slow; elsewhere, slow
         for rnd, (nl, kl) in by_round.items():
             n_all, k_all = total[rnd]
             n_leaf, k_leaf = per[(rnd, leaf)]
             n_rest, k_rest = n_all - n_leaf, k_all - k_leaf
             if n_rest < BASELINE_FLOWS:
-                continue  # no other leaf says what this round's chance is
+                few = [few[0] + nl, few[1] + kl, few[2] + n_rest, few[3] + k_rest]
+                continue
             n += nl
             k += kl
             expected += nl * (k_rest + 1) / (n_rest + 2)
+        # A small cluster's rounds each have few flows outside a leaf, and are loaded alike: together
+        # they say what a round's chance is. Still too few: no other leaf says it.
+        if few[2] >= POOLED_BASELINE_FLOWS:
+            n += few[0]
+            k += few[1]
+            expected += few[0] * (few[3] + 1) / (few[2] + 2)
         return k, n, expected
 
     # -- rails of hosts, each way ---------------------------------------------------------------------
@@ -549,6 +570,30 @@ class _Judgement:
                           "agreed": sum(ev.slow[i] for i in idx), "measured": len(idx),
                           "others": {h: len({ev.other(i, h) for i in ev.of[h]} - {a, b}) for h in (a, b)}})
         return found
+
+    def _uplinks_of_links(self) -> None:
+        """Links through one leaf's uplinks (UPLINK_LINKS or more, from two of its hosts or more) as the
+        leaf's uplink: the leaf of most such links first, its links then gone."""
+        while True:
+            through: dict[str, list[tuple[dict, str]]] = {}
+            for f in self.found:
+                if f["kind"] == "link":
+                    a, b = f["hosts"]
+                    if self.leaf_of[a] != self.leaf_of[b]:
+                        for own in (a, b):
+                            through.setdefault(self.leaf_of[own], []).append((f, own))
+            candidates = [leaf for leaf in sorted(through) if len(through[leaf]) >= UPLINK_LINKS
+                          and len({own for _f, own in through[leaf]}) >= 2]
+            if not candidates:
+                return
+            leaf = max(candidates, key=lambda x: len(through[x]))
+            links = [f for f, _own in through[leaf]]
+            flows = [row for f in links for row in f["flows"]]
+            self.found = [f for f in self.found if not any(f is x for x in links)]
+            self.found.append({"kind": "uplink", "subject": leaf, "hosts": self.leaves.members[leaf], "flows": flows,
+                               "ratio": float(np.median([row[3] for row in flows])), "links": len(links),
+                               "from": len({own for _f, own in through[leaf]}),
+                               "agreed": sum(f["agreed"] for f in links), "measured": sum(f["measured"] for f in links)})
 
     def needs(self) -> tuple[set[str], list[RailPair], set[str]]:
         """(the hosts of suspect subjects, the suspect rails of host pairs where neither end is a

@@ -66,12 +66,16 @@ RANK_LEVEL_MAX = 8
 @click.option("--intra/--no-intra", default=True, show_default=True,
               help="Host level: measure and judge the rank pairs inside each host too (--no-intra: only flows "
                    "between hosts, where another check covers the inside of a node).")
+@click.option("--nic-rate", "nic_text", default=None, metavar="FABRIC|GBPS",
+              help="Host level: the rate a flow between hosts has alone, as a catalog fabric (ib-ndr, eth-400g; see "
+                   "'commbench fabrics') or GB/s. Default: rank 0's fastest NIC as the topology snapshot knows it. "
+                   "A typical flow below 60 % of it is warned of: a NIC at half its rate would pass.")
 @policy_options
 @timing_options
 @ranks_option
 @timeout_option
 def links(impl, latency_size, bandwidth_size, window, threshold_pct, mad_z, judged, source, level, rounds_text, seed,
-          topology_path, intra, nranks, timeout_s, output, policy) -> None:
+          topology_path, intra, nic_text, nranks, timeout_s, output, policy) -> None:
     """Find the bad link, rank, host, NIC rail or leaf switch. Rank level: every rank pair's latency and
     bandwidth, one pair at a time and in rounds of disjoint pairs at once, as rank x rank matrices; pairs
     far below the typical one of comparable (intra-host or inter-host) pairs are flagged and attributed.
@@ -97,12 +101,14 @@ def links(impl, latency_size, bandwidth_size, window, threshold_pct, mad_z, judg
                         doc["results"], judged)
         _show(found)
         sys.exit(1 if found["findings"] else 0)
+    from ..analysis.fabrics import nic_rate
     from ..analysis.topology import load_topology
-    host_rounds = _host_rounds(level, rounds_text, seed, topology_path, intra)
+    nic_gbps = None if nic_text is None else nic_rate(nic_text)
+    host_rounds = _host_rounds(level, rounds_text, seed, topology_path, intra, nic_gbps)
     topology = load_topology(topology_path) if topology_path else None
-    if detect_launcher() is None and level == "auto" and _host_only(rounds_text, seed, topology_path, intra):
-        raise NodeError("--rounds, --seed, --topology and --no-intra apply at host level, and a standalone run's ranks "
-                        "are all on this one host: launch across hosts (mpirun, srun, torchrun)")
+    if detect_launcher() is None and level == "auto" and _host_only(rounds_text, seed, topology_path, intra, nic_gbps):
+        raise NodeError(f"{HOST_OPTIONS} apply at host level, and a standalone run's ranks are all on this one host: "
+                        f"launch across hosts (mpirun, srun, torchrun)")
 
     sizes = [parse_size(latency_size, "--latency-size"), parse_size(bandwidth_size, "--bandwidth-size")]
     if min(sizes) < 1:
@@ -127,7 +133,8 @@ def links(impl, latency_size, bandwidth_size, window, threshold_pct, mad_z, judg
         cfg = RunConfig(op="p2p", impls=(impl,), sizes=tuple(sizes), dtype="uint8", redop="none", device=device,
                         window=window, timeout_s=timeout_s, policy=policy)
         if _level(level, world.hosts) == "host":
-            return _host_body(world, cfg, sizes, threshold_pct, judged, host_rounds, seed, topology, intra, output)
+            return _host_body(world, cfg, sizes, threshold_pct, judged, host_rounds, seed, topology, intra, output,
+                              nic_gbps=nic_gbps)
         reporter = make_reporter(world, cfg, output or default_path("links"), _rank_level_steps(world.size),
                                  config={"links": {"latency_size": sizes[0], "bandwidth_size": sizes[1],
                                                    "threshold_pct": threshold_pct, "mad_z": mad_z,
@@ -145,17 +152,20 @@ def _rank_level_steps(ranks: int) -> int:
     return 2 * 2 * (ranks * (ranks - 1) // 2)
 
 
-def _host_only(rounds_text, seed: int, topology_path, intra: bool) -> bool:
+HOST_OPTIONS = "--rounds, --seed, --topology, --no-intra and --nic-rate"
+
+
+def _host_only(rounds_text, seed: int, topology_path, intra: bool, nic_gbps: Optional[float]) -> bool:
     """Whether an option that only host level reads was given."""
-    return rounds_text is not None or seed != 0 or topology_path is not None or not intra
+    return rounds_text is not None or seed != 0 or topology_path is not None or not intra or nic_gbps is not None
 
 
-def _host_rounds(level: str, rounds_text, seed: int, topology_path, intra: bool) -> Optional[str | int]:
+def _host_rounds(level: str, rounds_text, seed: int, topology_path, intra: bool,
+                 nic_gbps: Optional[float]) -> Optional[str | int]:
     """--rounds as host level takes it ('default', a count or None for every pair), refused with
-    --level rank, as are --seed, --topology and --no-intra: before any rank starts."""
-    if level == "rank" and _host_only(rounds_text, seed, topology_path, intra):
-        raise CommbenchError("--rounds, --seed, --topology and --no-intra apply to --level host (or auto across hosts), "
-                             "not rank")
+    --level rank, as are the other host-level options: before any rank starts."""
+    if level == "rank" and _host_only(rounds_text, seed, topology_path, intra, nic_gbps):
+        raise CommbenchError(f"{HOST_OPTIONS} apply to --level host (or auto across hosts), not rank")
     from ..analysis.host_schedule import parse_rounds
     return "default" if rounds_text is None else parse_rounds(rounds_text)
 
@@ -169,7 +179,8 @@ def _level(level: str, hosts: list[str]) -> str:
     return level
 
 
-def _host_body(world, cfg, sizes, threshold_pct, judged, host_rounds, seed, topology, intra, output) -> int:
+def _host_body(world, cfg, sizes, threshold_pct, judged, host_rounds, seed, topology, intra, output, *,
+               nic_gbps: Optional[float]) -> int:
     from ..analysis.host_level import Layout, first_rounds
     from ..analysis.host_report import nic_rate_gbps, report, round_rows
     from ..analysis.host_schedule import default_rounds
@@ -183,7 +194,7 @@ def _host_body(world, cfg, sizes, threshold_pct, judged, host_rounds, seed, topo
     plan = HostPlan(layout, k, seed, threshold_pct / 100, judged, intra)
     settings = {"level": "host", "latency_size": sizes[0], "bandwidth_size": sizes[1], "threshold_pct": threshold_pct,
                 "judged": list(judged), "seed": seed, "rounds_asked": "all" if k is None else k,
-                "topology": topology.source if topology else None, "intra": intra}
+                "topology": topology.source if topology else None, "intra": intra, "nic_gbps": nic_gbps}
     if cfg.impls[0] == "nccl":
         from ..transports.nccl import channels_of_a_flow_alone
         settings["nccl_channels_per_net_peer"] = channels_of_a_flow_alone()
@@ -212,7 +223,7 @@ def _host_body(world, cfg, sizes, threshold_pct, judged, host_rounds, seed, topo
                                              {**settings, "nccl_channels": reporter.file.doc.get("nccl_channels")},
                                              done.flows, round_rows(done.rounds),
                                              nics=reporter.file.doc.get("nccl_nics") or nics,
-                                             nic_gbps=nic_rate_gbps(reporter.file.doc.get("topology"))),
+                                             nic_gbps=nic_gbps or nic_rate_gbps(reporter.file.doc.get("topology"))),
                               cfg.impls[0] == "nccl")
 
 
