@@ -1,4 +1,5 @@
-"""Where a command's fixed cost goes: with COMMBENCH_TRACE_START=1 (which the ranks inherit) every
+"""Where a command's fixed cost goes: with COMMBENCH_TRACE_START=1 (which the ranks inherit; 0, false,
+no, off or empty: off) every
 phase of a command prints one line on stderr, `# start <rank or top> <phase> <ms since the command
 began>`. The command began when the process that the user started did: its own start as the kernel
 recorded it (interpreter start-up and imports included), handed on to the ranks it launches, so that
@@ -7,6 +8,7 @@ own start."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -16,6 +18,11 @@ VAR = "COMMBENCH_TRACE_START"
 # The epoch second at which the command began, set by the first commbench process for those it starts.
 BEGAN_VAR = "COMMBENCH_TRACE_BEGAN"
 _RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "MV2_COMM_WORLD_RANK", "SLURM_PROCID", "RANK")
+
+
+def enabled() -> bool:
+    """Whether tracing is on: COMMBENCH_TRACE_START set to anything but 0, false, no, off or nothing."""
+    return os.environ.get(VAR, "").strip().lower() not in ("", "0", "false", "no", "off")
 
 
 def _process_began() -> float:
@@ -32,7 +39,7 @@ def _process_began() -> float:
 
 
 def _began() -> Optional[float]:
-    if not os.environ.get(VAR):
+    if not enabled():
         return None
     if BEGAN_VAR not in os.environ:
         os.environ[BEGAN_VAR] = repr(_process_began())  # the ranks launched from here inherit it
@@ -48,13 +55,14 @@ def phase(name: str, at: Optional[float] = None) -> None:
     if began is None:
         return
     who = next((os.environ[v] for v in _RANK_VARS if os.environ.get(v, "").isdecimal()), "top")
-    sys.stderr.write(f"# start {who} {name} {1000 * ((at or time.time()) - began):.0f}\n")
-    sys.stderr.flush()
+    with contextlib.suppress(OSError):  # a diagnostic: a stderr that cannot take it (2>/dev/full) stops nothing
+        sys.stderr.write(f"# start {who} {name} {1000 * ((at or time.time()) - began):.0f}\n")
+        sys.stderr.flush()
 
 
 def launched() -> None:
     """In a process that a commbench process launched (a rank of the standalone launch): `started`,
     when the kernel started it, so that the launcher's time (mpirun's start, its daemon's fork) is
     told from the rank's own interpreter start and imports."""
-    if os.environ.get(VAR) and BEGAN_VAR in os.environ:
+    if enabled() and BEGAN_VAR in os.environ:
         phase("started", at=_process_began())

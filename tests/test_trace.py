@@ -1,8 +1,11 @@
 """COMMBENCH_TRACE_START=1: one line per phase of a command on stderr, from the top-level process and
 from every rank it launches, on one clock (the command's start); nothing without it."""
 
+import os
+import subprocess
+
 import pytest
-from conftest import commbench, mpi_env, torchrun_style
+from conftest import COMMBENCH, commbench, mpi_env, torchrun_style
 from conftest import traced_phases as phases
 
 ARGS = ["allreduce", "--impl", "mpi", "--np", "2", "--sizes", "1K", "--iters", "5", "--warmup", "1", "--no-fit"]
@@ -54,3 +57,18 @@ def test_ranks_of_a_users_launcher_count_from_their_own_start(workdir):
         assert list(seen) == [str(rank)]
         names = [p for p, _ in seen[str(rank)]]
         assert names[:3] == ["imports", "world-init", "topology"] and "started" not in names, names
+
+
+@pytest.mark.parametrize("value", ["0", "false", "No", "off", " "])
+def test_a_value_that_says_off_prints_no_phase(value, workdir):
+    r = commbench(["version"], cwd=workdir, env={"COMMBENCH_TRACE_START": value})
+    assert r.returncode == 0 and "# start " not in r.stderr, r.stderr
+
+
+def test_a_stderr_that_cannot_take_the_trace_changes_nothing(workdir):
+    """The trace is a diagnostic: a full device on stderr (2>/dev/full) neither stops the command nor
+    changes its exit status."""
+    with open("/dev/full", "w") as full:
+        r = subprocess.run([COMMBENCH, "version"], cwd=workdir, stdout=subprocess.PIPE, stderr=full, text=True,
+                           env={**os.environ, "COMMBENCH_TRACE_START": "1"}, timeout=60)
+    assert r.returncode == 0 and r.stdout.startswith("commbench "), r.stdout
