@@ -9,18 +9,19 @@ import re
 # AWS access key ids, JSON web tokens, PEM private keys). A named one is `password=...`,
 # `password: ...`, `"password": "..."` (a quoted name or value: JSON, Python, a shell), `--password
 # ...` (a command line's flag) or `Authorization: Bearer ...`, at the start or after , ; & ? = : a
-# space, a quote or an opening bracket, as a library's message quotes a setting. Each credential is
+# space, a quote, an opening bracket (as a library's message quotes a setting) or a slash (a folder
+# of a path named so). Each credential is
 # replaced by REDACTED; the rest of the value (a host, a port, a tuning setting beside it, a quote)
 # stays.
 REDACTED = "<redacted>"
 # "pass" as the last word of a name (UCX_PASS, db.pass), not inside another (BYPASS) nor before
-# another (--pass-pct, a threshold).
-_WORDS = r"(?:token|key|secret|password|passwd|passphrase|pwd|auth|sig|signature|cred|cookie|(?<![a-z])pass(?![\w.-]))"
+# another (--pass-pct, a threshold); "sig" in lower case alone (a URL's sig=, not PCI-SIG).
+_WORDS = r"(?:token|key|secret|password|passwd|passphrase|pwd|auth|(?-i:sig)|signature|cred|cookie|(?<![a-z])pass(?![\w.-]))"
 _NAME = rf"[A-Za-z0-9_.-]*{_WORDS}[A-Za-z0-9_.-]*"
 # A quoted value is redacted up to its closing quote (a space inside it included), a bare one up to
 # the first separator.
 _VALUE = r"(?:\"(?P<dq>[^\"]*)\"|'(?P<sq>[^']*)'|(?P<bare>[^&;,#\s'\")\]}]*))"
-_NAMED = re.compile(rf"(?P<keep>(?:^|[?&;,=:'\"(\[{{\s])['\"]?{_NAME}['\"]?\s*(?:=|:)\s*(?:(?:Bearer|Basic|Digest|Token)\s+)?)"
+_NAMED = re.compile(rf"(?P<keep>(?:^|[?&;,=:'\"(\[{{\s/])['\"]?{_NAME}['\"]?\s*(?:=|:)\s*(?:(?:Bearer|Basic|Digest|Token)\s+)?)"
                     rf"{_VALUE}", re.IGNORECASE)
 _FLAG = re.compile(rf"(?P<keep>(?:^|\s)--?{_NAME}\s+){_VALUE}", re.IGNORECASE)
 _SHAPES = [
@@ -50,4 +51,15 @@ def scrub(value: str) -> str:
 def secret_name(name: str) -> bool:
     """Whether a variable's or a setting's name says that it holds a credential (UCX_PASSWORD,
     GLOO_AUTH_TOKEN, NCCL_..._KEY, UCX_PASS), whatever library it belongs to."""
-    return re.search(_WORDS, name, re.IGNORECASE) is not None
+    return re.search(_WORDS, name.lower()) is not None  # lowered: a variable's SIG is a name's sig
+
+
+def scrub_all(value):
+    """value (JSON-like: dicts, lists, strings, numbers) with every string scrubbed; keys kept."""
+    if isinstance(value, str):
+        return scrub(value)
+    if isinstance(value, dict):
+        return {k: scrub_all(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [scrub_all(v) for v in value]
+    return value

@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 import xmlschema
@@ -403,6 +404,11 @@ def test_a_baseline_of_another_sku_or_timing_is_not_picked(tmp_path):
 def test_promote_needs_an_accept_run_folder(tmp_path):
     r = commbench(["baseline", "promote", str(tmp_path)], cwd=str(tmp_path))
     assert r.returncode == 2 and "is not the folder of an accept run (it has no summary.json)" in r.stderr
+    # A summary that is a FIFO no one writes to is read as empty, not waited on.
+    os.mkfifo(tmp_path / "summary.json")
+    r = commbench(["baseline", "promote", str(tmp_path)], cwd=str(tmp_path), timeout=30)
+    assert (r.returncode, r.stderr) == (2, f"commbench: error: {tmp_path / 'summary.json'} is not JSON: Expecting value: "
+                                           f"line 1 column 1 (char 0)\n")
 
 
 def test_a_step_past_its_limit_or_failing_is_judged_so_and_the_next_runs(tmp_path):
@@ -647,6 +653,47 @@ def test_accept_on_a_full_disk_is_refused_before_any_step(full_disk, tmp_path):
     assert (r.returncode, r.stderr) == (2, f"commbench: error: cannot write {full_disk / 'out'}: 0 KiB free, less than "
                                            f"the 16 MiB it may take: free some room or choose another place\n")
     assert r.stdout == "" and os.listdir(full_disk) == ["filler"] and not junit.exists()
+
+
+def test_a_junit_in_the_runs_own_folder_is_refused_before_any_step(tmp_path):
+    """summary.json, or a step's result file, named as --junit: refused before anything runs, not
+    overwritten with XML (nor exit 2 after a PASS run)."""
+    plan = tmp_path / "p.toml"
+    plan.write_text('description = "d"\n[[step]]\nname = "topo"\ncommand = "topo"\n')
+    for name in ("summary.json", "topo.json"):
+        junit = tmp_path / "out" / HOST / name
+        r = commbench(["accept", "--plan", str(plan), "-o", str(tmp_path / "out"), "--junit", str(junit)],
+                      cwd=str(tmp_path))
+        assert (r.returncode, r.stdout) == (2, ""), r.stderr
+        assert r.stderr == (f"commbench: error: --junit {junit} is in the run's folder {tmp_path / 'out' / HOST}, which "
+                            f"takes the steps' files and the summaries: name a file outside it\n")
+        assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.mpi
+def test_a_junit_that_another_accept_took_is_refused_before_any_step(tmp_path):
+    """Two accepts that name one --junit: the second is refused as it starts, while the first runs
+    (the first's file is made empty before its first step, and replaced whole by its JUnit)."""
+    plan = tmp_path / "p.toml"
+    plan.write_text(GOOD + 'options = { device = "cpu", sizes = "1K", iters = 2, np = 2, impl = "mpi" }\n')
+    junit = tmp_path / "j.xml"
+    first = subprocess.Popen([COMMBENCH, "accept", "--plan", str(plan), "-o", str(tmp_path / "a"), "--junit", str(junit)],
+                             cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=mpi_env())
+    try:
+        deadline = time.monotonic() + 60
+        while not junit.exists() and first.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        r = commbench(["accept", "--plan", str(plan), "-o", str(tmp_path / "b"), "--junit", str(junit)],
+                      cwd=str(tmp_path))
+        out, err = first.communicate(timeout=120)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    assert (r.returncode, r.stdout, r.stderr) == (2, "", f"commbench: error: {junit} already exists; choose another "
+                                                         f"--junit\n")
+    assert not (tmp_path / "b" / HOST).exists()
+    assert first.returncode == 0, err
+    assert junit.read_text().startswith("<testsuites ") and "<testcase " in junit.read_text()
 
 
 def test_junit_of_an_interrupted_run_is_no_pass_and_holds_any_text(tmp_path):

@@ -844,6 +844,33 @@ def test_a_record_repeated_in_a_result_file_is_refused(tmp_path):
     assert len(results.load_document(str(path))["results"]) == 5
 
 
+@pytest.mark.parametrize("bad", [0, -1])
+def test_a_bad_record_among_many_is_named_without_walking_the_others(bad, monkeypatch):
+    """The error path's cost does not grow with the records: jsonschema walks the document without
+    them, and the first record that the compiled check refuses (a file of 900,000 records lacking a
+    field took minutes when every record's errors were collected and sorted)."""
+    recs = synthetic("allreduce", "ring@mpi", 4, ring(4, 3e-6, 10e9), sizes=SIZES[:1])
+    many = [dict(recs[0], size_bytes=k + 1) for k in range(20_000)]
+    index = bad % len(many)
+    many[index] = {k: v for k, v in many[index].items() if k != "op"}
+    walked = []
+    real = results._validator()
+
+    class Spy:
+        def iter_errors(self, doc):
+            walked.append(len(doc.get("results") or ()) if isinstance(doc, dict) else None)
+            return real.iter_errors(doc)
+
+        def descend(self, *args, **kwargs):
+            walked.append(1)
+            return real.descend(*args, **kwargs)
+    monkeypatch.setattr(results, "_validator", lambda: Spy())
+    with pytest.raises(CommbenchError) as err:
+        results.validate(doc_of(many), "big.json")
+    assert str(err.value) == f"big.json: invalid field 'results/{index}': 'op' is a required property"
+    assert walked == [0, 1], walked
+
+
 def test_wrong_results_make_no_baseline_and_pass_no_comparison(tmp_path):
     recs = synthetic("allreduce", "ring@mpi", 4, ring(4, 3e-6, 10e9))
     bad = copy.deepcopy(recs)

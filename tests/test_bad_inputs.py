@@ -63,6 +63,7 @@ def _make_files(folder: str) -> None:
         "taken.json": b"precious",
         "taken.png": b"precious",
         "garbage.log": bytes(range(256)) * 64,  # neither text nor anyone's output, with a line break every 256 bytes
+        "nthreads0.json": b'{"version": 3, "config": {"nthreads": 0, "ngpus": 1, "devices": [{"rank": 0}]}, "results": []}',
     }
     with open(os.path.join(HERE, "data", "nccl-tests", "all_gather_perf-8gpu.txt"), "rb") as f:
         texts["nccl.log"] = f.read()

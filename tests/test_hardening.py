@@ -16,7 +16,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import COMMBENCH, HERE, HUNG_S, ROOT, commbench, free_port, in_process, mpi_env, mpirun, torchrun_env, torchrun_style
+from conftest import COMMBENCH, HERE, HUNG_S, MPIRUN, ROOT, commbench, free_port, in_process, mpi_env, mpirun, torchrun_env, torchrun_style
 
 from commbench.analysis import fit
 from commbench.analysis import verdicts as fitreport
@@ -781,3 +781,42 @@ def test_sigterm_during_a_report_leaves_no_temporary_file(tmp_path, sent):
     out, err = p.communicate(timeout=60)
     assert p.returncode == 128 + sent and err == "commbench: terminated\n", err
     assert sorted(os.listdir(tmp_path)) == ["run.json"]
+
+
+@pytest.mark.mpi
+def test_no_planted_credential_reaches_any_file_or_stream(tmp_path):
+    """A credential planted in every input a run takes (the environment, a launch command, the paths
+    of its plan, its output folder and its JUnit, an imported file's host names) reaches no file the
+    runs write and no line they print: grepped for, everywhere."""
+    def token(k: int) -> str:
+        return f"ghp_{k}" + "Qx7" * 11
+    planted = [token(k) for k in range(6)] + ["Hunter2Secret"]
+    plan_dir = tmp_path / "cfg-password=Hunter2Secret"
+    plan_dir.mkdir()
+    plan = plan_dir / "p.toml"
+    plan.write_text('description = "d"\nscope = "cluster"\n[[step]]\nname = "allreduce"\ncommand = "allreduce"\n'
+                    'options = { impl = "mpi", sizes = "1K", iters = 2, warmup = 1 }\n')
+    env = {**mpi_env(), "NCCL_DEBUG_SUBSYS": token(0)}
+    accept = subprocess.run([COMMBENCH, "accept", "--plan", str(plan), "-o", str(tmp_path / f"acc-{token(1)}"),
+                             "--junit", str(tmp_path / f"j-{token(2)}.xml"),
+                             "--launch", f"{MPIRUN} --np 2 -x HF_TOKEN={token(3)}"],
+                            capture_output=True, text=True, env=env, cwd=str(tmp_path), timeout=HUNG_S)
+    assert accept.returncode == 0, accept.stdout + accept.stderr
+    nccl_json = json.loads(open(os.path.join(HERE, "fixtures", "imports", "nccl-tests-all_reduce_perf-8gpu.json")).read())
+    for d in nccl_json["config"]["devices"]:
+        d["hostname"] = token(4)
+    (tmp_path / "nccl.json").write_text(json.dumps(nccl_json))
+    imported = subprocess.run([COMMBENCH, "import", "nccl-tests", str(tmp_path / "nccl.json"), "-o",
+                               str(tmp_path / f"imp-{token(5)}.json")],
+                              capture_output=True, text=True, env=env, cwd=str(tmp_path), timeout=HUNG_S)
+    assert imported.returncode == 0, imported.stderr
+    texts = {"accept's stdout": accept.stdout, "accept's stderr": accept.stderr, "import's stdout": imported.stdout,
+             "import's stderr": imported.stderr}
+    for folder, _, names in os.walk(tmp_path):
+        for name in names:
+            if name not in ("p.toml", "nccl.json"):  # the inputs themselves
+                texts[os.path.join(folder, name)] = open(os.path.join(folder, name), errors="replace").read()
+    assert len(texts) > 10, sorted(texts)  # the run's files: summaries, JUnit, step files and logs, the import
+    leaks = {where: [s for s in planted if s in text] for where, text in texts.items()}
+    assert not {where: found for where, found in leaks.items() if found}, leaks
+    assert "-x HF_TOKEN=&lt;redacted&gt; " in open(tmp_path / f"j-{token(2)}.xml").read()

@@ -5,6 +5,7 @@ in the launch's folder), and the command line's own where a signal meets its fir
 import io
 import os
 import signal
+import time
 
 import pytest
 
@@ -79,6 +80,26 @@ def test_a_ranks_error_line_after_mpiruns_nul_byte_ends_the_run():
     relayed.join(10)
     assert relayed.ending == line and relay.by_rank_0(relayed.ending)
     assert sink.getvalue() == line + b"\r\n"
+
+
+@pytest.mark.parametrize("relayer", ["start", "pass_on"])
+def test_a_librarys_message_is_relayed_without_its_credential(relayer):
+    """What the ranks and mpirun say passes through scrubbed (UCX and Open MPI quote the settings they
+    were given), a line at a time: a line that comes in pieces, a credential split between them, is
+    held until it ends; a progress bar's redraws (carriage returns) pass on as they end, what is left
+    at the end of the stream too."""
+    read_end, write_end = os.pipe()
+    sink = io.BytesIO()
+    relayed = getattr(relay, relayer)(read_end, sink)
+    token = b"AKIA" + b"ABCDEFGHIJ234567"
+    for piece in (b"UCX  WARN  UCX_NET_DEVICES=mlx5_0:1,", token[:9], token[9:] + b" unknown\n",
+                  b"\r[##   ] 40%", b"\r[#####] 100%", b" btl_tcp_if_include=", token):
+        os.write(write_end, piece)
+        time.sleep(0.02)  # each its own read
+    os.close(write_end)
+    relayed.join(10)
+    assert sink.getvalue() == (b"UCX  WARN  UCX_NET_DEVICES=mlx5_0:1,<redacted> unknown\n\r[##   ] 40%\r[#####] 100% "
+                               b"btl_tcp_if_include=<redacted>")
 
 
 def test_a_ctrl_c_before_click_runs_is_the_aborted_line(monkeypatch, capfd):

@@ -69,6 +69,13 @@ def test_a_bad_hostlist_is_one_error_naming_it(expr, words):
     assert message.startswith(f"hostlist {expr!r}: ") and words in message and "\n" not in message
 
 
+def test_a_number_past_ints_digits_is_refused_in_a_short_line():
+    expr = "n[1-" + "9" * 4400 + "]"
+    with pytest.raises(CommbenchError) as err:
+        expand_hostlist(expr)
+    assert str(err.value) == f"hostlist {expr[:57] + '...'!r}: a number of more than 64 digits names no host"
+
+
 def test_the_bound_admits_exactly_a_million():
     assert len(expand_hostlist(f"n[1-{MAX_HOSTS}]")) == MAX_HOSTS == 1_000_000
 
@@ -223,9 +230,9 @@ def test_a_missing_or_unreadable_file_is_one_error_naming_it(tmp_path):
     missing = str(tmp_path / "nope.conf")
     with pytest.raises(CommbenchError) as err:
         load_topology(missing)
-    assert str(err.value) == f"{missing}: cannot read the topology file: No such file or directory"
-    with pytest.raises(CommbenchError, match="cannot read the topology file"):
-        load_topology(str(tmp_path))  # a directory
+    assert str(err.value) == f"cannot read topology file {missing}: No such file or directory"
+    with pytest.raises(CommbenchError, match=f"cannot read topology file {tmp_path}: it is a folder"):
+        load_topology(str(tmp_path))
     binary = tmp_path / "binary.conf"
     binary.write_bytes(b"SwitchName=l1 Nodes=\xff\xfe\n")
     with pytest.raises(CommbenchError, match="not UTF-8"):
@@ -233,5 +240,21 @@ def test_a_missing_or_unreadable_file_is_one_error_naming_it(tmp_path):
     if os.geteuid() != 0:  # root reads a file whatever its mode
         locked = write(tmp_path, TWO_LEVEL, "locked.conf")
         os.chmod(locked, 0)
-        with pytest.raises(CommbenchError, match=r"cannot read the topology file: Permission denied"):
+        with pytest.raises(CommbenchError, match=r"cannot read topology file .*: Permission denied"):
             load_topology(locked)
+
+
+def test_what_is_read_is_bounded_whatever_the_file_is(tmp_path):
+    """A device is refused past the size a topology file may be, a FIFO with no writer reads as empty
+    (never waited for), and the names of all lines together are bounded as each hostlist is."""
+    with pytest.raises(CommbenchError) as err:
+        load_topology("/dev/zero")
+    assert str(err.value) == "/dev/zero: larger than the 64 MiB a topology file may be (docs/results.md)"
+    fifo = str(tmp_path / "fifo.conf")
+    os.mkfifo(fifo)
+    with pytest.raises(CommbenchError, match=f"^{fifo}: no leaf switch"):
+        load_topology(fifo)
+    many = write(tmp_path, "".join(f"SwitchName=l{i} Nodes=n{i}x[1-600000]\n" for i in range(3)), "many.conf")
+    with pytest.raises(CommbenchError) as err:
+        load_topology(many)
+    assert str(err.value) == f"{many}:2: more than 1,000,000 host names in all"

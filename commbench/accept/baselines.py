@@ -6,7 +6,6 @@ still judged against its kind, and compare names the difference."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from typing import Optional
@@ -32,14 +31,11 @@ def _hosts(doc: dict) -> int:
 
 
 def read_summary(run_dir: str) -> dict:
+    from ..results.document import read_json
     path = os.path.join(run_dir, SUMMARY)
-    try:
-        with open(path) as f:
-            summary = json.load(f)
-    except FileNotFoundError:
-        raise CommbenchError(f"{run_dir} is not the folder of an accept run (it has no {SUMMARY})") from None
-    except (OSError, ValueError) as e:
-        raise CommbenchError(f"{path}: unreadable ({e})") from None
+    if not os.path.lexists(path):
+        raise CommbenchError(f"{run_dir} is not the folder of an accept run (it has no {SUMMARY})")
+    summary = read_json(path, "accept summary")  # bounded, a FIFO or a device included
     if not isinstance(summary, dict) or not isinstance(summary.get("steps"), list):
         raise CommbenchError(f"{path} is not an accept summary")
     return summary

@@ -4,13 +4,14 @@ written whole or not at all."""
 
 from __future__ import annotations
 
+import contextlib
 import html
 import os
 import re
 
 from ..errors import CommbenchError
 from ..formats.html import table
-from ..results.document import write_new
+from ..results.document import replace_whole, write_new
 from .judge import ERROR, FAIL, TIMEOUT
 
 
@@ -105,8 +106,28 @@ def junit(summary: dict, path: str) -> None:
     # The root's counts set one by one: JUnitXml.update_statistics() would sum the suite's time anew
     # and add a `skipped` count, which the schema CI readers publish (Jenkins' junit-10.xsd) refuses there.
     xml.tests, xml.failures, xml.errors, xml.time = suite.tests, suite.failures, suite.errors, suite.time
-    write_new(path, xml.tostring(),
-              f"{path} already exists; choose another --junit")
+    try:
+        replace_whole(path, xml.tostring().decode())  # over its reservation (reserve_junit)
+    except OSError as e:
+        raise CommbenchError(f"cannot write {path}: {e.strerror}") from None
+
+
+def reserve_junit(path: str) -> None:
+    """--junit's file, made empty before the first step: an accept that names a file another one took
+    is refused before it runs anything, not after every step. junit() replaces it whole."""
+    try:
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+    except FileExistsError:
+        raise CommbenchError(f"{path} already exists; choose another --junit") from None
+    except OSError as e:
+        raise CommbenchError(f"cannot write {path}: {e.strerror}") from None
+
+
+def release_junit(path: str) -> None:
+    """The reservation gone where nothing was written into it (a run that ended before its summary)."""
+    with contextlib.suppress(OSError):
+        if os.path.getsize(path) == 0:
+            os.unlink(path)
 
 
 def _host_case(summary: dict, step: dict, check: str, host: str, verdict: str):

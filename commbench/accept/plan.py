@@ -154,14 +154,11 @@ def load(name_or_path: str, check_argv: Optional[Callable[[list], None]] = None)
         if not os.path.isfile(path):
             raise CommbenchError(f"no built-in plan '{name_or_path}': choose from {', '.join(builtin())}, "
                                  f"or give a plan file (NAME.toml)")
-    from ..results.document import open_to_read
+    from ..results.document import read_bounded
     try:
         # A FIFO reads as empty without waiting for a writer; a file far larger than any plan is
-        # refused unread.
-        with open_to_read(path, "plan", MAX_PLAN_BYTES) as f:
-            data = tomllib.load(f)
-    except OSError as e:
-        raise CommbenchError(f"plan {path}: {e.strerror}") from None
+        # refused unread, a device (/dev/zero) once it passes that size.
+        data = tomllib.loads(read_bounded(path, "plan", MAX_PLAN_BYTES).decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise CommbenchError(f"plan {path}: not TOML: {e}") from None
     if not data:

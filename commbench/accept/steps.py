@@ -16,6 +16,7 @@ from ..analysis import envelopes
 from ..analysis.sku import sku_of
 from ..errors import CommbenchError
 from ..launch.world import COMMBENCH_PROGRAM, launcher_free_env
+from ..redact import scrub_all
 from ..results.atomic import check_folder
 from ..results.document import load_document
 from . import runner
@@ -142,6 +143,8 @@ def accept(plan: Plan, folder: str, baselines: Baselines, quick: bool = False, l
                "not_run": [s.name for s in todo[len(done):]], "steps": done}
     if baselines.skipped:
         summary["baselines_skipped"] = baselines.skipped
-    return summary
+    # Every output of the run is made from the summary (JSON, Markdown, HTML, JUnit, the headline): the
+    # paths, command lines and evidence it quotes scrubbed once here.
+    return scrub_all(summary)
 
 

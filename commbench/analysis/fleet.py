@@ -53,13 +53,12 @@ def _collective_metrics(records: list[dict], config: dict) -> dict[str, tuple[fl
     return out
 
 
-def _host_level_metrics(section: dict, records: list[dict]) -> dict[str, dict[str, tuple[float, bool]]]:
+def _host_level_metrics(section: dict, records: list[dict], source: str) -> dict[str, dict[str, tuple[float, bool]]]:
     """{host: {metric: (value, higher is better)}} of a host-level links run: each host's median flow,
     inter-host and intra-host apart (the flows are its rows)."""
-    from .host_level import Layout
-    from .host_report import flows_from_records
+    from .host_report import read_flows
     values: dict[tuple[str, str, str], list[float]] = {}
-    for f in flows_from_records(records, Layout(section["hosts"], section.get("leaf_of"))):
+    for f in read_flows(section, records, source):
         cls = "intra-host" if f.a == f.b else "inter-host"
         for metric, v in (("bandwidth_gbps", f.bandwidth_gbps), ("latency_us", f.latency_us)):
             if v is not None:
@@ -93,11 +92,11 @@ def _links_metrics(section: dict) -> dict[str, dict[str, tuple[float, bool]]]:
     return out
 
 
-def node_figures(doc: dict) -> dict[str, dict[str, tuple[float, bool]]]:
+def node_figures(doc: dict, source: str = "the file") -> dict[str, dict[str, tuple[float, bool]]]:
     """{host: {metric: (value, higher is better)}} that one result file gives of its nodes."""
     out: dict[str, dict[str, tuple[float, bool]]] = {}
     if doc.get("links", {}).get("level") == "host":
-        out.update(_host_level_metrics(doc["links"], doc["results"]))
+        out.update(_host_level_metrics(doc["links"], doc["results"], source))
     elif doc.get("links"):
         out.update(_links_metrics(doc["links"]))
     hosts = set(doc["machine"]["hosts"])
@@ -118,7 +117,7 @@ def analyse(docs: list[tuple[str, dict]], threshold: float = Z_THRESHOLD) -> dic
             for host, verdict in doc["links"]["verdicts"].items():
                 verdicts.setdefault(host, []).append({"source": source, "verdict": verdict})
         sku = sku_of(doc)
-        for host, figures in node_figures(doc).items():
+        for host, figures in node_figures(doc, source).items():
             node = nodes.setdefault(host, {"sku": sku, "sources": [], "values": {}})
             node["sources"].append(source)
             for metric, (value, higher) in figures.items():

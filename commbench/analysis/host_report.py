@@ -92,12 +92,25 @@ def rejudge(section: dict, records: list[dict], threshold_pct: float, judged, so
     """An earlier host-level section judged again from its rows (another threshold or metric)."""
     layout = Layout(section["hosts"], section.get("leaf_of"))
     settings = {**section, "threshold_pct": threshold_pct, "judged": list(judged)}
+    flows = read_flows(section, records, source)
     try:
-        return report(section["impl"], layout, settings, flows_from_records(records, layout), section["rounds"],
-                      nics=section.get("nics"))
-    except (KeyError, IndexError) as e:  # a file edited by hand: its rows or leaves name other ranks or hosts
-        raise CommbenchError(f"{source}: its rows and links section do not match (no {e} among its ranks or "
-                             "hosts): not a host-level links file as commbench wrote it") from None
+        return report(section["impl"], layout, settings, flows, section["rounds"], nics=section.get("nics"))
+    except (KeyError, IndexError) as e:
+        raise _mismatch(source, e) from None
+
+
+def read_flows(section: dict, records: list[dict], source: str = "the file") -> list[Flow]:
+    """The flows of a host-level file's rows, refused in one line where they do not match its section."""
+    try:
+        return flows_from_records(records, Layout(section["hosts"], section.get("leaf_of")))
+    except (KeyError, IndexError) as e:
+        raise _mismatch(source, e) from None
+
+
+def _mismatch(source: str, e: Exception) -> CommbenchError:
+    """A file edited by hand: its rows or leaves name other ranks or hosts."""
+    return CommbenchError(f"{source}: its rows and links section do not match (no {e} among its ranks or hosts): "
+                          "not a host-level links file as commbench wrote it")
 
 
 def _channels(section: dict) -> str:

@@ -25,6 +25,10 @@ from ..errors import CommbenchError
 # More names than any cluster has hosts: a typo such as node[1-100000000] is refused before it is
 # expanded, not after it has filled the memory.
 MAX_HOSTS = 1_000_000
+# A bracket's numbers: far beyond any host count, well below int()'s 4,300 digits.
+MAX_DIGITS = 64
+# A topology file: a million host names of 64 characters.
+MAX_TOPOLOGY_BYTES = 64 << 20
 # How many unmatched host names an error lists; the rest are counted.
 SHOWN = 5
 
@@ -66,6 +70,9 @@ def _group(expr: str, body: str) -> list[tuple[int, int, int]]:
             raise CommbenchError(f"hostlist {expr!r}: empty item in [{body}]")
         if not _NUMBER.fullmatch(lo) or (sep and not _NUMBER.fullmatch(hi)):
             raise CommbenchError(f"hostlist {expr!r}: {part!r} in [{body}] is not a number or a range N-M of numbers")
+        if max(len(lo), len(hi)) > MAX_DIGITS:
+            shown = expr if len(expr) <= 60 else expr[:57] + "..."
+            raise CommbenchError(f"hostlist {shown!r}: a number of more than {MAX_DIGITS} digits names no host")
         low, high = int(lo), int(hi) if sep else int(lo)
         if high < low:
             raise CommbenchError(f"hostlist {expr!r}: the range {part!r} ends below its start")
@@ -234,18 +241,22 @@ def _cycle(parents: dict[str, str], lines: dict[str, int]) -> Optional[list[str]
 
 def load_topology(path: str) -> Topology:
     """The topology of a Slurm topology.conf (tree plugin syntax); see the module docstring."""
+    from ..results.document import read_bounded
     try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except OSError as e:
-        raise CommbenchError(f"{path}: cannot read the topology file: {e.strerror or e}") from None
+        # Bounded, whatever the path is: a FIFO with no writer reads as empty, a device (/dev/zero)
+        # is refused past the size.
+        text = read_bounded(path, "topology file", MAX_TOPOLOGY_BYTES).decode("utf-8")
     except UnicodeDecodeError as e:
         raise CommbenchError(f"{path}: cannot read the topology file: not UTF-8 text ({e.reason} at byte {e.start})") from None
 
     switches: dict[str, _Switch] = {}
     owner: dict[str, _Switch] = {}
+    named = 0
     for number, line in _logical_lines(text):
         sw = _parse_line(path, number, line)
+        named += len(sw.nodes or ())
+        if named > MAX_HOSTS:  # each line's hostlist is bounded; so are all of them together
+            raise CommbenchError(f"{path}:{number}: more than {MAX_HOSTS:,} host names in all")
         if sw.name in switches:
             raise CommbenchError(f"{path}:{number}: switch {sw.name} is defined twice (first at line {switches[sw.name].line})")
         switches[sw.name] = sw

@@ -86,6 +86,15 @@ def _checked(argv: list):
     raise AssertionError(f"{argv[0]} ran to its end under check_only")
 
 
+def _outside_the_run(junit_path: str, folder: str) -> None:
+    """--junit may not name a file of the run's own folder, which takes the steps' files and the
+    summaries (summary.json would become XML, or a step's result file would be taken)."""
+    junit, own = os.path.realpath(junit_path), os.path.realpath(folder)
+    if os.path.commonpath([junit, own]) == own:
+        raise CommbenchError(f"--junit {junit_path} is in the run's folder {folder}, which takes the steps' files and "
+                             f"the summaries: name a file outside it")
+
+
 def _launch(scope: str, launch_text) -> list:
     if launch_text is not None and not launch_text.strip():
         raise CommbenchError("--launch '': give the command that starts the ranks, e.g. 'mpirun --hostfile hosts'")
@@ -178,10 +187,17 @@ def accept(plan_name, baselines_dir, junit_path, base, quick, launch_text, print
         plan.check_values(checked_cluster_step, gpus, quick)
     if junit_path:
         check_new_file(junit_path, f"{junit_path} already exists; choose another --junit")
+        _outside_the_run(junit_path, os.path.join(base, socket.gethostname()))
     baselines = Baselines(baselines_dir)
     for why in baselines.skipped:  # the regression check is off for what that file held: say so
         click.echo(f"warning: --baselines: skipped {why}", err=True)
     folder = run_folder(base, socket.gethostname())
+    if junit_path:
+        try:
+            outputs.reserve_junit(junit_path)
+        except CommbenchError:
+            os.rmdir(folder)  # nothing ran: the folder is no run's
+            raise
     click.echo(f"# accept {plan.name}: {plan.description}")
     click.echo(f"# {len(plan.steps_for(gpus))} step(s) into {folder}" + (f", each launched by {shlex.join(launch)}"
                                                                           if launch else ""))
@@ -199,18 +215,22 @@ def accept(plan_name, baselines_dir, junit_path, base, quick, launch_text, print
     signal.signal(signal.SIGTERM, stop)
     on_hang_up(stop)
     try:
-        summary = run_plan(plan, folder, baselines, quick, launch, gpus, say=lambda line: click.echo(line))
+        try:
+            summary = run_plan(plan, folder, baselines, quick, launch, gpus, say=lambda line: click.echo(line))
+        finally:
+            for s in ending:
+                signal.signal(s, signal.SIG_IGN)  # the summary is written whole, whatever comes next
+        click.echo(f"# {outputs.headline(summary)}")
+        try:
+            outputs.write_all(summary, folder, junit_path)
+        except CommbenchError:
+            # A disk that filled during the run: the verdicts are shown where they can still go, then
+            # the one error line and exit 2.
+            click.echo(outputs.markdown(summary), nl=False)
+            raise
     finally:
-        for s in ending:
-            signal.signal(s, signal.SIG_IGN)  # the summary is written whole, whatever comes next
-    click.echo(f"# {outputs.headline(summary)}")
-    try:
-        outputs.write_all(summary, folder, junit_path)
-    except CommbenchError:
-        # A disk that filled during the run: the verdicts are shown where they can still go, then
-        # the one error line and exit 2.
-        click.echo(outputs.markdown(summary), nl=False)
-        raise
+        if junit_path:
+            outputs.release_junit(junit_path)
     click.echo(f"# summary: {os.path.join(folder, 'summary.md')}" + (f", JUnit: {junit_path}" if junit_path else ""))
     if summary["interrupted"]:
         signum = stopped_by[0] if stopped_by else signal.SIGINT

@@ -11,6 +11,7 @@ import click
 
 from ..errors import CommbenchError, NodeError
 from ..launch.world import detect_launcher
+from ..redact import scrub
 from ..run import preflight
 from ..sizes import parse_size
 from ..transports import TRANSPORTS, default_p2p_transport, transport_names
@@ -194,7 +195,7 @@ def _host_body(world, cfg, sizes, threshold_pct, judged, host_rounds, seed, topo
     plan = HostPlan(layout, k, seed, threshold_pct / 100, judged, intra)
     settings = {"level": "host", "latency_size": sizes[0], "bandwidth_size": sizes[1], "threshold_pct": threshold_pct,
                 "judged": list(judged), "seed": seed, "rounds_asked": "all" if k is None else k,
-                "topology": topology.source if topology else None, "intra": intra, "nic_gbps": nic_gbps}
+                "topology": scrub(topology.source) if topology else None, "intra": intra, "nic_gbps": nic_gbps}
     if cfg.impls[0] == "nccl":
         from ..transports.nccl import channels_of_a_flow_alone
         settings["nccl_channels_per_net_peer"] = channels_of_a_flow_alone()

@@ -14,6 +14,8 @@ import re
 import threading
 from typing import BinaryIO, Optional
 
+from ..redact import scrub
+
 # Terminal control sequences (the progress bar redraws its line with them).
 _CONTROL = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]")
 # The lines of a process that a signal ended where no handler of a run held it (cli.main, __main__).
@@ -100,13 +102,29 @@ def _write(sink: BinaryIO, data: bytes) -> None:
 def std_streams(stdout, stderr) -> tuple:
     """sys.stdout and sys.stderr for the command line: one that was closed when the command started
     (`>&-`, `2>&-`: Python's is None, and the first write or isatty() failed the run, exit 1 without
-    a word) goes to /dev/null; stdout is ReaderMayLeave."""
+    a word) goes to /dev/null; stdout is ReaderMayLeave; both Scrubbing."""
     def opened(stream, fd: int):
         if stream is None:
             to_nowhere(fd)
             stream = open(fd, "w", closefd=False)
         return stream
-    return ReaderMayLeave(opened(stdout, 1)), opened(stderr, 2)
+    return ReaderMayLeave(Scrubbing(opened(stdout, 1))), Scrubbing(opened(stderr, 2))
+
+
+class Scrubbing:
+    """A text stream whose writes are scrubbed (redact.scrub): what commbench prints quotes what the
+    user gave it (paths, a launch command, host names), and a credential in any of it goes no further.
+    A write is a line or more (click.echo's), or a progress bar's redraw."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        self._stream.write(scrub(text))
+        return len(text)
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
 
 
 class ReaderMayLeave:
@@ -135,12 +153,43 @@ class ReaderMayLeave:
         return getattr(self._stream, name)
 
 
+class _Scrubbed:
+    """A sink that gets what is relayed with its credentials redacted (redact.scrub): a library's
+    message may quote a setting it was given (UCX_NET_DEVICES=..., Open MPI's btl_tcp_if_include=...).
+    Scrubbed a line at a time, a line ending at a line break or a carriage return (the progress bar
+    redraws its line); the rest of a line not yet ended is held until it ends (or passes _LONGEST),
+    and passed on by flush() at the end."""
+
+    def __init__(self, sink: BinaryIO):
+        self.sink, self.held = sink, b""
+
+    def write(self, data: bytes) -> None:
+        data = self.held + data
+        cut = max(data.rfind(b"\n"), data.rfind(b"\r")) + 1
+        if len(data) - cut > _LONGEST:
+            cut = len(data)
+        self.held = data[cut:]
+        if cut:
+            _write(self.sink, _scrub(data[:cut]))
+
+    def flush(self) -> None:
+        if self.held:
+            _write(self.sink, _scrub(self.held))
+            self.held = b""
+
+
+def _scrub(data: bytes) -> bytes:
+    return scrub(data.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape")
+
+
 def pass_on(source: int, sink: BinaryIO) -> threading.Thread:
     """Relays the ranks' stdout (the pipe `source`) to `sink` on a thread of its own, read to the end
     whether or not the sink's reader stays: mpirun never meets a closed pipe."""
     def run() -> None:
+        out = _Scrubbed(sink)
         while chunk := os.read(source, 65536):
-            _write(sink, chunk)
+            out.write(chunk)
+        out.flush()
         os.close(source)
 
     thread = threading.Thread(target=run, name="commbench-stdout", daemon=True)
@@ -153,6 +202,7 @@ def start(source: int, sink: BinaryIO) -> Relay:
     go on as they arrive, not a line at a time: the progress bar never ends its line."""
     def run() -> None:
         line, ended = b"", False
+        out = _Scrubbed(sink)
         while chunk := os.read(source, 65536):
             thread.seen = (thread.seen + chunk)[-_SEEN:]
             if ended or thread.muted:
@@ -175,7 +225,8 @@ def start(source: int, sink: BinaryIO) -> Relay:
                 line = (line + chunk).rsplit(b"\r", 1)[-1][-_LONGEST:]
             # Without mpirun's NUL bytes, which a terminal does not show: one before a rank's error
             # line kept the line from starting with `commbench: error` for a reader of the stream.
-            _write(sink, shown.replace(b"\0", b""))
+            out.write(shown.replace(b"\0", b""))
+        out.flush()
         os.close(source)
 
     thread = Relay(target=run, name="commbench-stderr", daemon=True)

@@ -24,7 +24,7 @@ import orjson
 
 from .. import collectives
 from ..errors import CommbenchError
-from ..redact import scrub
+from ..redact import scrub, scrub_all
 from .legacy import upgrade
 from .series import series_key
 
@@ -104,23 +104,55 @@ def _without_samples(doc: dict) -> dict:
                                else r for r in records]}
 
 
-def _refuse(doc: dict, source: str) -> None:
+@lru_cache(maxsize=1)
+def _compiled_record():
+    """The schema's record alone, compiled as _compiled: which record is the first bad one, fast."""
+    import fastjsonschema
+    return fastjsonschema.compile({"$schema": "http://json-schema.org/draft-07/schema#", "$defs": schema()["$defs"],
+                                   "$ref": "#/$defs/record"}, use_formats=False)
+
+
+def _refuse(doc: dict, source: str, finite: bool) -> None:
     """Names the first bad field of a document the quick checks refused; returns where jsonschema,
-    the authority, finds nothing wrong."""
+    the authority, finds nothing wrong. `finite`: every number of doc is known finite. Its cost does
+    not grow with the records after the first bad one: jsonschema walks the document without its
+    records, and the first record the compiled check refuses."""
     samples = _samples_problem(doc.get("results"))
     if samples is not None:
         raise CommbenchError(f"{source}: invalid field '{samples[0]}': {samples[1]}")
     # The rest, with the samples (checked above) left out of the schema's walk.
     doc = _without_samples(doc)
-    bad = _non_finite(doc)
+    bad = None if finite else _non_finite(doc)
     if bad is not None:
         where = "/".join(str(p) for p in bad[0]) or "(top level)"
         raise CommbenchError(f"{source}: invalid field '{where}': {bad[1]} is not a finite number")
-    errors = sorted(_validator().iter_errors(doc), key=lambda e: list(e.absolute_path))
+    errors = _errors(doc)
     if errors:
-        err = errors[0]
+        err = min(errors, key=lambda e: list(e.absolute_path))
         where = "/".join(str(p) for p in err.absolute_path) or "(top level)"
         raise CommbenchError(f"{source}: invalid field '{where}': {err.message}")
+
+
+def _errors(doc: dict) -> list:
+    """jsonschema's errors of doc: of all but its records, and of its first record that the compiled
+    check refuses (all of them where none is: jsonschema decides, as on 1.0, which it takes for an
+    integer)."""
+    import fastjsonschema
+    records = doc.get("results")
+    if not isinstance(records, list):
+        return list(_validator().iter_errors(doc))
+    errors = list(_validator().iter_errors({**doc, "results": []}))
+    check = _compiled_record()
+    for i, r in enumerate(records):
+        try:
+            check(r)
+        except fastjsonschema.JsonSchemaException:
+            found = list(_validator().descend(r, {"$ref": "#/$defs/record"}, path=i))
+            if found:
+                for e in found:
+                    e.path.appendleft("results")
+                return errors + found
+    return errors or list(_validator().iter_errors(doc))
 
 
 def _samples_problem(records) -> Optional[tuple[str, str]]:
@@ -146,8 +178,9 @@ def _samples_problem(records) -> Optional[tuple[str, str]]:
 def validate(doc: dict, source: str = "result", finite: bool = False) -> None:
     """Raises CommbenchError naming the first bad field (as a JSON path) of an invalid document.
     `finite`: the caller read doc with every number finite (load_document's parse said so)."""
-    if not (finite or _all_finite(doc)) or not _accepted(doc):
-        _refuse(doc, source)
+    finite = finite or _all_finite(doc)
+    if not finite or not _accepted(doc):
+        _refuse(doc, source, finite)
     unknown = next(((i, r["op"]) for i, r in enumerate(doc["results"]) if r["op"] not in _OPS), None)
     if unknown is not None:
         raise CommbenchError(f"{source}: record {unknown[0]} has op '{unknown[1]}', which commbench does not measure "
@@ -227,15 +260,22 @@ def open_to_read(path: str, what: str, limit: int, encoding: Optional[str] = Non
     return os.fdopen(fd, "rb") if encoding is None else os.fdopen(fd, "r", encoding=encoding, errors="replace")
 
 
-def _read_json(path: str, what: str) -> tuple:
-    """(read_json's value, whether every number in it is finite)."""
+def read_bounded(path: str, what: str, limit: int) -> bytes:
+    """The bytes of the file at path (open_to_read's), refused in one line beyond `limit`: a FIFO or a
+    device (/dev/zero) has no size to refuse beforehand, so at most limit + 1 bytes are read."""
     try:
-        with open_to_read(path, what, MAX_FILE_BYTES) as f:
-            raw = f.read(MAX_FILE_BYTES + 1)  # a FIFO has no size to refuse beforehand
+        with open_to_read(path, what, limit) as f:
+            raw = f.read(limit + 1)
     except OSError as e:
         raise CommbenchError(f"cannot read {what} {path}: {e.strerror}") from None
-    if len(raw) > MAX_FILE_BYTES:
-        raise CommbenchError(f"{path}: larger than the {MAX_FILE_BYTES >> 20} MiB a {what} may be (docs/results.md)")
+    if len(raw) > limit:
+        raise CommbenchError(f"{path}: larger than the {limit >> 20} MiB a {what} may be (docs/results.md)")
+    return raw
+
+
+def _read_json(path: str, what: str) -> tuple:
+    """(read_json's value, whether every number in it is finite)."""
+    raw = read_bounded(path, what, MAX_FILE_BYTES)
     try:
         # orjson parses a file of 100,000 records in 0.45 s where json takes 0.75, and refuses what
         # JSON does not allow (NaN, Infinity, 1e999) by itself; whatever it refuses (those, text that
@@ -352,8 +392,11 @@ def header(argv: list[str], config: dict, machine: dict, env: Optional[dict] = N
     if tool is None:
         from ..node.machine import tool_info
         tool = tool_info()
-    return {"tool": tool, "created": created or utc_now(), "argv": argv, "config": config, "machine": machine,
-            "env": env if env is not None else {}, **more}
+    # What the user typed, and what came from files and the launcher, may hold a credential (a token in
+    # a launch command or a path, a host name an imported file gives): scrubbed, as the environment is.
+    return {"tool": tool, "created": created or utc_now(),
+            **scrub_all({"argv": argv, "config": config, "machine": machine, "env": env if env is not None else {},
+                         **more})}
 
 
 def new_document(head: dict, results: Iterable[dict] = (), status: str = "running", error: Optional[str] = None) -> dict:
@@ -395,7 +438,7 @@ class ResultFile:
         leaves the document as the file has it."""
         missing = object()
         old = self.doc.get(key, missing)
-        self.doc[key] = value
+        self.doc[key] = value = scrub_all(value)  # a section may quote a path (links' topology)
         try:
             self._rewrite()
         except OSError:

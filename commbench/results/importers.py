@@ -160,12 +160,10 @@ def _document(tool: str, source: str, op: str, ranks: int, records: list[dict], 
                    "impls": impls, "sizes": sorted({r["size_bytes"] for r in records}),
                    "dtype": records[0]["dtype"], "redop": records[0]["redop"], "place": _place(records),
                    "policy": {"imported_from": tool, **({"timing": timing} if timing else {})}},
-        # The log's own words (host and GPU names) are scrubbed as a run's environment is: a log may
-        # carry a credential-shaped value where a host name should be.
-        {"hosts": [scrub(h) for h in hosts] or ["unknown"], "ranks": ranks, "launcher": "mpi",
+        # The log's own words (host and GPU names) are scrubbed by header(), as a run's environment is.
+        {"hosts": hosts or ["unknown"], "ranks": ranks, "launcher": "mpi",
          "cpu_model": "unknown", "cores": 1, "memory_bytes": 0, "os": "unknown", "python": "unknown",
-         "torch": "unknown", "mpi": None,
-         **{k: [scrub(v) for v in values] for k, values in (extra_machine or {}).items()}},
+         "torch": "unknown", "mpi": None, **(extra_machine or {})},
         tool={"name": "commbench", "version": __version__, "git_commit": None},
         imported={"tool": tool, "source": source, "truncated": truncated is not None})
     return new_document(head, records, "failed" if truncated else "complete", truncated)
@@ -315,8 +313,13 @@ def _nccl_tests_json(doc, source: str) -> _Run:
         run.binary = m.group(1) if m else None
         config = doc.get("config", {})
         run.ranks_per_process = int(config.get("nthreads", 1)) * int(config.get("ngpus", 1))
+        if run.ranks_per_process < 1:
+            raise ValueError(f"config nthreads {config.get('nthreads', 1)} x ngpus {config.get('ngpus', 1)}: a process "
+                             f"drives one rank at least")
         for d in config.get("devices", []):
-            run.ranks[int(d["rank"])] = (d.get("hostname", "unknown"), d.get("device_info", ""))
+            # A log may carry a credential-shaped value where a host name should be; the records name
+            # each rank's host (per_rank, straggler), beside the header that header() scrubs.
+            run.ranks[int(d["rank"])] = (scrub(d.get("hostname", "unknown")), scrub(d.get("device_info", "")))
         # Only the first rank of each process listed: the process's others are there too. A file
         # that lists every rank (its ranks not all multiples of the per-process count) is read as it is.
         if run.ranks and all(r % run.ranks_per_process == 0 for r in run.ranks):
