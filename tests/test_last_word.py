@@ -1,4 +1,4 @@
-"""The command's last word: the standalone launch's (cli/common.py _last_word) where the ranks could
+"""The command's last word: the standalone launch's (launch/ending.py's rules) where the ranks could
 not say theirs, from how the launch ended (what mpirun said, launch/relay.py, and what the ranks left
 in the launch's folder), and the command line's own where a signal meets its first statements."""
 
@@ -9,8 +9,9 @@ import time
 
 import pytest
 
-from commbench.cli.common import Launched, _after_the_ranks, _last_word
+from commbench.cli.common import _after_the_ranks
 from commbench.launch import relay
+from commbench.launch.ending import Ending, last_word
 
 ENDED = dict(status=1, ending=None, stopped=None, interrupted=None, started=False, ran=False, spoken=None,
              signalled=None, result=None)
@@ -39,7 +40,7 @@ ENDED = dict(status=1, ending=None, stopped=None, interrupted=None, started=Fals
      "the ranks ended before any result was written: the command was interrupted (SIGTERM)"),
 ])
 def test_the_line_names_how_the_ranks_ended(how, line):
-    assert _last_word(Launched(**{**ENDED, **how}), None) == f"commbench: error: {line}"
+    assert last_word(Ending(**{**ENDED, **how}), None) == f"commbench: error: {line}"
 
 
 BOX = (b"-" * 74 + b"\nprterun noticed that process rank 1 with PID 30561 on node vm exited on\nsignal 9 (Killed).\n"
@@ -58,7 +59,7 @@ def test_mpiruns_notice_after_rank_0s_held_line_is_shown_above_the_commands_line
     relayed.join(10)
     assert sink.getvalue() == b"rank 1 starts\n"
     assert relay.withheld_account(relayed.withheld) == BOX.decode()
-    _after_the_ranks(Launched(**{**ENDED, "ran": True, "ending": relayed.ending, "signalled": relay.signalled_rank(relayed.seen),
+    _after_the_ranks(Ending(**{**ENDED, "ran": True, "ending": relayed.ending, "signalled": relay.signalled_rank(relayed.seen),
                                  "withheld_account": relay.withheld_account(relayed.withheld)}))
     assert capsys.readouterr().err == BOX.decode() + (
         "commbench: error: the ranks ended before any result was written: rank 1's process ended on signal SIGKILL on host "
@@ -155,7 +156,7 @@ def test_the_commands_signal_that_rank_0_met_after_its_watchdog_is_told(tmp_path
     file.add(row(1024, 10.0))
     if status == "complete":
         file.finish()
-    line = _last_word(Launched(**{**ENDED, "ran": True, "started": True, "interrupted": signal.SIGTERM,
+    line = last_word(Ending(**{**ENDED, "ran": True, "started": True, "interrupted": signal.SIGTERM,
                                   "ending": ending, "result": out}), out)
     if status == "running":
         assert line == (f"commbench: error: the ranks ended with {out} still open: the command was interrupted "
@@ -178,13 +179,13 @@ def test_mpiruns_own_failure_after_a_complete_run_is_told(tmp_path):
     file = ResultFile(out, {k: v for k, v in doc.items() if k not in ("status", "error", "results")})
     file.add(row(1024, 10.0))
     file.finish()
-    launched = Launched(**{**ENDED, "ran": True, "started": True, "result": out, "mpirun_status": 1})
-    assert _last_word(launched, out) == (f"commbench: error: the run was complete ({out} holds all of it), but then "
+    launched = Ending(**{**ENDED, "ran": True, "started": True, "result": out, "mpirun_status": 1})
+    assert last_word(launched, out) == (f"commbench: error: the run was complete ({out} holds all of it), but then "
                                          "mpirun ended with status 1, no rank's failure")
     # SIGKILLed (probe: `mpirun ended with status -9`): the signal by its name.
-    launched = Launched(**{**ENDED, "ran": True, "started": True, "result": out, "mpirun_status": -signal.SIGKILL})
-    assert _last_word(launched, out) == (f"commbench: error: the run was complete ({out} holds all of it), but then "
+    launched = Ending(**{**ENDED, "ran": True, "started": True, "result": out, "mpirun_status": -signal.SIGKILL})
+    assert last_word(launched, out) == (f"commbench: error: the run was complete ({out} holds all of it), but then "
                                          "mpirun ended on signal SIGKILL, no rank's failure")
     # A run that found what it looked for (a wrong element): the command's status 1 is rank 0's, mpirun's is 0.
-    assert _last_word(Launched(**{**ENDED, "ran": True, "started": True, "result": out}), out) is None
+    assert last_word(Ending(**{**ENDED, "ran": True, "started": True, "result": out}), out) is None
 

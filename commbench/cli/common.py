@@ -21,6 +21,7 @@ from .. import trace
 from ..errors import CommbenchError, described, one_line
 from ..launch import relay
 from ..launch.backstop import STOP_WITHIN_S, Backstop, session_members
+from ..launch.ending import Ending, said
 from ..launch.marks import guarded_pids
 from ..launch.world import (
     STARTED_MARK,
@@ -238,137 +239,14 @@ def run_ranks(nranks: Optional[int], default_ranks: int, body, checks, timeout_s
     sys.exit(rank_status(world, 1 if wrong else 0))
 
 
-@dataclasses.dataclass(frozen=True)
-class Launched:
-    """How the standalone launch ended: the command's exit status, the line that ended the run (None:
-    no rank's error line), what launch/backstop.py says of the ranks it ended (None: it ended none),
-    the signal the command passed on to the ranks where it was interrupted (None: it was not; the
-    ranks say so), whether rank 0 ran at all, whether any rank did (world.mark_guarded), the (status,
-    text) rank 1 said for a rank 0 that did not report (None: it said nothing), the (rank, host,
-    signal) of the first rank mpirun saw a signal end (relay.signalled_rank), and the result file rank
-    0 made (None: it made none), -o's or the one it chose, and mpirun's notice of a signalled rank that
-    came after rank 0's held-back line (relay.withheld_account); `mpirun_status`: mpirun's own exit
-    status (every rank of this launch exits 0 where its run ended as it should: world.rank_status)."""
-    status: int
-    ending: Optional[bytes]
-    stopped: Optional[str]
-    interrupted: Optional[int]
-    started: bool
-    ran: bool
-    spoken: Optional[tuple[str, str]]
-    signalled: Optional[tuple[int, str, int]]
-    result: Optional[str]
-    withheld_account: Optional[str] = None
-    mpirun_status: int = 0
-
-
-def _after_the_ranks(launched: Launched) -> None:
-    """The standalone launch's one line once the ranks ended: its own (_last_word), or else rank 0's
-    `commbench: terminated` that the relay held back."""
-    line = _last_word(launched, launched.result)
-    if line is None and relay.held_back(launched.ending):
-        line = launched.ending.decode(errors="replace")
+def _after_the_ranks(ending: Ending) -> None:
+    """The standalone launch's one line once the ranks ended (launch/ending.py's rules), mpirun's
+    account of a signalled rank before a line that names it."""
+    preface, line = said(ending)
+    if preface is not None:
+        click.echo(preface, err=True, nl=False)
     if line is not None:
-        if MPIRUNS_ACCOUNT in line and launched.withheld_account:  # shown where it came before the line
-            click.echo(launched.withheld_account, err=True, nl=False)
         click.echo(line, err=True)
-
-
-def _last_word(launched: Launched, output: Optional[str]) -> Optional[str]:
-    """The standalone launch's last word, where the ranks could not say theirs: the result file that
-    rank 0 left open closed, and the line to say (None: nothing to add). Rank 0 that spoke has closed
-    the file, or said why it could not (a full disk)."""
-    status, ending, stopped = launched.status, launched.ending, launched.stopped
-    if status == 0:
-        return None
-    if output is not None:  # a rank 0 killed while it rewrote the file left this
-        from ..results.atomic import leftovers
-        for path in leftovers(output):
-            with contextlib.suppress(OSError):
-                os.unlink(path)
-    from ..results.document import close_abandoned, closed_complete, error_of_closed, left_running
-    signalled = launched.signalled
-    if launched.interrupted is not None:
-        # mpirun's notice of a rank ended by the signal the command passed on (SIGTERM to a rank not
-        # yet holding a Ctrl-C), by its SIGKILL to ranks that did not end within STOP_WITHIN_S of it,
-        # or by an abort on the way out (a gloo rank's SIGABRT as SIGTERM tore it down): the
-        # interrupt's doing, no rank's fault
-        signalled = None
-    # Rank 0 spoke, and closed its file, or said why it could not (a full disk); but `commbench:
-    # terminated` is the launch's SIGTERM that reached it before its watchdog ran, after a rank that
-    # a signal ended there: its file is left running, and the cause is told below. Where the command
-    # was interrupted and no rank spoke, the ranks ended on the signal before any handler of theirs.
-    no_file = output is None or not os.path.exists(output)
-    # Or `commbench: terminated` (`aborted`) is the command's own signal, passed on, that rank 0 met
-    # once its watchdog had stopped (its last size measured): its file is left running, or was
-    # closed whole just before.
-    after_the_watchdog = launched.interrupted is not None and relay.held_back(ending) and not no_file
-    # The command interrupted, and no rank said more than that the signal ended it (its held-back
-    # `commbench: terminated`, in its set-up before its watchdog ran: the same interrupt, told as where
-    # the ranks ended on it before any handler of theirs).
-    interrupted_unsaid = launched.interrupted is not None and (ending is None or relay.held_back(ending))
-    ended_early = (signalled is not None and (ending is None or relay.held_back(ending))) or interrupted_unsaid
-    if relay.by_rank_0(ending) and not (ended_early and (no_file or left_running(output))) and not after_the_watchdog:
-        return None
-    cause = _cause(signalled, launched.interrupted)
-    if stopped:
-        kept = output is not None and close_abandoned(output, stopped, "timeout")
-        return f"commbench: error: {stopped}" + (f" (measured rows kept in {output})" if kept else "")
-    elif launched.spoken is not None:
-        # Rank 1's line said it for a rank 0 stopped or gone: the file rank 0 left open says the same.
-        # mpirun, which saw rank 0 die, may end rank 1 between its words and its line (SIGTERM, then
-        # SIGKILL a quarter of a second later; seen once in a loaded test run): the line is said here.
-        status_said, text = launched.spoken
-        if output is not None:
-            close_abandoned(output, text, status_said)
-        said = ending is not None and ending.startswith(b"commbench: error on rank 1:")
-        return None if said else one_line(f"commbench: error on rank 1: {text}")
-    elif output is not None and close_abandoned(output, f"the ranks ended (status {status}) with this file still open: "
-                                                        f"{cause}; the rows measured before are kept",
-                                                "interrupted" if signalled is None and launched.interrupted else "peer-lost"):
-        return f"commbench: error: the ranks ended with {output} still open: {cause} (measured rows kept)"
-    elif ended_early and no_file:  # before rank 0 made its file
-        return f"commbench: error: the ranks ended before any result was written: {cause}"
-    elif ending is None and output is not None and (error := error_of_closed(output)):
-        # Rank 0 closed the file ahead of its line (watchdog._close_ahead), and the launch ended it
-        # before it spoke: SIGTERM, then Open MPI's SIGKILL a quarter of a second later.
-        return one_line(f"commbench: error: {error} (measured rows kept in {output})")
-    elif ended_early and output is not None and closed_complete(output):
-        # Rank 0 closed the file whole, and then a rank ended on a signal (in MPI's finalize), or the
-        # command was interrupted: the rows stand, the status says the ranks' end.
-        return f"commbench: error: the run was complete ({output} holds all of it), but then {cause}"
-    elif ending is None and launched.mpirun_status and output is not None and closed_complete(output):
-        # Rank 0 closed the file whole and every rank ended as it should, but mpirun failed of its own
-        # (a SIGTERM or SIGINT to mpirun itself near the run's end: it exits 1, no rank's notice; a
-        # SIGKILL to it: Popen's status is minus the signal's number).
-        how = f"on signal {signal.Signals(-launched.mpirun_status).name}" if launched.mpirun_status < 0 else \
-            f"with status {launched.mpirun_status}"
-        return f"commbench: error: the run was complete ({output} holds all of it), but then mpirun ended {how}, no rank's failure"
-    elif ending is None and no_file and not launched.interrupted and (launched.started or launched.ran):
-        # A rank killed in its start-up, before mpirun knew it for one of the job's (no notice)
-        return (f"commbench: error: the ranks ended before any result was written (launch status {status}): a rank's "
-                f"process ended as the ranks started, and mpirun gave no account of which")
-    elif not launched.started and not launched.interrupted:  # mpirun failed before any rank ran
-        return f"commbench: error: the launch ended with status {status} before any rank ran (mpirun's account above)"
-    return None
-
-
-# Where a line names a rank from mpirun's notice (relay.signalled_rank).
-MPIRUNS_ACCOUNT = "(mpirun's account)"
-
-
-def _cause(signalled: Optional[tuple[int, str, int]], interrupted: Optional[int]) -> str:
-    """Why the ranks ended where no rank said why: a rank that a signal ended before any watchdog
-    could name it (in the ranks' start-up, or after the run), as mpirun's notice above says; the
-    command interrupted; or rank 0 killed."""
-    if signalled is not None:
-        rank, host, signum = signalled
-        with contextlib.suppress(ValueError):
-            signum = signal.Signals(signum).name
-        return f"rank {rank}'s process ended on signal {signum} on host {host} {MPIRUNS_ACCOUNT}, and the launch ended the others"
-    if interrupted is not None:
-        return f"the command was interrupted ({signal.Signals(interrupted).name})"
-    return "rank 0's process was killed, or ended by the launch for another rank's"
 
 
 # How often the command looks whether it was interrupted while it waits for the launch.
@@ -392,7 +270,7 @@ def _outlived(sid: int) -> None:
 OUTLIVED_POLL_S = 0.02
 
 
-def _spawn(argv: list[str], env: dict, timeout_s: float) -> Launched:
+def _spawn(argv: list[str], env: dict, timeout_s: float) -> Ending:
     """Runs the ranks under mpirun and says how the launch ended; their stderr and mpirun's pass
     through launch/relay.py. SIGINT/SIGTERM go on to the ranks
     themselves (rank 0 then closes the result file and speaks, and mpirun ends the rest): a signalled
@@ -465,7 +343,7 @@ def _spawn(argv: list[str], env: dict, timeout_s: float) -> Launched:
     passed.join(STOP_WITHIN_S)
     # A rank killed by a signal makes mpirun's own status a signal number; the command's is 1.
     status = launched_status(env[STARTED_MARK], rc)
-    return Launched(status if status in (0, 1, 2) and not (interrupted and status == 0) else 1, relayed.ending,
+    return Ending(status if status in (0, 1, 2) and not (interrupted and status == 0) else 1, relayed.ending,
                     backstop.text() if backstop.ended else None, interrupted[0] if interrupted else None,
                     os.path.exists(env[STARTED_MARK]), bool(guarded_pids(env[STARTED_MARK])),
                     spoken_for_rank_0(env[STARTED_MARK]), relay.signalled_rank(relayed.seen),

@@ -492,7 +492,7 @@ def replace_whole(path: str, text: str) -> None:
         raise
 
 
-def _as_left(path: str) -> dict:
+def left_as(path: str) -> dict:
     """A result file as its ranks left it ({} where it cannot be read)."""
     try:
         with open(path) as f:
@@ -502,27 +502,11 @@ def _as_left(path: str) -> dict:
     return doc if isinstance(doc, dict) else {}
 
 
-def left_running(path: str) -> bool:
-    return _as_left(path).get("status") == "running"
-
-
-def closed_complete(path: str) -> bool:
-    return _as_left(path).get("status") == "complete"
-
-
-def error_of_closed(path: str) -> Optional[str]:
-    """The error of a result file its rank 0 closed on a failure (None: unreadable, running, complete)."""
-    doc = _as_left(path)
-    if doc.get("status") in (None, "running", "complete"):
-        return None
-    return doc.get("error") if isinstance(doc.get("error"), str) else None
-
-
 def close_abandoned(path: str, error: str, status: str = "peer-lost") -> bool:
     """A result file that its owner, rank 0, left `running` (its process ended: killed, or its host
     lost; or the launch ended it, held by a stopped rank), closed by the process that started the
     ranks once every one of them has ended: `status`, `error`, the rows kept. Returns whether it was one."""
-    doc = _as_left(path)
+    doc = left_as(path)
     if doc.get("status") != "running":
         return False
     doc["status"], doc["error"] = status, scrub(error)
