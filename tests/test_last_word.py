@@ -9,9 +9,9 @@ import time
 
 import pytest
 
-from commbench.cli.common import _after_the_ranks
 from commbench.launch import relay
 from commbench.launch.ending import Ending, last_word
+from commbench.launch.supervise import say
 
 ENDED = dict(status=1, ending=None, stopped=None, interrupted=None, started=False, ran=False, spoken=None,
              signalled=None, result=None)
@@ -59,7 +59,7 @@ def test_mpiruns_notice_after_rank_0s_held_line_is_shown_above_the_commands_line
     relayed.join(10)
     assert sink.getvalue() == b"rank 1 starts\n"
     assert relay.withheld_account(relayed.withheld) == BOX.decode()
-    _after_the_ranks(Ending(**{**ENDED, "ran": True, "ending": relayed.ending, "signalled": relay.signalled_rank(relayed.seen),
+    say(Ending(**{**ENDED, "ran": True, "ending": relayed.ending, "signalled": relay.signalled_rank(relayed.seen),
                                  "withheld_account": relay.withheld_account(relayed.withheld)}))
     assert capsys.readouterr().err == BOX.decode() + (
         "commbench: error: the ranks ended before any result was written: rank 1's process ended on signal SIGKILL on host "

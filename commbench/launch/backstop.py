@@ -29,7 +29,7 @@ from .watchdog import GRACE_S
 # it speaks itself), twice that grace, so that the two never race.
 MARGIN_S = 2 * GRACE_S
 # How long the ranks of a standalone launch have, once the command is interrupted, to report before
-# the command kills the launch whole (cli/common.py _spawn).
+# the command kills the launch whole (supervise.launch).
 STOP_WITHIN_S = 10.0
 POLL_S = 1.0
 
