@@ -109,4 +109,9 @@ def round_to_itemsize(sizes: list[int], itemsize: int, dtype: str) -> tuple[list
             notes.append(f"size {s} B rounded to {r} B ({r // itemsize} elements of {itemsize} B)")
         if r not in out:
             out.append(r)
+    if out == [0]:
+        # An empty message may join a sweep (its time is the call's own cost, as nccl-tests' -b 0
+        # gives), but alone it moves and checks nothing, and no cost model is fitted to it.
+        raise CommbenchError(f"--sizes names only empty messages: give one size of at least {itemsize} B (one "
+                             f"{dtype} element); 0 may join a sweep")
     return out, notes

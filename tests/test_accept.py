@@ -74,6 +74,18 @@ def test_a_plan_s_quick_table_reaches_the_commands_that_have_the_option_under_a_
     assert links.arguments(0, quick=True) == ["links", "--budget-ms", "9", "--window", "4"]  # links has no --sizes
 
 
+def test_a_false_option_is_spelled_as_the_command_spells_it():
+    """`intra = false` was left out of the command line, so links measured inside hosts (its default)."""
+    plan = plans.parse({"description": "d", "step": [
+        {"name": "l", "command": "links", "options": {"intra": False, "budget-ms": 5}},
+        {"name": "a", "command": "allreduce", "options": {"graph": False}, "quick": {"fit": False}}]},
+        "p", "p.toml", check_argv)
+    links, allreduce = plan.steps
+    assert links.arguments(0) == ["links", "--no-intra", "--budget-ms", "5"]
+    assert allreduce.arguments(0) == ["allreduce"]  # --graph is a plain flag: false is its default
+    assert allreduce.arguments(0, quick=True) == ["allreduce", "--no-fit"]
+
+
 def test_gpu_counts_in_option_values():
     step = plans.parse({"description": "d", "step": [{"name": "l", "command": "links",
                                                       "options": {"np": "gpus"}, "quick": {"np": "min(gpus,3)"}}]},
@@ -96,6 +108,7 @@ BAD_PLANS = [
     ("an analysis command", 'description = "d"\n[[step]]\nname = "a"\ncommand = "fleet"\n', "'fleet' is no command"),
     ("unknown option", GOOD + 'options = { sizez = "1K" }\n', "step 1 (a): No such option '--sizez'. Did you mean '--sizes'?"),
     ("bad value", GOOD + 'options = { np = "two" }\n', "step 1 (a): Invalid value for '--np'"),
+    ("false no flag takes", GOOD + 'options = { fitt = false }\n', "step 1 (a): fitt = false: allreduce has neither --fitt nor --no-fitt"),
     ("bad quick value", GOOD + 'quick = { budget-ms = -1 }\n', "step 1 (a) (quick): Invalid value for '--budget-ms'"),
     # A plan-wide value a command refuses is the plan's mistake (it reached no step before, silently).
     ("bad default", GOOD.replace("[[step]]", '[defaults]\nnp = 0\n[[step]]'),
@@ -245,6 +258,10 @@ def test_a_cluster_plan_s_values_are_checked_before_any_step_what_its_nodes_deci
         for quick in (False, True):
             assert [step.name for step, _ in plan.check_values(checked_cluster_step, 0, quick)] == \
                 [s.name for s in plan.steps if s.measuring and s.applies(0)]
+    # The quick cluster links judge flows between hosts alone: a few samples of pairs that share a
+    # host's cores FAILed healthy namespace hosts.
+    links = next(s for s in plans.load("cpu-cluster", check_argv).steps if s.command == "links")
+    assert "--no-intra" in links.arguments(0, quick=True) and "--no-intra" not in links.arguments(0)
 
 
 def test_a_step_whose_command_fails_after_its_complete_file_is_an_error(tmp_path):

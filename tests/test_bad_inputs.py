@@ -67,6 +67,13 @@ def _make_files(folder: str) -> None:
     }
     with open(os.path.join(HERE, "data", "nccl-tests", "all_gather_perf-8gpu.txt"), "rb") as f:
         texts["nccl.log"] = f.read()
+    # -I 1 reports whose first row is bent: times that are JSON's true, all zero, a fractional skip.
+    with open(os.path.join(HERE, "fixtures", "imports", "nccl-tests-all_reduce_perf-2proc-g2-I1.json")) as f:
+        timed = json.load(f)
+    for name, bent in (("true-times.json", {"times_us": [True] * 8}), ("zero-times.json", {"times_us": [0.0] * 8}),
+                       ("skip-2.9.json", {"skipped_iterations": 2.9})):
+        first = dict(timed["results"][0], out_of_place_per_iter={**timed["results"][0]["out_of_place_per_iter"], **bent})
+        texts[name] = json.dumps(dict(timed, results=[first, *timed["results"][1:]])).encode()
     for name, data in texts.items():
         with open(os.path.join(folder, name), "wb") as f:
             f.write(data)

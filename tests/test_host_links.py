@@ -528,6 +528,10 @@ def test_links_at_scale_refuses_a_fault_the_cluster_does_not_have():
 
 @pytest.mark.parametrize("args,line", [
     (["--rounds", "0"], "--rounds must be at least 1 (or 'all'), not 0"),
+    (["--rounds", "\uff13"], "--rounds must be a positive whole number or 'all', not '\uff13'"),
+    (["--topology", ""], "--topology '': give the path of Slurm's topology.conf, or leave the option out"),
+    (["--seed", "1" + "0" * 39], "Invalid value for '--seed': 1" + "0" * 39 + " is not in the range "
+                                 "0<=x<=9223372036854775807."),
     (["--level", "host", "--np", "2"], "--level host needs ranks on two hosts or more: a standalone run's ranks are "
                                        "all on this one; launch across hosts (mpirun, srun, torchrun)"),
     (["--level", "rank", "--seed", "2"], "--rounds, --seed, --topology, --no-intra and --nic-rate apply to --level "
@@ -565,6 +569,13 @@ def test_a_host_level_file_whose_rows_do_not_match_its_section_is_one_line(workd
         r = commbench(args, cwd=workdir)
         assert r.returncode == 2 and r.stderr.startswith(f"commbench: error: {path}: its rows and links section do "
                                                          "not match") and r.stderr.count("\n") == 1, (args, r.stderr)
+    # What measures, or what host level does not read, is refused by name rather than dropped.
+    for extra, named in ((["--rounds", "0", "--topology", "missing.conf"], "--rounds, --topology do"),
+                         (["--level", "rank"], "--level does"), (["--mad-z", "3.5"], "--mad-z does")):
+        r = commbench(["links", "--from", path, *extra], cwd=workdir)
+        assert r.returncode == 2 and r.stderr == (f"commbench: error: --from judges {path} again and measures "
+                                                  f"nothing: {named} not apply to it (it reads --threshold-pct and "
+                                                  "--judge)\n"), r.stderr
 
 
 def test_a_bad_topology_file_is_one_line_naming_its_line(workdir):

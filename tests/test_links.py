@@ -89,6 +89,9 @@ def test_a_links_file_of_an_earlier_version_is_judged_again_from_its_impl_suffix
     code, out, err = in_process(["links", "--from", path], monkeypatch, capsys)
     assert code == 1 and err == "" and out.splitlines()[-1] == new["links"]["findings"][-1]["text"]
     assert "slow link 0-3" in out
+    code, out, err = in_process(["links", "--from", path, "--np", "4", "--mad-z", "3.5"], monkeypatch, capsys)
+    assert code == 2 and err == (f"commbench: error: --from judges {path} again and measures nothing: --np does not "
+                                 "apply to it (it reads --threshold-pct, --judge and --mad-z)\n")
 
 
 def test_a_slow_rank_on_a_shared_host_is_that_rank_and_one_spared_pair_still_counts():

@@ -81,6 +81,14 @@ def test_validation_names_the_first_bad_field(tmp_path):
     assert "results/0/wrong" in msg
 
 
+def test_a_bad_field_s_value_is_quoted_cut_short(tmp_path):
+    """jsonschema's message starts with the whole value: a host-level links section made a 2.6 KB line."""
+    section = {"level": "host", "hosts": [f"node{i:04d}" for i in range(400)]}
+    msg = _bad(tmp_path, lambda d: d.__setitem__("links", section))
+    assert msg.endswith(f"invalid field 'links': {json.dumps(section)[:77]}... is not valid under any of the given "
+                        "schemas"), msg
+
+
 def test_load_rejects_non_json(tmp_path):
     p = tmp_path / "x.json"
     p.write_text("{not json")

@@ -183,8 +183,10 @@ def test_from_leaves_refuses_what_a_file_would_be_refused_for(leaves, words):
 @pytest.mark.parametrize("text, line, words", [
     ("SwitchName=l1 Nodes=a\nNodes=b LinkSpeed=1\n", 2, ["without SwitchName"]),
     ("SwitchName=l1 Nodes=a Speed=10\n", 1, ["unknown key", "'Speed'"]),
-    ("SwitchName=l1 Nodes=a\nSwitchName=l2 Nodes\n", 2, ["'Nodes'", "without =value"]),
-    ("SwitchName=l1 Nodes=\n", 1, ["without =value"]),
+    ("SwitchName=l1 Nodes=a\nSwitchName=l2 Nodes\n", 2, ["'Nodes' is not a name=value setting"]),
+    ("SwitchName=l1 Nodes=\n", 1, ["'Nodes=' is not a name=value setting"]),
+    ("SwitchName=l1 Nodes=a\nSwitchName=l2 Nodes=b\x00c\n", 2, ["a control character (U+0000) at column 22"]),
+    ("SwitchName=l1 Nodes=a\tb\x7f\n", 1, ["a control character (U+007F) at column 24"]),
     ("SwitchName=l1 Nodes=a\n\nSwitchName=l1 Nodes=b\n", 3, ["switch l1 is defined twice", "first at line 1"]),
     ("SwitchName=l1 Nodes=n[1-4]\nSwitchName=l2 Nodes=n[4-6]\n", 2, ["host n4 is under two leaf switches", "l1 (line 1) and l2"]),
     ("SwitchName=l1 Nodes=a\nSwitchName=top Switches=l[1-2]\n", 2, ["names l2", "which no SwitchName= line defines"]),
@@ -242,6 +244,24 @@ def test_a_missing_or_unreadable_file_is_one_error_naming_it(tmp_path):
         os.chmod(locked, 0)
         with pytest.raises(CommbenchError, match=r"cannot read topology file .*: Permission denied"):
             load_topology(locked)
+
+
+def test_an_error_line_quotes_a_huge_expression_cut_short(tmp_path):
+    """An expression of 1.2 million names made a 10 MB error line; it is quoted to 60 characters."""
+    names = ",".join(f"n{i}" for i in range(1_200_000))
+    path = write(tmp_path, f"SwitchName=l1 Nodes={names}\n")
+    with pytest.raises(CommbenchError) as err:
+        load_topology(path)
+    assert str(err.value) == f"{path}:1: Nodes=: hostlist {names[:57] + '...'!r}: expands to more than 1,000,000 names"
+
+
+def test_the_parsers_messages_are_not_taken_for_credentials(tmp_path):
+    """Every error line is scrubbed of credentials; the parser's wording must not read as one."""
+    from commbench.redact import scrub
+    path = write(tmp_path, "SwitchName=l1 Nodes=\n")
+    with pytest.raises(CommbenchError) as err:
+        load_topology(path)
+    assert scrub(str(err.value)) == str(err.value)
 
 
 def test_what_is_read_is_bounded_whatever_the_file_is(tmp_path):

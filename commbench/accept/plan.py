@@ -216,8 +216,8 @@ def parse(data: dict, name: str, source: str, check_argv: Optional[Callable[[lis
             for t, own in (("defaults", options), ("quick", quick)):
                 had[t].update(accepted[t])
                 taken[t].update(set(accepted[t]) - set(own))
-            options = {**accepted["defaults"], **options}
-            quick = {**accepted["quick"], **quick}
+            options = _spelled(command, {**accepted["defaults"], **options}, check_argv, bad, where)
+            quick = _spelled(command, {**accepted["quick"], **quick}, check_argv, bad, where)
         timeout = raw.get("timeout_s", DEFAULT_TIMEOUT_S)
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 86400:
             raise bad(f"{where}: timeout_s must be a number of seconds in (0, 86400]")
@@ -291,6 +291,24 @@ def _accepted(command: str, table: dict, check_argv, bad, name: str, where: str)
         raise bad(f"{where}: {e}") from None
     except CommbenchError as e:
         raise bad(f"[{name}] ({command}): {e}") from None
+
+
+def _spelled(command: str, options: dict, check_argv, bad, where: str) -> dict:
+    """The options with each `key = false` as the command spells it: `--no-KEY` where the command has
+    it (`intra = false` was left out, so --intra, the default, ran), left out where KEY is a plain flag
+    (off unless given); a false that no flag of the command takes is the plan's mistake."""
+    if check_argv is None:
+        return options
+    out = {}
+    for key, value in options.items():
+        if value is not False:
+            out[key] = value
+        elif _accepts(command, f"no_{key}", True, check_argv):
+            out[f"no_{key}"] = True
+        elif not _accepts(command, key, True, check_argv):
+            raise bad(f"{where}: {key} = false: {command} has neither --{key.replace('_', '-')} nor "
+                      f"--no-{key.replace('_', '-')}")
+    return out
 
 
 def _accepts(command: str, key: str, value, check_argv) -> bool:

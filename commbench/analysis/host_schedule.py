@@ -54,10 +54,11 @@ def parse_rounds(value: str) -> Optional[int]:
     """--rounds: a positive count, or 'all' (None: every host pair)."""
     if value.strip().lower() == "all":
         return None
-    try:
-        k = int(value)
-    except ValueError:
-        raise CommbenchError(f"--rounds must be a positive whole number or 'all', not {value!r}") from None
+    digits = value.strip()
+    # ASCII digits alone: int() reads a full-width '３', '1_0' and 4,000 digits too.
+    if not (digits.isascii() and digits.isdigit() and len(digits) <= 9):
+        raise CommbenchError(f"--rounds must be a positive whole number or 'all', not {value[:24]!r}")
+    k = int(digits)
     if k < 1:
         raise CommbenchError(f"--rounds must be at least 1 (or 'all'), not {k}")
     return k

@@ -35,6 +35,16 @@ SHOWN = 5
 KEYS = {"switchname": "SwitchName", "nodes": "Nodes", "switches": "Switches", "linkspeed": "LinkSpeed"}
 _NUMBER = re.compile(r"[0-9]+")
 _GROUP = re.compile(r"(\[[^\]]*\])")
+# Characters no host or switch name holds: a NUL would end the name in C, and Slurm reads none of them.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+# The most characters of one expression, token or name an error line quotes: an expression of a
+# million names quoted whole made a line of 10 MB.
+QUOTED = 60
+
+
+def _q(text: str) -> str:
+    """text quoted for an error line, cut to QUOTED characters."""
+    return repr(text if len(text) <= QUOTED else text[:QUOTED - 3] + "...")
 
 
 # ---- host lists -------------------------------------------------------------------------------------
@@ -45,17 +55,17 @@ def _split_top(expr: str) -> list[str]:
     for i, ch in enumerate(expr):
         if ch == "[":
             if depth:
-                raise CommbenchError(f"hostlist {expr!r}: nested brackets at position {i + 1}")
+                raise CommbenchError(f"hostlist {_q(expr)}: nested brackets at position {i + 1}")
             depth = 1
         elif ch == "]":
             if not depth:
-                raise CommbenchError(f"hostlist {expr!r}: unbalanced ']' at position {i + 1}")
+                raise CommbenchError(f"hostlist {_q(expr)}: unbalanced ']' at position {i + 1}")
             depth = 0
         elif ch == "," and not depth:
             items.append(expr[start:i])
             start = i + 1
     if depth:
-        raise CommbenchError(f"hostlist {expr!r}: unbalanced '[' (no closing ']')")
+        raise CommbenchError(f"hostlist {_q(expr)}: unbalanced '[' (no closing ']')")
     items.append(expr[start:])
     return items
 
@@ -67,15 +77,14 @@ def _group(expr: str, body: str) -> list[tuple[int, int, int]]:
     for part in body.split(","):
         lo, sep, hi = part.partition("-")
         if not part:
-            raise CommbenchError(f"hostlist {expr!r}: empty item in [{body}]")
+            raise CommbenchError(f"hostlist {_q(expr)}: empty item in {_q('[' + body + ']')}")
         if not _NUMBER.fullmatch(lo) or (sep and not _NUMBER.fullmatch(hi)):
-            raise CommbenchError(f"hostlist {expr!r}: {part!r} in [{body}] is not a number or a range N-M of numbers")
+            raise CommbenchError(f"hostlist {_q(expr)}: {_q(part)} in {_q('[' + body + ']')} is not a number or a range N-M of numbers")
         if max(len(lo), len(hi)) > MAX_DIGITS:
-            shown = expr if len(expr) <= 60 else expr[:57] + "..."
-            raise CommbenchError(f"hostlist {shown!r}: a number of more than {MAX_DIGITS} digits names no host")
+            raise CommbenchError(f"hostlist {_q(expr)}: a number of more than {MAX_DIGITS} digits names no host")
         low, high = int(lo), int(hi) if sep else int(lo)
         if high < low:
-            raise CommbenchError(f"hostlist {expr!r}: the range {part!r} ends below its start")
+            raise CommbenchError(f"hostlist {_q(expr)}: the range {_q(part)} ends below its start")
         ranges.append((low, high, len(lo)))
     return ranges
 
@@ -86,14 +95,14 @@ def expand_hostlist(expr: str) -> list[str]:
     `node[001-003]` -> node001, node002, node003; `a,b[1-2]` -> a, b1, b2. Duplicates are kept."""
     text = expr.strip()
     if not text:
-        raise CommbenchError(f"hostlist {expr!r}: empty; it names no host")
+        raise CommbenchError(f"hostlist {_q(expr)}: empty; it names no host")
     parsed = []  # per item: literal text and bracket groups, alternating (text first and last)
     total = 0
     for item in _split_top(text):
         if not item:
-            raise CommbenchError(f"hostlist {expr!r}: empty item (a comma at the start, at the end or twice)")
+            raise CommbenchError(f"hostlist {_q(expr)}: empty item (a comma at the start, at the end or twice)")
         if any(ch.isspace() for ch in item):
-            raise CommbenchError(f"hostlist {expr!r}: {item!r} holds a space; host names have none")
+            raise CommbenchError(f"hostlist {_q(expr)}: {_q(item)} holds a space; host names have none")
         pieces = _GROUP.split(item)
         groups = [_group(expr, piece[1:-1]) for piece in pieces[1::2]]
         count = 1
@@ -102,7 +111,7 @@ def expand_hostlist(expr: str) -> list[str]:
         total += count
         # Counted before anything is expanded, so a huge range costs nothing but this line.
         if total > MAX_HOSTS:
-            raise CommbenchError(f"hostlist {expr!r}: expands to more than {MAX_HOSTS:,} names")
+            raise CommbenchError(f"hostlist {_q(expr)}: expands to more than {MAX_HOSTS:,} names")
         parsed.append((pieces[0::2], groups))
     names: list[str] = []
     for texts, groups in parsed:
@@ -186,14 +195,18 @@ def _logical_lines(text: str) -> list[tuple[int, str]]:
 
 def _parse_line(path: str, number: int, line: str) -> _Switch:
     where = f"{path}:{number}: "
+    control = _CONTROL.search(line)
+    if control:
+        raise CommbenchError(f"{where}a control character (U+{ord(control.group()):04X}) at column {control.start() + 1}; "
+                             f"names hold none")
     values: dict[str, str] = {}
     for token in line.split():
         key, sep, value = token.partition("=")
         if not sep or not key or not value:
-            raise CommbenchError(f"{where}{token!r} is not KEY=VALUE (a key without =value)")
+            raise CommbenchError(f"{where}{_q(token)} is not a name=value setting")
         name = KEYS.get(key.lower())
         if name is None:
-            raise CommbenchError(f"{where}unknown key {key!r} (topology.conf's tree keys are {', '.join(KEYS.values())})")
+            raise CommbenchError(f"{where}unknown key {_q(key)} (topology.conf's tree keys are {', '.join(KEYS.values())})")
         if name in values:
             raise CommbenchError(f"{where}{name} is given twice on one line")
         values[name] = value
@@ -278,7 +291,8 @@ def load_topology(path: str) -> Topology:
             parents[child] = sw.name
     ring = _cycle(parents, {name: sw.line for name, sw in switches.items()})
     if ring is not None:
-        raise CommbenchError(f"{path}:{switches[ring[0]].line}: the switches form a cycle: {' contains '.join(ring)}")
+        raise CommbenchError(f"{path}:{switches[ring[0]].line}: the switches form a cycle: "
+                             f"{' contains '.join(ring if len(ring) <= SHOWN else ring[:SHOWN] + ['...', ring[-1]])}")
 
     leaves = {sw.name: tuple(sw.nodes) for sw in switches.values() if sw.nodes is not None}
     if not leaves:

@@ -32,6 +32,19 @@ from ..run.policy import TIMINGS, Policy
 # How long a rank other than 0 waits, after a failure of its own, before it speaks and ends the job:
 # when rank 0 failed as well, rank 0's abort ends this rank first, and the job prints one line.
 RANK_SPEAKS_AFTER_S = 2.0
+# The largest seed an option takes: one that JSON readers keep exact (a 40-digit seed read back as
+# 1e+40, and a stored seed must repeat its run).
+MAX_SEED = 2**63 - 1
+
+
+def given_options(ignored: set[str]) -> list[str]:
+    """The options of the running command typed on its command line (or set through the environment)
+    that are not in `ignored` (parameter names), as their first flag: for a mode that reads none of
+    them, which must say so rather than drop them."""
+    ctx = click.get_current_context()
+    typed = (click.core.ParameterSource.COMMANDLINE, click.core.ParameterSource.ENVIRONMENT)
+    return [p.opts[0] for p in ctx.command.params
+            if isinstance(p, click.Option) and p.name not in ignored and ctx.get_parameter_source(p.name) in typed]
 
 
 class Finite(click.FloatRange):

@@ -16,9 +16,11 @@ from ..run import preflight
 from ..sizes import parse_size
 from ..transports import TRANSPORTS, default_p2p_transport, transport_names
 from .common import (
+    MAX_SEED,
     MAX_WINDOW,
     Finite,
     attach_nccl_log,
+    given_options,
     make_reporter,
     policy_options,
     ranks_option,
@@ -59,7 +61,7 @@ RANK_LEVEL_MAX = 8
 @click.option("--rounds", "rounds_text", default=None,
               help="Host level: how many host matchings, or 'all' (every host pair). Default: every host at least "
                    "3 different partners (every pair below 4 hosts).")
-@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
+@click.option("--seed", type=click.IntRange(min=0, max=MAX_SEED), default=0, show_default=True,
               help="Host level: the seed of the matchings (a rerun with the same seed repeats them).")
 @click.option("--topology", "topology_path", type=click.Path(dir_okay=False), default=None,
               help="Host level: Slurm's topology.conf (SwitchName=leaf1 Nodes=node[001-032]); half the rounds then "
@@ -93,7 +95,14 @@ def links(impl, latency_size, bandwidth_size, window, threshold_pct, mad_z, judg
         if "links" not in doc:
             raise CommbenchError(f"{source} holds no links section: give a result file of 'commbench links'")
         old = doc["links"]
-        if old.get("level") == "host":
+        # Judging again reads only the thresholds; host level has its own noise rule, not --mad-z.
+        host = old.get("level") == "host"
+        ignored = given_options({"source", "threshold_pct", "judged"} | (set() if host else {"mad_z"}))
+        if ignored:
+            reads = "--threshold-pct and --judge" if host else "--threshold-pct, --judge and --mad-z"
+            raise CommbenchError(f"--from judges {source} again and measures nothing: {', '.join(ignored)} "
+                                 f"{'does' if len(ignored) == 1 else 'do'} not apply to it (it reads {reads})")
+        if host:
             from ..analysis.host_report import rejudge
             found = rejudge(old, doc["results"], threshold_pct, judged, source)
             _show(found)
@@ -106,7 +115,9 @@ def links(impl, latency_size, bandwidth_size, window, threshold_pct, mad_z, judg
     from ..analysis.topology import load_topology
     nic_gbps = None if nic_text is None else nic_rate(nic_text)
     host_rounds = _host_rounds(level, rounds_text, seed, topology_path, intra, nic_gbps)
-    topology = load_topology(topology_path) if topology_path else None
+    if topology_path is not None and not topology_path.strip():
+        raise CommbenchError("--topology '': give the path of Slurm's topology.conf, or leave the option out")
+    topology = load_topology(topology_path) if topology_path is not None else None
     if detect_launcher() is None and level == "auto" and _host_only(rounds_text, seed, topology_path, intra, nic_gbps):
         raise NodeError(f"{HOST_OPTIONS} apply at host level, and a standalone run's ranks are all on this one host: "
                         f"launch across hosts (mpirun, srun, torchrun)")

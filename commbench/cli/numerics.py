@@ -14,7 +14,7 @@ from ..launch import watchdog
 from ..launch.world import detect_launcher
 from ..run import preflight
 from ..sizes import parse_size
-from .common import attach_nccl_log, resolve_device, run_ranks, sweep, timeout_option
+from .common import MAX_SEED, attach_nccl_log, resolve_device, run_ranks, sweep, timeout_option
 from .group import cli
 from .measure import _impl_help, names_or_all
 from .scale import parse_counts
@@ -55,7 +55,7 @@ def _bytes_per_rank(count: int, asked: Optional[tuple[int, ...]]):
                    "cancel: large values of opposite sign plus small ones; integer: exact in every dtype.")
 @click.option("--count", "count_text", default="256K", show_default=True,
               help="Elements per vector: 4096, 64K, 1M.")
-@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the data.")
+@click.option("--seed", type=click.IntRange(min=0, max=MAX_SEED), default=0, show_default=True, help="Seed of the data.")
 @click.option("--repeats", type=click.IntRange(min=2, max=1_000_000), default=2, show_default=True,
               help="Calls per rank count, dtype and impl, compared bit for bit.")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,

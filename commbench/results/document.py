@@ -130,7 +130,20 @@ def _refuse(doc: dict, source: str, finite: bool) -> None:
     if errors:
         err = min(errors, key=lambda e: list(e.absolute_path))
         where = "/".join(str(p) for p in err.absolute_path) or "(top level)"
-        raise CommbenchError(f"{source}: invalid field '{where}': {err.message}")
+        raise CommbenchError(f"{source}: invalid field '{where}': {_message(err)}")
+
+
+# The most characters of a field's value an error line quotes: jsonschema's message starts with the
+# whole value, and a host-level links section at 4 hosts made a line of 2.6 KB.
+QUOTED = 80
+
+
+def _message(err) -> str:
+    """jsonschema's message, the value it starts with cut to QUOTED characters."""
+    shown = repr(err.instance)
+    if len(shown) <= QUOTED or not err.message.startswith(shown):
+        return err.message
+    return json.dumps(err.instance)[:QUOTED - 3] + "..." + err.message[len(shown):]
 
 
 def _errors(doc: dict) -> list:

@@ -112,6 +112,8 @@ def _figure(value, source: str, context: str) -> Optional[float]:
     null in JSON). Anything else that is not a number refuses the log."""
     if value is None or (isinstance(value, str) and value.strip().upper() == "N/A"):
         return None
+    if isinstance(value, bool):  # JSON's true is no time, though Python counts it as 1
+        raise CommbenchError(f"{source}: cannot read {json.dumps(value)} as a number in: {context}")
     try:
         x = float(value)
     except (TypeError, ValueError):
@@ -348,7 +350,11 @@ def _per_iter(report) -> Optional[_PerIter]:
     per_process = report.get("per_process_max_times_us")
     if not isinstance(times, list) or not times or not (per_process is None or isinstance(per_process, list)):
         raise ValueError("times_us is not a list of iteration times")
-    return _PerIter(times, int(report.get("skipped_iterations", 0)), per_process)
+    skipped = report.get("skipped_iterations", 0)
+    # A count: 2.9 was read as 2, and true as 1.
+    if isinstance(skipped, bool) or not (isinstance(skipped, int) or (isinstance(skipped, float) and skipped.is_integer())):
+        raise ValueError(f"skipped_iterations {json.dumps(skipped)[:24]} is not a whole number")
+    return _PerIter(times, int(skipped), per_process)
 
 
 def _layout_problem(op: str, row: _Row, ranks: int) -> Optional[str]:
@@ -461,6 +467,9 @@ def _iteration_times(per_iter: _PerIter, run: _Run, ranks: int, source: str, con
     if None in times:
         return None
     samples = np.array(times[kept]) * 1e-6
+    if samples.min() < 0 or not samples.any():
+        raise CommbenchError(f"{source}: times_us {'holds a negative time' if samples.min() < 0 else 'holds only zeros'}"
+                             f", which no iteration takes, in: {context}")
     rows = per_iter.per_process
     if rows is None:
         return samples, None
