@@ -91,15 +91,16 @@ bench: install
 # (their ranks poll while they wait: side by side they slowed each other to a crawl); the quiet tests
 # (alone on the machine) last, one group on one worker, one after another under one hold (--dist
 # loadgroup, the collection's order kept: --no-loadscope-reorder).
-# The real-Slurm tests (tests/slurm.py) need Debian's slurm-wlm and munge. Installed here where they
-# are missing, as root, with apt-get, and no systemd running (a container or CI machine: on a host with
+# The real-Slurm tests (tests/slurm.py) need Debian's slurm-wlm and munge, and the lossy-host tests
+# Debian's nftables (tests/cluster.py lose: netem is not to be had). Installed here where they are
+# missing, as root, with apt-get, and no systemd running (a container or CI machine: on a host with
 # systemd the packages would enable daemons of their own); elsewhere those tests skip with one line.
 test-system:
-	@if ! command -v slurmctld >/dev/null && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
+	@if ! { command -v slurmctld && command -v nft; } >/dev/null && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
 	    && [ ! -d /run/systemd/system ]; then \
-	  echo "installing slurm-wlm and munge for the real-Slurm tests"; \
-	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm munge >/dev/null) \
-	    || echo "could not install slurm-wlm and munge: the real-Slurm tests will skip"; \
+	  echo "installing slurm-wlm, munge and nftables for the real-Slurm and lossy-host tests"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm munge nftables >/dev/null) \
+	    || echo "could not install slurm-wlm, munge and nftables: the real-Slurm and lossy-host tests will skip"; \
 	fi
 
 # The JUnit schema CI readers check reports against (Jenkins' junit-10.xsd), for the tests of accept's

@@ -500,6 +500,18 @@ exec ip netns exec "$ns" unshare --uts sh -c "hostname $ns; $*"
             _run(["tc", "class", "change", "dev", dev, "parent", "1:", "classid", f"1:{10 + member}", "htb",
                   *_htb_rate(mbit)])
 
+    def lose(self, host: int, pct: int = 100) -> None:
+        """Host `host` drops `pct` % of the packets its rails send and receive (all of them by
+        default), chosen at random, as a failing NIC or cable does; its loopback is spared. Debian's
+        nftables in the host's namespace (netem is not to be had); the table goes with the namespace."""
+        if shutil.which("nft") is None:
+            raise ClusterUnavailable("losing packets needs Debian's nftables ('nft' on PATH; make test-system)")
+        rule = 'meta iifname != "lo" meta oifname != "lo" ' + ("drop" if pct >= 100 else f"numgen random mod 100 < {pct} drop")
+        script = (f"table inet lossy {{\n chain in {{ type filter hook input priority 0; policy accept; {rule}; }}\n"
+                  f" chain out {{ type filter hook output priority 0; policy accept; {rule}; }}\n}}\n")
+        subprocess.run(["ip", "netns", "exec", self.hosts[host].ns, "nft", "-f", "-"], input=script, text=True,
+                       check=True, capture_output=True)
+
     def reset(self) -> None:
         """Every host's every rail at its build rate again, no pair filters, no uplink shaped."""
         for h, rate in zip(self.hosts, self._rates):

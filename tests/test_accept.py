@@ -781,3 +781,19 @@ def test_a_bandwidth_window_that_outlasts_the_budget_is_estimated_by_its_iterati
     window_s = 64 * (256 << 20) / (SLOWEST_FLOW_GBPS * 1e9)
     assert bandwidth_s(policy, 64, 256 << 20) == pytest.approx((1 + policy.min_iters) * window_s + OVERHEAD_S)
     assert bandwidth_s(Policy(iters=2), 64, 256 << 20) == pytest.approx(3 * window_s + OVERHEAD_S)
+
+
+def test_a_step_that_outlives_its_ranks_error_line_is_stopped(tmp_path):
+    """mpirun waits for ever for the daemon of a host that stopped answering, after its ranks have
+    said their line and ended: the step is stopped OUTLIVES_ITS_LINE_S after that line, not at its
+    time limit, and its log says why."""
+    from commbench.accept import runner
+    step = [sys.executable, "-c", "import sys, time; print('commbench: error: rank 2 did not arrive (host h2)', "
+                                  "file=sys.stderr, flush=True); time.sleep(120)"]
+    t = time.monotonic()
+    ran = runner.run(step, str(tmp_path / "step.log"), 100, dict(os.environ))
+    took = time.monotonic() - t
+    assert ran.rc is None and runner.OUTLIVES_ITS_LINE_S <= took < runner.OUTLIVES_ITS_LINE_S + 5, took
+    log = (tmp_path / "step.log").read_text()
+    assert f"\nstopped {runner.OUTLIVES_ITS_LINE_S:g} s after its error line: the launch waited on" in log
+    assert runner.last_line(str(tmp_path / "step.log")) == "commbench: error: rank 2 did not arrive (host h2)"

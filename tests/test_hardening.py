@@ -820,3 +820,62 @@ def test_no_planted_credential_reaches_any_file_or_stream(tmp_path):
     leaks = {where: [s for s in planted if s in text] for where, text in texts.items()}
     assert not {where: found for where, found in leaks.items() if found}, leaks
     assert "-x HF_TOKEN=&lt;redacted&gt; " in open(tmp_path / f"j-{token(2)}.xml").read()
+
+
+# ---- a host that loses packets: what names it ----------------------------------------------------
+
+SS = """State    Recv-Q Send-Q Local Address:Port  Peer Address:Port Process
+ESTAB    0      0         10.77.64.3:49989 10.77.64.254:39833
+\t bbr wscale:10,10 rto:208 retrans:0/7 bytes_retrans:954
+ESTAB    0      18         127.0.0.1:53131    127.0.0.1:42160
+\t bbr rto:3912 unacked:1 retrans:0/11
+ESTAB    0      0         10.77.64.3:50000 10.77.64.1:1024
+\t cubic rto:204 bytes_acked:10
+SYN-SENT 0      1         10.77.64.3:40000 10.77.64.2:1024
+\t cubic retrans:1/2
+"""
+
+
+def test_start_up_names_the_peers_this_host_resent_packets_to(monkeypatch):
+    """`ss -ti`'s running totals, per peer: loopback and connections that resent nothing left out."""
+    from commbench.launch import startup
+    monkeypatch.setattr(startup.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0, SS, ""))
+    monkeypatch.setattr(startup, "_name", lambda addr: f"{addr} (h{addr[-1]})")
+    assert startup.resent_text() == (f"; host {socket.gethostname()} resent packets: 7 to 10.77.64.254 (h4), "
+                                     "2 to 10.77.64.2 (h2): a link between them loses packets")
+    quiet = "\n".join(SS.splitlines()[:1] + SS.splitlines()[3:7])  # loopback, and one that resent nothing
+    monkeypatch.setattr(startup.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0, quiet, ""))
+    assert startup.resent_text() == ""
+
+
+def test_a_start_up_past_its_deadline_ends_the_rank_in_one_line(tmp_path):
+    """The forked child ends a rank held in a call that keeps the interpreter's lock (MPI_Init), at
+    max(--timeout, START_UP_MIN_S), rank 0 saying so; disarmed in time, it ends nothing."""
+    code = ("import os, sys, time; from commbench.launch import startup; startup.START_UP_MIN_S = 0.5; "
+            "done = startup.arm(0.5, 0); time.sleep(0.1) if sys.argv[1] == 'quick' else os.read(os.pipe()[0], 1); "
+            "done(); print('started')")
+    quick = subprocess.run([sys.executable, "-c", code, "quick"], capture_output=True, text=True, timeout=30)
+    assert (quick.returncode, quick.stdout, quick.stderr) == (0, "started\n", "")
+    t = time.monotonic()
+    held = subprocess.run([sys.executable, "-c", code, "held"], capture_output=True, text=True, timeout=30)
+    assert held.returncode == -signal.SIGKILL and time.monotonic() - t < 10, held
+    assert held.stderr.startswith("commbench: error: the ranks did not all start within 0.5 s (MPI's start-up, "
+                                  "bounded by --timeout)") and held.stderr.count("\n") == 1, held.stderr
+
+
+def test_a_timeout_with_every_rank_alive_names_the_host_whose_channel_resent(monkeypatch):
+    """Rank 0 adds its own side's resends and what each host's leader said of its side."""
+    from commbench.launch import watchdog
+    dog = watchdog.Watchdog.__new__(watchdog.Watchdog)
+    dog.hosts = ["h0", "h0", "h1", "h2", "h3"]
+    dog.peers = {1: "c1", 2: "c2", 3: "c3", 4: "c4"}
+    mine = {"c1": 9, "c2": 0, "c3": 2, "c4": 0}
+    monkeypatch.setattr(watchdog, "_resent", mine.get)
+    dog.resent = {3: 5}
+    assert dog._resent_text() == "; packets resent to host h2 7: it loses packets"  # h0's own rank 1 left out
+    dog.resent = {2: 1, 3: 1, 4: 1}
+    assert dog._resent_text() == ("; rank 0's connections to every other host resent packets (5 in all): host h0 "
+                                  "loses packets")
+    monkeypatch.setattr(watchdog, "_resent", lambda conn: 0)
+    dog.resent = {}
+    assert dog._resent_text() == ""

@@ -25,6 +25,14 @@ from ..results.atomic import create_temporary
 # than the step's own time to kill ranks deaf to it (STOP_WITHIN_S), or accept's SIGKILL came first
 # and the step's launch folder stayed behind in $TMPDIR (1 run in 13 of a SIGHUP to accept).
 STOP_GRACE_S = STOP_WITHIN_S + 5
+# How long a step may go on after its ranks' first error line: they end within GRACE_S (3 s) of it, but
+# mpirun waits for ever for the daemon of a host that stopped answering (its packets dropped), long
+# after every rank of that host has ended.
+OUTLIVES_ITS_LINE_S = 6.0
+# How often the wait looks whether the step outlived its line.
+LOOK_S = 0.25
+# How long a step that outlived its line has from the SIGTERM to the SIGKILL.
+OUTLIVED_STOP_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -90,18 +98,22 @@ def _run(argv, log_file, stdout, timeout_s: float, env: dict, cwd, t0: float, lo
         _say(log_file, f"cannot start it: {e}\n")
         return Ran(127, round(time.monotonic() - t0, 1), log)
     lock = threading.Lock()
-    relays = [threading.Thread(target=_relay, args=(pipe, log_file, lock), daemon=True)
+    said: list[float] = []  # when the ranks' first error line came
+    relays = [threading.Thread(target=_relay, args=(pipe, log_file, lock, said), daemon=True)
               for pipe in (proc.stdout, proc.stderr) if pipe is not None]
     for relay in relays:
         relay.start()
     interrupted = False
     try:
-        rc = _wait(proc, timeout_s)
+        rc = _wait(proc, timeout_s, said)
     except KeyboardInterrupt:  # the step is stopped whole; what it saved is judged
         rc, interrupted = None, True
-    for relay in relays:  # the pipes close with the step's last process
-        relay.join(STOP_GRACE_S)
+    outlived = rc is None and not interrupted and bool(said) and time.monotonic() - t0 < timeout_s
+    for relay in relays:  # the pipes close with the step's last process (a lost host's daemon keeps them)
+        relay.join(OUTLIVED_STOP_S if outlived else STOP_GRACE_S)
     _say(log_file, "\nstopped by an interrupt\n" if interrupted else
+         f"\nstopped {OUTLIVES_ITS_LINE_S:g} s after its error line: the launch waited on when its ranks had ended "
+         f"(mpirun waits for ever for a host's daemon that no longer answers)\n" if outlived else
          f"\nstopped at the time limit of {timeout_s:g} s\n" if rc is None else "")
     return Ran(rc, round(time.monotonic() - t0, 1), log, interrupted)
 
@@ -112,19 +124,33 @@ def _say(log_file, text: str) -> None:
         log_file.flush()
 
 
-def _relay(pipe, log_file, lock: threading.Lock) -> None:
+def _relay(pipe, log_file, lock: threading.Lock, said: list) -> None:
     """The step's lines into its log as they come, scrubbed (until the log is closed: a step
-    interrupted with Ctrl-C may still speak)."""
+    interrupted with Ctrl-C may still speak); the time of the first error line into `said`."""
     with pipe, contextlib.suppress(ValueError, OSError):
         for raw in iter(pipe.readline, b""):
+            if not said and raw.startswith(b"commbench: error"):
+                said.append(time.monotonic())
             with lock:
                 log_file.write(scrub(raw.decode(errors="replace")))
                 log_file.flush()
 
 
-def _wait(proc: subprocess.Popen, timeout_s: float) -> Optional[int]:
+def _wait(proc: subprocess.Popen, timeout_s: float, said: list) -> Optional[int]:
+    """The step's exit status; None where it was stopped: at its time limit, or OUTLIVES_ITS_LINE_S
+    after its ranks' error line."""
+    until = time.monotonic() + timeout_s
     try:
-        return proc.wait(timeout=timeout_s)
+        while True:
+            now = time.monotonic()
+            if said and now - said[0] > OUTLIVES_ITS_LINE_S:
+                # Its ranks ended long ago: a SIGTERM only has mpirun wait for the lost daemon again.
+                stop(proc, OUTLIVED_STOP_S)
+                return None
+            if now >= until:
+                raise subprocess.TimeoutExpired(proc.args, timeout_s)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                return proc.wait(timeout=min(LOOK_S, until - now))
     except subprocess.TimeoutExpired:
         stop(proc)
         return None
@@ -133,14 +159,14 @@ def _wait(proc: subprocess.Popen, timeout_s: float) -> Optional[int]:
         raise
 
 
-def stop(proc: subprocess.Popen) -> None:
-    """SIGTERM to the step's process group (mpirun passes it on to its ranks), then SIGKILL to what
-    is left of it."""
+def stop(proc: subprocess.Popen, grace_s: float = STOP_GRACE_S) -> None:
+    """SIGTERM to the step's process group (mpirun passes it on to its ranks), then, `grace_s` on,
+    SIGKILL to what is left of it."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, sig)
         with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=STOP_GRACE_S)
+            proc.wait(timeout=grace_s)
 
 
 def last_line(log: str) -> str:

@@ -17,10 +17,11 @@ import click
 
 from .. import trace
 from ..errors import CommbenchError, described, one_line
-from ..launch import supervise
+from ..launch import startup, supervise
 from ..launch.world import (
     detect_launcher,
     init_world,
+    launch_rank,
     mark_started,
     rank_status,
     session_base,
@@ -224,7 +225,13 @@ def run_ranks(nranks: Optional[int], default_ranks: int, body, checks, timeout_s
         supervise.say(ended)
         sys.exit(ended.status)
     checks.before_joining(detect_launcher())
-    world = init_world(timeout_s)
+    # MPI's start-up is bounded as a size is (launch/startup.py); torchrun's rendezvous bounds its own.
+    started = startup.arm(timeout_s, launch_rank()) if detect_launcher() == "mpi" else None
+    try:
+        world = init_world(timeout_s)
+    finally:
+        if started is not None:
+            started()
     trace.phase("mpi-init" if world.comm is not None else "world-init")
     mark_started(world)
     if nranks is not None and nranks != world.size:

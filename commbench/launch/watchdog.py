@@ -29,6 +29,7 @@ import os
 import select
 import signal
 import socket
+import struct
 import sys
 import threading
 import time
@@ -257,6 +258,21 @@ def _side_channel(world) -> tuple[Optional[socket.socket], dict]:
     return up, peers
 
 
+# struct tcp_info (linux/tcp.h): tcpi_total_retrans, the segments a connection has resent, is the
+# 32-bit field at byte 100; the struct has grown since, never moved a field.
+_TOTAL_RETRANS = struct.Struct("=I")
+_TOTAL_RETRANS_AT = 100
+
+
+def _resent(conn: socket.socket) -> int:
+    """The segments the kernel resent on conn since it opened; 0 where the kernel does not say."""
+    try:
+        info = conn.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 104)
+    except (OSError, AttributeError):  # not TCP, closed, or no TCP_INFO here
+        return 0
+    return _TOTAL_RETRANS.unpack_from(info, _TOTAL_RETRANS_AT)[0] if len(info) >= 104 else 0
+
+
 def _more_files() -> None:
     """Rank 0 of a thousand hosts holds a socket per host: the soft limit on open files up to the hard one."""
     import resource
@@ -290,6 +306,7 @@ class Watchdog:
         self.lost: list[int] = []  # rank 0: ranks whose connection closed without a goodbye
         self._lost_at = 0.0  # rank 0: when the first of them was lost
         self.failures: dict[int, tuple[str, str]] = {}  # rank 0: (status, text) other ranks reported
+        self.resent: dict[int, int] = {}  # rank 0: what each connection's other end last said it resent
         self._looked, self.paused_s = now, 0.0  # the thread's last look; its longest pause (_note_pause)
         self._buffers = {r: b"" for r in self.peers}
         # Reentrant: the main thread that took it in fail() may stop the watchdog on its way out.
@@ -360,7 +377,9 @@ class Watchdog:
                 if self.up is not None:
                     # One beat a tick, however often the ranks behind a leader wake it.
                     if time.monotonic() - self._beat_at >= TICK_S:
-                        self._send(self.up, "beat " + ",".join(map(str, sorted({self.rank, *self.beats}))))
+                        # With what this rank's channel resent: rank 0 sees its own side's alone.
+                        self._send(self.up, "beat " + ",".join(map(str, sorted({self.rank, *self.beats})))
+                                   + f" {_resent(self.up)}")
                         self.beats.clear()
                         self._beat_at = time.monotonic()
                     news = self._read_up(0)
@@ -427,18 +446,22 @@ class Watchdog:
             self._buffers[rank] += data
             *lines, self._buffers[rank] = self._buffers[rank].split(b"\n")
             for line in lines:
-                self._take(line.decode(errors="replace"))
+                self._take(line.decode(errors="replace"), rank)
                 if rank in self.finished:
                     del self.peers[rank]
                     break
 
-    def _take(self, line: str) -> None:
+    def _take(self, line: str, via: int) -> None:
+        """A line that came through the connection of rank `via`."""
         word, _, rest = line.partition(" ")
         if word == "beat":
-            ranks = [int(r) for r in rest.split(",") if r.isdecimal()]
+            listed, _, resent = rest.partition(" ")
+            ranks = [int(r) for r in listed.split(",") if r.isdecimal()]
             if self.rank == 0:
                 now = time.monotonic()
                 self.heard.update((r, now) for r in ranks)
+                if resent.isdecimal():
+                    self.resent[via] = int(resent)
             else:
                 self.beats.update(ranks)
             return
@@ -520,7 +543,25 @@ class Watchdog:
         if self.paused_s > self.timeout_s:  # rank 0 itself was stopped past the deadline
             return (f"{self.where}: did not finish within --timeout {self.timeout_s:g} s; rank 0 did not answer: "
                     f"its process did not run for {self.paused_s:.0f} s")
-        return f"{self.where}: did not finish within --timeout {self.timeout_s:g} s; every rank was alive in it"
+        return (f"{self.where}: did not finish within --timeout {self.timeout_s:g} s; every rank was alive in it"
+                + self._resent_text())
+
+    def _resent_text(self) -> str:
+        """Rank 0, every rank alive past the deadline: the hosts whose side channel had to resend
+        packets, either way, as the kernels count them. The beats cross every host's link four times a second, and
+        a link that loses packets shows here long before anything else names it (a host losing 30 %
+        of its packets slowed every size until the deadline, with no host named)."""
+        resent = {r: n for r, n in ((r, _resent(conn) + self.resent.get(r, 0)) for r, conn in self.peers.items()
+                                    if self.hosts[r] != self.hosts[0]) if n}
+        if not resent:
+            return ""
+        remote = {self.hosts[r] for r, conn in self.peers.items() if self.hosts[r] != self.hosts[0]}
+        hosts = sorted({self.hosts[r] for r in resent})
+        if len(remote) > 1 and set(hosts) == remote:  # every other host's: the loss is on rank 0's side
+            return (f"; rank 0's connections to every other host resent packets ({sum(resent.values())} in all): "
+                    f"host {self.hosts[0]} loses packets")
+        counts = ", ".join(f"{h} {sum(n for r, n in resent.items() if self.hosts[r] == h)}" for h in hosts)
+        return f"; packets resent to host{'s' if len(hosts) > 1 else ''} {counts}: {'they lose' if len(hosts) > 1 else 'it loses'} packets"
 
     def _on_hosts(self, ranks: list[int]) -> str:
         """Across hosts, the hosts of `ranks`: a host is what a cluster team repairs."""

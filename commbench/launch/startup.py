@@ -1,0 +1,110 @@
+"""A deadline on an MPI rank's start-up: MPI_Init and the first collective that meets every rank.
+
+MPI_Init waits for every host's daemon, and no deadline of commbench's ran there: a host that lost
+30 % of its packets held every rank in it for 40-240 s, with no file, no line and no exit. The wait
+is inside the MPI library, with the interpreter's lock held, so neither a thread nor a Python signal
+handler of this process could act. A child forked before the wait can: it ends the rank at the
+deadline unless the rank says it has started (or has ended) first. Rank 0's child says why, naming
+the hosts that its host had to resend packets to, as the kernel counts them (`ss`)."""
+
+from __future__ import annotations
+
+import os
+import re
+import select
+import signal
+import socket
+import subprocess
+import time
+from typing import Callable, Optional
+
+# The least start-up a deadline allows, whatever --timeout is: ranks that import torch meet in MPI_Init
+# only once the slowest of them has, seconds on a busy host.
+START_UP_MIN_S = 10.0
+# How long a rank other than 0 outlives its deadline: rank 0 says the line first, and mpirun, seeing
+# another rank end, may end rank 0 (and its child) before it could.
+OTHERS_AFTER_S = 2.0
+# How long rank 0's child may spend finding the hosts it resent packets to.
+LOOK_S = 2.0
+# `ss -ti`: a socket's line (state, queues, local and peer address), then its indented TCP facts, of
+# which retrans:N/TOTAL counts the segments resent since the connection opened.
+_TOTAL_RESENT = re.compile(r"\bretrans:\d+/(\d+)")
+
+
+def deadline_s(timeout_s: float) -> float:
+    return max(timeout_s, START_UP_MIN_S)
+
+
+def arm(timeout_s: float, rank: Optional[int]) -> Callable[[], None]:
+    """Starts the deadline; returns the call that ends it, once this rank's start-up is done."""
+    limit = deadline_s(timeout_s)
+    r, w = os.pipe()
+    child = os.fork()
+    if child == 0:
+        os.close(w)
+        try:
+            _watch(r, limit, os.getppid(), rank)
+        finally:
+            os._exit(0)
+    os.close(r)
+
+    def disarm() -> None:
+        os.close(w)  # the child reads the end of the pipe, and leaves
+        os.waitpid(child, 0)
+    return disarm
+
+
+def _watch(r: int, limit: float, rank_pid: int, rank: Optional[int]) -> None:
+    """The child: ends the rank `limit` seconds on, unless the pipe closes first (the rank started,
+    or ended: its end of the pipe closes with it)."""
+    # A Ctrl-C reaches the whole process group: the rank says that line, not its child.
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_IGN)
+    if select.select([r], [], [], limit)[0]:
+        return
+    # Rank 0 says the run's line; a host's first other rank speaks too where its host resent packets:
+    # at start-up only a host's own kernel knows that its link loses them.
+    resent = resent_text()
+    if rank == 0:
+        os.write(2, f"commbench: error: the ranks did not all start within {limit:g} s (MPI's start-up, bounded "
+                    f"by --timeout){resent}\n".encode())
+    else:
+        if resent and os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK", "0") == "0":
+            os.write(2, f"commbench: error on rank {rank}: the ranks did not all start within {limit:g} s{resent}\n"
+                     .encode())
+        time.sleep(OTHERS_AFTER_S)
+    try:
+        os.kill(rank_pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def resent_text() -> str:
+    """'; host h2 resent packets: 14 to 10.0.0.3 (h3): a link between them loses packets', naming the
+    peers this host's TCP connections resent segments to; '' where none did or `ss` cannot tell."""
+    try:
+        out = subprocess.run(["ss", "-tin"], capture_output=True, text=True, timeout=LOOK_S).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    resent: dict[str, int] = {}
+    lines = out.splitlines()
+    for head, facts in zip(lines, lines[1:]):
+        fields, count = head.split(), _TOTAL_RESENT.search(facts)
+        if count is None or not facts[:1].isspace() or len(fields) < 5 or not fields[1].isdigit():
+            continue
+        addr = fields[4].rsplit(":", 1)[0].strip("[]")
+        if int(count.group(1)) and not addr.startswith("127.") and addr != "::1":
+            resent[addr] = resent.get(addr, 0) + int(count.group(1))
+    if not resent:
+        return ""
+    named = ", ".join(f"{n} to {_name(a)}" for a, n in sorted(resent.items(), key=lambda x: -x[1]))
+    return f"; host {socket.gethostname()} resent packets: {named}: a link between them loses packets"
+
+
+def _name(addr: str) -> str:
+    """'10.0.0.3 (h3)' where the address has a name in the hosts file, else the address."""
+    try:
+        socket.setdefaulttimeout(LOOK_S)
+        return f"{addr} ({socket.gethostbyaddr(addr)[0]})"
+    except OSError:
+        return addr
