@@ -451,7 +451,8 @@ def test_a_host_that_loses_its_packets_ends_the_run_naming_it(loss, make_cluster
         log = f.read()
     # Rank 0 names the host (a rank that did not arrive, or the packets resent to it); at start-up
     # the host's own first rank names it, as only its kernel knows what it resent.
-    named = [line for line in log.splitlines() if line.startswith("commbench: error") and lossy in line]
+    named = [line for line in log.splitlines() if line.startswith("commbench: error")
+             and (lossy in line or re.search(rf"\b{re.escape(c.hosts[2].addr)}\b", line))]
     assert named, log
     # Start-up's deadline is --timeout with a floor (launch/startup.py), then a size's --timeout.
     bound = LOSSY_TIMEOUT_S + 15 if loss == "all mid-run" else startup.deadline_s(LOSSY_TIMEOUT_S) + 15

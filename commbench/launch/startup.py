@@ -15,6 +15,7 @@ import select
 import signal
 import socket
 import subprocess
+import sys
 import time
 from typing import Callable, Optional
 
@@ -37,26 +38,31 @@ def deadline_s(timeout_s: float) -> float:
 
 def arm(timeout_s: float, rank: Optional[int]) -> Callable[[], None]:
     """Starts the deadline; returns the call that ends it, once this rank's start-up is done."""
-    limit = deadline_s(timeout_s)
     r, w = os.pipe()
-    child = os.fork()
-    if child == 0:
-        os.close(w)
-        try:
-            _watch(r, limit, os.getppid(), rank)
-        finally:
-            os._exit(0)
+    # A program of its own, not a bare fork: a fork kept the rank's command line, folder and
+    # variables, and was taken for the rank by whoever looks for it by those (a test's signals).
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMIX_", "PRTE_"))}
+    child = subprocess.Popen(
+        [sys.executable, "-c", "from commbench.launch.startup import watch; watch()", str(r), str(deadline_s(timeout_s)),
+         str(os.getpid()), "" if rank is None else str(rank), os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK", "0")],
+        # A session of its own: a Ctrl-C or a launcher's signal to the rank's group is the rank's.
+        pass_fds=(r,), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, cwd="/", env=env, start_new_session=True)
     os.close(r)
 
     def disarm() -> None:
         os.close(w)  # the child reads the end of the pipe, and leaves
-        os.waitpid(child, 0)
+        child.wait()
     return disarm
 
 
-def _watch(r: int, limit: float, rank_pid: int, rank: Optional[int]) -> None:
-    """The child: ends the rank `limit` seconds on, unless the pipe closes first (the rank started,
-    or ended: its end of the pipe closes with it)."""
+def watch() -> None:
+    """The child (arm's arguments in sys.argv): ends the rank at the deadline, unless the pipe closes
+    first (the rank started, or ended: its end of the pipe closes with it)."""
+    r, limit, rank_pid, rank, local = sys.argv[1:6]
+    _watch(int(r), float(limit), int(rank_pid), int(rank) if rank else None, local)
+
+
+def _watch(r: int, limit: float, rank_pid: int, rank: Optional[int], local: str) -> None:
     # A Ctrl-C reaches the whole process group: the rank says that line, not its child.
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, signal.SIG_IGN)
@@ -69,7 +75,7 @@ def _watch(r: int, limit: float, rank_pid: int, rank: Optional[int]) -> None:
         os.write(2, f"commbench: error: the ranks did not all start within {limit:g} s (MPI's start-up, bounded "
                     f"by --timeout){resent}\n".encode())
     else:
-        if resent and os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK", "0") == "0":
+        if resent and local == "0":
             os.write(2, f"commbench: error on rank {rank}: the ranks did not all start within {limit:g} s{resent}\n"
                      .encode())
         time.sleep(OTHERS_AFTER_S)
