@@ -162,6 +162,14 @@ def rank_pids(marker: str) -> dict:
     return found
 
 
+def error_lines(err: str) -> list:
+    """commbench's error lines in a user's mpirun's stderr, as a terminal shows them: mpirun puts a NUL
+    before a rank's line at times, and Open MPI's abort message a blank (launch/relay.as_shown)."""
+    from commbench.launch.relay import as_shown
+    return [line for line in (as_shown(raw.encode()).decode() for raw in err.splitlines())
+            if line.startswith("commbench: error")]
+
+
 def left_behind(marker: str) -> list:
     return subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout.split()
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ..launch.backstop import STOP_WITHIN_S
+from ..launch.relay import as_shown
 from ..redact import scrub
 from ..results.atomic import create_temporary
 
@@ -129,7 +130,7 @@ def _relay(pipe, log_file, lock: threading.Lock, said: list) -> None:
     interrupted with Ctrl-C may still speak); the time of the first error line into `said`."""
     with pipe, contextlib.suppress(ValueError, OSError):
         for raw in iter(pipe.readline, b""):
-            if not said and raw.startswith(b"commbench: error"):
+            if not said and as_shown(raw).startswith(b"commbench: error"):
                 said.append(time.monotonic())
             with lock:
                 log_file.write(scrub(raw.decode(errors="replace")))

@@ -30,16 +30,17 @@ def held_back(ending: Optional[bytes]) -> bool:
     return ending is not None and ending.startswith(_SIGNALS_ENDING)
 
 
-def _shown(line: bytes) -> bytes:
+def as_shown(line: bytes) -> bytes:
     """The line as a terminal shows it: its last carriage-return segment, without control sequences
     and NUL bytes (mpirun's forwarding at times puts one before a rank's line: a rank's error line read
-    as no ending, and the command added its own: seen once, a failed kernel launch in a loaded run)."""
-    return _CONTROL.sub(b"", line.rstrip(b"\r\n").rsplit(b"\r", 1)[-1]).replace(b"\0", b"")
+    as no ending, and the command added its own: seen once, a failed kernel launch in a loaded run),
+    nor the blank that Open MPI's abort message leaves before the next line of the same rank."""
+    return _CONTROL.sub(b"", line.rstrip(b"\r\n").rsplit(b"\r", 1)[-1]).replace(b"\0", b"").lstrip(b" \t")
 
 
 def _ends_the_run(line: bytes) -> bool:
     """Whether the line, as a terminal shows it, is commbench's line that ends a run."""
-    return _shown(line).startswith(_ENDING)
+    return as_shown(line).startswith(_ENDING)
 
 
 class Relay(threading.Thread):
@@ -213,7 +214,7 @@ def start(source: int, sink: BinaryIO) -> Relay:
             while b"\n" in chunk:
                 head, _, chunk = chunk.partition(b"\n")
                 if _ends_the_run(line + head):
-                    thread.ending = _shown(line + head)
+                    thread.ending = as_shown(line + head)
                     # Up to this line's end, nothing after; a held-back line's bytes not either.
                     shown = shown[:len(shown) - len(chunk) - (len(head) + 1 if held_back(thread.ending) else 0)]
                     if held_back(thread.ending):

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import math
 import os
 import select
 import signal
@@ -47,10 +48,11 @@ BACKLOG = 4096
 FILES_RAISED_ABOVE = 512
 # A rank silent this long is stopped (or its host is gone).
 STALE_S = 1.0
-# How long rank 0 gathers news of lost ranks before it reports: a killed rank's MPI peers may be ended
-# by the MPI library itself (a TCP connection closed: MPI_ERRORS_ARE_FATAL), and their loss can reach
-# rank 0 before the killed rank's own, which must be named too.
-LOST_SETTLE_S = 0.5
+# How long rank 0 gathers news of lost ranks before it reports: the ranks a host lost together, told
+# by its leader or by the leader's own connection. (A killed rank's MPI peers, which the MPI library
+# ends when their connection to it closes, wait ABORT_DELAY_S first: launch/world.py.) Short: the
+# launcher that saw the rank die ends rank 0 soon after, and mpirun drops what it says from then on.
+LOST_SETTLE_S = 0.1
 # How long a rank other than 0 waits for rank 0 to report its ending and end before it leaves on its own.
 GRACE_S = 3.0
 # How long they wait once rank 0 said it is reporting: its file's last write may take seconds on a
@@ -368,7 +370,10 @@ class Watchdog:
             # Woken by the other end too: of ranks that end one after another (a rank that lost its
             # peer may fail at once), the first is the one to name.
             others = list(self.peers.values()) + ([self.up] if self.up is not None else [])
-            ready = _readable([self._wake, *others], TICK_S)
+            # A loss being settled is said the moment its time is up: the launcher that saw the rank
+            # die ends this one a few hundred milliseconds later, and its line with it.
+            settled_in = self._lost_at + LOST_SETTLE_S - time.monotonic() if self._lost_at else TICK_S
+            ready = _readable([self._wake, *others], min(TICK_S, max(0.0, settled_in)))
             self._note_pause()
             news = None
             with self._io:
@@ -439,9 +444,12 @@ class Watchdog:
                 self.heard[rank] = time.monotonic()
             if not data:
                 del self.peers[rank]
-                gone = [r for r in self.behind[rank] if r not in self.finished and r not in self.failures]
-                if gone and not self.stopped:
-                    self._lose(gone)
+                if rank not in self.finished and rank not in self.failures and not self.stopped:
+                    self._lose([rank])
+                # A leader's end cuts its host's ranks off from rank 0, alive or not (a leader killed
+                # alone, or its whole host's processes): unheard from now, not lost.
+                for r in self.behind[rank][1:]:
+                    self.heard[r] = -math.inf
                 continue
             self._buffers[rank] += data
             *lines, self._buffers[rank] = self._buffers[rank].split(b"\n")

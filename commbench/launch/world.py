@@ -508,6 +508,12 @@ def _launched_size(env: Optional[dict] = None) -> Optional[int]:
     return None
 
 
+# Open MPI's seconds between an abort's message and the job's end (see init_world); the user's own
+# setting stands.
+ABORT_DELAY_VAR = "OMPI_MCA_mpi_abort_delay"
+ABORT_DELAY_S = 2
+
+
 def init_world(timeout_s: float = DEFAULT_TIMEOUT_S) -> World:
     """Joins the ranks this process was launched with, within `timeout_s` under torchrun (MPI's
     launchers bound their own start). Call only when detect_launcher() is not None."""
@@ -517,7 +523,17 @@ def init_world(timeout_s: float = DEFAULT_TIMEOUT_S) -> World:
         # mpi4py asks for MPI_THREAD_MULTIPLE by default, which makes some MPI libraries lock every
         # call (about 70 ns per 8-byte ping-pong with Open MPI). Only the main thread calls MPI here.
         mpi4py.rc.thread_level = "funneled"
+        # Open MPI over TCP aborts a rank whose connection to a peer closed, milliseconds after a rank
+        # of another host died, whatever the error handler (ob1's "Socket closed" on a NULL
+        # communicator): rank 0 itself, or the rank whose abort makes mpirun end the job, before rank
+        # 0's watchdog heard its news. The file was left `running`, and no line named the rank.
+        # Delayed, the abort waits while rank 0 names the rank, closes the file and ends the job.
+        delayed = ABORT_DELAY_VAR not in os.environ
+        if delayed:
+            os.environ[ABORT_DELAY_VAR] = str(ABORT_DELAY_S)
         from mpi4py import MPI
+        if delayed:  # read by MPI_Init: not the user's setting, to record or to pass on
+            del os.environ[ABORT_DELAY_VAR]
         comm = MPI.COMM_WORLD
         launched = _launched_size()
         if launched is not None and launched > comm.size:
