@@ -670,7 +670,7 @@ def test_ranks_deaf_to_the_interrupt_are_ended_within_the_stop_time(workdir):
                                        COMMBENCH_STUB_SLOW_START_S="60", COMMBENCH_STUB_SLOW_START_DEAF="1")
     assert p.returncode == 1 and time.monotonic() - start < 30 + STOP_WITHIN_S, err
     assert [line for line in err.splitlines() if line.startswith("commbench:")] == [
-        "commbench: error: the ranks ended before any result was written: the command was interrupted (SIGTERM)"], err
+        "commbench: error: the ranks ended before any result was written: the command was interrupted (SIGHUP)"], err
     time.sleep(0.5)
     assert left_behind(out) == [] and not os.path.exists(out)
 
@@ -709,7 +709,7 @@ def test_a_command_signalled_while_the_ranks_start_is_not_blamed_on_a_rank(workd
                                        COMMBENCH_STUB_SLOW_START_S="30")
     assert p.returncode == 1 and not os.path.exists(out), err
     assert [line for line in err.splitlines() if line.startswith("commbench:")] == [
-        "commbench: error: the ranks ended before any result was written: the command was interrupted (SIGTERM)"], err
+        f"commbench: error: the ranks ended before any result was written: the command was interrupted ({sent.name})"], err
     time.sleep(0.5)
     assert left_behind(out) == []
 
@@ -986,7 +986,7 @@ def test_a_command_terminated_in_the_ranks_start_up_says_so_once(workdir, sent):
     a signal ended instead). Where no rank was, the command said rank 0's `commbench: terminated`,
     exit 1, no file (11 runs in 12 of a SIGTERM or hang-up 0.85-1.25 s in), where ranks still in their
     imports gave `the ranks ended before any result was written: the command was interrupted
-    (SIGTERM)`: the same interrupt, told the same way now, once."""
+    (SIGTERM)`: the same interrupt, told the same way now, once, by the signal the command got."""
     out = os.path.join(workdir, "terminated.json")
     p = subprocess.Popen([COMMBENCH, *SWEEP, "--np", "2", "-o", out], env=rank_faults_env(COMMBENCH_STUB_WAIT_AT_START_S="30"),
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=workdir)
@@ -1000,7 +1000,7 @@ def test_a_command_terminated_in_the_ranks_start_up_says_so_once(workdir, sent):
             p.kill()
     assert p.returncode == 1 and not os.path.exists(out), err
     assert [line for line in err.splitlines() if line.startswith("commbench:")] == [
-        "commbench: error: the ranks ended before any result was written: the command was interrupted (SIGTERM)"], err
+        f"commbench: error: the ranks ended before any result was written: the command was interrupted ({sent.name})"], err
     time.sleep(0.5)
     assert left_behind(out) == []
 
@@ -1081,7 +1081,7 @@ def test_a_failure_on_another_rank_leaves_rank_0_time_to_close_its_file(workdir)
 def test_a_hang_up_ends_the_ranks_as_sigterm_does(workdir):
     """SIGHUP to a standalone run (its terminal or ssh session closed): the command died of it, no
     line, the file saying its output was closed, and Open MPI's session folder left in $TMPDIR. It
-    now ends the ranks as SIGTERM does."""
+    now ends the ranks as SIGTERM does, and says it was a hang-up (it said SIGTERM)."""
     out = os.path.join(workdir, "hup.json")
     tmp = os.path.join(workdir, "tmp")
     os.mkdir(tmp)
@@ -1095,7 +1095,8 @@ def test_a_hang_up_ends_the_ranks_as_sigterm_does(workdir):
         if p.poll() is None:
             os.killpg(p.pid, signal.SIGKILL)
     doc = results.load_document(out)
-    assert p.returncode == 1 and doc["status"] == "interrupted" and "SIGTERM" in doc["error"], (doc["error"], err)
+    assert p.returncode == 1 and doc["status"] == "interrupted" and doc["error"].endswith(": interrupted (SIGHUP)"), \
+        (doc["error"], err)
     assert [line for line in err.splitlines() if line.startswith("commbench: error")] == \
         [f"commbench: error: {doc['error']} (measured rows kept in {out})"], err
     time.sleep(0.5)

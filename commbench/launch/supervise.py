@@ -52,6 +52,12 @@ def _outlived(sid: int) -> None:
 OUTLIVED_POLL_S = 0.02
 
 
+def _to_mpirun(signum: int) -> int:
+    """What mpirun itself gets for a signal the command passes on: a hang-up as SIGTERM, which it
+    ends its launch on in order."""
+    return signal.SIGTERM if signum == signal.SIGHUP else signum
+
+
 def launch(argv: list[str], env: dict, timeout_s: float) -> Ending:
     """Runs the ranks under mpirun and says how the launch ended; their stderr and mpirun's pass
     through launch/relay.py. SIGINT/SIGTERM go on to the ranks
@@ -67,20 +73,19 @@ def launch(argv: list[str], env: dict, timeout_s: float) -> Ending:
     running: list = []  # mpirun, once started
 
     def forward(signum, _frame):
-        # A hang-up (the terminal or the ssh session closed) ends the ranks as SIGTERM does: in order,
-        # the file closed, no Open MPI session folder left behind.
-        sent = signal.SIGTERM if signum == signal.SIGHUP else signum
-        interrupted.append(sent)
+        # A hang-up (the terminal or the ssh session closed) ends the ranks as SIGTERM does, in
+        # order, the file closed, and says it was a hang-up; mpirun of no ranks yet takes SIGTERM.
+        interrupted.append(signum)
         if not running:
             return  # passed on to mpirun as soon as it runs
         proc = running[0]
         ranks = session_members(proc.pid)
         # A Ctrl-C to the ranks that hold it; SIGTERM ends one still in the interpreter's start-up
         # without a word (world.GUARDED_PREFIX).
-        guarded = guarded_pids(env[STARTED_MARK]) if sent == signal.SIGINT else set(ranks)
+        guarded = guarded_pids(env[STARTED_MARK]) if signum == signal.SIGINT else set(ranks)
         for pid in ranks or [proc.pid]:  # no ranks yet: mpirun ends its launch
             with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, sent if pid in guarded or not ranks else signal.SIGTERM)
+                os.kill(pid, signum if pid in guarded else _to_mpirun(signum) if not ranks else signal.SIGTERM)
 
     # Set before mpirun starts: a signal that came as it started raised out of here, and the launch
     # folder, removed, was made again by the starting ranks' marks (6 runs in 8 of a hang-up then).
@@ -95,7 +100,7 @@ def launch(argv: list[str], env: dict, timeout_s: float) -> Ending:
     running.append(proc)
     if interrupted:  # no ranks yet: mpirun ends its launch
         with contextlib.suppress(ProcessLookupError):
-            os.kill(proc.pid, interrupted[0])
+            os.kill(proc.pid, _to_mpirun(interrupted[0]))
     os.close(write_end)
     os.close(out_write)
     relayed = relay.start(read_end, sys.stderr.buffer)

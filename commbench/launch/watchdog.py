@@ -319,7 +319,9 @@ class Watchdog:
         signal.set_wakeup_fd(wake)
         # The thread acts on them; a handler (not the default) keeps the process alive until it has. A
         # rank of commbench's own launch also hears that the command which launched it ended.
-        watched = (signal.SIGINT, signal.SIGTERM, *([LAUNCHER_GONE] if world.launcher == "standalone" else []))
+        # A hang-up the standalone launch passed on, unless the ranks were started to ignore it.
+        hang_up = [signal.SIGHUP] if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN else []
+        watched = (signal.SIGINT, signal.SIGTERM, *hang_up, *([LAUNCHER_GONE] if world.launcher == "standalone" else []))
         self._handlers = {s: signal.signal(s, lambda *_: None) for s in watched}
         threading.Thread(target=self._watch, name="commbench-watchdog", daemon=True).start()
 
