@@ -578,6 +578,34 @@ def test_a_host_level_file_whose_rows_do_not_match_its_section_is_one_line(workd
                                                   "--judge)\n"), r.stderr
 
 
+def test_a_host_level_file_whose_figures_were_edited_is_not_judged_again(workdir):
+    """The section keeps a digest of what its rows say of the flows: `links --from` and fleet judged an
+    edited figure again without complaint; they refuse it now, and judge the file as written."""
+    layout = sim.cluster(4, 1, None)
+    from commbench.analysis.host_report import report, round_rows
+    first = host_level.first_rounds(layout, 3, 0)
+    settings = {"level": "host", "latency_size": 8, "bandwidth_size": 1 << 20, "threshold_pct": 75.0,
+                "judged": ["bandwidth_gbps"], "seed": 0, "rounds_asked": 3, "topology": None, "intra": False}
+    from docs import record, result_doc
+    rows = [record("bandwidth", "mpi", "uint8", "none", 4, 1 << 20, 1 << 20, [1e-3] * 3, 0, pair=list(pair),
+                   window=2, schedule="inter", round=0) for pair in ((0, 1), (1, 0), (2, 3), (3, 2))]
+    section = report("mpi", layout, settings, measure(layout, {}, first), round_rows(first), rows=rows)
+    path = os.path.join(workdir, "run.json")
+    for figure in (None, 2 * rows[0]["algbw_gbps"]):
+        if figure is not None:
+            rows[0]["algbw_gbps"] = figure
+        with open(path, "w") as f:
+            json.dump({**result_doc([]), "links": section, "results": rows}, f)
+        for args in (["links", "--from", path], ["fleet", path]):
+            r = commbench(args, cwd=workdir)
+            if figure is None:
+                assert r.returncode in (0, 1) and not r.stderr, (args, r.stderr)
+            else:
+                assert r.returncode == 2 and r.stderr == (
+                    f"commbench: error: {path}: its rows are not those the run judged (their digest differs from the "
+                    "links section's rows_digest): the figures were changed since, and are not judged again\n"), r.stderr
+
+
 def test_a_bad_topology_file_is_one_line_naming_its_line(workdir):
     path = os.path.join(workdir, "topology.conf")
     with open(path, "w") as f:
@@ -610,7 +638,7 @@ def test_host_level_names_the_host_shaped_to_a_third_and_judges_again(make_clust
     assert [x for x in verdicts if "FAIL" in x] == [x for x in verdicts if x.startswith(f"{slow} | FAIL host: ")]
     doc = results.load_document(out)
     s = doc["links"]
-    assert s["level"] == "host" and [f["subject"] for f in s["findings"]] == [slow]
+    assert s["level"] == "host" and [f["subject"] for f in s["findings"]] == [slow] and s["rows_digest"]
     assert {x["schedule"] for x in doc["results"]} <= set(host_level.STAGES) and all(x["wrong"] == 0 for x in doc["results"])
     # Every host pair of 4 hosts in the default rounds, rank i with rank i, 2 ranks per host, both ways.
     inter = [tuple(x["pair"]) for x in doc["results"] if x["schedule"] == "inter" and x["op"] == "bandwidth"]

@@ -6,6 +6,8 @@ judges a run again."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Optional
 
 from ..errors import CommbenchError
@@ -50,10 +52,12 @@ def round_rows(rounds: list[Round]) -> list[dict]:
 
 
 def report(impl: str, layout: Layout, settings: dict, flows: list[Flow], rounds: list[dict],
-           lost: Optional[dict[str, str]] = None, nics: Optional[list] = None, nic_gbps: Optional[float] = None) -> dict:
+           lost: Optional[dict[str, str]] = None, nics: Optional[list] = None, nic_gbps: Optional[float] = None,
+           rows: Optional[list[dict]] = None) -> dict:
     """The `links` section of a host-level run; `lost`: {host: why} of hosts that died or stalled;
     `nics`: by rank, the NIC its launch pinned it to, or None (a rail's finding names its NIC);
-    `nic_gbps`: the rate of rank 0's fastest NIC (nic_rate_gbps), which the typical flow is held to."""
+    `nic_gbps`: the rate of rank 0's fastest NIC (nic_rate_gbps), which the typical flow is held to;
+    `rows`: the file's rows the flows are, whose digest the section keeps (rows_digest)."""
     by_rail = rail_nics(layout, nics or [])
     result = judge(layout, flows, settings["threshold_pct"] / 100, settings["judged"], lost, by_rail)
     nic_gbps = settings.get("nic_gbps") if nic_gbps is None else nic_gbps
@@ -61,7 +65,8 @@ def report(impl: str, layout: Layout, settings: dict, flows: list[Flow], rounds:
     return {**settings, "impl": impl, "hosts": list(layout.hosts), "leaf_of": layout.leaf_of, "rounds": rounds,
             "nics": list(nics) if by_rail else None, "typical": result["typical"], "noise": result["noise"],
             "nic_gbps": nic_gbps, "below_nic": bool(nic_gbps and inter and inter < BLIND_SHARE * nic_gbps),
-            "findings": result["findings"], "verdicts": result["verdicts"]}
+            "findings": result["findings"], "verdicts": result["verdicts"],
+            "rows_digest": rows_digest(rows) if rows is not None else None}
 
 
 def nic_rate_gbps(topology: Optional[dict]) -> Optional[float]:
@@ -94,14 +99,34 @@ def rejudge(section: dict, records: list[dict], threshold_pct: float, judged, so
     settings = {**section, "threshold_pct": threshold_pct, "judged": list(judged)}
     flows = read_flows(section, records, source)
     try:
-        return report(section["impl"], layout, settings, flows, section["rounds"], nics=section.get("nics"))
+        return report(section["impl"], layout, settings, flows, section["rounds"], nics=section.get("nics"), rows=records)
     except (KeyError, IndexError) as e:
         raise _mismatch(source, e) from None
 
 
+def _flow_rows(records: list[dict]):
+    """What flows_from_records reads of each row, in the file's order."""
+    for r in records:
+        if r.get("schedule") in STAGES and r.get("pair") is not None:
+            yield [r["schedule"], r.get("round"), r["pair"], r["op"],
+                   (r.get("time_us") or {}).get("median") if r["op"] == "pingpong" else r.get("algbw_gbps")]
+
+
+def rows_digest(records: list[dict]) -> str:
+    """The digest of what a host-level run's rows say of its flows, kept in its links section: a file
+    whose figures were edited since would be judged again on what nobody measured."""
+    text = json.dumps(list(_flow_rows(records)), separators=(",", ":"), allow_nan=True)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 def read_flows(section: dict, records: list[dict], source: str = "the file") -> list[Flow]:
-    """The flows of a host-level file's rows, refused in one line where they do not match its section."""
+    """The flows of a host-level file's rows, refused in one line where they do not match its section
+    (another layout, or figures changed since the run wrote them)."""
     try:
+        kept = section.get("rows_digest")
+        if kept is not None and kept != rows_digest(records):
+            raise CommbenchError(f"{source}: its rows are not those the run judged (their digest differs from the links "
+                                 f"section's rows_digest): the figures were changed since, and are not judged again")
         return flows_from_records(records, Layout(section["hosts"], section.get("leaf_of")))
     except (KeyError, IndexError) as e:
         raise _mismatch(source, e) from None

@@ -225,7 +225,8 @@ def _host_body(world, cfg, sizes, threshold_pct, judged, host_rounds, seed, topo
                 ranks.setdefault(world.hosts[r], []).append(r)
             lost = {h: f"rank{'s' if len(rs) > 1 else ''} {', '.join(map(str, rs))} did not arrive in {reporter.current}"
                     for h, rs in ranks.items()}
-            found = report(cfg.impls[0], layout, settings, list(done.flows), round_rows(done.rounds), lost, nics)
+            found = report(cfg.impls[0], layout, settings, list(done.flows), round_rows(done.rounds), lost, nics,
+                           rows=reporter.records)
             reporter.attach("links", found)
             _show(found)
         reporter.salvage = salvage
@@ -235,7 +236,8 @@ def _host_body(world, cfg, sizes, threshold_pct, judged, host_rounds, seed, topo
                                              {**settings, "nccl_channels": reporter.file.doc.get("nccl_channels")},
                                              done.flows, round_rows(done.rounds),
                                              nics=reporter.file.doc.get("nccl_nics") or nics,
-                                             nic_gbps=nic_gbps or nic_rate_gbps(reporter.file.doc.get("topology"))),
+                                             nic_gbps=nic_gbps or nic_rate_gbps(reporter.file.doc.get("topology")),
+                                             rows=reporter.records),
                               cfg.impls[0] == "nccl")
 
 
