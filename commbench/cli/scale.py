@@ -12,7 +12,7 @@ import click
 from ..collectives.dtypes import itemsize_of
 from ..errors import CommbenchError
 from ..launch.world import detect_launcher
-from ..results.atomic import check_new_file
+from ..results.atomic import check_new_file, one_file_each
 from ..run import preflight
 from ..sizes import format_size, parse_size, parse_sizes, round_to_itemsize
 from .common import (
@@ -115,6 +115,7 @@ def scale(op, counts_text, sizes, impl_text, device, dtype, compute_ms, grad_byt
         if not plot_path.lower().endswith(".png"):
             raise CommbenchError(f"--plot {plot_path}: name a PNG file, e.g. scale.png (the plot is a PNG image)")
         check_new_file(plot_path, f"{plot_path} already exists; choose another --plot")
+        one_file_each({"-o": output, "--plot": plot_path})
     if source is not None:
         from ..results.document import load_document
         doc = load_document(source)

@@ -13,7 +13,7 @@ import os
 import re
 import secrets
 import shutil
-from typing import Iterator
+from typing import Iterator, Optional
 
 from ..errors import CommbenchError
 
@@ -165,6 +165,19 @@ def check_new_file(path: str, exists_message: str) -> None:
     if os.path.lexists(path):
         raise CommbenchError(exists_message)
     check_folder(os.path.dirname(path) or ".", path)
+
+
+def one_file_each(named: dict[str, Optional[str]]) -> None:
+    """Refuses two options of one command that name the same new file ({flag: path}; None: not given):
+    the second write found the first's file there once the run had measured everything."""
+    seen: dict[str, str] = {}
+    for flag, path in named.items():
+        if path is None:
+            continue
+        key = os.path.realpath(path)
+        if key in seen:
+            raise CommbenchError(f"{seen[key]} and {flag} both name {path}: give each its own file")
+        seen[key] = flag
 
 
 # The least room a new file's file system must have: a result file grows row by row and a plot is
