@@ -282,17 +282,15 @@ def attach_nccl_log(world, output) -> None:
                 output.attach(key, value)
 
 
-def make_reporter(world, cfg, output, steps, judge=None, config: Optional[dict] = None, fit: bool = True,
-                  devices: Optional[list[int]] = None):
-    """The Reporter on rank 0, None elsewhere, and every rank's watchdog (--timeout). The result
-    file is created (or refused) before any measurement starts; `config`: what the command records
-    of its own beside cfg's; `devices`: the GPUs a command of one process drives (gpu_layout).
-    `judge` (verdict_options): the fabric the fit after the table (unless not `fit`) is judged
-    against; one measured on the spot is measured here, by rank 0, before the sweep, and kept in the
-    file."""
+def open_output(world, cfg, output, steps, judge=None, config: Optional[dict] = None, fit: bool = True,
+                devices: Optional[list[int]] = None):
+    """The Reporter on rank 0, None elsewhere: the result file is created (or refused) before any
+    measurement starts. `config`: what the command records of its own beside cfg's; `devices`: the
+    GPUs a command of one process drives (gpu_layout). `judge` (verdict_options): the fabric the fit
+    after the table (unless not `fit`) is judged against; none where the ranks share a GPU. Then
+    measure_fabric, where a fabric is judged, and watchdog.start (--timeout): separate calls."""
     if _checking:  # a command of one process (copy, the peer matrix): its checks are behind it
         raise Checked(world.size, cfg.device, steps, cfg.policy)
-    from ..launch import watchdog
     from ..node.machine import typed_command
     from ..run.reporter import Reporter, run_metadata
     made = []  # the Reporter stays on rank 0; only the success travels
@@ -311,12 +309,6 @@ def make_reporter(world, cfg, output, steps, judge=None, config: Optional[dict] 
                                                  (lambda doc: fit_lines_for(doc, judge)) if judge and fit else None)))
     reporter = made[0] if made else None
     trace.phase("topology")  # rank 0's snapshot and the result file's header
-    if reporter and judge and judge["fabric"]:
-        from ..analysis.fabrics import measure_on_the_spot, measured_here
-        if measured_here(judge["fabric"]):
-            reporter.attach("on_the_spot", {judge["fabric"]: measure_on_the_spot(judge["fabric"], world.hosts[0])})
-            trace.phase("fabric-on-the-spot")
-    watchdog.start(world, cfg.timeout_s, reporter)
     if reporter:
         click.echo(f"# policy: {cfg.policy.rule()}")
     for warning in ("binding_warning", "cpu_binding_warning"):
@@ -327,6 +319,17 @@ def make_reporter(world, cfg, output, steps, judge=None, config: Optional[dict] 
                       f"{world.hosts[0]}: ranks compete for CPU and times inflate; remedy: use at most one "
                       f"rank per core (--np)")
     return reporter
+
+
+def measure_fabric(world, reporter, judge) -> None:
+    """Rank 0, before the sweep: the fabric `judge` names, where it is one measured on the spot (the
+    host's own memory copy), measured now and kept in the file (open_output's reporter)."""
+    if not (reporter and judge and judge["fabric"]) or reporter.meta["config"].get("shared_gpu"):
+        return
+    from ..analysis.fabrics import measure_on_the_spot, measured_here
+    if measured_here(judge["fabric"]):
+        reporter.attach("on_the_spot", {judge["fabric"]: measure_on_the_spot(judge["fabric"], world.hosts[0])})
+        trace.phase("fabric-on-the-spot")
 
 
 def timer_floor_s(device: str) -> float:

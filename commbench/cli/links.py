@@ -10,6 +10,7 @@ from typing import Optional
 import click
 
 from ..errors import CommbenchError, NodeError
+from ..launch import watchdog
 from ..launch.world import detect_launcher
 from ..redact import scrub
 from ..run import preflight
@@ -21,7 +22,7 @@ from .common import (
     Finite,
     attach_nccl_log,
     given_options,
-    make_reporter,
+    open_output,
     policy_options,
     ranks_option,
     resolve_device,
@@ -147,10 +148,11 @@ def links(impl, latency_size, bandwidth_size, window, threshold_pct, mad_z, judg
         if _level(level, world.hosts) == "host":
             return _host_body(world, cfg, sizes, threshold_pct, judged, host_rounds, seed, topology, intra, output,
                               nic_gbps=nic_gbps)
-        reporter = make_reporter(world, cfg, output or default_path("links"), _rank_level_steps(world.size),
-                                 config={"links": {"latency_size": sizes[0], "bandwidth_size": sizes[1],
-                                                   "threshold_pct": threshold_pct, "mad_z": mad_z,
-                                                   "judged": list(judged)}})
+        reporter = open_output(world, cfg, output or default_path("links"), _rank_level_steps(world.size),
+                               config={"links": {"latency_size": sizes[0], "bandwidth_size": sizes[1],
+                                                 "threshold_pct": threshold_pct, "mad_z": mad_z,
+                                                 "judged": list(judged)}})
+        watchdog.start(world, cfg.timeout_s, reporter)
 
         return _measure_and_judge(world, reporter, lambda: run_links(world, cfg, sizes[0], sizes[1], reporter),
                                   lambda: section(impl, world.hosts, sizes[0], sizes[1], threshold_pct, mad_z,
@@ -212,7 +214,8 @@ def _host_body(world, cfg, sizes, threshold_pct, judged, host_rounds, seed, topo
         settings["nccl_channels_per_net_peer"] = channels_of_a_flow_alone()
     # The progress bar counts the first rounds' rows; the confirmation's come on top.
     steps = sum((3 if r.both else 2) * len(r.pairs) for r in first_rounds(layout, k, seed, intra))
-    reporter = make_reporter(world, cfg, output or default_path("links"), steps, config={"links": settings})
+    reporter = open_output(world, cfg, output or default_path("links"), steps, config={"links": settings})
+    watchdog.start(world, cfg.timeout_s, reporter)
 
     from ..node.machine import pinned_nic
     nics = world.gather(pinned_nic())  # by rank, on rank 0: a rail's NIC where the launch names it

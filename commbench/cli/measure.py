@@ -10,6 +10,7 @@ import click
 from ..collectives.dtypes import DTYPES, REDOPS, itemsize_of, redop_code
 from ..collectives.impls import COPY_IMPL
 from ..errors import CommbenchError
+from ..launch import watchdog
 from ..launch.world import detect_launcher
 from ..run import preflight
 from ..run.config import PLACES
@@ -21,7 +22,8 @@ from .common import (
     MAX_AGG,
     MAX_WINDOW,
     attach_nccl_log,
-    make_reporter,
+    measure_fabric,
+    open_output,
     policy_options,
     ranks_option,
     resolve_device,
@@ -139,7 +141,9 @@ def collective_command(coll) -> click.Command:
             from ..run.collective import run_collective  # torch: on the ranks alone
             # Each forced variant's communicator splits from the world's, which stays for them.
             world.subsets = world.subsets or bool(variants)
-            reporter = make_reporter(world, cfg, output, steps, judge, fit=not no_fit)
+            reporter = open_output(world, cfg, output, steps, judge, fit=not no_fit)
+            measure_fabric(world, reporter, judge)
+            watchdog.start(world, cfg.timeout_s, reporter)
             if reporter:
                 for n in notes:
                     reporter.note(n)
@@ -273,7 +277,9 @@ def p2p(sizes, impl, device, pairs, window, access, nranks, timeout_s, output, p
         cfg = RunConfig(op="p2p", impls=(impl,), sizes=tuple(size_list), dtype="uint8", redop="none",
                         device=device, window=window, pairs=resolve_pairs(pairs, world.size), timeout_s=timeout_s,
                         policy=policy)
-        reporter = make_reporter(world, cfg, output, 2 * len(cfg.pairs) * len(size_list), judge, fit=not no_fit)
+        reporter = open_output(world, cfg, output, 2 * len(cfg.pairs) * len(size_list), judge, fit=not no_fit)
+        measure_fabric(world, reporter, judge)
+        watchdog.start(world, cfg.timeout_s, reporter)
 
         def run():
             if impl == NCCL.name:
@@ -297,7 +303,8 @@ def _local_peer_matrix(size_list, output, policy, modes) -> None:
     cfg = RunConfig(op="p2p", impls=(COPY_IMPL,), sizes=tuple(size_list), dtype="uint8", redop="none",
                     device="cuda", policy=policy)
     world = local_world()
-    reporter = make_reporter(world, cfg, output, 2 * len(modes) * gpus * gpus * len(size_list), devices=list(range(gpus)))
+    reporter = open_output(world, cfg, output, 2 * len(modes) * gpus * gpus * len(size_list), devices=list(range(gpus)))
+    watchdog.start(world, cfg.timeout_s, reporter)
     matrices = {}
 
     def run():
@@ -351,8 +358,8 @@ def copy(sizes, src, dst, staging_chunk, output, policy) -> None:
     cfg = RunConfig(op="copy", impls=(COPY_IMPL,), sizes=tuple(size_list),
                     dtype="uint8", redop="none", device="cuda", policy=policy)
     world = local_world()
-    reporter = make_reporter(world, cfg, output, 6 * len(size_list) * len(sources),
-                             devices=sorted(set(sources) | set(dsts)))
+    reporter = open_output(world, cfg, output, 6 * len(size_list) * len(sources), devices=sorted(set(sources) | set(dsts)))
+    watchdog.start(world, cfg.timeout_s, reporter)
     placements: list[dict] = []
 
     def run() -> int:

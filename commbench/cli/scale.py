@@ -11,6 +11,7 @@ import click
 
 from ..collectives.dtypes import itemsize_of
 from ..errors import CommbenchError
+from ..launch import watchdog
 from ..launch.world import detect_launcher
 from ..results.atomic import check_new_file, one_file_each
 from ..run import preflight
@@ -19,7 +20,8 @@ from .common import (
     Finite,
     attach_nccl_log,
     expectation,
-    make_reporter,
+    measure_fabric,
+    open_output,
     policy_options,
     ranks_option,
     resolve_device,
@@ -147,8 +149,10 @@ def scale(op, counts_text, sizes, impl_text, device, dtype, compute_ms, grad_byt
             log_connections()
         for impl in impls:
             impl.prepare(world, cfg)  # on every rank: gloo's group must exist before its subgroups
-        reporter = make_reporter(world, cfg, output, len(counts) * len(impls) * len(size_list), judge,
-                                 config={"scale": {"ranks": counts, "workload": dataclasses.asdict(workload)}})
+        reporter = open_output(world, cfg, output, len(counts) * len(impls) * len(size_list), judge,
+                               config={"scale": {"ranks": counts, "workload": dataclasses.asdict(workload)}})
+        measure_fabric(world, reporter, judge)
+        watchdog.start(world, cfg.timeout_s, reporter)
 
         def run():
             wrong = run_counts(world, cfg, coll, impls, counts, reporter)
