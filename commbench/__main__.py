@@ -17,8 +17,8 @@ def main() -> None:
     for ending in (signal.SIGTERM, signal.SIGHUP):
         if signal.getsignal(ending) is not signal.SIG_IGN:  # `nohup`'s stays
             signal.signal(ending, lambda signum, frame: _early.append(signum))
-    from .launch.marks import mark_guarded
-    mark_guarded()  # a rank of commbench's own launch: a Ctrl-C is safe to pass on to it now
+    from .launch.events import GUARDED, tell
+    tell(GUARDED)  # a rank of commbench's own launch: a Ctrl-C is safe to pass on to it now
     try:
         from .launch.watchdog import guard_start_up
         guard_start_up(_early)  # before the imports that take a rank its first second

@@ -31,8 +31,8 @@ from conftest import (
 )
 
 from commbench.launch import startup
-from commbench.launch.marks import GUARDED_PREFIX
-from commbench.launch.world import MARK_NAME, RESULT_NAME, SESSION_BASE
+from commbench.launch.events import EVENTS_NAME
+from commbench.launch.world import SESSION_BASE
 from commbench.results import document as results
 from commbench.sizes import parse_sizes
 
@@ -181,10 +181,9 @@ def test_the_ranks_end_with_a_killed_command(command, workdir):
     doc = results.load_document(out)
     assert doc["status"] == "interrupted", (doc["status"], doc.get("error"))
     assert doc["error"].endswith(": interrupted (the command that launched the ranks ended)"), doc["error"]
-    # mpirun removed its session folder; the launch's own, holding rank 0's notes alone, the next launch
-    # removes (another test's, running beside this one, may have been first).
-    assert not os.path.exists(base) or all(name in (MARK_NAME, RESULT_NAME) or name.startswith(GUARDED_PREFIX)
-                                           for name in os.listdir(base)), os.listdir(base)
+    # mpirun removed its session folder; the launch's own, holding the ranks' events alone, the next
+    # launch removes (another test's, running beside this one, may have been first).
+    assert not os.path.exists(base) or os.listdir(base) == [EVENTS_NAME], os.listdir(base)
     if command != "allreduce":
         return  # the same folder whatever the command: one next launch tells
     r = commbench(["allreduce", "--device", "cpu", "--impl", "ring", "--np", "2", "--sizes", "1K", "--iters", "2", "--warmup",

@@ -17,13 +17,11 @@ import click
 
 from .. import trace
 from ..errors import CommbenchError, described, one_line
-from ..launch import startup, supervise
+from ..launch import events, startup, supervise
 from ..launch.world import (
     detect_launcher,
     init_world,
     launch_rank,
-    mark_started,
-    rank_status,
     session_base,
     standalone_command,
 )
@@ -233,7 +231,7 @@ def run_ranks(nranks: Optional[int], default_ranks: int, body, checks, timeout_s
         if started is not None:
             started()
     trace.phase("mpi-init" if world.comm is not None else "world-init")
-    mark_started(world)
+    events.rank_started(world.rank)
     if nranks is not None and nranks != world.size:
         raise CommbenchError(f"--np {nranks} given but the launcher started {world.size} ranks; drop --np under a launcher")
     try:
@@ -245,7 +243,7 @@ def run_ranks(nranks: Optional[int], default_ranks: int, body, checks, timeout_s
         _fail(None, world, e)
     finally:
         world.close()
-    sys.exit(rank_status(world, 1 if wrong else 0))
+    sys.exit(events.rank_status(world.rank, 1 if wrong else 0))
 
 
 def resolve_device(device: str, impl_text: Optional[str], wants_gpu: bool = False) -> tuple[str, int]:

@@ -2,7 +2,7 @@
 
 Once mpirun and every rank ended, the command reads what the launch left into an Ending: its exit
 status, the line that ended the run (relay.py), what the backstop ended (backstop.py), the signal the
-command passed on, the marks the ranks left (world.py), mpirun's account of a rank a signal ended, and
+command passed on, what the ranks told (events.py), mpirun's account of a rank a signal ended, and
 the result file rank 0 made, read once (ResultFile). RULES, an ordered table, then decides: the first
 rule whose predicate holds says the line (None: the ranks said theirs, or there is nothing to add)
 and closes a result file that rank 0 left `running` with the status the rule names. docs/launching.md
@@ -30,12 +30,12 @@ class Ending:
     """How the standalone launch ended: the command's exit status, the line that ended the run (None:
     no rank's error line), what launch/backstop.py says of the ranks it ended (None: it ended none),
     the signal the command passed on to the ranks where it was interrupted (None: it was not; the
-    ranks say so), whether rank 0 ran at all, whether any rank did (world.mark_guarded), the (status,
+    ranks say so), whether rank 0 ran at all, whether any rank did (events.GUARDED), the (status,
     text) rank 1 said for a rank 0 that did not report (None: it said nothing), the (rank, host,
     signal) of the first rank mpirun saw a signal end (relay.signalled_rank), and the result file rank
     0 made (None: it made none), -o's or the one it chose, and mpirun's notice of a signalled rank that
     came after rank 0's held-back line (relay.withheld_account); `mpirun_status`: mpirun's own exit
-    status (every rank of this launch exits 0 where its run ended as it should: world.rank_status)."""
+    status (every rank of this launch exits 0 where its run ended as it should: events.rank_status)."""
     status: int
     ending: Optional[bytes]
     stopped: Optional[str]

@@ -17,8 +17,9 @@ import click
 from . import relay
 from .backstop import STOP_WITHIN_S, Backstop, session_members
 from .ending import Ending, said
-from .marks import guarded_pids
-from .world import STARTED_MARK, announced_result, dies_with, launched_status, on_hang_up, spoken_for_rank_0
+from .events import EVENTS_VAR
+from .events import read as read_events
+from .world import dies_with, on_hang_up
 
 
 def say(ending: Ending) -> None:
@@ -81,8 +82,8 @@ def launch(argv: list[str], env: dict, timeout_s: float) -> Ending:
         proc = running[0]
         ranks = session_members(proc.pid)
         # A Ctrl-C to the ranks that hold it; SIGTERM ends one still in the interpreter's start-up
-        # without a word (world.GUARDED_PREFIX).
-        guarded = guarded_pids(env[STARTED_MARK]) if signum == signal.SIGINT else set(ranks)
+        # without a word (events.GUARDED).
+        guarded = read_events(env[EVENTS_VAR]).guarded if signum == signal.SIGINT else set(ranks)
         for pid in ranks or [proc.pid]:  # no ranks yet: mpirun ends its launch
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signum if pid in guarded else _to_mpirun(signum) if not ranks else signal.SIGTERM)
@@ -129,9 +130,9 @@ def launch(argv: list[str], env: dict, timeout_s: float) -> Ending:
     relayed.join(STOP_WITHIN_S)  # what mpirun wrote last, on the user's stderr before the exit
     passed.join(STOP_WITHIN_S)
     # A rank killed by a signal makes mpirun's own status a signal number; the command's is 1.
-    status = launched_status(env[STARTED_MARK], rc)
+    told = read_events(env[EVENTS_VAR])
+    status = told.launched_status(rc)
     return Ending(status if status in (0, 1, 2) and not (interrupted and status == 0) else 1, relayed.ending,
                   backstop.text() if backstop.ended else None, interrupted[0] if interrupted else None,
-                  os.path.exists(env[STARTED_MARK]), bool(guarded_pids(env[STARTED_MARK])),
-                  spoken_for_rank_0(env[STARTED_MARK]), relay.signalled_rank(relayed.seen),
-                  announced_result(env[STARTED_MARK]), relay.withheld_account(relayed.withheld), rc)
+                  told.started, bool(told.guarded), told.spoken, relay.signalled_rank(relayed.seen), told.result,
+                  relay.withheld_account(relayed.withheld), rc)

@@ -39,7 +39,8 @@ from typing import Optional, Sequence
 import click
 
 from ..errors import described, one_line
-from .world import LAUNCHER_GONE, speak_for_rank_0
+from .events import speak_for_rank_0
+from .world import LAUNCHER_GONE
 
 TICK_S = 0.25
 # Connections a listener holds waiting to be accepted: a leader per host may connect at once.

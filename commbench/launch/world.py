@@ -23,7 +23,8 @@ from typing import Any, Optional
 
 from ..errors import CommbenchError, RankError, described
 from ..node.gpu import DEFAULT_TIMEOUT_S
-from .marks import GUARDED_PREFIX, STARTED_MARK
+from .events import EVENTS_NAME, EVENTS_VAR
+from .events import read as read_events
 from .rendezvous import all_gather_flat, resolve_address
 
 # Set by the standalone parent on its children, so the result file can say how ranks were made.
@@ -120,109 +121,19 @@ def on_hang_up(handler) -> None:
 SESSION_BASE = "PRTE_MCA_prte_tmpdir_base"
 
 
-# The file rank 0 makes in the launch's folder once it runs (marks.STARTED_MARK names it).
-MARK_NAME = "rank-0-started"
-
-
 @contextlib.contextmanager
 def session_base(env: dict):
-    """env with a folder of this launch's own, removed after it: STARTED_MARK's file in it, and
-    mpirun's session folder unless the environment chose its place. Open MPI leaves the folder of a
+    """env with a folder of this launch's own, removed after it: the ranks' events file in it
+    (events.EVENTS_VAR), and mpirun's session folder unless the environment chose its place. Open MPI leaves the folder of a
     killed mpirun behind, and a later mpirun that drew the same pid failed to start over it ("The
     PMIx server's listener thread failed to start", before any rank): about one launch in 600 on a
     host where 52 such folders were left, with pids up to 32,768."""
     _remove_abandoned_bases()
     base = tempfile.mkdtemp(prefix=f"commbench-mpirun-{os.getpid()}-")
     try:
-        yield {SESSION_BASE: base, **env, STARTED_MARK: os.path.join(base, MARK_NAME)}
+        yield {SESSION_BASE: base, **env, EVENTS_VAR: os.path.join(base, EVENTS_NAME)}
     finally:
         shutil.rmtree(base, ignore_errors=True)
-
-
-def mark_started(world) -> None:
-    """Rank 0 of commbench's own launch says that it runs (session_base)."""
-    mark = os.environ.get(STARTED_MARK)
-    if mark and world.rank == 0:
-        with contextlib.suppress(OSError):
-            open(mark, "x").close()
-
-
-def rank_status(world, status: int) -> int:
-    """The exit status of a rank whose run ended as it should, the command's being `status` (1: an
-    element was wrong, links flagged a pair). Under commbench's own launch rank 0 leaves `status` in
-    the mark for the command and every rank exits 0: a rank's non-zero exit made mpirun print its box
-    of a failed job ("prterun detected that one or more processes exited with non-zero status")
-    under a run that found what it looked for."""
-    mark = os.environ.get(STARTED_MARK)
-    if not mark or not status:
-        return status
-    if world.rank == 0:
-        try:
-            with open(mark, "w") as f:
-                f.write(str(status))
-        except OSError:
-            return status  # the command cannot read it: the status goes the launch's way, box and all
-    return 0
-
-
-def launched_status(mark: str, status: int) -> int:
-    """The command's status from a launch that ended with `status`: rank 0's, where it left one."""
-    if status != 0:
-        return status
-    with contextlib.suppress(OSError, ValueError):
-        with open(mark) as f:
-            return int(f.read() or 0)
-    return status
-
-
-# The file rank 1 leaves beside the mark where it spoke for rank 0 (watchdog: rank 0 stopped or gone).
-SPOKE_NAME = "rank-1-spoke"
-
-
-def speak_for_rank_0(status: str, text: str) -> None:
-    """Rank 1 of commbench's own launch, which said the ending for a rank 0 that did not report: its
-    status and text, for the command to close the file rank 0 left open with them, not a second line."""
-    mark = os.environ.get(STARTED_MARK)
-    if mark:
-        with contextlib.suppress(OSError), open(os.path.join(os.path.dirname(mark), SPOKE_NAME), "w") as f:
-            f.write(f"{status}\n{text}")
-
-
-def spoken_for_rank_0(mark: str) -> Optional[tuple[str, str]]:
-    """(status, text) that rank 1 said for rank 0 in the launch of `mark`, if it did."""
-    with contextlib.suppress(OSError, ValueError), open(os.path.join(os.path.dirname(mark), SPOKE_NAME)) as f:
-        status, text = f.read().split("\n", 1)
-        return status, text
-    return None
-
-
-# The file rank 0 leaves beside the mark: its result file's path, the one it chose where -o was not given.
-RESULT_NAME = "rank-0-result"
-
-
-def announce_result(path: str) -> None:
-    """Rank 0 of commbench's own launch made its result file at `path`: the command closes it where
-    rank 0 cannot, and says what it holds where a rank ended after rank 0 closed it. The absolute path
-    goes beside it, for a later launch to tidy (_remove_abandoned_bases)."""
-    mark = os.environ.get(STARTED_MARK)
-    if mark:
-        # In the file system's bytes: a name may hold bytes that are no UTF-8 (Python keeps them as
-        # surrogates, which no text encoder writes); no path holds a NUL.
-        with contextlib.suppress(OSError), open(os.path.join(os.path.dirname(mark), RESULT_NAME), "wb") as f:
-            f.write(os.fsencode(path) + b"\0" + os.fsencode(os.path.abspath(path)))
-
-
-def _announced(folder: str) -> tuple[Optional[str], Optional[str]]:
-    """(the result file's name as given, its absolute path) that rank 0 left in the launch's folder."""
-    with contextlib.suppress(OSError), open(os.path.join(folder, RESULT_NAME), "rb") as f:
-        given, _, absolute = f.read().partition(b"\0")
-        return (os.fsdecode(given) or None), (os.fsdecode(absolute) or None)
-    return None, None
-
-
-def announced_result(mark: str) -> Optional[str]:
-    """The result file that rank 0 made in the launch of `mark`, if it made one."""
-    return _announced(os.path.dirname(mark))[0]
 
 
 def _gone(pid: str) -> bool:
@@ -246,10 +157,9 @@ def _gone(pid: str) -> bool:
 
 def _remove_abandoned_bases() -> None:
     """The launch folders that commands killed with SIGKILL left, of commands that no longer run:
-    rank 0's and rank 1's notes, the ranks' guard marks, the temporary file of a result file that a
-    rank 0 ended mid-write left, and the session folder (`ompi.<its pid>`) of an mpirun SIGKILLed
-    with the command (a job's end, the OOM killer, a cgroup's kill take every process at once) that
-    no longer runs either. rmdir removes none that holds anything else."""
+    the ranks' events file, the temporary file of a result file that a rank 0 ended mid-write left,
+    and the session folder (`ompi.<its pid>`) of an mpirun SIGKILLed with the command (a job's end,
+    the OOM killer, a cgroup's kill take every process at once) that no longer runs either. rmdir removes none that holds anything else."""
     import glob
 
     from ..results.atomic import leftovers
@@ -258,14 +168,14 @@ def _remove_abandoned_bases() -> None:
             continue
         # A rank 0 ended while it rewrote the result file (its command SIGKILLed, no one left to tidy)
         # left the temporary file beside it: the writer's pid is in its name.
-        result = _announced(path)[1]
+        result = read_events(os.path.join(path, EVENTS_NAME)).result_path
         for left in leftovers(result) if result else []:
             if _gone(os.path.basename(left).rpartition(".partial")[0].rpartition(".")[2].partition("-")[0]):
                 with contextlib.suppress(OSError):
                     os.unlink(left)
         with contextlib.suppress(OSError):
             for name in os.listdir(path):
-                if name in (MARK_NAME, SPOKE_NAME, RESULT_NAME) or name.startswith(GUARDED_PREFIX):
+                if name == EVENTS_NAME:
                     os.unlink(os.path.join(path, name))
                 elif name.startswith("ompi.") and _gone(name[len("ompi."):]):
                     shutil.rmtree(os.path.join(path, name), ignore_errors=True)

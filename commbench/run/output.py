@@ -9,7 +9,7 @@ import contextlib
 import threading
 from typing import Callable, Optional, Protocol, Sequence
 
-from ..launch.world import announce_result
+from ..launch.events import announce_result
 from ..results.document import ResultFile
 
 
