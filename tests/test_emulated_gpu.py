@@ -981,6 +981,32 @@ def test_nccls_choice_is_recorded_per_size_as_nccl_reports_it(workdir):
     assert "nccl_choice" not in rec and r.stdout.split("# impl nccl")[1].splitlines()[3].split()[-1] == "p2p"
 
 
+@pytest.mark.parametrize("timing", ["per-iteration", "loop"])
+def test_nccls_choice_under_agg_is_the_aggregated_groups(timing, workdir):
+    """NCCL chooses for a group's collectives on their bytes together: --agg 4 of 32 KiB all-reduces
+    run as 128 KiB do (LL128 on 4 channels, where one call alone takes LL on 1). The record carried
+    the single call's choice from the size's check, not the one its timed calls ran."""
+    out = os.path.join(workdir, "agg.json")
+    r = commbench(["allreduce", "--device", "cuda", "--np", "2", "--impl", "nccl", "--agg", "4", "--sizes", "32K",
+                   "--iters", "3", "--timing", timing, "-o", out], env=emu_env(2), cwd=workdir)
+    assert r.returncode == 0, r.stderr
+    [rec] = results.load_document(out)["results"]
+    assert rec["agg"] == 4 and rec["nccl_choice"] == {"algo": "RING", "proto": "LL128", "channels": 4}, rec
+
+
+def test_an_nccl_that_reports_no_choice_at_all_is_warned_of(workdir):
+    """An NCCL that loads commbench's plugin without calling it (2.26 and older ask for interfaces it
+    does not offer, COMMBENCH_EMU_NCCL_PROFILER=none): the records carried no choice, and nothing said
+    why."""
+    out = os.path.join(workdir, "ar.json")
+    r = commbench(["allreduce", "--device", "cuda", "--np", "2", "--impl", "nccl", "--sizes", "4K,64K", "--iters", "3",
+                   "-o", out], env=emu_env(2, COMMBENCH_EMU_NCCL_PROFILER="none"), cwd=workdir)
+    assert r.returncode == 0, r.stderr
+    assert "warning: NCCL reported no choice to commbench's profiler plugin: NCCL older than 2.27 offers no " \
+           "interface the plugin has, or NCCL did not load it" in r.stderr, r.stderr
+    assert all("nccl_choice" not in rec for rec in results.load_document(out)["results"])
+
+
 def test_a_profiler_plugin_of_the_users_keeps_its_place(workdir):
     """NCCL loads one profiler plugin: where NCCL_PROFILER_PLUGIN names the user's, it stays, and the
     run says that NCCL's choices are not recorded."""

@@ -4,6 +4,7 @@ the plugin object each version's symbol names, its init (whose arguments' order 
 collective's event descriptor, whose type field is 1 byte wide in v4 and 8 in v5."""
 
 import ctypes
+import os
 
 import pytest
 
@@ -61,15 +62,18 @@ def test_the_plugin_keeps_each_collectives_choice_as_nccl_hands_it(version):
           p.init(ctypes.byref(ctx), 0xABC, ctypes.byref(mask), b"world", 1, 4, 0, None))
     assert rc == 0 and ctx.value and mask.value == GROUP_EVENT | COLL_EVENT
     Descr = DescrV4 if version == 4 else DescrV5
-    handle = ctypes.c_void_p(12345)
+    group_handle, handle = ctypes.c_void_p(12345), ctypes.c_void_p(12345)
     group = Descr(type=GROUP_EVENT)
-    assert p.startEvent(ctx, ctypes.byref(handle), ctypes.byref(group)) == 0 and handle.value is None
+    assert p.startEvent(ctx, ctypes.byref(group_handle), ctypes.byref(group)) == 0
+    # NCCL 2.27 (v4) starts a plan's collective events only under a group handle that is not null
+    # (ncclProfilerStartTaskEvents); 2.28 (v5) starts them whatever it is.
+    assert (group_handle.value is not None) if version == 4 else (group_handle.value is None)
     for seq, (count, algo, proto, channels) in enumerate([(256, b"RING", b"LL", 2), (256, b"RING", b"LL", 2),
                                                            (1 << 20, b"NVLS", b"SIMPLE", 16)]):
         coll = Descr(type=COLL_EVENT, rank=0, coll=Coll(seqNumber=seq, func=b"AllReduce", count=count,
                                                         datatype=b"ncclFloat32", nChannels=channels, algo=algo,
                                                         proto=proto))
-        assert p.startEvent(ctx, ctypes.byref(handle), ctypes.byref(coll)) == 0
+        assert p.startEvent(ctx, ctypes.byref(handle), ctypes.byref(coll)) == 0 and handle.value is None
     # Not listening (a sweep's timed calls): NCCL's mask loses collective events, which NCCL then skips.
     with nccl_choices.listening():
         assert mask.value & COLL_EVENT
@@ -97,3 +101,16 @@ def test_a_record_takes_the_choice_of_its_own_call():
     assert nccl_choices.choice_for(seen, alltoall, 4096, 4096) is None and not alltoall.nccl_function
     named = {c.name: c.nccl_function for c in collectives.all_collectives()}
     assert all(bool(f) != c.peer_to_peer for c, f in zip(collectives.all_collectives(), named.values())), named
+
+
+def test_a_plugin_path_longer_than_nccl_reads_is_said_not_set(monkeypatch):
+    """NCCL reads 254 characters of NCCL_PROFILER_PLUGIN and loads nothing from a path cut short,
+    saying so at INFO level alone: such a path is not handed to NCCL, and the run says why."""
+    long = "/" + "d" * 240 + "/_nccl_choices.so"
+    monkeypatch.setattr(nccl_choices, "_lib", None)
+    monkeypatch.setattr(nccl_choices, "plugin_path", lambda: long)
+    monkeypatch.delenv("NCCL_PROFILER_PLUGIN", raising=False)
+    assert nccl_choices.record() == (
+        f"commbench's profiler plugin lies at a path of {len(long)} bytes, more than the 254 NCCL reads of "
+        "NCCL_PROFILER_PLUGIN: NCCL's choices are not recorded (install commbench at a shorter path)")
+    assert "NCCL_PROFILER_PLUGIN" not in os.environ and nccl_choices.unreported() is None

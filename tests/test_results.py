@@ -216,5 +216,9 @@ def test_the_physical_floor_of_a_record():
     with pytest.raises(physical.TimingDefect, match=r"a median of 0\.30 us, below the 1\.00 us"):
         physical.check(small, 1000.0)
     physical.check({**small, "time_us": {"median": 0.6}}, 1000.0)
+    # --agg 8: a record's time is the group's over 8 calls, which share one launch (a 0.2 us call is
+    # no defect there, where a whole launch per call refused it).
+    physical.check({**small, "agg": 8, "time_us": {"median": 0.2}}, 1000.0)
+    assert physical.floor_s({**small, "agg": 8}, 1000.0) == pytest.approx((1 << 10) / 1e12 + 1e-6 / 8)
     assert physical.floor_s({**rec, "ranks": 1, "in_place": True}, 1000.0) == 0
     assert physical.floor_s({**rec, "op": "peer_copy"}, 1000.0) == pytest.approx((64 << 20) / 1e12 + 1e-6)

@@ -160,6 +160,10 @@ def collective_command(coll) -> click.Command:
                 wrong = run_collective(world, cfg, coll, impls, reporter)
                 if any(i.transport is NCCL for i in impls):
                     attach_nccl_log(world, reporter)
+                missing = nccl_choices.unreported() if coll.nccl_function and any(
+                    i.transport is NCCL and i.algorithm is None for i in impls) else None
+                if reporter and missing:
+                    reporter.warn(missing)
                 return wrong
             return sweep(reporter, run, world)
 

@@ -25,7 +25,8 @@ class TimingDefect(RuntimeError):
 def floor_s(record: dict, gbps: float) -> float:
     """A pair's message or copy is written whole on its receiving side; of a collective's, every rank
     together writes at least the size, so some rank writes at least its share; but one rank in place
-    may write nothing (NCCL leaves its result where it is)."""
+    may write nothing (NCCL leaves its result where it is). Calls aggregated into one group (--agg N,
+    a record's time per call) share its one launch: a call's part of it is 1/N."""
     ranks = max(record["ranks"], 1)
     if record["op"] in PAIRWISE:
         written = record["size_bytes"]
@@ -33,7 +34,7 @@ def floor_s(record: dict, gbps: float) -> float:
         written = 0
     else:
         written = record["size_bytes"] / ranks
-    return written / (gbps * 1e9) + (LAUNCH_S if written else 0.0)
+    return written / (gbps * 1e9) + (LAUNCH_S / record.get("agg", 1) if written else 0.0)
 
 
 def check(record: dict, gbps: Optional[float]) -> None:

@@ -3,6 +3,7 @@ and timed iterations; one record per size."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from dataclasses import replace
 from typing import Callable, Optional
@@ -130,8 +131,9 @@ def _measure(world, cfg: RunConfig, coll, impl, reporter, data, pool: Buffers, d
     _fill(data, send, coll.inputs(world.rank, world.size, cfg.root, shape), code)
     # One call, checked: in place, a second one would start from the first one's result. Without the
     # graph, whose making runs the call twice more on the same buffers; not gated, as the first call of
-    # a size connects NCCL's peers on the host.
-    with impl.choice_reported():  # NCCL's report of its choice: for this call alone, not the timed ones
+    # a size connects NCCL's peers on the host. NCCL's report of its choice: for this call alone, not
+    # the timed ones, unless they are aggregated (below).
+    with impl.choice_reported() if cfg.agg == 1 else contextlib.nullcontext():
         checked = Timings(functools.partial(impl.rank_times, world, coll, send, recv, code,
                                             cfg=replace(cfg, graph=False), gated=False))(1)
     expected = coll.expected(world.rank, world.size, cfg.root, shape)
@@ -144,18 +146,20 @@ def _measure(world, cfg: RunConfig, coll, impl, reporter, data, pool: Buffers, d
         impl.rank_times(world, coll, send, recv, code, 0, cfg=cfg, gated=False)
         wrong += world.sum(_count_wrong(data, recv, expected, code, in_place))
     rank_times = functools.partial(impl.rank_times, world, coll, send, recv, code, cfg=cfg, agg=cfg.agg, delayed=True)
+    grouped = None
+    if cfg.agg > 1:
+        # NCCL chooses an algorithm by the bytes of the whole group (its choice the timed calls run,
+        # reported here) and may connect it on the host in its first call, which the single call's
+        # check never made: that call, ungated, is the first warm-up.
+        with impl.choice_reported():
+            grouped = Timings(functools.partial(rank_times, gated=False))(1)
     if cfg.policy.timing == "loop":
         timings = LoopTimings(rank_times)
         samples, calls = measure_loop(timings, cfg.policy, cfg.agg)
     else:
         timings = Timings(rank_times)
-        first = checked if not cfg.delay and not cfg.graph else None
-        if cfg.agg > 1:
-            # NCCL chooses an algorithm by the bytes of the whole group and may connect it on the host
-            # in its first call, which the single call's check never made: that call, ungated, is the
-            # first warm-up.
-            first = Timings(functools.partial(rank_times, gated=False))(1)
         # The check is undelayed and without the graph: then the iteration count comes from a timed call.
+        first = grouped if grouped is not None else checked if not cfg.delay and not cfg.graph else None
         samples = measure(timings, cfg.policy, first=first, ops=cfg.agg)
     if reporter:
         extra = {"root": cfg.root} if coll.rooted else {}

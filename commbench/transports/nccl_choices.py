@@ -49,6 +49,12 @@ class Choice:
 
 
 _lib: Optional[ctypes.CDLL] = None
+# Whether NCCL reported any choice since record(): none at all after a sweep of its calls is news.
+_seen = False
+
+# The characters of NCCL_PROFILER_PLUGIN that NCCL reads (a 255-byte buffer, plugin_open.cc): a longer
+# path is cut short, and NCCL loads nothing, saying so at INFO level alone.
+PLUGIN_PATH_MAX = 254
 
 
 def plugin_path() -> Optional[str]:
@@ -68,6 +74,10 @@ def record() -> Optional[str]:
     path = plugin_path()
     if path is None:
         return "commbench._nccl_choices was not built: NCCL's choices are not recorded"
+    if len(os.fsencode(path)) > PLUGIN_PATH_MAX:
+        return (f"commbench's profiler plugin lies at a path of {len(os.fsencode(path))} bytes, more than the "
+                f"{PLUGIN_PATH_MAX} NCCL reads of NCCL_PROFILER_PLUGIN: NCCL's choices are not recorded (install "
+                f"commbench at a shorter path)")
     lib = ctypes.CDLL(path)
     lib.commbench_nccl_choices.restype = ctypes.c_size_t
     lib.commbench_nccl_choices.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
@@ -105,7 +115,19 @@ def take() -> list[Choice]:
     for line in buf.value.decode(errors="replace").splitlines():
         func, datatype, count, algo, proto, channels, calls = line.split()
         out.append(Choice(func, datatype, int(count), algo, proto, int(channels), int(calls)))
+    global _seen
+    _seen = _seen or bool(out)
     return out
+
+
+def unreported() -> Optional[str]:
+    """After a sweep of NCCL's own calls of a collective that NCCL reports: why no record carries
+    NCCL's choice, where the plugin was set up and NCCL reported none at all; else None."""
+    if _lib is None or _seen:
+        return None
+    return ("NCCL reported no choice to commbench's profiler plugin: NCCL older than 2.27 offers no interface the "
+            "plugin has, or NCCL did not load it (NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT says why); the records "
+            "carry no nccl_choice")
 
 
 def choice_for(choices: list[Choice], coll, send_bytes: int, recv_bytes: int) -> Optional[dict]:

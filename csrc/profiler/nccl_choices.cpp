@@ -22,6 +22,7 @@
 namespace {
 
 using Result = int;  // ncclResult_t; 0 is ncclSuccess
+constexpr int kGroupEvent = 1 << 0;  // ncclProfileGroup: a group of collectives, one kernel plan
 constexpr int kCollEvent = 1 << 1;  // ncclProfileColl: a collective's host-side event
 using Logger = void (*)(int, unsigned long, const char*, int, const char*, ...);  // ncclDebugLogger_t
 
@@ -95,7 +96,9 @@ Result init_v5(void** context, uint64_t, int* mask, const char*, int, int, int, 
 Result init_v4(void** context, int* mask, const char*, uint64_t, int, int, int, Logger) { return init(context, mask); }
 
 // NCCL also starts group and API events whenever collective events are on: each gets a null handle,
-// written every time (NCCL keeps a slot's handle until the next start).
+// written every time (NCCL keeps a slot's handle until the next start). But NCCL 2.27 (version 4)
+// starts a plan's collective events only under a group event whose handle is not null
+// (ncclProfilerStartTaskEvents): there a group gets the context's token, which stop ignores.
 Result start_v5(void*, void** handle, DescrV5* d) {
   *handle = nullptr;
   if (d->type == kCollEvent) note(d->coll);
@@ -103,7 +106,7 @@ Result start_v5(void*, void** handle, DescrV5* d) {
 }
 
 Result start_v4(void*, void** handle, DescrV4* d) {
-  *handle = nullptr;
+  *handle = d->type == kGroupEvent ? &context_token : nullptr;
   if (d->type == kCollEvent) note(d->coll);
   return 0;
 }

@@ -35,6 +35,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -417,7 +418,10 @@ void slow_enqueue(const std::vector<Pending>& items) {
   std::this_thread::sleep_for(std::chrono::microseconds(us));
 }
 
+void report_group();
+
 ncclResult_t flush() {
+  report_group();
   std::vector<Pending> items;
   items.swap(pending);
   connect_aggregate(items);
@@ -562,8 +566,9 @@ void log_connections(const Comm& c) {
 }
 
 // ---- NCCL's choice of algorithm and protocol, and its profiler plugin ------------------------------
-// The emulated NCCL's choice, a function of the collective, its bytes and the rank count alone, so that
-// tests can assert it (docs/testing.md): all-reduce on 3 ranks or more below 64 KiB by Tree, everything
+// The emulated NCCL's choice, a function of the collective, its bytes (a group's collectives of one
+// function and datatype: their bytes together, report_group) and the rank count alone, so that tests
+// can assert it (docs/testing.md): all-reduce on 3 ranks or more below 64 KiB by Tree, everything
 // else by Ring; LL below 64 KiB, LL128 below 1 MiB, Simple from 1 MiB on; 1, 4 and 8 channels with
 // them. Tree serves all-reduce alone; NVLS, NVLSTree, CollNet and PAT need hardware the emulation has
 // not. NCCL_ALGO and NCCL_PROTO restrict the choice as NCCL's do (case-insensitive lists, "^" to
@@ -662,10 +667,13 @@ void no_log(int, unsigned long, const char*, int, const char*, ...) {}
 
 // NCCL_PROFILER_PLUGIN, loaded once as NCCL loads it (a path or a name dlopen finds; "none" for none):
 // missing, it is left out without a word, as NCCL says so only at INFO level.
+// COMMBENCH_EMU_NCCL_PROFILER=none: an NCCL whose profiler interface the plugin does not offer (NCCL
+// 2.26 and older asks for versions 1-3), which loads it and never calls it.
 const Profiler* profiler() {
   static const Profiler* loaded = [] () -> const Profiler* {
     const char* path = std::getenv("NCCL_PROFILER_PLUGIN");
-    if (!path || !*path || strcasecmp(path, "none") == 0) return nullptr;
+    const char* iface = std::getenv("COMMBENCH_EMU_NCCL_PROFILER");
+    if (!path || !*path || strcasecmp(path, "none") == 0 || (iface && std::strcmp(iface, "none") == 0)) return nullptr;
     void* lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     return lib ? static_cast<const Profiler*>(dlsym(lib, "ncclProfiler_v5")) : nullptr;
   }();
@@ -696,26 +704,56 @@ const char* type_name(ncclDataType_t t) {
   return t >= 0 && t < static_cast<int>(sizeof(names) / sizeof(names[0])) ? names[t] : "Unknown";
 }
 
-// A collective about to be posted: its algorithm and protocol chosen, and reported to the profiler as
-// NCCL reports it, an all-gather's and a broadcast's count in bytes of ncclInt8 (NCCL 2.28's
-// enqueue.cc). One rank, or nothing to move, has no choice to make and no event, as in NCCL.
+// A collective of the group being made, to report once the group is enqueued.
+struct Chosen {
+  std::shared_ptr<Comm> comm;
+  const char* func;
+  const void* in;
+  void* out;
+  std::size_t count;
+  ncclDataType_t t;
+  int root;
+};
+thread_local std::vector<Chosen> chosen_in_group;
+
+// A collective about to be posted: the choice of its own bytes checked (a restricted NCCL_ALGO or
+// NCCL_PROTO that serves none fails the call), and kept for report_group. One rank, or nothing to
+// move, has no choice to make and no event, as in NCCL.
 ncclResult_t chosen(ncclComm_t comm, const char* func, const void* in, void* out, std::size_t count, ncclDataType_t t,
                     int root) {
   Comm& c = *comm->impl;
   if (c.nranks < 2 || count == 0) return ncclSuccess;
   Pick pick{};
   if (const ncclResult_t rc = choose(c, func, count * type_size(t), type_name(t), pick)) return rc;
-  const Profiler* p = profiler();
-  if (!p || !c.profiler || !(profiled_events & kProfileColl)) return ncclSuccess;
-  const bool in_bytes = std::strcmp(func, "AllGather") == 0 || std::strcmp(func, "Broadcast") == 0;
-  ProfilerDescr d{};
-  d.type = kProfileColl;
-  d.rank = c.rank;
-  d.coll = {c.collectives++, func, in, out, in_bytes ? count * type_size(t) : count, root,
-            in_bytes ? "ncclInt8" : type_name(t), pick.channels, 16, pick.algo, pick.proto, nullptr};
-  void* handle = nullptr;
-  if (p->start(c.profiler, &handle, &d) == ncclSuccess && handle) p->stop(handle);
+  chosen_in_group.push_back({comm->impl, func, in, out, count, t, root});
   return ncclSuccess;
+}
+
+// The group's collectives reported to the profiler as NCCL reports them, as it enqueues them: those of
+// one communicator, function and datatype chosen for on their bytes together (NCCL 2.19 and later
+// bin a group's tasks so: nccl-tests' -m, --agg), an all-gather's and a broadcast's count in bytes of
+// ncclInt8 (NCCL 2.28's enqueue.cc).
+void report_group() {
+  std::vector<Chosen> items;
+  items.swap(chosen_in_group);
+  std::map<std::tuple<Comm*, std::string, int>, std::size_t> bytes;
+  for (const Chosen& x : items) bytes[{x.comm.get(), x.func, x.t}] += x.count * type_size(x.t);
+  const Profiler* p = profiler();
+  for (const Chosen& x : items) {
+    Comm& c = *x.comm;
+    Pick pick{};
+    if (!p || !c.profiler || !(profiled_events & kProfileColl) ||
+        choose(c, x.func, bytes[{&c, x.func, x.t}], type_name(x.t), pick) != ncclSuccess)
+      continue;
+    const bool in_bytes = std::strcmp(x.func, "AllGather") == 0 || std::strcmp(x.func, "Broadcast") == 0;
+    ProfilerDescr d{};
+    d.type = kProfileColl;
+    d.rank = c.rank;
+    d.coll = {c.collectives++, x.func, x.in, x.out, in_bytes ? x.count * type_size(x.t) : x.count, x.root,
+              in_bytes ? "ncclInt8" : type_name(x.t), pick.channels, 16, pick.algo, pick.proto, nullptr};
+    void* handle = nullptr;
+    if (p->start(c.profiler, &handle, &d) == ncclSuccess && handle) p->stop(handle);
+  }
 }
 
 ncclResult_t post(ncclComm_t comm, cudaStream_t stream, Call call) {
