@@ -115,6 +115,21 @@ def test_an_aggregated_call_connects_before_the_gated_samples(workdir):
     assert results.load(out)["wrong"].tolist() == [0]
 
 
+def test_a_gate_that_expires_behind_nccls_host_side_wait_names_it(workdir):
+    """NCCL waits on the host inside an enqueue (here rank 1's every group takes 2.5 s,
+    COMMBENCH_EMU_NCCL_ENQUEUE_US, past the gate's 2 s): the held stream is let go, and the run stops
+    rather than time the enqueue. The line asked whether CUDA_LAUNCH_BLOCKING was set, and named
+    nothing of NCCL's own waits."""
+    out = os.path.join(workdir, "gate.json")
+    r = commbench(["allreduce", "--device", "cuda", "--np", "2", "--impl", "nccl", "--sizes", "1K", "--iters", "1",
+                   "--warmup", "0", "-o", out], env=emu_env(2, COMMBENCH_EMU_NCCL_ENQUEUE_US="1:2500000"), cwd=workdir)
+    lines = [line for line in r.stderr.splitlines() if line.startswith("commbench: error")]
+    assert r.returncode == 1 and len(lines) == 1, r.stderr
+    assert "and let go: the samples would include the enqueue (the host waited inside it: NCCL connecting its peers " \
+           "or an algorithm on the host, or waiting for its own stream; or CUDA_LAUNCH_BLOCKING=1); use --timing " \
+           "loop" in lines[0], lines
+
+
 @pytest.mark.parametrize("command", [["allreduce", "--np", "3"], ["p2p", "--np", "2"]], ids=["allreduce", "p2p"])
 def test_every_rank_s_sample_starts_once_the_last_rank_s_stream_is_released(command, workdir):
     """Each rank lets its held stream go once its own enqueue is done, and one rank's host may be slower

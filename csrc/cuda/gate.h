@@ -86,7 +86,8 @@ inline void require_held(const Gate& gate, unsigned expired_before, const std::s
   if (gate.expired() == expired_before) return;
   throw std::runtime_error(what + ": the stream was held for " + std::to_string(static_cast<int>(kGateSeconds)) +
                            " s or more while the host enqueued one sample, and let go: the samples would include "
-                           "the enqueue (is CUDA_LAUNCH_BLOCKING set?); " + remedy + w.text());
+                           "the enqueue (the host waited inside it: NCCL connecting its peers or an algorithm on "
+                           "the host, or waiting for its own stream; or CUDA_LAUNCH_BLOCKING=1); " + remedy + w.text());
 }
 
 }  // namespace commbench
