@@ -172,3 +172,25 @@ def test_host_loop_delays_between_barrier_and_clock():
     assert "MPI_Allreduce" not in loop
     # Every rank of a collective's communicator is the barrier; a pair's, its own exchange.
     assert "MPI_Barrier(comm)" in loop[loop.index("std::vector<double> time_iterations("):]
+
+
+def test_a_gpu_run_across_hosts_shows_the_median_rank_beside_the_slowest():
+    """The headline is the slowest rank's time per iteration, which across hosts carries the device
+    barrier's finishing skew at small sizes: where it exceeds the median rank's own time by a quarter
+    or more, a line gives both. One host, or CPU ranks, say nothing of it."""
+    from docs import record, result_doc
+
+    def rec(size, ranks_s):
+        r = record("allreduce", "nccl", "float32", "sum", 4, size, size // 4, np.max(ranks_s, axis=0), 0)
+        return {**r, **arrival.figures(ranks_s, ["a", "a", "b", "b"], r["time_us"]["median"], 1e-9)}
+    # At 1K rank 3 (host b) finishes 10 us after the others' 10 us every iteration; at 1M all take 100 us.
+    small = np.array([[10e-6] * 5, [10e-6] * 5, [10e-6] * 5, [20e-6] * 5])
+    large = np.full((4, 5), 100e-6)
+    doc = {**result_doc([rec(1024, small), rec(1 << 20, large)])}
+    doc["config"] = {**doc["config"], "device": "cuda"}
+    doc["machine"] = {**doc["machine"], "hosts": ["a", "b"]}
+    [line] = stragglers.median_rank_lines(doc)
+    assert line.startswith("median rank: allreduce nccl (4 ranks): at 1K the median rank took 10.0 us where the "
+                           "slowest took 20.0 us (the time shown): across hosts"), line
+    assert stragglers.median_rank_lines({**doc, "machine": {**doc["machine"], "hosts": ["a"]}}) == []
+    assert stragglers.median_rank_lines({**doc, "config": {**doc["config"], "device": "cpu"}}) == []

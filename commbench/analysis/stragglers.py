@@ -72,3 +72,34 @@ def summary_lines(doc: dict) -> list[str]:
                     f"{_span([r['time_us']['median'] for r in hits])} per call)")
             lines.append(line + ("; it is the rank --delay holds back" if delay and delay["rank"] == rank else ""))
     return lines
+
+
+# Where the slowest rank's time (the headline) exceeds the median rank's by this share, a GPU run across
+# hosts says both: the device barrier that starts each iteration releases the hosts' GPUs at
+# different times, and at small sizes that finishing skew is much of the slowest rank's time.
+RANK_SPREAD_SHARE = 0.25
+
+
+def median_rank_lines(doc: dict) -> list[str]:
+    """Of a GPU run across hosts, one line per series whose headline (the slowest rank, per iteration)
+    exceeds its median rank's own time by RANK_SPREAD_SHARE or more: the sizes, and both times."""
+    from ..results.series import by_series, label
+    from ..sizes import format_size
+    if doc["config"].get("device") != "cuda" or len(set(doc["machine"].get("hosts") or [])) < 2:
+        return []
+    lines = []
+    for key, recs in by_series(doc["results"]).items():
+        hits = []
+        for r in recs:
+            ranks = [p["median_us"] for p in r.get("per_rank") or []]
+            if ranks:
+                middle = sorted(ranks)[len(ranks) // 2]
+                if r["time_us"]["median"] >= (1 + RANK_SPREAD_SHARE) * middle:
+                    hits.append((r, middle))
+        if hits:
+            where = "every size" if len(hits) == len(recs) else ", ".join(format_size(r["size_bytes"]) for r, _ in hits)
+            lines.append(f"median rank: {label(key)}: at {where} the median rank took {_span([m for _, m in hits])} "
+                         f"where the slowest took {_span([r['time_us']['median'] for r, _ in hits])} (the time "
+                         f"shown): across hosts the device barrier releases the GPUs at different times, and that "
+                         f"finishing skew is part of the slowest rank's time")
+    return lines

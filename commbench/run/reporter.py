@@ -119,7 +119,7 @@ class Reporter(FileOutput):
         if self.fit and self.file.doc["results"]:
             for line in self.fit(self.file.doc):
                 click.echo(line)
-        for line in stragglers.summary_lines(self.file.doc):
+        for line in stragglers.summary_lines(self.file.doc) + stragglers.median_rank_lines(self.file.doc):
             click.echo(f"# {line}")
         for line in nccl_default.summary_lines(self.file.doc):
             click.echo(f"# {line}")
