@@ -80,17 +80,35 @@ def stub_gpu_env(gpus: int = 1) -> dict:
 HUNG_S = 120
 
 
+# The most a loaded machine stretches a hang limit (bounded): past that a command is hung, however busy.
+MOST_STRETCH = 5.0
+
+
+def load_stretch() -> float:
+    """How many times longer the machine now takes than an idle one: its runnable work (the load
+    average of the last minute) per core, at least 1 (at a load of 14 on 2 cores, the 8-GPU gpu-check
+    ran past 120 s)."""
+    return min(MOST_STRETCH, max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1)))
+
+
 def bounded(cmd: list, timeout: float, **kw) -> subprocess.CompletedProcess:
     """subprocess.run(cmd) with its output, in a session of its own, so that a command past `timeout`
-    is killed with everything it started (mpirun, the ranks) before TimeoutExpired is raised."""
+    is killed with everything it started (mpirun, the ranks) before TimeoutExpired is raised. A busy
+    machine gives it room: the limit is `timeout` times load_stretch(), as the load stands when the
+    limit would pass."""
     with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
                           **kw) as p:
-        try:
-            out, err = p.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(p.pid, signal.SIGKILL)
-            p.communicate()
-            raise
+        start = time.monotonic()
+        while True:
+            try:
+                out, err = p.communicate(timeout=max(0.1, start + timeout * load_stretch() - time.monotonic()))
+                break
+            except subprocess.TimeoutExpired:
+                if time.monotonic() - start < timeout * load_stretch():
+                    continue  # the machine got busier meanwhile
+                os.killpg(p.pid, signal.SIGKILL)
+                p.communicate()
+                raise
     return subprocess.CompletedProcess(cmd, p.returncode, out, err)
 
 

@@ -262,6 +262,20 @@ def test_what_the_graph_computes_is_checked(place, workdir):
         assert len(df) == 1 and (df["wrong"] > 0).all()
 
 
+@pytest.mark.parametrize("graph", [False, True], ids=["stream", "graph"])
+def test_a_known_cost_per_call_is_enclosed_by_the_timing(graph, workdir):
+    """Each NCCL group costs the emulated device 3 ms (COMMBENCH_EMU_NCCL_GROUP_US): a call's time is at
+    least that, graph replays included. Only the physical floor (about a microsecond at 4K) stood
+    between a replay that enclosed nothing and a figure."""
+    out = os.path.join(workdir, "cost.json")
+    r = commbench(["allreduce", "--device", "cuda", "--np", "2", "--impl", "nccl", *(["--graph"] if graph else []),
+                   "--sizes", "4K", "--iters", "5", "--warmup", "1", "-o", out],
+                  env=emu_env(2, COMMBENCH_EMU_NCCL_GROUP_US="3000"), cwd=workdir)
+    assert r.returncode == 0, r.stderr
+    [rec] = results.load_document(out)["results"]
+    assert rec["time_us"]["min"] >= 3000 and rec["time_us"]["median"] < 3000 * 20, rec["time_us"]
+
+
 def test_graph_mode_refuses_what_it_cannot_capture(workdir):
     r = commbench(["allreduce", "--device", "cuda", "--np", "2", "--impl", "nccl,mpi", "--graph", "--sizes", "4K"],
                   env=emu_env(2), cwd=workdir)
@@ -617,6 +631,18 @@ def test_a_read_copy_is_issued_by_the_gpu_that_reads():
     assert [line[3:] for line in lines if line[2] == "wrong"] == [["0", "0"]] * 4, r.stdout
 
 
+def test_a_staged_copy_downloads_one_chunk_while_it_uploads_the_last(workdir):
+    """Every device's memory work takes 10 ms more (COMMBENCH_EMU_SLOW_DEVICE=all): a staged copy of 4
+    chunks, double-buffered, takes about 5 of those (each chunk's upload beside the next one's
+    download), not the 8 of a download and an upload in turn."""
+    out = os.path.join(workdir, "staged.json")
+    r = commbench(["copy", "--src", "0", "--dst", "1", "--sizes", "1M", "--staging-chunk", "256K", "--iters", "3",
+                   "--warmup", "1", "-o", out], cwd=workdir, env=emu_env(2, COMMBENCH_EMU_SLOW_DEVICE="all:10000"))
+    assert r.returncode == 0, r.stderr
+    [staged] = [rec for rec in results.load_document(out)["results"] if rec["op"] == "staged"]
+    assert 50_000 <= staged["time_us"]["median"] < 65_000, staged["time_us"]
+
+
 def test_the_gpu_tests_copy_rigs_pass_without_peer_access():
     """The hardware suite's copy test on a PCIe host without P2P (it built every peer copy and failed
     there): the copies that need peer access are refused as the matrix marks them, the rest exact."""
@@ -851,18 +877,24 @@ def test_an_mpi_run_on_gpu_buffers_makes_no_nccl_communicator(tmp_path):
     assert not log.exists(), log.read_text()
 
 
-def test_an_asynchronous_nccl_error_ends_the_run_in_one_line(workdir):
+def test_an_asynchronous_nccl_error_ends_the_run_in_one_line(workdir, tmp_path):
     """NCCL's asynchronous error (injected on rank 1 in its 30th group): every rank ends with one line
-    in NCCL's words, the rows before kept."""
-    out = os.path.join(workdir, "async.json")
+    in NCCL's words, the rows before kept; the communicator in error is aborted, not destroyed (NCCL's
+    destroy of one returns at once with its group left open on the thread, and the emulated NCCL logs
+    no end of it)."""
+    out, log = os.path.join(workdir, "async.json"), tmp_path / "nccl.log"
     r = commbench(["allreduce", "--device", "cuda", "--np", "2", "--impl", "nccl", "--sizes", "1K-4K:+8", "--iters", "5",
-                   "--warmup", "1", "--timeout", "10", "-o", out], env=emu_env(2, COMMBENCH_EMU_NCCL_FAULT="error:1:30"),
+                   "--warmup", "1", "--timeout", "10", "-o", out],
+                  env=emu_env(2, COMMBENCH_EMU_NCCL_FAULT="error:1:30", COMMBENCH_EMU_NCCL_LOG=str(log)),
                   cwd=workdir, timeout=120)
     lines = [line for line in r.stderr.splitlines() if line.startswith("commbench: error")]
     assert r.returncode == 1 and len(lines) == 1, r.stderr
-    assert "unhandled system error" in lines[0] and "injected failure" in lines[0], lines
+    assert "unhandled system error" in lines[0] and "injected failure" in lines[0] and \
+        "NCCL communicator aborted" in lines[0], lines
     doc = results.load_document(out)
     assert doc["results"] and doc["status"] != "running"
+    ended = [line.split() for line in log.read_text().splitlines() if line.split()[0] in ("destroy", "abort")]
+    assert [(how, blocking) for how, _, rank, _, blocking in ended if rank == "1"][-1] == ("abort", "blocking"), ended
 
 
 @pytest.mark.parametrize("case", ["one host", "shared GPU", "user's log"])

@@ -317,6 +317,13 @@ void hold_to_channel_rate(const std::vector<Call>& calls, std::chrono::steady_cl
 
 // Runs one group's calls on the stream's worker: all their messages together, then each call's local
 // step. Re-run as is by every launch of a graph that captured it.
+// COMMBENCH_EMU_NCCL_GROUP_US=US: each group of calls takes at least US microseconds on its stream (the
+// device's time), a known cost that a timing of the calls, graph replays included, must enclose.
+void hold_the_stream(std::chrono::steady_clock::time_point started) {
+  static const char* v = std::getenv("COMMBENCH_EMU_NCCL_GROUP_US");
+  if (v && std::atof(v) > 0) std::this_thread::sleep_until(started + std::chrono::duration<double, std::micro>(std::atof(v)));
+}
+
 void run_group(const std::vector<Call>& calls) {
   static const Fault injected = fault();
   for (const Call& call : calls) {
@@ -366,6 +373,7 @@ void run_group(const std::vector<Call>& calls) {
       emu::idle(rounds);
   }
   hold_to_channel_rate(calls, started);
+  hold_the_stream(started);
   for (std::size_t i = 0; i < calls.size(); ++i)
     if (calls[i].after) calls[i].after(scratch[i].data());
 }

@@ -106,7 +106,9 @@ struct Runtime {
   // of order read (0.1-0.5 us at every size): a defect of the timing, for the physical floor to catch.
   double elapsed_us = -1;
   // COMMBENCH_EMU_SLOW_DEVICE=<device>:<us>: each task of that device's streams that touches memory
-  // takes that much longer (the work a GPU issues is slow: which GPU issued a copy shows).
+  // takes that much longer (the work a GPU issues is slow: which GPU issued a copy shows); `all:<us>`
+  // slows every device alike (a pipeline across two GPUs shows whether its stages overlap).
+  static constexpr int kEveryDevice = -2;
   int slow_device = -1;
   long slow_us = 0;
   std::set<void*> pinned;
@@ -176,7 +178,7 @@ Runtime& rt() {
     if (const std::string us = env("COMMBENCH_EMU_ELAPSED_US"); !us.empty()) r->elapsed_us = std::strtod(us.c_str(), nullptr);
     const std::string slow = env("COMMBENCH_EMU_SLOW_DEVICE");
     if (const std::size_t colon = slow.find(':'); colon != std::string::npos) {
-      r->slow_device = std::atoi(slow.substr(0, colon).c_str());
+      r->slow_device = slow.substr(0, colon) == "all" ? Runtime::kEveryDevice : std::atoi(slow.substr(0, colon).c_str());
       r->slow_us = std::strtol(slow.substr(colon + 1).c_str(), nullptr, 10);
     }
     r->exclusive = env("COMMBENCH_EMU_COMPUTE_MODE") == "exclusive-process";
@@ -246,7 +248,8 @@ void run_worker(Stream* s) {
     s->queue.pop_front();
     l.unlock();
     if (task.opens && !open) open.emplace();
-    if (task.opens && s->device == rt().slow_device) std::this_thread::sleep_for(std::chrono::microseconds(rt().slow_us));
+    if (task.opens && (s->device == rt().slow_device || rt().slow_device == Runtime::kEveryDevice))
+      std::this_thread::sleep_for(std::chrono::microseconds(rt().slow_us));
     const auto began = Clock::now();
     task.work();
     while (task.opens && Clock::now() - began < kLeastTask) {
