@@ -879,3 +879,23 @@ def test_a_timeout_with_every_rank_alive_names_the_host_whose_channel_resent(mon
     monkeypatch.setattr(watchdog, "_resent", lambda conn: 0)
     dog.resent = {}
     assert dog._resent_text() == ""
+
+
+def test_under_the_users_mpirun_a_silent_host_s_line_says_to_end_mpirun(monkeypatch):
+    """Open MPI's mpirun waits for good for the daemon of a host that stopped answering, after every
+    rank has ended (docs/launching.md): under the user's mpirun, rank 0's line says to end it where
+    every rank of another host is silent; not for one rank of a host, nor under commbench's own launch."""
+    from commbench.launch import watchdog
+    dog = watchdog.Watchdog.__new__(watchdog.Watchdog)
+    dog.hosts, dog.label, dog.timeout_s, dog.rank = ["h0", "h0", "h1", "h1", "h2"], "allreduce 1K", 5.0, 0
+    dog.lost, dog.failures, dog.finished, dog.peers, dog.resent = [], {}, set(), {}, {}
+    dog.heard = {1: time.monotonic(), 2: 0.0, 3: 0.0, 4: time.monotonic()}
+    dog.user_mpirun = True
+    assert dog._absent_text("did not arrive within --timeout 5 s") == (
+        "allreduce 1K: ranks 2, 3 did not arrive within --timeout 5 s (host h1); mpirun may wait for good for its "
+        "daemon on host h1: end it once this line is out (Ctrl-C twice)")
+    dog.heard[3] = time.monotonic()  # one rank of h1 still answers: its daemon does too
+    assert dog._absent_text("did not arrive within --timeout 5 s").endswith("rank 2 did not arrive within --timeout 5 s "
+                                                                             "(host h1)")
+    dog.heard[3], dog.user_mpirun = 0.0, False
+    assert dog._absent_text("did not arrive within --timeout 5 s").endswith("(host h1)")

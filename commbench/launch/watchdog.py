@@ -290,6 +290,9 @@ class Watchdog:
         self.label, self.deadline, self.stopped, self.up_finished = "", None, False, False
         self.up, self.peers = _side_channel(world)
         self.hosts = world.hosts
+        # The user's Open MPI mpirun (PRRTE's), which waits for good for the daemon of a host that
+        # stopped answering: rank 0's line says to end it (commbench's own launch ends its mpirun).
+        self.user_mpirun = world.launcher == "mpi" and os.environ.get("PRTE_LAUNCHED") == "1"
         self.watched = self.up is not None  # another rank with a channel to rank 0
         self.reported = False  # rank 0 said it reported the ending
         now = time.monotonic()
@@ -550,7 +553,7 @@ class Watchdog:
             return f"{self.where}: did not finish within --timeout {self.timeout_s:g} s; rank 0 did not answer"
         absent = self._absent()
         if absent:
-            return f"{self.where}: {_ranks(absent)} {what}{self._on_hosts(absent)}"
+            return f"{self.where}: {_ranks(absent)} {what}{self._on_hosts(absent)}{self._mpirun_advice(absent)}"
         if self.paused_s > self.timeout_s:  # rank 0 itself was stopped past the deadline
             return (f"{self.where}: did not finish within --timeout {self.timeout_s:g} s; rank 0 did not answer: "
                     f"its process did not run for {self.paused_s:.0f} s")
@@ -573,6 +576,16 @@ class Watchdog:
                     f"host {self.hosts[0]} loses packets")
         counts = ", ".join(f"{h} {sum(n for r, n in resent.items() if self.hosts[r] == h)}" for h in hosts)
         return f"; packets resent to host{'s' if len(hosts) > 1 else ''} {counts}: {'they lose' if len(hosts) > 1 else 'it loses'} packets"
+
+    def _mpirun_advice(self, absent: list[int]) -> str:
+        """Under the user's mpirun, where every rank of another host is silent: what to do about the
+        mpirun that may wait for good for that host's daemon (docs/launching.md)."""
+        silent = [h for h in dict.fromkeys(self.hosts) if h != self.hosts[0]
+                  and all(r in absent for r, x in enumerate(self.hosts) if x == h)]
+        if not (self.user_mpirun and silent):
+            return ""
+        return (f"; mpirun may wait for good for its daemon on host{'s' if len(silent) > 1 else ''} "
+                f"{', '.join(silent)}: end it once this line is out (Ctrl-C twice)")
 
     def _on_hosts(self, ranks: list[int]) -> str:
         """Across hosts, the hosts of `ranks`: a host is what a cluster team repairs."""
