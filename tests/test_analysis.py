@@ -883,3 +883,17 @@ def test_wrong_results_make_no_baseline_and_pass_no_comparison(tmp_path):
     assert found["status"] == "regression" and found["wrong"] == 7
     assert "# REGRESSION: the run has 7 wrong element(s)" in "\n".join(cmp.compare_lines(found))
     assert cmp.compare(doc_of(recs), doc_of(copy.deepcopy(recs)), 0.1, 0.25)["status"] == "pass"
+
+
+def test_a_plot_of_equal_times_says_nothing_but_where_it_wrote(workdir):
+    """Every size at one time, and no fitted line through them (a file's times, here far past any
+    fit): matplotlib widened the time axis itself and printed its UserWarning that it did, twice, as
+    noise on stderr."""
+    from docs import result_doc
+    doc = result_doc([record("allreduce", "ring@mpi", "float32", "sum", 2, size, size // 4, np.full(5, 1e194), 0)
+                      for size in (1024, 4096)])
+    path = os.path.join(workdir, "equal.json")
+    with open(path, "w") as f:
+        json.dump(doc, f)
+    r = commbench(["plot", path, "-o", os.path.join(workdir, "equal.png")], cwd=workdir)
+    assert r.returncode == 0 and r.stderr == "", r.stderr

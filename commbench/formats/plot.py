@@ -3,6 +3,7 @@ size (log-log), with fitted lines, the fabric's expected line and baselines over
 
 from __future__ import annotations
 
+import warnings
 from typing import BinaryIO, Optional, Union
 
 import numpy as np
@@ -91,15 +92,19 @@ def plot(runs: list[tuple[str, dict]], path: Union[str, BinaryIO], baselines: Op
     ax_bw.set_xscale("log", base=2)
     ax_t.set_xscale("log", base=2)
     ax_t.set_yscale("log")
-    for ax in (ax_bw, ax_t):
-        for style, segments in lines[ax].items():
-            if segments:
-                ax.add_collection(LineCollection(segments, colors=line_colors[ax][style], linestyles=style,
-                                                 linewidths=1 if style == ":" else 1.5))
-        if dots[ax][0]:
-            ax.scatter(np.concatenate(dots[ax][0]), np.concatenate(dots[ax][1]), s=9,
-                       c=palette[np.concatenate(dots[ax][2])], zorder=3)
-        ax.autoscale_view()
+    with warnings.catch_warnings():
+        # Every figure alike (one size, or a file's equal times): matplotlib widens the axis itself, and
+        # its warning that it does so is no news of the run.
+        warnings.filterwarnings("ignore", message="Attempting to set identical", category=UserWarning)
+        for ax in (ax_bw, ax_t):
+            for style, segments in lines[ax].items():
+                if segments:
+                    ax.add_collection(LineCollection(segments, colors=line_colors[ax][style], linestyles=style,
+                                                     linewidths=1 if style == ":" else 1.5))
+            if dots[ax][0]:
+                ax.scatter(np.concatenate(dots[ax][0]), np.concatenate(dots[ax][1]), s=9,
+                           c=palette[np.concatenate(dots[ax][2])], zorder=3)
+            ax.autoscale_view()
     ax_bw.set_xlabel("message size (bytes)")
     ax_bw.set_ylabel("bus bandwidth (GB/s, 1e9 B/s)")
     ax_bw.set_title("bandwidth vs size")
