@@ -74,6 +74,12 @@ def stub_gpu_env(gpus: int = 1) -> dict:
     return env
 
 
+# The hang-up tests send SIGHUP to the commands they start: those must not inherit an ignored SIGHUP
+# from however the suite was started (`nohup make test`), as a command started to ignore hang-ups
+# keeps ignoring them, by design.
+if signal.getsignal(signal.SIGHUP) is signal.SIG_IGN:
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
 # How long a command of a test may take before it counts as hung: 2.5 times the longest one the
 # tests run (gpu-check on 8 emulated GPUs, 46 s on a busy VM), well before the 300 s of commbench's
 # own --timeout and of a plan's step, so that a hang fails its test in 2 minutes, not 5.
