@@ -108,7 +108,8 @@ for coll in collectives.all_collectives():
     send, recv = Buffers(coll, shape, "float32", (False,), HOST).views(shape, rank, False)
     code = REDOPS["sum"] if coll.reduces else _MOVE_ONLY
     _fill(data, send, coll.inputs(rank, size, 0, shape), code)
-    _host.collective_times(*native_call(_host, coll, None), send, recv, code, 0, 1, comm.py2f(), 8)
+    _host.collective_times(*native_call(_host, coll, None), send, recv, op=code, root=0, iters=1, comm=comm.py2f(),
+                           chunk_bytes=8)
     expected = coll.expected(rank, size, 0, shape)
     if expected:
         recv[expected[-1].offset] += 1

@@ -66,7 +66,8 @@ _PAIR = textwrap.dedent("""
     send, recv = DeviceArray.empty(256, "float32", rank), DeviceArray.empty(256, "float32", rank)
     t = time.monotonic()
     try:
-        comm.collective_times(m.Collective.allreduce, m.Algorithm.library, send, recv, 0, 0, 100, 65536, True)
+        comm.collective_times(m.Collective.allreduce, m.Algorithm.library, send, recv, op=0, root=0, iters=100,
+                              chunk_bytes=65536, graph=True)
         print("finished")
     except TimeoutError as e:
         print(f"timeout after {time.monotonic() - t:.1f} s: {e}")

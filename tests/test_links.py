@@ -238,13 +238,13 @@ peer = {0: 3, 3: 0, 1: 2, 2: 1}.get(comm.rank)
 buf = lambda: np.zeros(1 << 16, dtype=np.uint8)
 if peer is not None:
     kw = dict(comm=comm.py2f(), peer=peer, first=comm.rank < peer)
-    ping = _host.pingpong_times(buf(), buf(), 1024, 20, **kw)
-    bw = _host.bandwidth_times(buf(), buf(), 1 << 16, 4, 5, **kw)
+    ping = _host.pingpong_times(buf(), buf(), bytes=1024, iters=20, **kw)
+    bw = _host.bandwidth_times(buf(), buf(), bytes=1 << 16, window=4, iters=5, **kw)
     other = comm.sendrecv((list(ping), list(bw)), dest=peer, source=peer)
     assert other == (list(ping), list(bw)) and min(ping) > 0 and min(bw) > 0, (ping, other)
     for bad in (comm.rank, comm.size):
         try:
-            _host.pingpong_times(buf(), buf(), 8, 1, comm=comm.py2f(), peer=bad, first=True)
+            _host.pingpong_times(buf(), buf(), bytes=8, iters=1, comm=comm.py2f(), peer=bad, first=True)
         except ValueError as e:
             assert "is not another rank of the communicator" in str(e)
         else:

@@ -50,8 +50,9 @@ class MpiTransport:
               delay_s: float, loop: int = 1, gated: bool = True) -> np.ndarray:
         from .. import _host
         from .native import native_call
-        return np.asarray(_host.collective_times(*native_call(_host, coll, algorithm), send, recv, op, cfg.root, iters,
-                                                 world.comm.py2f(), cfg.chunk_bytes, agg, delay_s, loop))
+        return np.asarray(_host.collective_times(*native_call(_host, coll, algorithm), send, recv, op=op, root=cfg.root,
+                                                 iters=iters, comm=world.comm.py2f(), chunk_bytes=cfg.chunk_bytes, agg=agg,
+                                                 delay_s=delay_s, loop=loop))
 
     def open_pairs(self, world, pairs, window: int) -> Optional[MpiPair]:
         """This rank's side of its pair among `pairs` (disjoint), on the world communicator: the native
@@ -75,8 +76,8 @@ class MpiPair:
         from .. import _host
         where = {"comm": self.comm.py2f(), "loop": loop, "peer": self.peer, "first": self.first}
         if test == "pingpong":
-            return np.asarray(_host.pingpong_times(send, recv, size, iters, **where))
-        return np.asarray(_host.bandwidth_times(send, recv, size, self.window, iters, **where))
+            return np.asarray(_host.pingpong_times(send, recv, bytes=size, iters=iters, **where))
+        return np.asarray(_host.bandwidth_times(send, recv, bytes=size, window=self.window, iters=iters, **where))
 
     def close(self) -> None:
         """Nothing of its own to free: the communicator is the world's."""

@@ -221,8 +221,8 @@ class NcclTransport:
         _cuda = cuda_module()
         from .native import native_call
         return np.asarray(self.comm(world).collective_times(
-            *native_call(_cuda, coll, algorithm), send, recv, op, cfg.root, iters, cfg.chunk_bytes, cfg.graph, agg,
-            delay_s, loop, gated and cfg.policy.timing == "per-iteration"))
+            *native_call(_cuda, coll, algorithm), send, recv, op=op, root=cfg.root, iters=iters, chunk_bytes=cfg.chunk_bytes,
+            graph=cfg.graph, agg=agg, delay_s=delay_s, loop=loop, launch_free=gated and cfg.policy.timing == "per-iteration"))
 
     def comm(self, world):
         """The communicator its calls run on: the world's."""
@@ -243,8 +243,9 @@ class NcclPair:
 
     def times(self, test: str, send, recv, size: int, iters: int, loop: int = 1) -> np.ndarray:
         if test == "pingpong":
-            return np.asarray(self.comm.pingpong_times(send, recv, size, self.peer, iters, loop))
-        return np.asarray(self.comm.bandwidth_times(send, recv, size, self.peer, self.window, iters, loop))
+            return np.asarray(self.comm.pingpong_times(send, recv, bytes=size, peer=self.peer, iters=iters, loop=loop))
+        return np.asarray(self.comm.bandwidth_times(send, recv, bytes=size, peer=self.peer, window=self.window, iters=iters,
+                                                    loop=loop))
 
     def close(self) -> None:
         """The communicator is the world's, closed with it."""

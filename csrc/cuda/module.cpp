@@ -229,13 +229,14 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def("split", &DeviceComm::split, py::arg("size"), py::call_guard<py::gil_scoped_release>())
       .def("set_timeout", &DeviceComm::set_timeout, py::arg("seconds"))
       .def("barrier", &DeviceComm::barrier, py::call_guard<py::gil_scoped_release>())
+      // The buffers by position, the integers and flags by name: a dozen of them in a row are too easy to swap.
       .def("collective_times", &DeviceComm::collective_times, py::arg("collective"), py::arg("algorithm"),
-           py::arg("send"), py::arg("recv"), py::arg("op"), py::arg("root"), py::arg("iters"), py::arg("chunk_bytes"),
+           py::arg("send"), py::arg("recv"), py::kw_only(), py::arg("op"), py::arg("root"), py::arg("iters"), py::arg("chunk_bytes"),
            py::arg("graph") = false, py::arg("agg") = 1, py::arg("delay_s") = 0.0, py::arg("loop") = 1,
            py::arg("launch_free") = true, py::call_guard<py::gil_scoped_release>())
-      .def("pingpong_times", &DeviceComm::pingpong_times, py::arg("send"), py::arg("recv"), py::arg("bytes"), py::arg("peer"),
+      .def("pingpong_times", &DeviceComm::pingpong_times, py::arg("send"), py::arg("recv"), py::kw_only(), py::arg("bytes"), py::arg("peer"),
            py::arg("iters"), py::arg("loop") = 1, py::call_guard<py::gil_scoped_release>())
-      .def("bandwidth_times", &DeviceComm::bandwidth_times, py::arg("send"), py::arg("recv"), py::arg("bytes"), py::arg("peer"),
+      .def("bandwidth_times", &DeviceComm::bandwidth_times, py::arg("send"), py::arg("recv"), py::kw_only(), py::arg("bytes"), py::arg("peer"),
            py::arg("window"), py::arg("iters"), py::arg("loop") = 1, py::call_guard<py::gil_scoped_release>())
       ;
   m.def("nccl_unique_id", &nccl_unique_id);

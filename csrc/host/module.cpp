@@ -359,14 +359,15 @@ PYBIND11_MODULE(_host, m) {
   using namespace commbench;
   m.doc() = "commbench host timed loops over MPI";
   bind_collective_enums(m);
+  // The buffers by position, the integers by name: a dozen integers in a row are too easy to swap.
   m.def("collective_times", &mpi_collective_times, "this rank's per-iteration times of a collective",
-        py::arg("collective"), py::arg("algorithm"), py::arg("send"), py::arg("recv"), py::arg("op"), py::arg("root"),
+        py::arg("collective"), py::arg("algorithm"), py::arg("send"), py::arg("recv"), py::kw_only(), py::arg("op"), py::arg("root"),
         py::arg("iters"), py::arg("comm"), py::arg("chunk_bytes"), py::arg("agg") = 1, py::arg("delay_s") = 0.0,
         py::arg("loop") = 1, py::call_guard<py::gil_scoped_release>());
-  m.def("pingpong_times", &pingpong_times, py::arg("send"), py::arg("recv"), py::arg("bytes"), py::arg("iters"),
+  m.def("pingpong_times", &pingpong_times, py::arg("send"), py::arg("recv"), py::kw_only(), py::arg("bytes"), py::arg("iters"),
         py::arg("comm"), py::arg("loop") = 1, py::arg("peer") = -1, py::arg("first") = false,
         py::call_guard<py::gil_scoped_release>());
-  m.def("bandwidth_times", &bandwidth_times, py::arg("send"), py::arg("recv"), py::arg("bytes"), py::arg("window"),
+  m.def("bandwidth_times", &bandwidth_times, py::arg("send"), py::arg("recv"), py::kw_only(), py::arg("bytes"), py::arg("window"),
         py::arg("iters"), py::arg("comm"), py::arg("loop") = 1, py::arg("peer") = -1, py::arg("first") = false,
         py::call_guard<py::gil_scoped_release>());
   m.def("fill_pattern", &fill_pattern, py::arg("buffer"), py::arg("op"), py::arg("rank"), py::arg("nranks"),
