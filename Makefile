@@ -131,6 +131,8 @@ test: install emu test-system $(JUNIT_XSD)
 check: install
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
+	$(BIN)/python -m mypy.stubtest --allowlist tools/stubtest-allowlist.txt commbench._host \
+	  $$($(BIN)/python -c 'import importlib.util as u; print("commbench._cuda" * bool(u.find_spec("commbench._cuda")))')
 	$(BIN)/python -m pytest -q -p no:cacheprovider --no-launch -m "not gpu" tests
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests/test_collectives_cli.py -k three_ranks_exact
 

@@ -97,7 +97,7 @@ def _tree() -> set[str]:
         for folder, dirs, files in os.walk(os.path.join(ROOT, top)):
             dirs[:] = [d for d in dirs if d != "__pycache__"]
             for f in files:
-                if f.endswith((".py", ".h", ".cuh", ".cpp", ".cu")):
+                if f.endswith((".py", ".pyi", ".h", ".cuh", ".cpp", ".cu")):
                     found.add(os.path.relpath(os.path.join(folder, f), ROOT))
     return found
 
