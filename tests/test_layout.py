@@ -173,3 +173,17 @@ def test_readme_is_an_entry_point_and_every_example_has_its_generator():
     r = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "make_docs.py"), "--check"], cwd=ROOT,
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_every_transport_provides_what_a_transport_must():
+    """A transport subclasses Transport (commbench/transports/base.py), whose defaults stand only for
+    what a library may not report: the rest each transport provides itself, or its calls would return
+    the protocol's None."""
+    from commbench.transports import TRANSPORTS
+    from commbench.transports.base import Transport
+    own = ("impls", "prepare", "times", "open_pairs")
+    for t in TRANSPORTS:
+        assert Transport in type(t).__mro__, t
+        assert [m for m in own if getattr(type(t), m) is getattr(Transport, m)] == [], t.name
+        assert all(isinstance(getattr(t, a), want) for a, want in
+                   (("name", str), ("p2p_device", str), ("p2p_summary", str), ("captures_graphs", bool))), t.name

@@ -6,7 +6,7 @@ transport's point-to-point calls (`algorithm@transport`, collectives/impls.py)."
 from __future__ import annotations
 
 import contextlib
-from typing import Optional, Protocol
+from typing import Optional
 
 import numpy as np
 
@@ -14,27 +14,12 @@ from ..collectives.impls import impl_name, resolve, split_impl
 from ..errors import CommbenchError
 from ..results.series import variant
 from . import nccl_choices
+from .base import Transport
 from .gloo import GLOO
 from .mpi import MPI
 from .nccl import NCCL
 
-TRANSPORTS = (MPI, NCCL, GLOO)
-
-
-class Pair(Protocol):
-    """One rank's side of a rank pair on a transport, made by the transport's open_pairs(world, pairs,
-    window), which every rank calls and which gives None to a rank in no pair. The pairs share the
-    world's communicator: none is made per round."""
-    first: bool  # this rank sends first
-    device: str  # where the pair's buffers live: 'cpu' or 'cuda:N'
-
-    def times(self, test: str, send, recv, size: int, iters: int, loop: int = 1) -> np.ndarray:
-        """Seconds per iteration of `iters` samples of `test` (pingpong: one way; bandwidth: the
-        whole window of messages), the same samples on both ranks of the pair; a sample is `loop`
-        iterations back to back between two timestamps (the loop timing), its figure per iteration."""
-
-    def close(self) -> None:
-        """Frees what the pair holds of its own, if anything."""
+TRANSPORTS: tuple[Transport, ...] = (MPI, NCCL, GLOO)
 
 
 def transport_names() -> list[str]:
@@ -65,7 +50,7 @@ class Impl:
     """One way to run a collective: our algorithm over a transport, or (algorithm None) the
     transport's own call."""
 
-    def __init__(self, transport, algorithm: Optional[str], description: str, fields: Optional[dict] = None):
+    def __init__(self, transport: Transport, algorithm: Optional[str], description: str, fields: Optional[dict] = None):
         self.transport, self.algorithm, self.description = transport, algorithm, description
         self.name = impl_name(algorithm, transport.name)
         # What its records carry beside the impl's name: a variant of NCCL's call (nccl_algo, nccl_proto).

@@ -4,13 +4,13 @@ of torch.distributed (a few microseconds)."""
 
 from __future__ import annotations
 
-import contextlib
 import time
 from typing import Optional
 
 import numpy as np
 
 from ..launch.rendezvous import all_gather_flat, join
+from .base import Transport
 
 
 def as_tensor(buffer):
@@ -98,7 +98,7 @@ CALLS = {"allreduce": _allreduce, "allgather": _allgather, "broadcast": _broadca
          "alltoall": _alltoall, "sendrecv": _sendrecv}
 
 
-class GlooTransport:
+class GlooTransport(Transport):
     name = "gloo"
     p2p_device = "cpu"
     p2p_summary = "host buffers, timed from Python; the default under torchrun"
@@ -109,13 +109,6 @@ class GlooTransport:
         if device != "cpu" or coll.name not in CALLS:
             return {}
         return {None: f"torch.distributed {coll.title}, gloo backend (timed from Python)"}
-
-    def library_choice(self, coll, send_bytes: int, recv_bytes: int) -> Optional[dict]:
-        """gloo says nothing of the algorithm its call took."""
-        return None
-
-    def choice_reported(self):
-        return contextlib.nullcontext()
 
     def prepare(self, world, cfg, what: str) -> None:
         join(world)  # a collective: every rank joins, members of a timed pair or not

@@ -4,16 +4,16 @@ on GPU buffers, and only with a CUDA-aware MPI library."""
 
 from __future__ import annotations
 
-import contextlib
 from typing import Optional
 
 import numpy as np
 
 from ..collectives.impls import ALGORITHM_TRANSPORT
 from ..errors import CommbenchError
+from .base import Transport
 
 
-class MpiTransport:
+class MpiTransport(Transport):
     name = "mpi"
     p2p_device = "cpu"
     p2p_summary = "the default; host buffers, native loops"
@@ -26,13 +26,6 @@ class MpiTransport:
         if ALGORITHM_TRANSPORT[device] != self.name:
             return library
         return {**library, **{name: f"{text} over MPI point-to-point" for name, text in coll.algorithms.items()}}
-
-    def library_choice(self, coll, send_bytes: int, recv_bytes: int) -> Optional[dict]:
-        """The MPI library says nothing of the algorithm its call took."""
-        return None
-
-    def choice_reported(self):
-        return contextlib.nullcontext()
 
     def prepare(self, world, cfg, what: str) -> None:
         """`what` needs MPI: the option or command a refusal names."""

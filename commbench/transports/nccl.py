@@ -15,6 +15,7 @@ from .. import trace
 from ..collectives.impls import ALGORITHM_TRANSPORT
 from ..launch import watchdog
 from . import nccl_choices
+from .base import Transport
 
 # NCCL says which transport each connection took only in its INFO log, in a line per connection:
 # "Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read", "Channel 00 : 0[0] -> 1[1] via SHM/direct/direct"
@@ -186,7 +187,7 @@ def _set(name: str, value: Optional[str]) -> None:
         os.environ[name] = value
 
 
-class NcclTransport:
+class NcclTransport(Transport):
     name = "nccl"
     p2p_device = "cuda"
     p2p_summary = "GPU buffers, native loops"
