@@ -6,11 +6,13 @@ from typing import ClassVar
 
 from typing_extensions import Buffer
 
+from commbench._host import _Enum
+
 emulated: bool
 
 class DeadlineExceeded(TimeoutError): ...
 
-class Collective:
+class Collective(_Enum):
     __members__: ClassVar[dict[str, Collective]]
     allreduce: ClassVar[Collective]
     allgather: ClassVar[Collective]
@@ -19,28 +21,14 @@ class Collective:
     reduce: ClassVar[Collective]
     alltoall: ClassVar[Collective]
     sendrecv: ClassVar[Collective]
-    def __init__(self, value: int) -> None: ...
-    def __int__(self) -> int: ...
-    def __index__(self) -> int: ...
-    @property
-    def name(self) -> str: ...
-    @property
-    def value(self) -> int: ...
 
-class Algorithm:
+class Algorithm(_Enum):
     __members__: ClassVar[dict[str, Algorithm]]
     library: ClassVar[Algorithm]
     ring: ClassVar[Algorithm]
     tree: ClassVar[Algorithm]
     chain: ClassVar[Algorithm]
     pairwise: ClassVar[Algorithm]
-    def __init__(self, value: int) -> None: ...
-    def __int__(self) -> int: ...
-    def __index__(self) -> int: ...
-    @property
-    def name(self) -> str: ...
-    @property
-    def value(self) -> int: ...
 
 class DeviceComm:
     def __init__(self, unique_id: str, rank: int, size: int, device: int, timeout_s: float, splits: bool = False) -> None: ...

@@ -5,15 +5,8 @@ from typing import ClassVar
 
 from typing_extensions import Buffer
 
-class Collective:
-    __members__: ClassVar[dict[str, Collective]]
-    allreduce: ClassVar[Collective]
-    allgather: ClassVar[Collective]
-    reducescatter: ClassVar[Collective]
-    broadcast: ClassVar[Collective]
-    reduce: ClassVar[Collective]
-    alltoall: ClassVar[Collective]
-    sendrecv: ClassVar[Collective]
+class _Enum:
+    """A pybind11 enum's member: its number and its name."""
     def __init__(self, value: int) -> None: ...
     def __int__(self) -> int: ...
     def __index__(self) -> int: ...
@@ -22,20 +15,23 @@ class Collective:
     @property
     def value(self) -> int: ...
 
-class Algorithm:
+class Collective(_Enum):
+    __members__: ClassVar[dict[str, Collective]]
+    allreduce: ClassVar[Collective]
+    allgather: ClassVar[Collective]
+    reducescatter: ClassVar[Collective]
+    broadcast: ClassVar[Collective]
+    reduce: ClassVar[Collective]
+    alltoall: ClassVar[Collective]
+    sendrecv: ClassVar[Collective]
+
+class Algorithm(_Enum):
     __members__: ClassVar[dict[str, Algorithm]]
     library: ClassVar[Algorithm]
     ring: ClassVar[Algorithm]
     tree: ClassVar[Algorithm]
     chain: ClassVar[Algorithm]
     pairwise: ClassVar[Algorithm]
-    def __init__(self, value: int) -> None: ...
-    def __int__(self) -> int: ...
-    def __index__(self) -> int: ...
-    @property
-    def name(self) -> str: ...
-    @property
-    def value(self) -> int: ...
 
 def collective_times(collective: Collective, algorithm: Algorithm, send: Buffer, recv: Buffer, *, op: int, root: int,
                      iters: int, comm: int, chunk_bytes: int, agg: int = 1, delay_s: float = 0.0,

@@ -26,18 +26,29 @@ def _params(fn: ast.FunctionDef) -> list[tuple]:
     return [(name, kw, None if d is None else ast.literal_eval(d)) for name, kw, d in out if name != "self"]
 
 
-def _stubbed(module: str) -> dict[str, ast.FunctionDef]:
-    """{qualified name: its def} of the stub's functions and methods."""
+def _tree(module: str) -> ast.Module:
     with open(os.path.join(os.path.dirname(commbench.__file__), f"{module}.pyi")) as f:
-        tree = ast.parse(f.read())
+        return ast.parse(f.read())
+
+
+def _methods(node: ast.ClassDef) -> dict[str, ast.FunctionDef]:
+    # A property's getter has no signature of pybind11's to read: stubtest sees that it is there.
+    return {m.name: m for m in node.body if isinstance(m, ast.FunctionDef)
+            and not any(isinstance(d, ast.Name) and d.id == "property" for d in m.decorator_list)}
+
+
+def _stubbed(module: str) -> dict[str, ast.FunctionDef]:
+    """{qualified name: its def} of the stub's functions and methods; a class's methods include those
+    of the stubs' private bases (the enums' _Enum), which exist in no module."""
+    private = {node.name: _methods(node) for m in MODULES for node in _tree(m).body
+               if isinstance(node, ast.ClassDef) and node.name.startswith("_")}
     found = {}
-    for node in tree.body:
+    for node in _tree(module).body:
         if isinstance(node, ast.FunctionDef):
             found[node.name] = node
-        elif isinstance(node, ast.ClassDef):
-            # A property's getter has no signature of pybind11's to read: stubtest sees that it is there.
-            found.update({f"{node.name}.{m.name}": m for m in node.body if isinstance(m, ast.FunctionDef)
-                          and not any(isinstance(d, ast.Name) and d.id == "property" for d in m.decorator_list)})
+        elif isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+            inherited = {k: v for b in node.bases if isinstance(b, ast.Name) for k, v in private.get(b.id, {}).items()}
+            found.update({f"{node.name}.{name}": m for name, m in {**inherited, **_methods(node)}.items()})
     return found
 
 
