@@ -187,3 +187,10 @@ def test_every_transport_provides_what_a_transport_must():
         assert [m for m in own if getattr(type(t), m) is getattr(Transport, m)] == [], t.name
         assert all(isinstance(getattr(t, a), want) for a, want in
                    (("name", str), ("p2p_device", str), ("p2p_summary", str), ("captures_graphs", bool))), t.name
+
+
+def test_every_format_shows_a_numerics_result_too():
+    """A numerics result is rendered by each format's own render_numerics (commbench/formats): a
+    format without one would fail only when a numerics file met it, minutes into a user's export."""
+    from commbench import formats
+    assert [name for name in formats.names() if not callable(getattr(formats.get(name), "render_numerics", None))] == []

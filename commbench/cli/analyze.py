@@ -131,7 +131,7 @@ def report(run, output, judge) -> None:
     from ..results.atomic import new_files_in
     from ..results.document import load_document
     doc = load_document(run)
-    if "numerics" not in doc:  # a numerics result has its own report (formats/numerics.py)
+    if "numerics" not in doc:  # a numerics result has its own report (each format's render_numerics)
         require_usable(doc, run)
     with new_files_in(output, f"{output} already holds a report; choose another -o") as stage:
         written = write_report(run, doc, stage, expectation(judge, doc, run), judge["pass_pct"], judge["fail_pct"])

@@ -4,7 +4,8 @@ A format module defines
     SUMMARY   one line saying what the format holds (the --format help lists it);
     BINARY    True when its output is bytes that only a file can take: `export` then requires -o;
     SAMPLES   True when it can carry every per-iteration sample: `export --samples` is refused otherwise;
-    render(doc, options) -> str | bytes, the whole output for one result document.
+    render(doc, options) -> str | bytes, the whole output for one result document;
+    render_numerics(doc, options) the same for a numerics result (numerics.py gives what it shows).
 
 Adding a format is one new module here and its line in FORMATS: `commbench export --format` takes
 its choices, help and checks from this registry, and nothing else names a format.
@@ -39,8 +40,7 @@ def render(name: str, doc: dict, options: Options):
     """The output of format `name` for one result document. A numerics result (commbench numerics)
     holds no timing records: its own views (formats/numerics.py) show it in every format."""
     if "numerics" in doc:
-        from .numerics import render as numerics
-        return numerics(name, doc, options)
+        return get(name).render_numerics(doc, options)
     return get(name).render(doc, options)
 
 

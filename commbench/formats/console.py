@@ -19,6 +19,7 @@ from .. import collectives
 from ..results.document import NCCL_TESTS_PER_ITERATION, timing_of
 from ..results.series import SERIES_FIELDS, by_series, series_head, variant, where
 from ..results.stats import iqr
+from . import numerics
 
 SUMMARY = "the table a run prints: nccl-tests' layout, one block per series, CV and IQR beside the median"
 BINARY = False
@@ -129,6 +130,19 @@ def gpu_lines(cfg: dict) -> list[str]:
                      f"sockets, each rank its own NCCL host): a functional test; the times are not the GPU's, and "
                      f"nothing is judged on them")
     return lines
+
+
+def render_numerics(doc: dict, options) -> str:
+    """A numerics result as its run printed it."""
+    return "\n".join(numerics.header(doc) + numerics_lines(doc)) + "\n"
+
+
+def numerics_lines(doc: dict) -> list[str]:
+    """A numerics result's table: '#' header lines, then one line per row."""
+    body = [numerics.cells(r) for r in numerics.ordered(doc)]
+    widths = [max(len(c) for c in column) for column in zip(numerics.COLUMNS, numerics.UNITS, *body)]
+    return (["#", "#" + _line(numerics.COLUMNS, widths)[1:], "#" + _line(numerics.UNITS, widths)[1:]]
+            + [_line(c, widths) for c in body])
 
 
 def _line(cells, widths) -> str:

@@ -21,3 +21,8 @@ def render(doc: dict, options) -> str:
         if table[column].map(lambda v: isinstance(v, (list, dict))).any():
             table[column] = table[column].map(lambda v: json.dumps(v) if isinstance(v, (list, dict)) else v)
     return table.to_csv(index=False)
+
+
+def render_numerics(doc: dict, options) -> str:
+    import pandas as pd
+    return pd.DataFrame(doc["numerics"]["rows"]).to_csv(index=False)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import html
 
-from . import report
+from . import numerics, report
 
 SUMMARY = "the report as one HTML page"
 BINARY = False
@@ -21,13 +21,26 @@ def table(rows: list[list[str]]) -> list[str]:
     return ["<table>", f"<tr>{cells(rows[0], 'th')}</tr>"] + [f"<tr>{cells(r, 'td')}</tr>" for r in rows[1:]] + ["</table>"]
 
 
-def render(doc: dict, options) -> str:
-    page = [f"<!doctype html><html><head><meta charset='utf-8'><title>{report.TITLE}</title>",
-            f"<style>{_STYLE}</style></head><body>", f"<h1>{report.TITLE}</h1>", "<ul>"]
-    page += [f"<li><b>{html.escape(k)}</b>: {html.escape(v)}</li>" for k, v in report.facts(doc, options.source)]
+def _head(title: str, facts: list[tuple[str, str]], options) -> list[str]:
+    """The page up to its first section: the title, the facts and the plot."""
+    page = [f"<!doctype html><html><head><meta charset='utf-8'><title>{title}</title>",
+            f"<style>{_STYLE}</style></head><body>", f"<h1>{title}</h1>", "<ul>"]
+    page += [f"<li><b>{html.escape(k)}</b>: {html.escape(v)}</li>" for k, v in facts]
     page.append("</ul>")
     if options.image:
         page.append(f"<img src='{html.escape(options.image)}' width='100%'>")
+    return page
+
+
+def render_numerics(doc: dict, options) -> str:
+    page = _head(numerics.TITLE, report.numerics_facts(doc, options.source), options)
+    page += [f"<h2>{html.escape(numerics.SECTION)}</h2>"] + [f"<p>{html.escape(line)}.</p>" for line in numerics.LEGEND]
+    page += table(numerics.table(doc))
+    return "\n".join(page + ["</body></html>"]) + "\n"
+
+
+def render(doc: dict, options) -> str:
+    page = _head(report.TITLE, report.facts(doc, options.source), options)
     page += ["<h2>Fit and verdicts</h2>"] + table(report.fit_table(doc, options)) + ["<h2>Records</h2>"]
     for name, rows in report.record_tables(doc):
         page += [f"<h3>{html.escape(name)}</h3>"] + table(rows)

@@ -14,3 +14,7 @@ SAMPLES = True
 
 def render(doc: dict, options) -> str:
     return json.dumps(records(doc, options.samples), indent=1) + "\n"
+
+
+def render_numerics(doc: dict, options) -> str:
+    return json.dumps(doc["numerics"]["rows"], indent=1) + "\n"

@@ -3,7 +3,7 @@ and one table of records per series."""
 
 from __future__ import annotations
 
-from . import report
+from . import numerics, report
 
 SUMMARY = "a report: the run's facts, fits with verdicts, and the records of each series"
 BINARY = False
@@ -23,4 +23,12 @@ def render(doc: dict, options) -> str:
     md += ["## Fit and verdicts", ""] + _table(report.fit_table(doc, options)) + ["", "## Records"]
     for name, rows in report.record_tables(doc):
         md += ["", f"### {name}", ""] + _table(rows)
+    return "\n".join(md) + "\n"
+
+
+def render_numerics(doc: dict, options) -> str:
+    md = [f"# {numerics.TITLE}", ""] + [f"- **{k}**: {v}" for k, v in report.numerics_facts(doc, options.source)] + [""]
+    if options.image:
+        md += [f"![plot]({options.image})", ""]
+    md += [f"## {numerics.SECTION}", ""] + [f"{line}." for line in numerics.LEGEND] + [""] + _table(numerics.table(doc))
     return "\n".join(md) + "\n"

@@ -1,14 +1,9 @@
-"""A numerics result (`commbench numerics`) in every output format: the table a run prints, its rows
-as JSON or CSV, a report page (Markdown, HTML) and a plot of the error against the rank count.
-Such a file holds no timings: its figures are in the `numerics` section, and `results` is empty."""
+"""What every output format shows of a numerics result (`commbench numerics`): its header, its rows
+as cells and its plot of the error against the rank count (its facts: report.numerics_facts); each
+format's own render_numerics lays them out. Such a file holds no timings: its figures are in the `numerics`
+section, and `results` is empty."""
 
 from __future__ import annotations
-
-import io
-import json
-
-from ..errors import CommbenchError
-from .console import _line
 
 TITLE = "commbench numerics report"
 SECTION = "Numerics: does the answer depend on the rank count?"
@@ -58,24 +53,9 @@ def cells(row: dict) -> tuple:
             "-" if row["drift_max_rel"] is None else f"{row['drift_max_rel']:.2e}", str(row["nonfinite"]))
 
 
-def table_lines(doc: dict) -> list[str]:
-    """The console table: '#' header lines, then one line per row."""
-    body = [cells(r) for r in ordered(doc)]
-    widths = [max(len(c) for c in column) for column in zip(COLUMNS, UNITS, *body)]
-    return ["#", "#" + _line(COLUMNS, widths)[1:], "#" + _line(UNITS, widths)[1:]] + [_line(c, widths) for c in body]
-
-
 def table(doc: dict) -> list[list[str]]:
     """The header row, then the rows: for the report's Markdown and HTML tables."""
     return [[f"{c} {u}".strip() for c, u in zip(COLUMNS, UNITS)]] + [list(cells(r)) for r in ordered(doc)]
-
-
-def facts(doc: dict, source: str) -> list[tuple[str, str]]:
-    from .report import facts as run_facts
-    n = doc["numerics"]
-    return [f for f in run_facts(doc, source) if f[0] != "wrong elements"] + [
-        ("data", f"{n['data']}, seed {n['seed']}: {n['contributions']} contributions of {n['count']} elements"),
-        ("rank counts", ", ".join(map(str, n["ranks"]))), ("calls per row", str(n["repeats"]))]
 
 
 def plot(doc: dict, path, image_format=None) -> None:
@@ -116,57 +96,3 @@ def plot(doc: dict, path, image_format=None) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110, format=image_format)
     plt.close(fig)
-
-
-def _console(doc, options) -> str:
-    return "\n".join(header(doc) + table_lines(doc)) + "\n"
-
-
-def _json(doc, options) -> str:
-    return json.dumps(doc["numerics"]["rows"], indent=1) + "\n"
-
-
-def _csv(doc, options) -> str:
-    import pandas as pd
-    return pd.DataFrame(doc["numerics"]["rows"]).to_csv(index=False)
-
-
-def _markdown(doc, options) -> str:
-    from .markdown import _table
-    md = [f"# {TITLE}", ""] + [f"- **{k}**: {v}" for k, v in facts(doc, options.source)] + [""]
-    if options.image:
-        md += [f"![plot]({options.image})", ""]
-    md += [f"## {SECTION}", ""] + [f"{line}." for line in LEGEND] + [""] + _table(table(doc))
-    return "\n".join(md) + "\n"
-
-
-def _html(doc, options) -> str:
-    import html
-
-    from .html import _STYLE
-    from .html import table as html_table
-    page = [f"<!doctype html><html><head><meta charset='utf-8'><title>{TITLE}</title>",
-            f"<style>{_STYLE}</style></head><body>", f"<h1>{TITLE}</h1>", "<ul>"]
-    page += [f"<li><b>{html.escape(k)}</b>: {html.escape(v)}</li>" for k, v in facts(doc, options.source)]
-    page.append("</ul>")
-    if options.image:
-        page.append(f"<img src='{html.escape(options.image)}' width='100%'>")
-    page += [f"<h2>{html.escape(SECTION)}</h2>"] + [f"<p>{html.escape(line)}.</p>" for line in LEGEND]
-    page += html_table(table(doc))
-    return "\n".join(page + ["</body></html>"]) + "\n"
-
-
-def _png(doc, options) -> bytes:
-    out = io.BytesIO()
-    plot(doc, out, image_format="png")
-    return out.getvalue()
-
-
-RENDER = {"console": _console, "json": _json, "csv": _csv, "markdown": _markdown, "html": _html, "png": _png}
-
-
-def render(name: str, doc: dict, options):
-    """A numerics result in output format `name` (commbench.formats)."""
-    if name not in RENDER:
-        raise CommbenchError(f"--format {name} cannot show a numerics result: choose from {', '.join(RENDER)}")
-    return RENDER[name](doc, options)

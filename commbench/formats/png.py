@@ -15,3 +15,10 @@ def render(doc: dict, options) -> bytes:
     out = io.BytesIO()
     plot([(options.source, doc)], out, expected=options.expected, image_format="png")
     return out.getvalue()
+
+
+def render_numerics(doc: dict, options) -> bytes:
+    from .numerics import plot
+    out = io.BytesIO()
+    plot(doc, out, image_format="png")
+    return out.getvalue()

@@ -18,6 +18,14 @@ TITLE = "commbench report"
 PLOT = "plot.png"
 
 
+def numerics_facts(doc: dict, source: str) -> list[tuple[str, str]]:
+    """A numerics result's facts: the run's (no elements are counted wrong there), then its data."""
+    n = doc["numerics"]
+    return [f for f in facts(doc, source) if f[0] != "wrong elements"] + [
+        ("data", f"{n['data']}, seed {n['seed']}: {n['contributions']} contributions of {n['count']} elements"),
+        ("rank counts", ", ".join(map(str, n["ranks"]))), ("calls per row", str(n["repeats"]))]
+
+
 def facts(doc: dict, source: str) -> list[tuple[str, str]]:
     m, cfg = doc["machine"], doc["config"]
     return [("run", source), ("created", doc["created"]), ("command", shlex.join(typed_command(doc["argv"]))),

@@ -166,8 +166,8 @@ class NumericsOutput(FileOutput):
         return round(row["not_correctly_rounded"] * row["count"]) if self.integer else 0
 
     def summary(self) -> None:
-        from ..formats.numerics import table_lines
-        for line in table_lines(self.file.doc):
+        from ..formats.console import numerics_lines
+        for line in numerics_lines(self.file.doc):
             click.echo(line)
         if self.integer:
             ok = all(r["not_correctly_rounded"] == 0 for r in self.file.doc["numerics"]["rows"])
