@@ -899,3 +899,22 @@ def test_under_the_users_mpirun_a_silent_host_s_line_says_to_end_mpirun(monkeypa
                                                                              "(host h1)")
     dog.heard[3], dog.user_mpirun = 0.0, False
     assert dog._absent_text("did not arrive within --timeout 5 s").endswith("(host h1)")
+
+
+def test_rank_1_speaking_for_rank_0_names_the_peers_its_host_resent_to(monkeypatch, capsys):
+    """30 % loss on a host from the start: rank 0 still waited for that host's channel (its connection
+    retried), rank 1's deadline passed and it spoke for rank 0 with no host named. It adds what its
+    host's kernel resent, and to whom."""
+    from commbench.launch import watchdog
+    said = []
+    monkeypatch.setattr(watchdog, "resent_text", lambda: "; host h1 resent packets: 9 to 10.0.0.3 (h2): a link between "
+                                                         "them loses packets")
+    monkeypatch.setattr(watchdog, "speak_for_rank_0", lambda status, text: said.append((status, text)))
+    monkeypatch.setattr(watchdog, "GRACE_S", 0.0)
+    dog = watchdog.Watchdog.__new__(watchdog.Watchdog)
+    dog.rank, dog.watched, dog.reported, dog.up = 1, True, False, None
+    dog._io = __import__("threading").RLock()
+    dog._hand_over("timeout", "allreduce 1K: did not finish within --timeout 5 s; rank 0 did not answer")
+    assert said == [("timeout", "allreduce 1K: did not finish within --timeout 5 s; rank 0 did not answer; host h1 "
+                                "resent packets: 9 to 10.0.0.3 (h2): a link between them loses packets")]
+    assert capsys.readouterr().err == f"commbench: error on rank 1: {said[0][1]}\n"

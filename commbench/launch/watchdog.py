@@ -40,6 +40,7 @@ import click
 
 from ..errors import described, one_line
 from .events import speak_for_rank_0
+from .startup import resent_text
 from .world import LAUNCHER_GONE
 
 TICK_S = 0.25
@@ -689,6 +690,9 @@ class Watchdog:
                 if self.reported:
                     until = max(until, start + REPORTING_S)
         if not self.reported and self.rank == 1:  # rank 0 is stopped or gone: one rank speaks for it
+            # With what this host's kernel resent, and to whom: a lossy link kept rank 0 from taking
+            # its ranks' channels in (their connections still being retried), and no line named it.
+            text += resent_text()
             speak_for_rank_0(status, one_line(text))
             click.echo(one_line(f"commbench: error on rank 1: {text}"), err=True)
 
