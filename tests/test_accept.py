@@ -797,3 +797,25 @@ def test_a_step_that_outlives_its_ranks_error_line_is_stopped(tmp_path):
     log = (tmp_path / "step.log").read_text()
     assert f"\nstopped {runner.OUTLIVES_ITS_LINE_S:g} s after its error line: the launch waited on" in log
     assert runner.last_line(str(tmp_path / "step.log")) == "commbench: error: rank 2 did not arrive (host h2)"
+
+
+@pytest.mark.parametrize("speaks", [False, True], ids=["silent launch", "rank 0 spoke"])
+def test_a_launched_step_whose_ranks_do_not_start_is_stopped_naming_it(speaks, tmp_path):
+    """mpirun's start of its hosts (ssh over a lossy link) runs before the ranks' own start-up deadline:
+    a launched step with no line from rank 0 by `starts_within_s` is stopped then, with an error line of
+    its own; one whose rank 0 spoke (its header, once MPI's start-up is done) runs on to its end."""
+    from commbench.accept import runner
+    said = "print('# commbench', flush=True); " if speaks else ""
+    step = [sys.executable, "-c", f"import time; {said}time.sleep(4)"]
+    t = time.monotonic()
+    ran = runner.run(step, str(tmp_path / "step.log"), 100, dict(os.environ), starts_within_s=1.5)
+    took = time.monotonic() - t
+    log = (tmp_path / "step.log").read_text()
+    if speaks:
+        assert ran.rc == 0 and not ran.stopped and took >= 4, log
+        return
+    assert ran.rc is None and ran.stopped == "its ranks had not started" and 1.5 <= took < 1.5 + 3, (took, log)
+    assert runner.last_line(str(tmp_path / "step.log")).startswith(
+        "commbench: error: the ranks had not started 1.5 s after the launch (MPI's start-up is bounded by --timeout, "
+        "the launcher's start of its hosts is not)")
+    assert log.endswith("\nstopped 1.5 s after the launch: its ranks had not started\n")

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from ..errors import CommbenchError, UnknownCommand, UnknownOption
+from ..node.gpu import DEFAULT_TIMEOUT_S as DEFAULT_SIZE_TIMEOUT_S
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -69,6 +70,10 @@ class Step:
 
     def applies(self, gpus: int) -> bool:
         return gpus >= self.when.get("min_gpus", 0) and gpus <= self.when.get("max_gpus", gpus)
+
+    def size_timeout_s(self, quick: bool = False) -> float:
+        """The step's --timeout: what one size, and its ranks' start-up, may take."""
+        return float({**self.options, **(self.quick if quick else {})}.get("timeout", DEFAULT_SIZE_TIMEOUT_S))
 
     def arguments(self, gpus: int, quick: bool = False) -> list[str]:
         """The step's command line after `commbench`, without the output file."""

@@ -15,6 +15,7 @@ from typing import Callable, Optional
 from ..analysis import envelopes
 from ..analysis.sku import sku_of
 from ..errors import CommbenchError
+from ..launch.startup import deadline_s
 from ..launch.world import COMMBENCH_PROGRAM, launcher_free_env
 from ..redact import scrub_all
 from ..results.atomic import check_folder
@@ -64,12 +65,16 @@ def run_step(step: Step, folder: str, gpus: int, quick: bool, launch: list, base
     result, stdout = _step_files(step, folder)
     argv = [*(launch if step.measuring else []), *COMMBENCH_PROGRAM, *step.arguments(gpus, quick),
             *(["-o", result] if result else [])]
-    ran = runner.run(argv, os.path.join(folder, f"{step.slug}.log"), step.timeout_s, {**env, **step.env}, stdout)
+    ran = runner.run(argv, os.path.join(folder, f"{step.slug}.log"), step.timeout_s, {**env, **step.env}, stdout,
+                     starts_within_s=deadline_s(step.size_timeout_s(quick)) + runner.LAUNCH_S if launch and step.measuring else None)
     checks = []
     if ran.unwritable:
         checks.append(check("not run", ERROR, ran.unwritable))
     elif ran.interrupted:
         checks.append(check("interrupted", ERROR, f"stopped by an interrupt after {ran.seconds:g} s"))
+    elif ran.stopped:
+        checks.append(check("stopped", TIMEOUT, f"stopped after {ran.seconds:g} s: {ran.stopped}: "
+                                                f"{runner.last_line(ran.log) or 'see the log'}"))
     elif ran.rc is None:
         checks.append(check("time limit", TIMEOUT, f"stopped after {step.timeout_s:g} s (timeout_s)"))
     doc, picked, note = None, None, "no baseline: this step writes no result file"
