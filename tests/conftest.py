@@ -97,6 +97,12 @@ def load_stretch() -> float:
     return min(MOST_STRETCH, max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1)))
 
 
+def room(seconds: float) -> float:
+    """A bound on how long something took, stretched by the load the machine had (load_stretch): a
+    fault test's 'ended within --timeout + 5 s' held on a quiet machine and failed at a load of 14."""
+    return seconds * load_stretch()
+
+
 def bounded(cmd: list, timeout: float, **kw) -> subprocess.CompletedProcess:
     """subprocess.run(cmd) with its output, in a session of its own, so that a command past `timeout`
     is killed with everything it started (mpirun, the ranks) before TimeoutExpired is raised. A busy
