@@ -14,21 +14,9 @@ class DeadlineExceeded(TimeoutError): ...
 
 class Collective(_Enum):
     __members__: ClassVar[dict[str, Collective]]
-    allreduce: ClassVar[Collective]
-    allgather: ClassVar[Collective]
-    reducescatter: ClassVar[Collective]
-    broadcast: ClassVar[Collective]
-    reduce: ClassVar[Collective]
-    alltoall: ClassVar[Collective]
-    sendrecv: ClassVar[Collective]
 
 class Algorithm(_Enum):
     __members__: ClassVar[dict[str, Algorithm]]
-    library: ClassVar[Algorithm]
-    ring: ClassVar[Algorithm]
-    tree: ClassVar[Algorithm]
-    chain: ClassVar[Algorithm]
-    pairwise: ClassVar[Algorithm]
 
 class DeviceComm:
     def __init__(self, unique_id: str, rank: int, size: int, device: int, timeout_s: float, splits: bool = False) -> None: ...

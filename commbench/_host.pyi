@@ -17,21 +17,9 @@ class _Enum:
 
 class Collective(_Enum):
     __members__: ClassVar[dict[str, Collective]]
-    allreduce: ClassVar[Collective]
-    allgather: ClassVar[Collective]
-    reducescatter: ClassVar[Collective]
-    broadcast: ClassVar[Collective]
-    reduce: ClassVar[Collective]
-    alltoall: ClassVar[Collective]
-    sendrecv: ClassVar[Collective]
 
 class Algorithm(_Enum):
     __members__: ClassVar[dict[str, Algorithm]]
-    library: ClassVar[Algorithm]
-    ring: ClassVar[Algorithm]
-    tree: ClassVar[Algorithm]
-    chain: ClassVar[Algorithm]
-    pairwise: ClassVar[Algorithm]
 
 def collective_times(collective: Collective, algorithm: Algorithm, send: Buffer, recv: Buffer, *, op: int, root: int,
                      iters: int, comm: int, chunk_bytes: int, agg: int = 1, delay_s: float = 0.0,

@@ -1,5 +1,5 @@
 """Run under mpirun: every collective by every CPU impl (the MPI library's call, our algorithms over
-MPI, gloo) against a float64 reference built here with numpy from all ranks' inputs, for every dtype,
+MPI, gloo) against a float64 reference built here with numpy from all ranks' patterns, for every dtype,
 reduction, in and out of place, over counts that the ranks do not divide. The checker the sweeps use
 (the registry's expected segments) must agree. Prints one line per failure and 'CHECKED n' on
 rank 0."""
@@ -10,7 +10,7 @@ import numpy as np
 from mpi4py import MPI
 
 from commbench import _host, collectives
-from commbench.collectives.base import PIPELINED
+from commbench.collectives.base import PIPELINED, REDUCED, UNTOUCHED
 from commbench.collectives.dtypes import DTYPES, REDOPS, itemsize_of, numpy_dtype
 from commbench.launch.world import init_world
 from commbench.run.buffers import _STALE, Buffers, allocator
@@ -47,27 +47,36 @@ def chunks(algorithm, count: int) -> list:
     return [4 * 8 if count <= 1000 else 4096, 1 << 20]
 
 
+def pattern(coll, j, first, count, dtype, code):
+    """Rank j's values at pattern indices first, first + 1, ... as its input holds them, in float64."""
+    t = np.empty(count, dtype=numpy_dtype(dtype))
+    _host.fill_pattern(t, code, j, size, first)
+    return t.astype(np.float64)
+
+
 def rank_input(coll, j, root, shape, dtype, code):
     """Rank j's send buffer, rebuilt here: the fill is deterministic, so no rank needs another's."""
     t = np.full(shape.send, 77, dtype=numpy_dtype(dtype))
     for seg in coll.inputs(j, size, root, shape):
-        _host.fill_pattern(t[seg.offset:seg.offset + seg.count], code, j, size, seg.first)
+        t[seg.offset:seg.offset + seg.count] = pattern(coll, j, seg.first, seg.count, dtype, code)
     return t.astype(np.float64)
 
 
-def reference(coll, inputs, op, root, shape, in_place):
-    """What this rank's receive buffer must hold, from every rank's input: a reduce leaves the other
-    ranks' receive buffers as they were (the rank's input in place, the stale value out of place)."""
-    x = np.stack(inputs) if inputs[0].size else np.zeros((size, 0))
-    c = shape.count
-    reduced = REF[op](x, axis=0) if op else None
-    return {"allreduce": lambda: reduced,
-            "allgather": lambda: x.reshape(-1),
-            "reducescatter": lambda: reduced[rank * c:(rank + 1) * c],
-            "broadcast": lambda: x[root],
-            "reduce": lambda: reduced if rank == root else x[rank] if in_place else np.full(c, float(_STALE)),
-            "alltoall": lambda: x[:, rank * c:(rank + 1) * c].reshape(-1),
-            "sendrecv": lambda: x[(rank - 1) % size]}[coll.name]()
+def reference(coll, op, root, shape, in_place, dtype, code):
+    """What this rank's receive buffer must hold, built here with numpy from the registry's segments
+    (a collective module is the one description of what it delivers): a rank's values, their
+    reduction over all ranks in float64, or what the call must leave alone (the rank's input in
+    place, else the stale value). The native checker compares element by element in its own code,
+    and the MPI library's own call, an implementation of none of this, meets the same reference."""
+    want = np.full(shape.recv, float(_STALE))
+    for seg in coll.expected(rank, size, root, shape):
+        where = slice(seg.offset, seg.offset + seg.count)
+        if seg.source == REDUCED:
+            want[where] = REF[op](np.stack([pattern(coll, j, seg.first, seg.count, dtype, code) for j in range(size)]),
+                                  axis=0)
+        elif seg.source >= 0 or (seg.source == UNTOUCHED and in_place):
+            want[where] = pattern(coll, rank if seg.source == UNTOUCHED else seg.source, seg.first, seg.count, dtype, code)
+    return want
 
 
 checked = 0
@@ -82,15 +91,15 @@ for coll in collectives.all_collectives():
             for i, count in enumerate(COUNTS):
                 shape = coll.shape(count * itemsize, itemsize, size, align=1)  # odd blocks too
                 root = i % size
-                # Every rank's input and the reference, once for all impls: they depend on neither.
-                inputs = [rank_input(coll, j, root, shape, dname, code) for j in range(size)]
+                # This rank's input and the reference, once for all impls: they depend on neither.
+                mine = rank_input(coll, rank, root, shape, dname, code)
                 for in_place in ((False, True) if coll.in_place else (False,)):
-                    want = reference(coll, inputs, op, root, shape, in_place)
+                    want = reference(coll, op, root, shape, in_place, dname, code)
                     for impl in impls:
                         for chunk in chunks(impl.algorithm, count):
                             send, recv = Buffers(coll, shape, dname, (in_place,), HOST).views(shape, rank, in_place)
                             _fill(data, send, coll.inputs(rank, size, root, shape), code)
-                            if not np.array_equal(inputs[rank], send.astype(np.float64)):
+                            if not np.array_equal(mine, send.astype(np.float64)):
                                 failures.append(f"{coll.name}: rank {rank}'s input differs from its rebuilt copy")
                             cfg = RunConfig(op=coll.name, impls=(impl.name,), sizes=(shape.size,), root=root,
                                             place="in" if in_place else "out", chunk_bytes=chunk)
@@ -110,7 +119,7 @@ for coll in collectives.all_collectives():
     _fill(data, send, coll.inputs(rank, size, 0, shape), code)
     _host.collective_times(*native_call(_host, coll, None), send, recv, op=code, root=0, iters=1, comm=comm.py2f(),
                            chunk_bytes=8)
-    expected = coll.expected(rank, size, 0, shape)
+    expected = [seg for seg in coll.expected(rank, size, 0, shape) if seg.count]
     if expected:
         recv[expected[-1].offset] += 1
         if _count_wrong(data, recv, expected, code, False) != 1:

@@ -4,6 +4,7 @@ step and its evidence with a rank held back), JUnit that validates against the f
 
 import json
 import os
+import re
 import shlex
 import signal
 import socket
@@ -824,3 +825,20 @@ def test_a_launched_step_whose_ranks_do_not_start_is_stopped_naming_it(speaks, t
         "commbench: error: the ranks had not started 1.5 s after the launch (MPI's start-up is bounded by --timeout, "
         "the launcher's start of its hosts is not)")
     assert log.endswith("\nstopped 1.5 s after the launch: its ranks had not started\n")
+
+
+def test_a_step_of_each_collective_is_one_step_per_collective_of_the_registry():
+    """gpu-node's `each = "collective"` step stands for every collective but its `except`: a new
+    collective joins the plan with no edit to it. Its mistakes are the plan's, said in one line."""
+    from commbench import collectives
+    steps = [s.name for s in plans.load("gpu-node").steps]
+    assert [n for n in collectives.names() if n != "allreduce"] == [n for n in steps if n in collectives.names()]
+    step = {"name": "{collective}", "command": "{collective}", "options": {"device": "cpu"}, "each": "collective"}
+    made = plans.parse({"description": "d", "step": [step]}, "p", "p.toml").steps
+    assert [(s.name, s.command) for s in made] == [(n, n) for n in collectives.names()]
+    for change, said in [({"each": "impl"}, 'each = "collective" is the one kind of step that repeats'),
+                         ({"except": ["allreduce", "bogus"]}, "except names 'bogus', no collective"),
+                         ({"except": "allreduce"}, "except is a list of collectives"),
+                         ({"name": "sweep"}, "each step's name and command say {collective}")]:
+        with pytest.raises(CommbenchError, match=re.escape(said)):
+            plans.parse({"description": "d", "step": [{**step, **change}]}, "p", "p.toml")

@@ -458,47 +458,20 @@ def test_nccl_tests_per_iteration_json_that_does_not_add_up_is_refused_or_left_o
     assert len(r.stderr.splitlines()) == 1 and not os.path.exists(os.path.join(workdir, "out.json"))
 
 
-# Per log of tests/data/nccl-tests: op, ranks, hosts, records, dtype, redop, root, rows as the log
-# prints them: (in place, size, count, time, algbw, busbw), and the sizes of in-place rows left out.
-# Rooted collectives print their root, the
-# others -1; collectives that reduce nothing print redop none (sendrecv prints the --op it was given);
-# count is per rank where the buffers differ in size (all-gather, reduce-scatter, all-to-all).
-NCCL_LOGS = {
-    "all_reduce_perf-16gpu-2nodes-srun.txt": (
-        "allreduce", 16, ["hgx-a01", "hgx-a02"], 20, "float32", "sum", None,
-        [(False, 32768, 8192, 24.61, 1.33, 2.50), (False, 1073741824, 268435456, 10669.2, 100.64, 188.70),
-         (True, 1073741824, 268435456, 10497.1, 102.29, 191.79)], None),
-    "all_gather_perf-8gpu.txt": (
-        "allgather", 8, ["hgx-a01"], 20, "float32", "none", None,
-        [(False, 0, 0, 0.26, 0.00, 0.00), (False, 512, 16, 11.33, 0.05, 0.04),
-         (False, 1073741824, 33554432, 2602.23, 412.62, 361.05),
-         (True, 1073741824, 33554432, 2610.89, 411.25, 359.85)], None),
-    "reduce_scatter_perf-8gpu-bf16.txt": (
-        "reducescatter", 8, ["hgx-a01"], 22, "bfloat16", "sum", None,
-        [(False, 1024, 64, 12.71, 0.08, 0.07), (False, 1073741824, 67108864, 2706.82, 396.68, 347.09),
-         (True, 1073741824, 67108864, 2665.93, 402.76, 352.42)], None),
-    "broadcast_perf-8gpu.txt": (
-        "broadcast", 8, ["hgx-a01"], 20, "float32", "none", 0,
-        [(False, 8, 2, 9.49, 0.00, 0.00), (False, 1073741824, 268435456, 3266.38, 328.72, 328.72),
-         (True, 1073741824, 268435456, 3171.05, 338.61, 338.61)], None),
-    "reduce_perf-4gpu-root2-max-half.txt": (
-        "reduce", 4, ["dgx-b11"], 12, "float16", "max", 2,
-        [(False, 1000, 500, 10.55, 0.09, 0.09), (False, 100000000, 50000000, 322.33, 310.24, 310.24),
-         (True, 100000000, 50000000, 318.44, 314.03, 314.03)], None),
-    "alltoall_perf-8gpu.txt": (  # in place, nccl-tests does not check all-to-all (#wrong N/A): left out
-        "alltoall", 8, ["hgx-a01"], 7, "float32", "none", None,
-        [(False, 1024, 32, 18.23, 0.06, 0.05), (False, 268435456, 8388608, 712.26, 376.88, 329.77)],
-        "1K, 8K, 64K, 512K, 4M, 32M, 256M"),
-    "sendrecv_perf-2nodes-ib.txt": (  # nor send-recv
-        "sendrecv", 2, ["hgx-a01", "hgx-a02"], 10, "float32", "none", None,
-        [(False, 4096, 1024, 15.41, 0.27, 0.27), (False, 1073741824, 268435456, 21818.3, 49.21, 49.21)],
-        "8, 64, 512, 4K, 32K, 256K, 2M, 16M, 128M, 1G"),
-}
+# Per log of tests/data/nccl-tests, in its expected.json: op, ranks, hosts, records, dtype, redop, root,
+# rows as the log prints them (in place, size, count, time, algbw, busbw), and the sizes of in-place
+# rows left out. Rooted collectives print their root, the others -1; collectives that reduce nothing
+# print redop none (sendrecv prints the --op it was given); count is per rank where the buffers differ
+# in size (all-gather, reduce-scatter, all-to-all, gather, scatter).
+with open(os.path.join(NCCL_TESTS, "expected.json")) as _f:
+    NCCL_LOGS = json.load(_f)
 
 
 @pytest.mark.parametrize("log", NCCL_LOGS)
 def test_every_nccl_tests_collective_is_imported_under_its_name(log):
-    op, ranks, hosts, n, dtype, redop, root, rows, left_out = NCCL_LOGS[log]
+    want = NCCL_LOGS[log]
+    op, ranks, hosts, n, dtype, redop, root, left_out = (want[k] for k in ("op", "ranks", "hosts", "records", "dtype",
+                                                                         "redop", "root", "left_out"))
     imported = _nccl(_read(log, NCCL_TESTS))
     doc = imported.doc
     results.validate(doc)
@@ -508,7 +481,9 @@ def test_every_nccl_tests_collective_is_imported_under_its_name(log):
     assert doc["machine"]["gpus"] == ["NVIDIA H100 80GB HBM3"]
     assert {r["impl"] for r in doc["results"]} == {"nccl"} and doc["config"]["impls"] == ["nccl"]
     recs = {(r["in_place"], r["size_bytes"]): r for r in doc["results"]}
-    for in_place, size, count, time_us, algbw, busbw in rows:
+    for row in want["rows"]:
+        in_place, size, count, time_us, algbw, busbw = (row[k] for k in ("in_place", "size", "count", "time_us", "algbw",
+                                                                          "busbw"))
         r = recs[(in_place, size)]
         assert (r["op"], r["count"], r["time_us"]["median"], r["samples_us"], r["wrong"]) == \
             (op, count, time_us, [time_us], 0)
@@ -520,13 +495,14 @@ def test_every_nccl_tests_collective_is_imported_under_its_name(log):
         f"log: left out {n} row(s) at {left_out}: nccl in-place #wrong is N/A: nccl-tests did not check the result"])
 
 
-@pytest.mark.parametrize("name", ["gather", "scatter", "hypercube"])
+@pytest.mark.parametrize("name", importers.NCCL_TESTS_REFUSED)
 def test_collectives_commbench_does_not_measure_are_refused_by_name(name, workdir):
+    from commbench import collectives
     out = os.path.join(workdir, "out.json")
     r = commbench(["import", "nccl-tests", os.path.join(NCCL_TESTS, f"{name}_perf-8gpu.txt"), "-o", out], cwd=workdir)
     assert r.returncode == 2 and r.stdout == "" and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
-    assert f"is {name}_perf output: commbench does not import {name}, only the nccl-tests runs of allreduce, " \
-           "allgather, reducescatter, broadcast, reduce, alltoall, sendrecv\n" in r.stderr
+    assert f"is {name}_perf output: commbench does not import {name}, only the nccl-tests runs of " \
+           f"{', '.join(collectives.names())}\n" in r.stderr
     assert os.listdir(workdir) == []
 
 
@@ -561,9 +537,7 @@ def test_the_op_choices_are_the_registry_names():
     from commbench import collectives
     from commbench.cli.analyze import import_cmd
     [option] = [p for p in import_cmd.params if p.name == "op"]
-    assert list(option.type.choices) == ["allreduce", "allgather", "reducescatter", "broadcast", "reduce", "alltoall",
-                                         "sendrecv"]
-    assert set(option.type.choices) <= set(collectives.names())
+    assert list(option.type.choices) == collectives.names()
 
 
 def test_figures_that_are_not_numbers_never_reach_the_file():
@@ -701,10 +675,12 @@ def test_a_log_of_more_rows_than_a_sweep_may_have_is_refused(monkeypatch):
 
 
 def test_nccl_tests_binaries_are_the_registry_names_and_aliases():
+    """Each nccl-tests log of tests/data names its binary (<name>_perf): each is imported as the op
+    its expected.json says, or refused by name."""
     from commbench import collectives
-    binaries = {"all_reduce": "allreduce", "all_gather": "allgather", "reduce_scatter": "reducescatter",
-                "broadcast": "broadcast", "reduce": "reduce", "alltoall": "alltoall", "sendrecv": "sendrecv"}
-    assert {b: importers.NCCL_TESTS_OPS[b] for b in binaries} == binaries
+    binaries = {f.split("_perf")[0]: NCCL_LOGS.get(f, {}).get("op") for f in os.listdir(NCCL_TESTS) if "_perf" in f}
+    assert {b: importers.NCCL_TESTS_OPS.get(b) for b in binaries} == binaries
+    assert {b for b, op in binaries.items() if op is None} == set(importers.NCCL_TESTS_REFUSED)
     assert importers.NCCL_TESTS_OPS == {s: c.name for c in collectives.all_collectives() for s in (c.name, *c.aliases)}
     assert not set(importers.NCCL_TESTS_REFUSED) & set(importers.NCCL_TESTS_OPS)
 

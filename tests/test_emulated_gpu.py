@@ -66,8 +66,8 @@ _PAIR = textwrap.dedent("""
     send, recv = DeviceArray.empty(256, "float32", rank), DeviceArray.empty(256, "float32", rank)
     t = time.monotonic()
     try:
-        comm.collective_times(m.Collective.allreduce, m.Algorithm.library, send, recv, op=0, root=0, iters=100,
-                              chunk_bytes=65536, graph=True)
+        comm.collective_times(m.Collective.__members__["allreduce"], m.Algorithm.__members__["library"], send, recv, op=0,
+                              root=0, iters=100, chunk_bytes=65536, graph=True)
         print("finished")
     except TimeoutError as e:
         print(f"timeout after {time.monotonic() - t:.1f} s: {e}")
@@ -973,8 +973,7 @@ def test_what_nccl_warned_of_before_its_error_is_in_the_error(workdir):
 CUDA_AWARE_MPI = os.path.join(ROOT, "build", "emu", "libcommbench_emu_mpi.so")
 
 
-@pytest.mark.parametrize("name", ["allreduce", "allgather", "reducescatter", "broadcast", "reduce", "alltoall",
-                                  "sendrecv"])
+@pytest.mark.parametrize("name", [c.name for c in all_collectives()])
 def test_the_mpi_librarys_calls_on_gpu_buffers(name, workdir):
     """`--impl mpi --device cuda` under the emulated CUDA-aware MPI (tests/emu/src/cuda_aware_mpi.c: the
     MPI calls reach device memory, host code still may not): every dtype and reduction, both

@@ -40,4 +40,4 @@ def test_every_collective_is_exact(ranks):
     fails = [line for line in r.stdout.splitlines() if line.startswith("FAIL")]
     assert not fails, "\n".join(fails[:20])
     assert f"CHECKED {expected_cases(ranks)}" in r.stdout
-    assert expected_cases(ranks) > 2000  # seven collectives, not one
+    assert expected_cases(ranks) > 2000  # every collective, not one

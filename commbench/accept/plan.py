@@ -41,7 +41,11 @@ LIMITS = {
     "min_efficiency_pct": "the least scaling efficiency (scale) at the largest rank count measured, in percent",
 }
 DEFAULT_LIMITS = {"tolerance_bw_pct": 10.0, "tolerance_lat_pct": 25.0, "pass_pct": 80.0, "fail_pct": 60.0}
-STEP_KEYS = {"name", "command", "options", "quick", "limits", "timeout_s", "counted", "when", "env"}
+STEP_KEYS = {"name", "command", "options", "quick", "limits", "timeout_s", "counted", "when", "env", "each", "except"}
+# A step with each = "collective" stands for one step per collective of the registry (but those in its
+# `except` list), "{collective}" in its name and command naming each: a new collective joins the plan.
+EACH = "collective"
+EACH_FIELD = "{collective}"
 PLAN_KEYS = {"description", "scope", "requires_gpu", "defaults", "quick", "limits", "step"}
 WHEN_KEYS = {"min_gpus", "max_gpus"}
 # An option value that names the node's GPU count: "gpus", or "min(gpus,N)" for at most N of them.
@@ -171,6 +175,31 @@ def load(name_or_path: str, check_argv: Optional[Callable[[list], None]] = None)
     return parse(data, name, path, check_argv)
 
 
+def _expanded(raw_steps: list, bad) -> list:
+    """The plan's steps with each step of `each = "collective"` made one per collective (EACH)."""
+    from .. import collectives
+    out = []
+    for i, raw in enumerate(raw_steps, 1):
+        if not isinstance(raw, dict) or "each" not in raw and "except" not in raw:
+            out.append(raw)
+            continue
+        where = f"step {i} ({raw.get('name', 'unnamed')})"
+        if raw.get("each") != EACH:
+            raise bad(f"{where}: each = \"{EACH}\" is the one kind of step that repeats (except needs it)")
+        skipped = raw.get("except", [])
+        if not isinstance(skipped, list) or not all(isinstance(n, str) for n in skipped):
+            raise bad(f"{where}: except is a list of collectives")
+        unknown = sorted(set(skipped) - set(collectives.names()))
+        if unknown:
+            raise bad(f"{where}: except names '{unknown[0]}', no collective: choose from {', '.join(collectives.names())}")
+        if not all(EACH_FIELD in str(raw.get(k, "")) for k in ("name", "command")):
+            raise bad(f"{where}: each step's name and command say {EACH_FIELD}, which each collective replaces")
+        rest = {k: v for k, v in raw.items() if k not in ("each", "except")}
+        out += [{**rest, "name": raw["name"].replace(EACH_FIELD, c), "command": raw["command"].replace(EACH_FIELD, c)}
+                for c in collectives.names() if c not in skipped]
+    return out
+
+
 def parse(data: dict, name: str, source: str, check_argv: Optional[Callable[[list], None]] = None) -> Plan:
     def bad(what: str):
         return CommbenchError(f"plan {source}: {what}")
@@ -190,6 +219,7 @@ def parse(data: dict, name: str, source: str, check_argv: Optional[Callable[[lis
     raw_steps = data.get("step")
     if not isinstance(raw_steps, list) or not raw_steps:
         raise bad("has no [[step]]")
+    raw_steps = _expanded(raw_steps, bad)
     steps, seen = [], set()
     # Per plan-wide table, the options some command has, and those some step takes (sets no value of
     # its own): one that none takes is a typo or a value never checked, refused as the plan's mistake.

@@ -10,9 +10,11 @@
 // Each round moves every pair that can move; a round without progress is a deadlock.
 //
 //   nccl_semantics collectives COLL ALGO N CHUNK ROOT IN_PLACE P...
-//       COLL of N elements (nccl-tests' size in elements) by our ALGO; one JSON line per rank count:
-//       rounds, wrong elements, deadlock, the bytes the busiest rank sends to others and the
-//       bytes on the busiest directed link; the root is ROOT mod P
+//       COLL of N elements (nccl-tests' size in elements) by our ALGO, each rank count's buffers,
+//       inputs and expected outputs given on stdin from the registry (tests/test_device_schedules.py);
+//       one JSON line per rank count: rounds, wrong elements, deadlock, the bytes the busiest rank
+//       sends to others and receives from them, and the bytes on the busiest directed link; the root
+//       is ROOT mod P
 //   nccl_semantics alignment                       checks vec_split and align_like exhaustively
 #include <algorithm>
 #include <cmath>
@@ -20,6 +22,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <iostream>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -55,6 +58,7 @@ struct RankStream {
   std::vector<Item> items;
   std::size_t head = 0;
   std::size_t sent = 0;                    // bytes this rank sent to other ranks
+  std::size_t received = 0;                // bytes it received from other ranks
   std::map<int, std::size_t> sent_to;     // ... per destination
   std::map<std::pair<int, bool>, long> posted;  // (peer, send) -> transfers posted so far
 };
@@ -145,6 +149,7 @@ long run_streams(std::vector<RankStream>& ranks) {
           if (t.peer != static_cast<int>(me)) {
             r.sent += t.bytes;
             r.sent_to[t.peer] += t.bytes;
+            q.received += t.bytes;
           }
           t.done = u.done = true;
           moved = true;
@@ -170,20 +175,28 @@ struct RecordingCopy {
   }
 };
 
-// What rank r's receive buffer must hold at index i afterwards (c: elements per block), or NaN where
-// it is undefined; the inputs are rank j's pattern_value(Sum, index, j, p).
-double expected_at(Collective coll, int r, int p, int root, std::size_t c, std::size_t i) {
-  const std::size_t block = c ? i / c : 0, within = c ? i % c : 0;
-  switch (coll) {
-    case Collective::AllReduce: return pattern_expected(RedOp::Sum, i, p);
-    case Collective::AllGather: return pattern_value(RedOp::Sum, within, static_cast<int>(block), p);
-    case Collective::ReduceScatter: return pattern_expected(RedOp::Sum, static_cast<std::size_t>(r) * c + i, p);
-    case Collective::Broadcast: return pattern_value(RedOp::Sum, i, root, p);
-    case Collective::Reduce: return r == root ? pattern_expected(RedOp::Sum, i, p) : std::nan("");
-    case Collective::AllToAll:
-      return pattern_value(RedOp::Sum, static_cast<std::size_t>(r) * c + within, static_cast<int>(block), p);
-    default: return std::nan("");
-  }
+// Elements [offset, offset + count) of a buffer hold pattern indices first, first + 1, ... of rank
+// `source`'s values, or of their sum over all ranks (kReduced), or nothing defined (a negative other
+// source: left as it was): commbench/collectives/base.py's Segment, from the registry.
+constexpr int kReduced = -1;
+struct Segment {
+  std::size_t offset, count, first;
+  int source;
+};
+
+// One rank's layout of a call, as the registry gives it on stdin: where send and receive lie in
+// place, what its input holds and what its output must hold.
+struct Layout {
+  std::size_t send_at = 0, recv_at = 0;
+  std::vector<Segment> inputs, expected;
+};
+
+std::vector<Segment> read_segments(std::istream& in) {
+  std::size_t n = 0;
+  in >> n;
+  std::vector<Segment> segs(n);
+  for (Segment& s : segs) in >> s.offset >> s.count >> s.first >> s.source;
+  return segs;
 }
 
 // The value that the names of own_algorithms.h give `name`.
@@ -194,33 +207,38 @@ E named(const char* const (&names)[N], const std::string& name) {
   throw std::invalid_argument("unknown name '" + name + "'");
 }
 
+// For each rank count: `p send_n recv_n`, then per rank `send_at recv_at`, its input segments and its
+// expected ones (read_segments), on stdin in the order of `sizes`.
 int collectives(const std::string& name, const std::string& impl, std::size_t n, std::size_t chunk, int root_arg,
                 bool in_place, const std::vector<int>& sizes) {
   using T = float;
   const Own own = own_algo(named<Collective>(kCollectiveNames, name), named<Algorithm>(kAlgorithmNames, impl));
-  const Collective coll = own.coll;
   for (int p : sizes) {
     const int root = root_arg % p;
-    // nccl-tests' shapes: per-rank blocks of c elements for the gather/scatter/all-to-all family.
-    const std::size_t c = n / static_cast<std::size_t>(p), pc = c * static_cast<std::size_t>(p);
-    std::size_t send_n = n, recv_n = n;
-    if (coll == Collective::AllGather) send_n = c, recv_n = pc;
-    if (coll == Collective::ReduceScatter) send_n = pc, recv_n = c;
-    if (coll == Collective::AllToAll) send_n = recv_n = pc;
+    int given = 0;
+    std::size_t send_n = 0, recv_n = 0;
+    std::cin >> given >> send_n >> recv_n;
+    if (!std::cin || given != p) throw std::invalid_argument("no layout for " + std::to_string(p) + " ranks on stdin");
+    std::vector<Layout> layouts(static_cast<std::size_t>(p));
+    for (Layout& l : layouts) {
+      std::cin >> l.send_at >> l.recv_at;
+      l.inputs = read_segments(std::cin);
+      l.expected = read_segments(std::cin);
+    }
     std::vector<RankStream> streams(static_cast<std::size_t>(p));
     std::vector<std::vector<T>> whole(static_cast<std::size_t>(p)), recvs(static_cast<std::size_t>(p)),
         tmps(static_cast<std::size_t>(p));
     std::vector<T*> outs(static_cast<std::size_t>(p));
     for (int r = 0; r < p; ++r) {
+      const Layout& l = layouts[static_cast<std::size_t>(r)];
       // In place, one buffer as nccl-tests places send and recv in it; else the send buffer.
       whole[r].assign(std::max(send_n, recv_n), T(-77));
-      std::size_t send_at = 0, recv_at = 0;
-      if (in_place && coll == Collective::AllGather) send_at = static_cast<std::size_t>(r) * c;
-      if (in_place && coll == Collective::ReduceScatter) recv_at = static_cast<std::size_t>(r) * c;
-      T* send = whole[r].data() + send_at;
-      for (std::size_t i = 0; i < send_n; ++i) send[i] = static_cast<T>(pattern_value(RedOp::Sum, i, r, p));
+      T* send = whole[r].data() + (in_place ? l.send_at : 0);
+      for (const Segment& seg : l.inputs)
+        for (std::size_t i = 0; i < seg.count; ++i)
+          send[seg.offset + i] = static_cast<T>(pattern_value(RedOp::Sum, seg.first + i, seg.source, p));
       recvs[r].assign(recv_n, T(-77));
-      outs[r] = in_place ? whole[r].data() + recv_at : recvs[r].data();
+      outs[r] = in_place ? whole[r].data() + l.recv_at : recvs[r].data();
       const CallBuffers<T> b{send, outs[r], send_n, recv_n, in_place, r, p, root};
       const std::size_t tree_chunk = TreeSchedule::chunk_for(chunk * sizeof(T), sizeof(T), recv_n);
       tmps[r].resize(own_scratch_elems<T>(own, b, tree_chunk));
@@ -230,21 +248,27 @@ int collectives(const std::string& name, const std::string& impl, std::size_t n,
       own_call(own, tr, red, copy, b, tmps[r].data(), tree_chunk)();
     }
     const long rounds = run_streams(streams);
-    // The busiest rank's bytes sent to others, and the busiest directed link's.
-    std::size_t rank_max = 0, link_max = 0;
+    // The busiest rank's bytes sent to others and received from them, and the busiest directed link's.
+    std::size_t rank_max = 0, recv_max = 0, link_max = 0;
     for (const RankStream& st : streams) {
       rank_max = std::max(rank_max, st.sent);
+      recv_max = std::max(recv_max, st.received);
       for (const auto& kv : st.sent_to) link_max = std::max(link_max, kv.second);
     }
     long wrong = 0;
     for (int r = 0; r < p && rounds >= 0; ++r)
-      for (std::size_t i = 0; i < recv_n; ++i) {
-        const double want = expected_at(coll, r, p, root, c, i);
-        wrong += !std::isnan(want) && outs[r][i] != want ? 1 : 0;
+      for (const Segment& seg : layouts[static_cast<std::size_t>(r)].expected) {
+        if (seg.source < kReduced) continue;  // left as it was: NCCL's calls promise nothing here
+        for (std::size_t i = 0; i < seg.count; ++i) {
+          const double want = seg.source == kReduced ? pattern_expected(RedOp::Sum, seg.first + i, p)
+                                                     : pattern_value(RedOp::Sum, seg.first + i, seg.source, p);
+          wrong += outs[r][seg.offset + i] != want ? 1 : 0;
+        }
       }
     std::printf("{\"collective\": \"%s\", \"algo\": \"%s\", \"ranks\": %d, \"n\": %zu, \"chunk\": %zu, \"rounds\": %ld, "
-                "\"deadlock\": %s, \"wrong\": %ld, \"rank_bytes\": %zu, \"link_bytes\": %zu}\n",
-                name.c_str(), impl.c_str(), p, n, chunk, rounds, rounds < 0 ? "true" : "false", wrong, rank_max, link_max);
+                "\"deadlock\": %s, \"wrong\": %ld, \"rank_bytes\": %zu, \"rank_recv_bytes\": %zu, \"link_bytes\": %zu}\n",
+                name.c_str(), impl.c_str(), p, n, chunk, rounds, rounds < 0 ? "true" : "false", wrong, rank_max, recv_max,
+                link_max);
   }
   return 0;
 }
