@@ -127,6 +127,15 @@ def test_every_algorithm_is_exact_from_any_root(simulator, coll, algo, in_place)
                 pass
 
 
+@pytest.mark.parametrize("coll", ["gather", "scatter"])
+@pytest.mark.parametrize("root", [0, 1, 5])
+def test_binomial_takes_floor_log2_p_rounds(simulator, coll, root):
+    """A subtree moves as one message, and a rank waits only for its own subtree: the rounds are the
+    most bits set in a relative rank below p, floor(log2 p), whichever rank is the root."""
+    for p, rounds in _exact(_run(simulator, coll, "binomial", 1000, 1, root=root)):
+        assert rounds == (int(math.floor(math.log2(p))) if p > 1 else 0), (p, rounds)
+
+
 def test_empty_message_needs_no_round(simulator):
     assert all(rounds == 0 for _, rounds in _exact(_run(simulator, "allreduce", "tree", 0, 4)))
 

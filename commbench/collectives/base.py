@@ -17,6 +17,9 @@ REDUCED = -1
 # place it holds the stale value (count_wrong's kUntouched); in place, where send and receive are one
 # buffer, the rank's own input (run/collective.py resolves it).
 UNTOUCHED = -2
+# A Segment's source for "stale, placed as it may be": a receive buffer's elements that neither the
+# call nor, in place, the rank's input write (a gather's non-root buffer around its own block).
+STALE = -3
 # Our algorithms that send a message in chunks, one pipeline stage per chunk (the chunk is an option).
 PIPELINED = ("tree", "chain")
 # nccl-tests (since 2.13.12) rounds a per-rank block down to whole 16-byte units, so that every
@@ -107,6 +110,24 @@ def step_model(algorithm: str, steps: int, bytes_factor: float, effective: bool)
 
 def tree_depth(p: int) -> int:
     return max(1, int(math.floor(math.log2(p))))
+
+
+def binomial_model(algorithm: Optional[str], p: int) -> Optional[CostModel]:
+    """A rooted collective of per-rank blocks (gather, scatter) over a binomial tree: its deepest rank
+    is floor(log2 p) messages from the root, and the root's link carries every other rank's block,
+    (p - 1)/p of the n bytes; a library's call reads as the same tree, its figures effective."""
+    if p < 2:
+        return None
+    return step_model("binomial tree", tree_depth(p), (p - 1) / p, algorithm != "binomial")
+
+
+def rooted_blocks_expected(rank: int, p: int, root: int, c: int) -> list[Segment]:
+    """A gather's receive buffer of p blocks of c: at the root block j from rank j; elsewhere left as
+    it was, the rank's own block (its input, in place) amid stale elements."""
+    if rank == root:
+        return [Segment(j * c, c, 0, j) for j in range(p)]
+    return [Segment(0, rank * c, 0, STALE), Segment(rank * c, c, 0, UNTOUCHED),
+            Segment((rank + 1) * c, (p - rank - 1) * c, 0, STALE)]
 
 
 def rooted_pipeline_model(algorithm: Optional[str], p: int) -> Optional[CostModel]:

@@ -53,7 +53,7 @@ MAX_LOG = 64 << 20
 # one of its aliases, so that a new collective module is imported with no change here.
 NCCL_TESTS_OPS = {spelling: c.name for c in collectives.all_collectives() for spelling in (c.name, *c.aliases)}
 # nccl-tests binaries of collectives commbench does not measure
-NCCL_TESTS_REFUSED = ("gather", "scatter", "hypercube")
+NCCL_TESTS_REFUSED = ("hypercube",)
 # sendrecv_perf prints the reduction it was given (--op, default sum) though it reduces nothing.
 PRINTS_REDOP = {"sendrecv"}
 # nccl-tests type name -> (commbench dtype, bytes per element)

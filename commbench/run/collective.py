@@ -10,7 +10,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from ..collectives.base import UNTOUCHED
+from ..collectives.base import STALE, UNTOUCHED
 from ..collectives.dtypes import itemsize_of, redop_code
 from ..launch import watchdog
 from ..node.gpu import take_gpu
@@ -56,10 +56,12 @@ def _fill(data, tensor, segments, code: int) -> None:
 
 
 def _count_wrong(data, tensor, segments, code: int, in_place: bool) -> int:
-    """Wrong elements of `tensor` by the segments; an UNTOUCHED one in place holds this rank's input."""
+    """Wrong elements of `tensor` by the segments; an UNTOUCHED one in place holds this rank's input,
+    a STALE one the stale value either way (the native checks' kUntouched)."""
     own = data.world.rank if in_place else UNTOUCHED
+    sources = {UNTOUCHED: own, STALE: UNTOUCHED}
     return sum(data.count_wrong(tensor[seg.offset:seg.offset + seg.count], code, seg.first,
-                                own if seg.source == UNTOUCHED else seg.source)
+                                sources.get(seg.source, seg.source))
                for seg in segments)
 
 

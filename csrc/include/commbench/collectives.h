@@ -165,4 +165,51 @@ void pairwise_alltoall(Transport& tr, int rank, int size, const T* send, T* recv
   }
 }
 
+// Binomial gather (BinomialSchedule): `buf` holds this rank's subtree in relative order, span()
+// blocks of `block` elements, its own block first. The children's subtrees are received into their
+// places in one group, then the whole subtree goes to the parent.
+template <typename T, typename Transport>
+void binomial_gather(Transport& tr, const BinomialSchedule& s, T* buf, std::size_t block) {
+  using Request = typename Transport::Request;
+  const std::size_t bytes = block * sizeof(T);
+  std::vector<Request> pending;
+  auto g = tr.group();
+  for (int i = 0; i < s.num_children(); ++i) {
+    const int m = 1 << i;
+    pending.push_back(tr.irecv(buf + static_cast<std::size_t>(m) * block, static_cast<std::size_t>(s.span_of(s.rel() + m)) * bytes,
+                               s.abs(s.rel() + m)));
+  }
+  g.end();
+  tr.wait_all(pending);
+  if (s.parent() < 0) return;
+  auto up = tr.group();
+  pending.push_back(tr.isend(buf, static_cast<std::size_t>(s.span()) * bytes, s.parent()));
+  up.end();
+  tr.wait_all(pending);
+}
+
+// Binomial scatter, the gather reversed: this rank's subtree arrives from the parent into `buf`
+// (relative order, its own block first; the root's is there already), then each child's part of it
+// goes down, farthest child first, in one group.
+template <typename T, typename Transport>
+void binomial_scatter(Transport& tr, const BinomialSchedule& s, T* buf, std::size_t block) {
+  using Request = typename Transport::Request;
+  const std::size_t bytes = block * sizeof(T);
+  std::vector<Request> pending;
+  if (s.parent() >= 0) {
+    auto g = tr.group();
+    pending.push_back(tr.irecv(buf, static_cast<std::size_t>(s.span()) * bytes, s.parent()));
+    g.end();
+    tr.wait_all(pending);
+  }
+  auto g = tr.group();
+  for (int i = s.num_children() - 1; i >= 0; --i) {
+    const int m = 1 << i;
+    pending.push_back(tr.isend(buf + static_cast<std::size_t>(m) * block, static_cast<std::size_t>(s.span_of(s.rel() + m)) * bytes,
+                               s.abs(s.rel() + m)));
+  }
+  g.end();
+  tr.wait_all(pending);
+}
+
 }  // namespace commbench

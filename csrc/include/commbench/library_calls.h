@@ -5,7 +5,8 @@
 // extension compiles the part of its library (setup.py defines COMMBENCH_WITH_MPI or
 // COMMBENCH_WITH_NCCL); where MPI's in-place convention differs from nccl-tests' the difference is
 // bridged here, inside the timed call, as a caller of MPI would have to. NCCL has no send-recv
-// collective, and no all-to-all before 2.28: like nccl-tests, those are one group of point-to-point calls.
+// collective, and no all-to-all, gather or scatter before 2.28: like nccl-tests, those are one group of
+// point-to-point calls.
 #pragma once
 
 #include <cstddef>
@@ -31,8 +32,10 @@
 
 #if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
 // Weak, so that an extension built against 2.28's headers still loads an older libnccl (NCCL_HOME, a
-// system NCCL first on the library path), where the symbol is then null and all-to-all is the group.
+// system NCCL first on the library path), where the symbol is then null and the call is the group.
 #pragma weak ncclAlltoAll
+#pragma weak ncclGather
+#pragma weak ncclScatter
 #endif
 #endif
 
@@ -40,9 +43,9 @@ namespace commbench {
 
 // kCollectiveNames gives each value, in declaration order, its name in Python's registry: the only
 // place a collective's name is tied to its value (collective_times.h exports the enum).
-enum class Collective { AllReduce, AllGather, ReduceScatter, Broadcast, Reduce, AllToAll, SendRecv };
-inline constexpr const char* kCollectiveNames[] = {"allreduce", "allgather", "reducescatter", "broadcast",
-                                                   "reduce",    "alltoall",  "sendrecv"};
+enum class Collective { AllReduce, AllGather, ReduceScatter, Broadcast, Reduce, AllToAll, SendRecv, Gather, Scatter };
+inline constexpr const char* kCollectiveNames[] = {"allreduce", "allgather", "reducescatter", "broadcast", "reduce",
+                                                   "alltoall",  "sendrecv",  "gather",        "scatter"};
 inline const char* name_of(Collective c) { return kCollectiveNames[static_cast<int>(c)]; }
 
 // One call's buffers in nccl-tests' layout: `send` holds send_count elements and `recv` recv_count.
@@ -133,6 +136,22 @@ std::function<void()> mpi_call(Collective coll, const CallBuffers<T>& b, const M
         mpi_check(MPI_Sendrecv(in, n, type, right, 11, out, n, type, left, 11, comm, MPI_STATUS_IGNORE), "MPI_Sendrecv");
       };
     }
+    case Collective::Gather: {
+      const int c = mpi_count(b.send_count);
+      mpi_count(b.recv_count);
+      // In place only the root passes MPI_IN_PLACE (its block lies at root*c already); the others
+      // send their block from where it lies.
+      const void* s = b.in_place && b.rank != b.root ? static_cast<const void*>(in) : sbuf;
+      return [=] { mpi_check(MPI_Gather(s, c, type, out, c, type, b.root, comm), "MPI_Gather"); };
+    }
+    case Collective::Scatter: {
+      const int c = mpi_count(b.recv_count);
+      mpi_count(b.send_count);
+      // In place the root receives MPI_IN_PLACE: its block stays at root*c of its input, where
+      // nccl-tests places its receive buffer.
+      void* r = b.in_place && b.rank == b.root ? MPI_IN_PLACE : static_cast<void*>(out);
+      return [=] { mpi_check(MPI_Scatter(in, c, type, r, c, type, b.root, comm), "MPI_Scatter"); };
+    }
   }
   throw std::invalid_argument("no MPI call for this collective");  // reached only by a value outside the enum
 }
@@ -181,6 +200,38 @@ std::function<void()> nccl_call(Collective coll, const CallBuffers<T>& b, RedOp 
         NcclGroup g(comm, w);
         nccl_enqueued(ncclSend(in, b.send_count, type, right, comm, stream), comm, "ncclSend", w);
         nccl_enqueued(ncclRecv(out, b.recv_count, type, left, comm, stream), comm, "ncclRecv", w);
+        g.end();
+      };
+    }
+    case Collective::Gather: {
+      const std::size_t c = b.send_count;
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
+      if (ncclGather != nullptr)
+        return [=] { nccl_enqueued(ncclGather(in, out, c, type, b.root, comm, stream), comm, "ncclGather", w); };
+#endif
+      // Before 2.28, as nccl-tests calls it: every rank sends its block to the root, which receives
+      // them all in one group (its own included).
+      return [=] {
+        NcclGroup g(comm, w);
+        nccl_enqueued(ncclSend(in, c, type, b.root, comm, stream), comm, "ncclSend", w);
+        if (b.rank == b.root)
+          for (int peer = 0; peer < b.size; ++peer)
+            nccl_enqueued(ncclRecv(out + peer * c, c, type, peer, comm, stream), comm, "ncclRecv", w);
+        g.end();
+      };
+    }
+    case Collective::Scatter: {
+      const std::size_t c = b.recv_count;
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
+      if (ncclScatter != nullptr)
+        return [=] { nccl_enqueued(ncclScatter(in, out, c, type, b.root, comm, stream), comm, "ncclScatter", w); };
+#endif
+      return [=] {
+        NcclGroup g(comm, w);
+        if (b.rank == b.root)
+          for (int peer = 0; peer < b.size; ++peer)
+            nccl_enqueued(ncclSend(in + peer * c, c, type, peer, comm, stream), comm, "ncclSend", w);
+        nccl_enqueued(ncclRecv(out, c, type, b.root, comm, stream), comm, "ncclRecv", w);
         g.end();
       };
     }

@@ -19,8 +19,8 @@ namespace commbench {
 // extension): Library is the transport's own call (library_calls.h), the others are ours.
 // kAlgorithmNames gives each value, in declaration order, its name in Python's registry
 // (commbench/collectives/impls.py): the only place an algorithm's name is tied to its value.
-enum class Algorithm { Library, Ring, Tree, Chain, Pairwise };
-inline constexpr const char* kAlgorithmNames[] = {"library", "ring", "tree", "chain", "pairwise"};
+enum class Algorithm { Library, Ring, Tree, Chain, Pairwise, Binomial };
+inline constexpr const char* kAlgorithmNames[] = {"library", "ring", "tree", "chain", "pairwise", "binomial"};
 inline const char* name_of(Algorithm a) { return kAlgorithmNames[static_cast<int>(a)]; }
 
 // One of our algorithms for one collective.
@@ -38,6 +38,7 @@ inline Own own_algo(Collective coll, Algorithm algo) {
     case Algorithm::Tree: ours = coll == C::AllReduce || coll == C::Broadcast || coll == C::Reduce; break;
     case Algorithm::Chain: ours = coll == C::Broadcast || coll == C::Reduce; break;
     case Algorithm::Pairwise: ours = coll == C::AllToAll; break;
+    case Algorithm::Binomial: ours = coll == C::Gather || coll == C::Scatter; break;
     case Algorithm::Library: break;
   }
   if (!ours) throw std::invalid_argument(std::string("no algorithm '") + name_of(algo) + "' of ours for " + name_of(coll));
@@ -65,6 +66,7 @@ bool reduces_in_scratch(Own own, const CallBuffers<T>& b, std::size_t chunk) {
 template <typename T>
 std::size_t own_scratch_elems(Own own, const CallBuffers<T>& b, std::size_t chunk) {
   if (pipelined(own)) return (reduces_in_scratch(own, b, chunk) ? b.recv_count : 0) + tree_scratch_elems<T>(chunk);
+  if (own.algo == Algorithm::Binomial) return b.size > 1 ? b.send_count > b.recv_count ? b.send_count : b.recv_count : 0;
   if (own.algo != Algorithm::Ring) return 0;
   if (own.coll == Collective::ReduceScatter)  // out of place, the whole input is reduced in a copy
     return (b.in_place ? 0 : b.send_count) + ring_scratch_elems<T>(b.send_count, b.size);
@@ -122,6 +124,51 @@ std::function<void()> own_call(Own own, Transport& tr, Reducer& reduce, Copy& co
     }
     case Collective::AllToAll:
       return [=, &tr] { pairwise_alltoall(tr, b.rank, b.size, in, out, b.send_count / static_cast<std::size_t>(b.size)); };
+    case Collective::Gather: {
+      // This rank's subtree gathers in relative order (binomial_gather): in the root's output where
+      // that is its order (root 0), else in scratch, rotated into place after; a leaf sends its input.
+      const BinomialSchedule s{b.rank, b.size, b.root};
+      const std::size_t c = b.send_count, root = static_cast<std::size_t>(b.root);
+      const std::size_t after = static_cast<std::size_t>(b.size - b.root - 1);
+      const bool at_root = b.rank == b.root;
+      T* work = at_root && root == 0 ? out : at_root || s.span() > 1 ? scratch : const_cast<T*>(in);
+      return [=, &tr, &copy] {
+        if (c == 0 || b.size == 1) {
+          if (c && !b.in_place) copy(out, in, c);
+          return;
+        }
+        if (at_root && !b.in_place) copy(out + root * c, in, c);
+        if (!at_root && work != in) copy(work, in, c);
+        binomial_gather(tr, s, work, c);
+        if (at_root && work != out) {  // relative block u is rank root + u's
+          copy(out + (root + 1) * c, work + c, after * c);
+          copy(out, work + (1 + after) * c, root * c);
+        }
+      };
+    }
+    case Collective::Scatter: {
+      // The mirror image: the root's blocks in relative order (its input where that is its order,
+      // else rotated into scratch first), each rank's subtree received in scratch, a leaf's block in
+      // its output.
+      const BinomialSchedule s{b.rank, b.size, b.root};
+      const std::size_t c = b.recv_count, root = static_cast<std::size_t>(b.root);
+      const std::size_t after = static_cast<std::size_t>(b.size - b.root - 1);
+      const bool at_root = b.rank == b.root;
+      T* work = at_root ? (root == 0 ? const_cast<T*>(in) : scratch) : s.span() > 1 ? scratch : out;
+      return [=, &tr, &copy] {
+        if (c == 0 || b.size == 1) {
+          if (c && !b.in_place) copy(out, in, c);
+          return;
+        }
+        if (at_root && work != in) {
+          copy(work + c, in + (root + 1) * c, after * c);
+          copy(work + (1 + after) * c, in, root * c);
+        }
+        binomial_scatter(tr, s, work, c);
+        if (at_root && !b.in_place) copy(out, in + root * c, c);
+        if (!at_root && work != out) copy(out, work, c);
+      };
+    }
     case Collective::SendRecv: break;
   }
   throw std::invalid_argument("no algorithm of ours for this collective");

@@ -96,4 +96,35 @@ struct TreeSchedule {
   }
 };
 
+// The binomial tree of a rooted collective of per-rank blocks (gather, scatter), over relative ranks
+// v = rank - root (mod size): v's parent is v less its lowest set bit, its children v + m for each
+// power of two m below that bit (every m for the root) that names a rank, and its subtree the ranks
+// [v, v + span(v)): contiguous in relative order, so a subtree's blocks travel as one message.
+// A rank is as many messages from the root as its relative rank has bits set, floor(log2 size) at
+// most; the root's link carries every other rank's block once.
+struct BinomialSchedule {
+  int rank;
+  int size;
+  int root;
+
+  int rel() const { return wrap(rank - root, size); }
+  int abs(int v) const { return wrap(v + root, size); }
+  static int low_bit(int v) { return v & -v; }
+  int span_of(int v) const { return v == 0 ? size : (low_bit(v) < size - v ? low_bit(v) : size - v); }
+  int span() const { return span_of(rel()); }
+  // The parent's rank; -1 at the root.
+  int parent() const {
+    const int v = rel();
+    return v == 0 ? -1 : abs(v - low_bit(v));
+  }
+  // Children, nearest first: child i is relative rank rel() + 2^i, and its subtree's blocks start at
+  // block 2^i of this rank's subtree.
+  int num_children() const {
+    const int v = rel();
+    int n = 0;
+    for (int m = 1; m < span_of(v); m <<= 1) ++n;
+    return n;
+  }
+};
+
 }  // namespace commbench

@@ -88,4 +88,6 @@ ncclResult_t ncclAllGather(const void*, void*, std::size_t, ncclDataType_t, nccl
 ncclResult_t ncclReduceScatter(const void*, void*, std::size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t,
                                cudaStream_t);
 ncclResult_t ncclAlltoAll(const void*, void*, std::size_t, ncclDataType_t, ncclComm_t, cudaStream_t);
+ncclResult_t ncclGather(const void*, void*, std::size_t, ncclDataType_t, int root, ncclComm_t, cudaStream_t);
+ncclResult_t ncclScatter(const void*, void*, std::size_t, ncclDataType_t, int root, ncclComm_t, cudaStream_t);
 }  // extern "C"

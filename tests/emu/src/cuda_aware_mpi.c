@@ -42,6 +42,10 @@ WRAP(MPI_Reduce, (const void* s, void* r, int n, MPI_Datatype t, MPI_Op o, int r
      (s, r, n, t, o, root, c))
 WRAP(MPI_Alltoall, (const void* s, int sn, MPI_Datatype st, void* r, int rn, MPI_Datatype rt, MPI_Comm c),
      (s, sn, st, r, rn, rt, c))
+WRAP(MPI_Gather, (const void* s, int sn, MPI_Datatype st, void* r, int rn, MPI_Datatype rt, int root, MPI_Comm c),
+     (s, sn, st, r, rn, rt, root, c))
+WRAP(MPI_Scatter, (const void* s, int sn, MPI_Datatype st, void* r, int rn, MPI_Datatype rt, int root, MPI_Comm c),
+     (s, sn, st, r, rn, rt, root, c))
 WRAP(MPI_Sendrecv, (const void* s, int sn, MPI_Datatype st, int d, int stag, void* r, int rn, MPI_Datatype rt, int src,
                     int rtag, MPI_Comm c, MPI_Status* status),
      (s, sn, st, d, stag, r, rn, rt, src, rtag, c, status))

@@ -1192,6 +1192,50 @@ ncclResult_t ncclAlltoAll(const void* in, void* out, std::size_t count, ncclData
   return post(comm, s, std::move(call));
 }
 
+// NCCL 2.28's gather and scatter: the root's count-element block per rank, received from or sent
+// to each rank (its own copied).
+ncclResult_t ncclGather(const void* in, void* out, std::size_t count, ncclDataType_t t, int root, ncclComm_t comm,
+                        cudaStream_t s) {
+  note_call("ncclGather");
+  if (const ncclResult_t rc = check_peer(comm, root)) return rc;
+  const std::size_t bytes = count * type_size(t);
+  const int n = comm->impl->nranks, me = comm->impl->rank;
+  if (ncclResult_t rc = check_buffer(in, bytes, "sendbuff"); rc || (me == root && (rc = check_buffer(out, bytes * n, "recvbuff"))))
+    return rc;
+  Call call;
+  char* src = const_cast<char*>(static_cast<const char*>(in));
+  char* dst = static_cast<char*>(out);
+  if (me == root) {
+    for (int r = 0; r < n; ++r)
+      if (r != me) call.messages.push_back({false, r, dst + r * bytes, 0, bytes});
+    call.after = [src, dst, bytes, me](char*) { std::memmove(dst + me * bytes, src, bytes); };
+  } else {
+    call.messages.push_back({true, root, src, 0, bytes});
+  }
+  return post(comm, s, std::move(call));
+}
+
+ncclResult_t ncclScatter(const void* in, void* out, std::size_t count, ncclDataType_t t, int root, ncclComm_t comm,
+                         cudaStream_t s) {
+  note_call("ncclScatter");
+  if (const ncclResult_t rc = check_peer(comm, root)) return rc;
+  const std::size_t bytes = count * type_size(t);
+  const int n = comm->impl->nranks, me = comm->impl->rank;
+  if (ncclResult_t rc = check_buffer(out, bytes, "recvbuff"); rc || (me == root && (rc = check_buffer(in, bytes * n, "sendbuff"))))
+    return rc;
+  Call call;
+  char* src = const_cast<char*>(static_cast<const char*>(in));
+  char* dst = static_cast<char*>(out);
+  if (me == root) {
+    for (int r = 0; r < n; ++r)
+      if (r != me) call.messages.push_back({true, r, src + r * bytes, 0, bytes});
+    call.after = [src, dst, bytes, me](char*) { std::memmove(dst, src + me * bytes, bytes); };
+  } else {
+    call.messages.push_back({false, root, dst, 0, bytes});
+  }
+  return post(comm, s, std::move(call));
+}
+
 ncclResult_t ncclReduceScatter(const void* in, void* out, std::size_t count, ncclDataType_t t, ncclRedOp_t op,
                                ncclComm_t comm, cudaStream_t s) {
   note_call("ncclReduceScatter");
