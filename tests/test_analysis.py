@@ -4,6 +4,7 @@ import copy
 import io
 import json
 import os
+import re
 
 import numpy as np
 import pytest
@@ -866,10 +867,20 @@ def test_a_plot_of_equal_times_says_nothing_but_where_it_wrote(workdir):
     fit): matplotlib widened the time axis itself and printed its UserWarning that it did, twice, as
     noise on stderr."""
     from docs import result_doc
-    doc = result_doc([record("allreduce", "ring@mpi", "float32", "sum", 2, size, size // 4, np.full(5, 1e194), 0)
+    doc = result_doc([record("allreduce", "ring@mpi", "float32", "sum", 2, size, size // 4, np.full(5, 1e5), 0)
                       for size in (1024, 4096)])
     path = os.path.join(workdir, "equal.json")
     with open(path, "w") as f:
         json.dump(doc, f)
     r = commbench(["plot", path, "-o", os.path.join(workdir, "equal.png")], cwd=workdir)
     assert r.returncode == 0 and r.stderr == "", r.stderr
+
+
+@pytest.mark.parametrize("figure", ["1e308", "1e-320"])
+def test_an_imported_figure_no_measurement_gives_is_refused_before_any_arithmetic(figure):
+    """A printed time of 1e308 us made numpy warn of an overflow in the median of the -I 1 times, then
+    the file was refused for a figure commbench computed; the printed figure is refused itself."""
+    log = _read("all_gather_perf-8gpu.txt", NCCL_TESTS).replace("  11.33    0.05", f"  {figure}    0.05", 1)
+    with pytest.raises(CommbenchError, match=re.escape(f"log: {figure} is no measured figure (0, or 1e-15 to 1e+12) "
+                                                       f"in: ")):
+        _nccl(log)

@@ -82,11 +82,37 @@ def test_validation_names_the_first_bad_field(tmp_path):
 
 
 def test_a_bad_field_s_value_is_quoted_cut_short(tmp_path):
-    """jsonschema's message starts with the whole value: a host-level links section made a 2.6 KB line."""
+    """jsonschema's message starts with the whole value: a host-level links section made a 2.6 KB line.
+    Of a section that fits neither level, the level it comes nearest to is the one said."""
     section = {"level": "host", "hosts": [f"node{i:04d}" for i in range(400)]}
     msg = _bad(tmp_path, lambda d: d.__setitem__("links", section))
-    assert msg.endswith(f"invalid field 'links': {json.dumps(section)[:77]}... is not valid under any of the given "
-                        "schemas"), msg
+    assert msg.endswith("invalid field 'links': 'impl' is a required property"), msg
+    long_name = "x" * 3000
+    msg = _bad(tmp_path, lambda d: d["config"].__setitem__("op", long_name))
+    assert f"invalid field 'config/op': {json.dumps(long_name)[:77]}..." in msg and len(msg) < 600, msg
+
+
+@pytest.mark.parametrize("where,value", [
+    (("time_us", "median"), 5e-324), (("time_us", "median"), 1e308), (("busbw_gbps",), 5e-324),
+    (("algbw_gbps",), 1e308), (("samples_us", 0), 1e308), (("samples_us", 0), 5e-324)])
+def test_a_figure_no_measurement_gives_is_refused_before_any_arithmetic(tmp_path, where, value):
+    """A time of 1e308 us or a bandwidth of 5e-324 GB/s is no measurement, and the figures made from
+    it over- or underflow (fit, compare, links, fleet, scale and plots printed numpy's warnings or a
+    traceback): refused by its field, in one line. Spreads that rounding leaves tiny stay valid."""
+    def edit(doc):
+        *path, last = where
+        node = doc["results"][0]
+        for key in path:
+            node = node[key]
+        node[last] = value
+    lo, hi = results.FIGURE_RANGES["_gbps" if where[0].endswith("gbps") else "_us"]
+    assert _bad(tmp_path, edit).endswith(f"invalid field 'results/0/{'/'.join(map(str, where))}': {value!r} is no "
+                                         f"measured figure: 0, or {lo:g} to {hi:g}")
+    f = results.ResultFile(str(tmp_path / "good.json"), header())
+    f.add(rec())
+    doc = copy.deepcopy(f.doc)
+    doc["results"][0]["time_us"]["stdev"] = 6e-14
+    results.validate(doc)
 
 
 def test_load_rejects_non_json(tmp_path):

@@ -242,7 +242,8 @@ def _fit_group(n: np.ndarray, t: np.ndarray, boot: np.ndarray, models: list[Cost
             "bandwidth_gbps_ci": None if no_bw_ci[k] else [float(ci[0, 1, k]), float(ci[1, 1, k])],
             "r2": 1 - float(sse[k, 0]) / sst if sst > 0 else 1.0,
         })
-    rel = (t - fitted) / fitted
+    with np.errstate(divide="ignore", invalid="ignore"):  # a fitted line through 0 at a size: no warning
+        rel = (t - fitted) / fitted
     mad = np.median(np.abs(rel - np.median(rel, axis=1, keepdims=True)), axis=1) * 1.4826
     limit = np.maximum(0.10, 3 * mad)
     out = []

@@ -32,6 +32,15 @@ if TYPE_CHECKING:
     import pandas as pd
 
 SCHEMA_VERSION = 1
+# What a measured figure can be, by the unit its field's name ends in: 0 (nothing moved, or a size of
+# nothing), or a time from a picosecond to about 12 days, a bandwidth from a byte in 12 days to 1 EB/s. Beyond
+# them a figure is no measurement, and arithmetic on it over- or underflows: a median of two 1e308 us
+# times, a ratio of 5e-324 GB/s, the log of a 5e-324 us time in ms.
+FIGURE_RANGES = {"_us": (1e-6, 1e12), "_gbps": (1e-15, 1e9)}
+# Fields under a unit that are ratios, not figures of it; and spreads, differences of figures, which
+# rounding leaves tiny rather than 0 (a standard deviation of equal samples): their range has no floor.
+RATIOS = ("cv",)
+SPREADS = ("stdev", "iqr", "skew_median_us", "skew_p90_us", "waited_us")
 
 
 @lru_cache(maxsize=1)
@@ -39,7 +48,46 @@ def schema() -> dict:
     from ..collectives import names
     doc = json.loads(resources.files("commbench").joinpath("schema/result.schema.json").read_text())
     doc["properties"]["config"]["properties"]["op"]["enum"] = [*names(), "p2p", "copy"]
+    _bound_figures(doc, None)
     return doc
+
+
+def _unit(name) -> Optional[str]:
+    return next((u for u in FIGURE_RANGES if isinstance(name, str) and name.endswith(u)), None)
+
+
+def _bound_figures(node, unit: Optional[str], spread: bool = False) -> None:
+    """Gives every number of at least 0 under a field named for a unit (FIGURE_RANGES) that unit's
+    range, in place: one rule for every figure the schema holds, where it holds them."""
+    if isinstance(node, list):
+        for child in node:
+            _bound_figures(child, unit, spread)
+        return
+    if not isinstance(node, dict):
+        return
+    extra = node.get("additionalProperties")
+    if unit and isinstance(extra, dict):  # a ratio or spread among the unit's figures: a schema of its own
+        for name in set(RATIOS + SPREADS) & set(node.get("required", ())) - set(node.get("properties", {})):
+            node.setdefault("properties", {})[name] = dict(extra)
+    types = node.get("type")
+    if unit and node.get("minimum") == 0 and (types == "number" or isinstance(types, list) and "number" in types):
+        lo, hi = FIGURE_RANGES[unit]
+        node["maximum"] = hi
+        if not spread:
+            node["not"] = {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": lo}
+    for key, child in node.items():
+        if key in ("properties", "$defs") and isinstance(child, dict):
+            for name, sub in child.items():
+                _bound_figures(sub, None if name in RATIOS else _unit(name) or (unit if key == "properties" else None),
+                               name in SPREADS)
+        elif key in ("items", "additionalProperties", "anyOf", "oneOf", "allOf"):
+            _bound_figures(child, unit, spread)
+
+
+def figure_problem(value: float, unit: str) -> Optional[str]:
+    """Why `value` is no measured figure of `unit` (a FIGURE_RANGES key), or None."""
+    lo, hi = FIGURE_RANGES[unit]
+    return None if value == 0 or lo <= value <= hi else f"{value!r} is no measured figure: 0, or {lo:g} to {hi:g}"
 
 
 def _non_finite(value, path: tuple = ()) -> Optional[tuple]:
@@ -128,7 +176,7 @@ def _refuse(doc: dict, source: str, finite: bool) -> None:
         raise CommbenchError(f"{source}: invalid field '{where}': {bad[1]} is not a finite number")
     errors = _errors(doc)
     if errors:
-        err = min(errors, key=lambda e: list(e.absolute_path))
+        err = _nearest(min(errors, key=lambda e: list(e.absolute_path)))
         where = "/".join(str(p) for p in err.absolute_path) or "(top level)"
         raise CommbenchError(f"{source}: invalid field '{where}': {_message(err)}")
 
@@ -138,8 +186,26 @@ def _refuse(doc: dict, source: str, finite: bool) -> None:
 QUOTED = 80
 
 
+def _nearest(err):
+    """Of an error of oneOf (a links section at rank or host level), the first error of the branch the
+    document comes nearest to (fewest errors): what is wrong in the host-level section it is, not
+    that it lacks the rank level's matrices."""
+    if err.validator not in ("oneOf", "anyOf") or not err.context:
+        return err
+    branches: dict = {}
+    for e in err.context:
+        branches.setdefault(e.relative_schema_path[0], []).append(e)
+    nearest = min(branches.values(), key=len)
+    return _nearest(min(nearest, key=lambda e: list(e.absolute_path)))
+
+
 def _message(err) -> str:
-    """jsonschema's message, the value it starts with cut to QUOTED characters."""
+    """jsonschema's message, the value it starts with cut to QUOTED characters; a figure out of its
+    unit's range said as figure_problem says it."""
+    bounds = err.schema.get("not", {}) if isinstance(err.schema, dict) else {}
+    if err.validator in ("maximum", "not") and "exclusiveMaximum" in bounds and isinstance(err.instance, (int, float)):
+        lo, hi = bounds["exclusiveMaximum"], err.schema["maximum"]
+        return f"{err.instance!r} is no measured figure: 0, or {lo:g} to {hi:g}"
     shown = repr(err.instance)
     if len(shown) <= QUOTED or not err.message.startswith(shown):
         return err.message
@@ -180,11 +246,13 @@ def _samples_problem(records) -> Optional[tuple[str, str]]:
             j, x = next((j, x) for j, x in enumerate(samples) if type(x) not in (int, float))
             return f"results/{i}/samples_us/{j}", f"{json.dumps(x)} is not of type 'number'"
         values = np.asarray(samples, dtype=np.float64)
-        bad = ~np.isfinite(values) | (values < 0)
+        lo, hi = FIGURE_RANGES["_us"]
+        bad = ~np.isfinite(values) | (values < 0) | (values > hi) | ((values > 0) & (values < lo))
         if bad.any():
             j = int(np.argmax(bad))
             return f"results/{i}/samples_us/{j}", (f"{samples[j]} is not a finite number" if not np.isfinite(values[j])
-                                                   else f"{samples[j]} is less than the minimum of 0")
+                                                   else f"{samples[j]} is less than the minimum of 0" if values[j] < 0
+                                                   else figure_problem(float(values[j]), "_us"))
     return None
 
 

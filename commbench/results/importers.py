@@ -34,7 +34,7 @@ from ..node.gpu import CUDA_EVENT_RESOLUTION_S
 from ..redact import scrub
 from ..sizes import MAX_SIZES, format_size
 from . import arrival
-from .document import NCCL_TESTS_PER_ITERATION, header, new_document
+from .document import FIGURE_RANGES, NCCL_TESTS_PER_ITERATION, header, new_document
 from .record import measured, single
 from .series import variant
 
@@ -61,6 +61,9 @@ NCCL_TYPES = {"int8": ("int8", 1), "uint8": ("uint8", 1), "int32": ("int32", 4),
               "int64": ("int64", 8), "uint64": ("uint64", 8), "half": ("float16", 2), "float": ("float32", 4),
               "double": ("float64", 8), "bfloat16": ("bfloat16", 2), "f8e4m3": ("float8_e4m3", 1),
               "f8e5m2": ("float8_e5m2", 1)}
+# What a printed figure may be, whatever its unit (us, GB/s, MB/s): the widest of a result file's
+# ranges (results/document.py's FIGURE_RANGES), each record's own checked when the file is written.
+IMPORTED_RANGE = (min(lo for lo, _ in FIGURE_RANGES.values()), max(hi for _, hi in FIGURE_RANGES.values()))
 # A row's two halves are NCCL's call out of place and in place: impl nccl, told apart by in_place.
 NCCL_IMPL = "nccl"
 NCCL_PLACEMENTS = (False, True)  # in_place of the out-of-place and the in-place half of a row
@@ -118,6 +121,10 @@ def _figure(value, source: str, context: str) -> Optional[float]:
         x = float(value)
     except (TypeError, ValueError):
         raise CommbenchError(f"{source}: cannot read {value!r} as a number in: {context}") from None
+    if math.isfinite(x) and (abs(x) > IMPORTED_RANGE[1] or 0 < abs(x) < IMPORTED_RANGE[0]):
+        # Refused before any arithmetic on it overflows (a median of 1e308 us times).
+        raise CommbenchError(f"{source}: {value} is no measured figure (0, or {IMPORTED_RANGE[0]:g} to "
+                             f"{IMPORTED_RANGE[1]:g}) in: {context}")
     return x if math.isfinite(x) else None
 
 
