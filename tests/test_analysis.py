@@ -884,3 +884,38 @@ def test_an_imported_figure_no_measurement_gives_is_refused_before_any_arithmeti
     with pytest.raises(CommbenchError, match=re.escape(f"log: {figure} is no measured figure (0, or 1e-15 to 1e+12) "
                                                        f"in: ")):
         _nccl(log)
+
+
+def _as_json(log: str, doc: dict) -> dict:
+    """What nccl-tests -J writes for the run a log shows, from the log's import: its binary in args,
+    its ranks and hosts in config.devices, one result per size with both halves."""
+    binary = re.search(r"\b(\w+)_perf\b", log).group(1)
+    types = {dtype: name for name, (dtype, _) in importers.NCCL_TYPES.items()}
+    devices = [{"rank": r, "group": 0, "pid": 100 + r, "hostname": doc["machine"]["hosts"][0],
+                "device": r, "device_hex": "0000:00:00", "device_info": doc["machine"]["gpus"][0]}
+               for r in range(doc["machine"]["ranks"])]
+    rows: dict = {}
+    seen: dict = {}  # a size the log prints twice (sizes below a block per rank round to 0) is two rows
+    for r in doc["results"]:
+        nth = seen[(r["size_bytes"], r["in_place"])] = seen.get((r["size_bytes"], r["in_place"]), -1) + 1
+        redop = "sum" if doc["config"]["op"] in importers.PRINTS_REDOP else r["redop"]
+        row = rows.setdefault((r["size_bytes"], nth), {"size": r["size_bytes"], "count": r["count"],
+                                                       "type": types[r["dtype"]], "redop": redop,
+                                                       "root": f"    {r.get('root', -1)}"})
+        row["in_place" if r["in_place"] else "out_of_place"] = {"time": r["time_us"]["median"], "alg_bw": r["algbw_gbps"],
+                                                                 "bus_bw": r["busbw_gbps"], "nwrong": float(r["wrong"])}
+    return {"version": 3, "args": [f"./build/{binary}_perf", "-J", "out.json"],
+            "config": {"nthreads": 1, "ngpus": 1, "devices": devices}, "results": list(rows.values())}
+
+
+@pytest.mark.parametrize("log", NCCL_LOGS)
+def test_every_collective_s_nccl_tests_json_imports_as_its_log(log):
+    """Each binary's -J JSON (made here from its log's figures) imports as its log does: same op,
+    ranks, records and times."""
+    text = _read(log, NCCL_TESTS)
+    from_log = _nccl(text).doc
+    from_json = importers.import_nccl_tests(io.StringIO(json.dumps(_as_json(text, from_log))), "json", None).doc
+    results.validate(from_json)
+    key = lambda d: sorted((r["size_bytes"], r["in_place"], r["time_us"]["median"], r["count"]) for r in d["results"])  # noqa: E731
+    assert (from_json["config"]["op"], from_json["machine"]["ranks"], key(from_json)) == \
+        (from_log["config"]["op"], from_log["machine"]["ranks"], key(from_log))
