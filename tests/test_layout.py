@@ -194,3 +194,87 @@ def test_every_format_shows_a_numerics_result_too():
     format without one would fail only when a numerics file met it, minutes into a user's export."""
     from commbench import formats
     assert [name for name in formats.names() if not callable(getattr(formats.get(name), "render_numerics", None))] == []
+
+
+_THROWAWAY_MODULE = '''"""A collective of a test's own: every rank keeps its own buffer."""
+from .base import Collective, Segment
+
+
+class Throwaway(Collective):
+    name = "throwaway"
+    aliases = ("throw_away",)
+    title = "throw-away"
+    summary = "Time a collective that moves nothing."
+    order = 99
+
+    def busbw_factor(self, p):
+        return 1.0
+
+    def expected(self, rank, p, root, shape):
+        return [Segment(0, shape.recv, 0, rank)]
+
+    def cost_model(self, algorithm, p):
+        return None
+
+
+COLLECTIVE = Throwaway()
+'''
+
+# In a process of its own, commbench.collectives found with one more folder, holding the module above.
+_WITH_THROWAWAY = '''
+import importlib.abc, importlib.machinery, json, re, sys
+folder, calls = sys.argv[1], open(sys.argv[2]).read()
+
+
+class Extend(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name != "commbench.collectives":
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        spec.submodule_search_locations.append(folder)
+        return spec
+
+
+sys.meta_path.insert(0, Extend())
+from click.testing import CliRunner
+from commbench import collectives
+from commbench.accept import plan
+from commbench.cli import cli
+from commbench.results.document import schema
+from commbench.results.importers import NCCL_TESTS_OPS
+from commbench.transports import impls_for
+listed = calls[calls.index("kCollectiveNames[]"):]
+native = set(re.findall(r'"(\\w+)"', listed[:listed.index("};")]))
+print(json.dumps({
+    "help": CliRunner().invoke(cli, ["throwaway", "--help"]).exit_code,
+    "op": "throwaway" in schema()["properties"]["config"]["properties"]["op"]["enum"],
+    "plan": "throwaway" in [s.name for s in plan.load("gpu-node").steps],
+    "import": NCCL_TESTS_OPS.get("throw_away"),
+    "impls": {d: sorted(impls_for(collectives.get("throwaway"), d)) for d in ("cpu", "cuda")},
+    "not_native": sorted(set(collectives.names()) - native)}))
+'''
+
+
+def test_a_throwaway_collective_needs_its_module_and_its_native_case_alone(tmp_path):
+    """docs/architecture.md's recipe, tried: a collective module dropped beside the others has its
+    command, its place in the schema, its step in gpu-node, its nccl-tests binary and its impls, with no
+    other edit; what it still lacks, its native case in library_calls.h, the check above names."""
+    (tmp_path / "throwaway.py").write_text(_THROWAWAY_MODULE)
+    r = subprocess.run([sys.executable, "-c", _WITH_THROWAWAY, str(tmp_path),
+                        os.path.join(ROOT, "csrc", "include", "commbench", "library_calls.h")],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == {"help": 0, "op": True, "plan": True, "import": "throwaway",
+                                    "impls": {"cpu": ["mpi"], "cuda": ["mpi", "nccl"]}, "not_native": ["throwaway"]}
+
+
+def test_every_step_kind_names_a_command_and_its_limits():
+    """accept's step kinds (commbench/accept/kinds.py) are looked up by command: each must name a command
+    of the CLI, limits the plan knows, and a judge only where there is a kept output to judge."""
+    from commbench.accept import kinds, plan
+    from commbench.cli import cli
+    cli.list_commands(None)
+    for k in kinds.KINDS.values():
+        assert k.command in cli.commands, k
+        assert set(k.limits) <= set(plan.LIMITS), k
+        assert k.judge is None or k.keeps_stdout, k

@@ -14,6 +14,7 @@ from typing import Callable, Optional
 
 from ..errors import CommbenchError, UnknownCommand, UnknownOption
 from ..node.gpu import DEFAULT_TIMEOUT_S as DEFAULT_SIZE_TIMEOUT_S
+from .kinds import OWNED_LIMITS, kind_of
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -22,8 +23,6 @@ else:  # pragma: no cover - Python 3.10
 
 PLANS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "plans")
 
-# Commands that print what is kept (their stdout is the step's file); every other writes a result file (-o).
-PRINTING = {"doctor": ["--json"], "topo": ["--json"], "version": ["-v"]}
 SCOPES = ("node", "cluster")
 DEFAULT_TIMEOUT_S = 600.0
 
@@ -70,7 +69,7 @@ class Step:
 
     @property
     def measuring(self) -> bool:
-        return self.command not in PRINTING
+        return kind_of(self.command).measuring
 
     def applies(self, gpus: int) -> bool:
         return gpus >= self.when.get("min_gpus", 0) and gpus <= self.when.get("max_gpus", gpus)
@@ -82,7 +81,7 @@ class Step:
     def arguments(self, gpus: int, quick: bool = False) -> list[str]:
         """The step's command line after `commbench`, without the output file."""
         options = {**self.options, **(self.quick if quick else {})}
-        argv = [self.command, *PRINTING.get(self.command, [])]
+        argv = [self.command, *kind_of(self.command).argv]
         for key, value in options.items():
             flag = f"--{key.replace('_', '-')}"
             if value is True:
@@ -244,7 +243,7 @@ def parse(data: dict, name: str, source: str, check_argv: Optional[Callable[[lis
             raise bad(f"{where}: needs a command")
         options = _table(raw, "options", bad, f"{where}: ")
         quick = _table(raw, "quick", bad, f"{where}: ")
-        if command not in PRINTING:
+        if kind_of(command).measuring:
             # The plan's defaults and quick defaults, for the options this command has (check_argv tells).
             accepted = {t: _accepted(command, table, check_argv, bad, t, where) for t, table in (("defaults", defaults),
                                                                                                  ("quick", quick_defaults))}
@@ -273,13 +272,13 @@ def parse(data: dict, name: str, source: str, check_argv: Optional[Callable[[lis
             unset = [k for k in ("fail_pct", "pass_pct") if k not in given]
             raise bad(f"{where}: limits.fail_pct {limits['fail_pct']:g} exceeds limits.pass_pct {limits['pass_pct']:g}"
                       + (f" ({unset[0]} the default)" if unset else ""))
-        if "min_efficiency_pct" in own and command != "scale":
-            raise bad(f"{where}: limits.min_efficiency_pct judges a scale step; {command} measures no scaling")
+        for limit in sorted(set(own) & set(OWNED_LIMITS) - set(kind_of(command).limits)):
+            raise bad(f"{where}: limits.{limit} judges {OWNED_LIMITS[limit]} steps only, not {command}")
         for kind in ("bw", "lat"):
             if limits.get(f"warn_{kind}_pct", 0) > limits[f"tolerance_{kind}_pct"]:
                 raise bad(f"{where}: limits.warn_{kind}_pct {limits[f'warn_{kind}_pct']:g} exceeds limits.tolerance_{kind}_pct "
                           f"{limits[f'tolerance_{kind}_pct']:g} (a WARN comes before a FAIL)")
-        if command not in PRINTING:
+        if kind_of(command).measuring:
             try:
                 options = _measured_fabric(command, options, limits.get("fabric"), check_argv)
             except CommbenchError as e:

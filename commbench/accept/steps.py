@@ -22,7 +22,8 @@ from ..results.atomic import check_folder
 from ..results.document import load_document
 from . import runner
 from .baselines import Baselines
-from .judge import ERROR, FAIL, PASS, TIMEOUT, WARN, check, doctor_checks, result_checks, worst
+from .judge import ERROR, FAIL, PASS, TIMEOUT, WARN, check, result_checks, worst
+from .kinds import kind_of
 from .plan import Plan, Step
 
 # The least room a run's folder must have: its steps' result files and logs, the summaries, JUnit.
@@ -48,7 +49,7 @@ def _step_files(step: Step, folder: str) -> tuple[Optional[str], Optional[str]]:
     target = os.path.join(folder, f"{step.slug}.json")
     if step.measuring:
         return target, None
-    return None, target if step.command in ("doctor", "topo") else None
+    return None, target if kind_of(step.command).keeps_stdout else None
 
 
 def _read_json(path: Optional[str]) -> Optional[dict]:
@@ -90,10 +91,10 @@ def run_step(step: Step, folder: str, gpus: int, quick: bool, launch: list, base
         unmatched = baselines.unmatched(doc, quick, step.name) if picked is None else None
         if unmatched:  # a fleet's baseline of this step that no longer matches its node: worth a look
             checks.append(check("baseline", WARN, unmatched))
-    elif step.command == "doctor":
+    elif kind_of(step.command).judge is not None:
         verdict = _read_json(stdout)
         judged = verdict is not None
-        checks += doctor_checks(verdict)
+        checks += kind_of(step.command).judge(verdict)
     # Exit 1 with a file to judge is the command's own verdict (wrong elements, a slow link, a node
     # doctor fails, a run that did not finish), judged above, where the file gives that reason; a file
     # judged good beside exit 1 is a command that failed after it measured (a rank stopped as the ranks

@@ -13,6 +13,7 @@ import sys
 
 import click
 
+from ..accept.kinds import kind_of
 from ..errors import CommbenchError, NodeError, UnknownCommand, UnknownOption
 from ..launch.world import on_hang_up
 from .analyze import baseline
@@ -30,7 +31,7 @@ def check_argv(argv: list) -> None:
     if command is None or argv[0] in ("accept", "fleet", "baseline", "compare", "fit", "report", "export", "plot", "import"):
         raise UnknownCommand(f"'{argv[0]}' is no command a step can run (a measuring command, doctor, topo or version)")
     owned = [a for a in argv[1:] if a.lstrip("-") in OWN_OPTIONS and a.startswith("-")]
-    if owned and argv[0] not in ("doctor", "topo"):
+    if owned and not kind_of(argv[0]).keeps_stdout:
         raise CommbenchError(f"{owned[0]}: accept names each step's files itself")
     try:
         command.make_context(argv[0], list(argv[1:]), parent=ctx)

@@ -1,9 +1,9 @@
 """All-gather: every rank ends with every rank's block, block j from rank j."""
 
-from .base import BLOCK_ALIGN, Collective, Segment, per_rank_shape, step_model
+from .base import GatheredBlocks, Segment, step_model
 
 
-class AllGather(Collective):
+class AllGather(GatheredBlocks):
     name = "allgather"
     aliases = ("all_gather",)
     title = "all-gather"
@@ -11,15 +11,6 @@ class AllGather(Collective):
     summary = "Time all-gather implementations (size = the gathered buffer, as nccl-tests counts it)."
     order = 1
     algorithms = {"ring": "commbench ring all-gather (the all-reduce ring's second half)"}
-
-    def busbw_factor(self, p):
-        return (p - 1) / p
-
-    def shape(self, size_bytes, itemsize, p, align=BLOCK_ALIGN):
-        return per_rank_shape(size_bytes, itemsize, p, 1, p, align)
-
-    def places(self, rank, shape):
-        return rank * shape.send, 0
 
     def expected(self, rank, p, root, shape):
         c = shape.send

@@ -95,6 +95,34 @@ class Collective:
         raise NotImplementedError
 
 
+class GatheredBlocks(Collective):
+    """One block in, p blocks out, block j from rank j (all-gather, gather): the size is the gathered
+    buffer, and in place a rank's input is block r of its output, as nccl-tests places it."""
+
+    def busbw_factor(self, p):
+        return (p - 1) / p
+
+    def shape(self, size_bytes, itemsize, p, align=BLOCK_ALIGN):
+        return per_rank_shape(size_bytes, itemsize, p, 1, p, align)
+
+    def places(self, rank, shape):
+        return rank * shape.send, 0
+
+
+class ScatteredBlocks(Collective):
+    """p blocks in, block r out (reduce-scatter, scatter): the size is the input, and in place a rank's
+    output is block r of its input, as nccl-tests places it."""
+
+    def busbw_factor(self, p):
+        return (p - 1) / p
+
+    def shape(self, size_bytes, itemsize, p, align=BLOCK_ALIGN):
+        return per_rank_shape(size_bytes, itemsize, p, p, 1, align)
+
+    def places(self, rank, shape):
+        return 0, rank * shape.recv
+
+
 def per_rank_shape(size_bytes: int, itemsize: int, p: int, send_blocks: int, recv_blocks: int, align: int) -> Shape:
     """Buffers of c-element blocks, c = size // (p * itemsize) rounded down to whole `align` bytes:
     nccl-tests rounds the size down to whole blocks and prints c as the count."""

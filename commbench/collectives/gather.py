@@ -1,9 +1,9 @@
 """Gather: the root ends with every rank's block, block j from rank j (nccl-tests' gather_perf)."""
 
-from .base import BLOCK_ALIGN, Collective, binomial_model, per_rank_shape, rooted_blocks_expected
+from .base import GatheredBlocks, binomial_model, rooted_blocks_expected
 
 
-class Gather(Collective):
+class Gather(GatheredBlocks):
     name = "gather"
     title = "gather"
     summary = "Time gather implementations towards --root (size = the gathered buffer, as nccl-tests counts it)."
@@ -11,15 +11,6 @@ class Gather(Collective):
     order = 7
     peer_to_peer = True
     algorithms = {"binomial": "commbench binomial tree gather (round k: ranks 2^k apart send their subtrees up)"}
-
-    def busbw_factor(self, p):
-        return (p - 1) / p
-
-    def shape(self, size_bytes, itemsize, p, align=BLOCK_ALIGN):
-        return per_rank_shape(size_bytes, itemsize, p, 1, p, align)
-
-    def places(self, rank, shape):
-        return rank * shape.send, 0
 
     def expected(self, rank, p, root, shape):
         return rooted_blocks_expected(rank, p, root, shape.send)

@@ -1,9 +1,9 @@
 """Reduce-scatter: rank r ends with block r of the reduction of all ranks' buffers."""
 
-from .base import BLOCK_ALIGN, REDUCED, Collective, Segment, per_rank_shape, step_model
+from .base import REDUCED, ScatteredBlocks, Segment, step_model
 
 
-class ReduceScatter(Collective):
+class ReduceScatter(ScatteredBlocks):
     name = "reducescatter"
     aliases = ("reduce_scatter",)
     title = "reduce-scatter"
@@ -12,15 +12,6 @@ class ReduceScatter(Collective):
     reduces = True
     order = 2
     algorithms = {"ring": "commbench ring reduce-scatter (the all-reduce ring's first half)"}
-
-    def busbw_factor(self, p):
-        return (p - 1) / p
-
-    def shape(self, size_bytes, itemsize, p, align=BLOCK_ALIGN):
-        return per_rank_shape(size_bytes, itemsize, p, p, 1, align)
-
-    def places(self, rank, shape):
-        return 0, rank * shape.recv
 
     def expected(self, rank, p, root, shape):
         return [Segment(0, shape.recv, rank * shape.recv, REDUCED)]
