@@ -68,11 +68,11 @@ from typing import Callable, Optional
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from commbench.analysis.host_findings import named, planted_kinds, verdict_lines  # noqa: E402
 from commbench.analysis.host_level import Layout, Round, confirm_rounds, first_rounds, judge, plan  # noqa: E402
 from commbench.analysis.host_schedule import default_rounds, parse_rounds  # noqa: E402
 from commbench.analysis.host_verdicts import Flow  # noqa: E402
 from commbench.errors import CommbenchError  # noqa: E402
+from commbench.results.findings import named, planted_kinds, verdict_lines  # noqa: E402
 from commbench.run.policy import Policy  # noqa: E402
 
 INTER_GBPS = 48.0

@@ -19,9 +19,10 @@ import time
 import pytest
 from conftest import COMMBENCH, commbench, rank_pids, wait_for_rows
 
-from commbench.analysis import fabrics, host_findings, host_level, host_schedule, host_verdicts
+from commbench.analysis import fabrics, host_level, host_schedule, host_verdicts
 from commbench.analysis.links import circle_rounds
 from commbench.results import document as results
+from commbench.results import findings as host_findings
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BENCH = os.path.join(os.path.dirname(HERE), "benchmarks", "links_at_scale.py")
@@ -604,6 +605,32 @@ def test_a_host_level_file_whose_figures_were_edited_is_not_judged_again(workdir
                 assert r.returncode == 2 and r.stderr == (
                     f"commbench: error: {path}: its rows are not those the run judged (their digest differs from the "
                     "links section's rows_digest): the figures were changed since, and are not judged again\n"), r.stderr
+
+
+def test_a_finding_of_no_kind_is_refused_by_every_reader(workdir):
+    """The schema's kinds of finding are the registry's (commbench/results/findings.py, injected when the
+    schema loads): a file naming another kind is refused when read, by name, not a KeyError in a
+    verdict's text."""
+    from commbench.results.document import schema
+    from commbench.results.findings import ORDER
+    assert schema()["$defs"]["links_host"]["properties"]["findings"]["items"]["properties"]["kind"]["enum"] == ORDER
+    layout = sim.cluster(4, 1, None)
+    from commbench.analysis.host_report import report, round_rows
+    first = host_level.first_rounds(layout, 3, 0)
+    settings = {"level": "host", "latency_size": 8, "bandwidth_size": 1 << 20, "threshold_pct": 75.0,
+                "judged": ["bandwidth_gbps"], "seed": 0, "rounds_asked": 3, "topology": None, "intra": False}
+    from docs import record, result_doc
+    rows = [record("bandwidth", "mpi", "uint8", "none", 4, 1 << 20, 1 << 20, [1e-3] * 3, 0, pair=list(pair),
+                   window=2, schedule="inter", round=0) for pair in ((0, 1), (1, 0), (2, 3), (3, 2))]
+    section = report("mpi", layout, settings, measure(layout, {}, first), round_rows(first), rows=rows)
+    section["findings"] = [{"kind": "bogus", "subject": "node0001", "hosts": ["node0001"]}]
+    path = os.path.join(workdir, "run.json")
+    with open(path, "w") as f:
+        json.dump({**result_doc([]), "links": section, "results": rows}, f)
+    for args in (["links", "--from", path], ["export", path], ["fleet", path]):
+        r = commbench(args, cwd=workdir)
+        assert r.returncode == 2 and r.stderr.startswith(f"commbench: error: {path}: invalid field 'links/findings/0/kind': "
+                                                         "'bogus' is not one of ['lost', 'untested',"), (args, r.stderr)
 
 
 def test_a_bad_topology_file_is_one_line_naming_its_line(workdir):

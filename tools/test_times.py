@@ -47,9 +47,9 @@ def _minutes(seconds: float) -> str:
     return f"{int(seconds // 60)} min {seconds % 60:.0f} s" if seconds >= 60 else f"{seconds:.0f} s"
 
 
-def _seconds(name: str) -> float | None:
+def _seconds(folder: str, name: str) -> float | None:
     try:
-        with open(os.path.join(FOLDER, f"{name}.seconds")) as f:
+        with open(os.path.join(folder, f"{name}.seconds")) as f:
             return float(f.read().split()[0])
     except (OSError, ValueError, IndexError):
         return None
@@ -70,7 +70,8 @@ def section(host: str, paths: list) -> str:
     cores = os.cpu_count()
     lines = [f"## {host}", "", f"{_cpu()}, {cores} cores, Python "
              f"{platform.python_version()}.", "", "| step | wall time | tests |", "|---|---|---|"]
-    install, emu = _seconds("install"), _seconds("emu")
+    folder = os.path.dirname(os.path.abspath(paths[0]))  # the builds' seconds lie beside the reports
+    install, emu = _seconds(folder, "install"), _seconds(folder, "emu")
     if install is not None:
         lines.append(f"| install (`make install`) | {_minutes(install)} | |")
     if emu is not None:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Optional
 
-from .host_findings import verdicts
+from ..results.findings import verdicts
 from .host_schedule import HostPair, confirmation_rounds, host_ranks, inter_rounds, intra_rounds, rail_flows
 from .host_verdicts import Flow, Needs, attribute, confirmation_needs, noise, ratios
 

@@ -11,8 +11,8 @@ import json
 from typing import Optional
 
 from ..errors import CommbenchError
+from ..results.findings import KINDS, evidence, verdict_lines
 from ..sizes import format_size
-from .host_findings import KINDS, evidence, verdict_lines
 from .host_level import STAGES, Layout, Round, judge
 from .host_verdicts import Flow
 from .links import METRICS

@@ -40,7 +40,7 @@ from typing import Iterable, Optional
 
 import numpy as np
 
-from .host_findings import ORDER
+from ..results.findings import ORDER
 from .links import attribute as attribute_ranks
 
 # Share of a subject's partners that must find it slow to suspect it (one partner of four may disagree).

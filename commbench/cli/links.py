@@ -269,7 +269,7 @@ def _flagged(found: dict) -> int:
     """How many findings fail something: at host level a transient slowdown is reported, not failed."""
     if found.get("level") != "host":
         return len(found["findings"])
-    from ..analysis.host_findings import failing
+    from ..results.findings import failing
     return len(failing(found["findings"]))
 
 

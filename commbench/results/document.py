@@ -25,6 +25,7 @@ import orjson
 from .. import collectives
 from ..errors import CommbenchError
 from ..redact import scrub, scrub_all
+from .findings import ORDER
 from .legacy import upgrade
 from .series import series_key
 
@@ -48,6 +49,7 @@ def schema() -> dict:
     from ..collectives import names
     doc = json.loads(resources.files("commbench").joinpath("schema/result.schema.json").read_text())
     doc["properties"]["config"]["properties"]["op"]["enum"] = [*names(), "p2p", "copy"]
+    doc["$defs"]["links_host"]["properties"]["findings"]["items"]["properties"]["kind"]["enum"] = ORDER
     _bound_figures(doc, None)
     return doc
 

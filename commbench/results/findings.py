@@ -1,7 +1,10 @@
-"""The kinds of finding a host-level `links` run reports (host_verdicts.py finds them), one entry each:
-the order in which a host's findings are listed, whether it FAILs the hosts it names, its evidence
-text on a verdict line and its spec in `benchmarks/links_at_scale.py`'s `--plant` syntax. A kind that
-is not here cannot be reported: every lookup is by name, with no fall-through."""
+"""The kinds of finding a host-level `links` run reports (analysis/host_verdicts.py finds them), one
+entry each: the order in which a host's findings are listed, whether it FAILs the hosts it names, its
+evidence text on a verdict line and its spec in `benchmarks/links_at_scale.py`'s `--plant` syntax. A
+kind that is not here cannot be reported: every lookup is by name, with no fall-through, and the
+result schema's enum of a finding's kind is these names (document.schema), so a file that names
+another is refused when it is read. Here, with the result format, rather than with the analysis
+that finds them: every reader of a result file validates against them."""
 
 from __future__ import annotations
 
