@@ -1,5 +1,5 @@
 """`commbench links --level host` at cluster scale, by simulation: the real scheduler, confirmation and
-attribution (commbench/analysis/host_level.py) driven by a model of a cluster instead of measured flows.
+attribution (commbench/analysis/host/level.py) driven by a model of a cluster instead of measured flows.
 
 The cluster: N hosts x G ranks, host k (from 1) named node<k, 4 digits> and, with --leaf-size L, under
 leaf ceil(k / L) (leaf<i>, zero-padded to the width of the leaf count).
@@ -68,9 +68,10 @@ from typing import Callable, Optional
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from commbench.analysis.host_level import Layout, Round, confirm_rounds, first_rounds, judge, plan  # noqa: E402
-from commbench.analysis.host_schedule import default_rounds, parse_rounds  # noqa: E402
-from commbench.analysis.host_verdicts import Flow  # noqa: E402
+from commbench.analysis.host.level import Layout, Round, confirm_rounds, first_rounds, judge, plan  # noqa: E402
+from commbench.analysis.host.schedule import default_rounds  # noqa: E402
+from commbench.analysis.host.verdicts import Flow  # noqa: E402
+from commbench.cli.links import parse_rounds  # noqa: E402
 from commbench.errors import CommbenchError  # noqa: E402
 from commbench.results.findings import named, planted_kinds, verdict_lines  # noqa: E402
 from commbench.run.policy import Policy  # noqa: E402

@@ -413,8 +413,8 @@ _CLUSTER_STEPS = textwrap.dedent("""
     import json
     from commbench.accept import plan as plans
     from commbench.accept.sizing import estimate_s, host_links_s
-    from commbench.analysis.host_level import Layout, first_rounds
-    from commbench.analysis.host_schedule import default_rounds
+    from commbench.analysis.host.level import Layout, first_rounds
+    from commbench.analysis.host.schedule import default_rounds
     from commbench.cli.accept import checked_step
     from commbench.sizes import parse_size
     out = []

@@ -19,7 +19,10 @@ import time
 import pytest
 from conftest import COMMBENCH, commbench, rank_pids, wait_for_rows
 
-from commbench.analysis import fabrics, host_level, host_schedule, host_verdicts
+from commbench.analysis import fabrics
+from commbench.analysis.host import level as host_level
+from commbench.analysis.host import schedule as host_schedule
+from commbench.analysis.host import verdicts as host_verdicts
 from commbench.analysis.links import circle_rounds
 from commbench.results import document as results
 from commbench.results import findings as host_findings
@@ -136,7 +139,8 @@ def test_confirmation_gives_each_suspect_unmet_trusted_partners_and_measures_pai
                                        ("two", "--rounds must be a positive whole number or 'all', not 'two'")])
 def test_bad_rounds_are_refused(text, line):
     with pytest.raises(Exception, match=re.escape(line)):
-        host_schedule.parse_rounds(text)
+        from commbench.cli.links import parse_rounds
+        parse_rounds(text)
 
 
 # ---- attribution on the modelled cluster ------------------------------------------------------------
@@ -365,7 +369,7 @@ def test_the_nic_nccl_sent_through_is_read_from_its_log():
 
 def test_a_nic_that_every_rank_of_a_host_names_names_no_rail():
     """A site-wide NCCL_SOCKET_IFNAME=bond0 says nothing of which rail is which; one rank a host does."""
-    from commbench.analysis.host_report import rail_nics
+    from commbench.analysis.host.report import rail_nics
     assert rail_nics(sim.cluster(2, 2, None), ["bond0", "bond0", "mlx5_0", "mlx5_1"]) == {
         ("node0002", 0): "mlx5_0", ("node0002", 1): "mlx5_1"}
     assert rail_nics(sim.cluster(2, 1, None), ["bond0", "bond0"]) == {("node0001", 0): "bond0", ("node0002", 0): "bond0"}
@@ -374,7 +378,7 @@ def test_a_nic_that_every_rank_of_a_host_names_names_no_rail():
 def test_flows_far_below_the_nic_say_that_a_half_rate_nic_cannot_be_seen():
     """The typical flow between hosts under 60 % of rank 0's fastest NIC (its topology snapshot): a NIC
     at half rate would read healthy, and the section and the output say so."""
-    from commbench.analysis.host_report import lines, nic_rate_gbps, report
+    from commbench.analysis.host.report import lines, nic_rate_gbps, report
     topology = {"host": {"infiniband": [{"hca": "mlx5_0", "port": 1, "rate_gbps": 400.0}, {"hca": "mlx5_1", "port": 1,
                                                                                        "rate_gbps": None}],
                          "nics": [{"name": "eth0", "type": "ethernet", "speed_mbps": 100000, "virtual": False},
@@ -386,7 +390,7 @@ def test_flows_far_below_the_nic_say_that_a_half_rate_nic_cannot_be_seen():
     settings = {"level": "host", "latency_size": 8, "bandwidth_size": 1 << 22, "threshold_pct": 75.0,
                 "judged": ["bandwidth_gbps"], "seed": 0, "rounds_asked": 3, "topology": None, "intra": True,
                 "nccl_channels": {"coll": 32, "collnet": 32, "nvls": 0, "p2p": 32, "p2p_per_peer": 1}}
-    from commbench.analysis.host_report import round_rows
+    from commbench.analysis.host.report import round_rows
     assert not report("nccl", layout, settings, flows, round_rows(first), nic_gbps=50.0)["below_nic"]
     slow = [host_verdicts.Flow(f.stage, f.a, f.b, f.la, f.lb, f.bandwidth_gbps / 4 if f.a != f.b else f.bandwidth_gbps,
                                None, f.round) for f in flows]
@@ -460,7 +464,7 @@ def test_the_section_grows_with_hosts_times_rounds_not_their_square():
         layout = sim.cluster(n, 2, None)
         first = host_level.first_rounds(layout, 3, 0)
         flows = measure(layout, {"host:node0002": 0.3}, first)
-        from commbench.analysis.host_report import report, round_rows
+        from commbench.analysis.host.report import report, round_rows
         settings = {"level": "host", "latency_size": 8, "bandwidth_size": 1 << 22, "threshold_pct": 75.0,
                     "judged": ["bandwidth_gbps"], "seed": 0, "rounds_asked": 3, "topology": None}
         sizes[n] = len(json.dumps(report("mpi", layout, settings, flows, round_rows(first))))
@@ -553,7 +557,7 @@ def test_bad_host_level_input_is_one_line_before_any_rank(args, line, workdir):
 
 def test_a_host_level_file_whose_rows_do_not_match_its_section_is_one_line(workdir):
     layout = sim.cluster(4, 1, None)
-    from commbench.analysis.host_report import report, round_rows
+    from commbench.analysis.host.report import report, round_rows
     first = host_level.first_rounds(layout, 3, 0)
     settings = {"level": "host", "latency_size": 8, "bandwidth_size": 1 << 20, "threshold_pct": 75.0,
                 "judged": ["bandwidth_gbps"], "seed": 0, "rounds_asked": 3, "topology": None, "intra": True}
@@ -583,7 +587,7 @@ def test_a_host_level_file_whose_figures_were_edited_is_not_judged_again(workdir
     """The section keeps a digest of what its rows say of the flows: `links --from` and fleet judged an
     edited figure again without complaint; they refuse it now, and judge the file as written."""
     layout = sim.cluster(4, 1, None)
-    from commbench.analysis.host_report import report, round_rows
+    from commbench.analysis.host.report import report, round_rows
     first = host_level.first_rounds(layout, 3, 0)
     settings = {"level": "host", "latency_size": 8, "bandwidth_size": 1 << 20, "threshold_pct": 75.0,
                 "judged": ["bandwidth_gbps"], "seed": 0, "rounds_asked": 3, "topology": None, "intra": False}
@@ -615,7 +619,7 @@ def test_a_finding_of_no_kind_is_refused_by_every_reader(workdir):
     from commbench.results.findings import ORDER
     assert schema()["$defs"]["links_host"]["properties"]["findings"]["items"]["properties"]["kind"]["enum"] == ORDER
     layout = sim.cluster(4, 1, None)
-    from commbench.analysis.host_report import report, round_rows
+    from commbench.analysis.host.report import report, round_rows
     first = host_level.first_rounds(layout, 3, 0)
     settings = {"level": "host", "latency_size": 8, "bandwidth_size": 1 << 20, "threshold_pct": 75.0,
                 "judged": ["bandwidth_gbps"], "seed": 0, "rounds_asked": 3, "topology": None, "intra": False}

@@ -22,7 +22,7 @@ LIMIT_SHARE = 0.5  # a step's estimate takes at most this share of its timeout_s
 # A flow's rate for an estimate: the slowest a healthy GPU cluster gives one (100 Gb/s), so that a
 # window of large messages is not taken for quicker than it is.
 SLOWEST_FLOW_GBPS = 12.5
-# Confirmation rounds a healthy cluster runs (a suspect's partners, analysis/host_verdicts.CONFIRMATIONS).
+# Confirmation rounds a healthy cluster runs (a suspect's partners, analysis/host/verdicts.CONFIRMATIONS).
 CONFIRM_ROUNDS = 3
 
 
@@ -60,7 +60,7 @@ def bandwidth_s(policy, window: int, size_bytes: int, gbps: float = SLOWEST_FLOW
 
 
 def host_links_s(rounds, policy, window: int, bandwidth_size: int, device: str = "cuda") -> float:
-    """Seconds `links --level host` takes over these first rounds (analysis/host_level.first_rounds)
+    """Seconds `links --level host` takes over these first rounds (analysis/host/level.first_rounds)
     and a healthy cluster's confirmation: each round a ping-pong and the bandwidth test, both ways
     between hosts."""
     bandwidth = bandwidth_s(policy, window, bandwidth_size)

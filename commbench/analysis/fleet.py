@@ -56,7 +56,7 @@ def _collective_metrics(records: list[dict], config: dict) -> dict[str, tuple[fl
 def _host_level_metrics(section: dict, records: list[dict], source: str) -> dict[str, dict[str, tuple[float, bool]]]:
     """{host: {metric: (value, higher is better)}} of a host-level links run: each host's median flow,
     inter-host and intra-host apart (the flows are its rows)."""
-    from .host_report import read_flows
+    from .host.report import read_flows
     values: dict[tuple[str, str, str], list[float]] = {}
     for f in read_flows(section, records, source):
         cls = "intra-host" if f.a == f.b else "inter-host"

@@ -104,7 +104,7 @@ def links(impl, latency_size, bandwidth_size, window, threshold_pct, mad_z, judg
             raise CommbenchError(f"--from judges {source} again and measures nothing: {', '.join(ignored)} "
                                  f"{'does' if len(ignored) == 1 else 'do'} not apply to it (it reads {reads})")
         if host:
-            from ..analysis.host_report import rejudge
+            from ..analysis.host.report import rejudge
             found = rejudge(old, doc["results"], threshold_pct, judged, source)
             _show(found)
             sys.exit(1 if _flagged(found) else 0)
@@ -180,8 +180,21 @@ def _host_rounds(level: str, rounds_text, seed: int, topology_path, intra: bool,
     --level rank, as are the other host-level options: before any rank starts."""
     if level == "rank" and _host_only(rounds_text, seed, topology_path, intra, nic_gbps):
         raise CommbenchError(f"{HOST_OPTIONS} apply to --level host (or auto across hosts), not rank")
-    from ..analysis.host_schedule import parse_rounds
     return "default" if rounds_text is None else parse_rounds(rounds_text)
+
+
+def parse_rounds(value: str) -> Optional[int]:
+    """--rounds: a positive count, or 'all' (None: every host pair)."""
+    if value.strip().lower() == "all":
+        return None
+    digits = value.strip()
+    # ASCII digits alone: int() reads a full-width '３', '1_0' and 4,000 digits too.
+    if not (digits.isascii() and digits.isdigit() and len(digits) <= 9):
+        raise CommbenchError(f"--rounds must be a positive whole number or 'all', not {value[:24]!r}")
+    k = int(digits)
+    if k < 1:
+        raise CommbenchError(f"--rounds must be at least 1 (or 'all'), not {k}")
+    return k
 
 
 def _level(level: str, hosts: list[str]) -> str:
@@ -195,9 +208,9 @@ def _level(level: str, hosts: list[str]) -> str:
 
 def _host_body(world, cfg, sizes, threshold_pct, judged, host_rounds, seed, topology, intra, output, *,
                nic_gbps: Optional[float]) -> int:
-    from ..analysis.host_level import Layout, first_rounds
-    from ..analysis.host_report import nic_rate_gbps, report, round_rows
-    from ..analysis.host_schedule import default_rounds
+    from ..analysis.host.level import Layout, first_rounds
+    from ..analysis.host.report import nic_rate_gbps, report, round_rows
+    from ..analysis.host.schedule import default_rounds
     from ..results.document import default_path
     from ..run.links import HostPlan, HostRun, run_host_links
     names = list(dict.fromkeys(world.hosts))
@@ -276,7 +289,7 @@ def _flagged(found: dict) -> int:
 def _show(found: dict) -> None:
     click.echo("#")
     if found.get("level") == "host":
-        from ..analysis.host_report import lines
+        from ..analysis.host.report import lines
     else:
         from ..analysis.links import lines
     for line in lines(found):

@@ -1,4 +1,4 @@
-"""The kinds of finding a host-level `links` run reports (analysis/host_verdicts.py finds them), one
+"""The kinds of finding a host-level `links` run reports (analysis/host/verdicts.py finds them), one
 entry each: the order in which a host's findings are listed, whether it FAILs the hosts it names, its
 evidence text on a verdict line and its spec in `benchmarks/links_at_scale.py`'s `--plant` syntax. A
 kind that is not here cannot be reported: every lookup is by name, with no fall-through, and the

@@ -1,7 +1,7 @@
 """`commbench links`' measurement over MPI, NCCL or gloo with p2p's timers (p2p.PairTimers over the
 transport's Pair): at rank level every rank pair's ping-pong latency and windowed bandwidth, one pair
 at a time and then in rounds of disjoint pairs at once (links.schedule), judged by analysis/links.py;
-at host level the rounds of analysis/host_level.py, judged by analysis/host_verdicts.py."""
+at host level the rounds of analysis/host/level.py, judged by analysis/host/verdicts.py."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from typing import Optional
 
 import numpy as np
 
-from ..analysis.host_level import STAGES, Layout, confirm_rounds, first_rounds
-from ..analysis.host_verdicts import Flow
+from ..analysis.host.level import STAGES, Layout, confirm_rounds, first_rounds
+from ..analysis.host.verdicts import Flow
 from ..analysis.links import schedule
 from ..launch import watchdog
 from ..results.series import variant

@@ -10,12 +10,12 @@ import hashlib
 import json
 from typing import Optional
 
-from ..errors import CommbenchError
-from ..results.findings import KINDS, evidence, verdict_lines
-from ..sizes import format_size
-from .host_level import STAGES, Layout, Round, judge
-from .host_verdicts import Flow
-from .links import METRICS
+from ...errors import CommbenchError
+from ...results.findings import KINDS, evidence, verdict_lines
+from ...sizes import format_size
+from ..links import METRICS
+from .level import STAGES, Layout, Round, judge
+from .verdicts import Flow
 
 # Evidence flows shown per finding on the console (the file keeps them all).
 SHOWN_FLOWS = 6

@@ -22,8 +22,7 @@ from __future__ import annotations
 import random
 from typing import Optional
 
-from ..errors import CommbenchError
-from .links import circle_round, circle_rounds
+from ..links import circle_round, circle_rounds
 
 HostPair = tuple[str, str]
 # Arrangements tried per cross-leaf round for the one that repeats fewest pairs of earlier rounds.
@@ -48,20 +47,6 @@ def default_rounds(n_hosts: int, leaves: bool) -> int:
     if n_hosts < 4:
         return circle_rounds(n_hosts)
     return 4 if leaves else 3 + n_hosts % 2
-
-
-def parse_rounds(value: str) -> Optional[int]:
-    """--rounds: a positive count, or 'all' (None: every host pair)."""
-    if value.strip().lower() == "all":
-        return None
-    digits = value.strip()
-    # ASCII digits alone: int() reads a full-width '３', '1_0' and 4,000 digits too.
-    if not (digits.isascii() and digits.isdigit() and len(digits) <= 9):
-        raise CommbenchError(f"--rounds must be a positive whole number or 'all', not {value[:24]!r}")
-    k = int(digits)
-    if k < 1:
-        raise CommbenchError(f"--rounds must be at least 1 (or 'all'), not {k}")
-    return k
 
 
 def intra_rounds(groups: dict[str, list[int]]) -> list[list[tuple[int, int]]]:

@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Optional
 
-from ..results.findings import verdicts
-from .host_schedule import HostPair, confirmation_rounds, host_ranks, inter_rounds, intra_rounds, rail_flows
-from .host_verdicts import Flow, Needs, attribute, confirmation_needs, noise, ratios
+from ...results.findings import verdicts
+from .schedule import HostPair, confirmation_rounds, host_ranks, inter_rounds, intra_rounds, rail_flows
+from .verdicts import Flow, Needs, attribute, confirmation_needs, noise, ratios
 
 STAGES = {"intra": "rank pairs inside each host", "inter": "rail-aligned flows of host matchings",
           "confirm": "suspects against healthy partners"}

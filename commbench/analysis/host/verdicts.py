@@ -40,8 +40,8 @@ from typing import Iterable, Optional
 
 import numpy as np
 
-from ..results.findings import ORDER
-from .links import attribute as attribute_ranks
+from ...results.findings import ORDER
+from ..links import attribute as attribute_ranks
 
 # Share of a subject's partners that must find it slow to suspect it (one partner of four may disagree).
 AGREE = 0.75
