@@ -3,7 +3,7 @@ cannot drift from the code.
 
     .venv/bin/python tools/make_docs.py            # run every example, rewrite the blocks
     .venv/bin/python tools/make_docs.py --only p2p # one block (repeatable)
-    .venv/bin/python tools/make_docs.py --check    # names only: exit 1 when pages and table disagree
+    .venv/bin/python tools/make_docs.py --check    # names, and the deterministic blocks' text: exit 1 on a difference
 
 A block in a page is (each marker a line of its own)
 
@@ -25,9 +25,11 @@ An example that reads another's files (`uses`) gets a copy of that example's fol
 they share one run of it, so their figures agree. --only runs the example it uses again without
 rewriting that one's block: regenerate them together (--only A --only B) to keep them in step.
 
---check cannot compare outputs: no timing is the same twice. It checks that the set of block names in
-the pages is the set of names in EXAMPLES (no block without a generator, no generator without a
-block, no name twice, every marker closed), and that the files the examples copy into docs/ exist.
+--check cannot compare most outputs: no timing is the same twice. It checks that the set of block names
+in the pages is the set of names in EXAMPLES (no block without a generator, no generator without a
+block, no name twice, every marker closed), and that the files the examples copy into docs/ exist;
+the examples marked deterministic (refusals, the fabric catalog, a fixture's doctor verdict) it runs,
+and compares each page's block with what they print now.
 
 Examples needing root and network namespaces (the test cluster of tests/cluster.py) run only as
 root, and the one typed on a real Slurm (tests/slurm.py) only where slurm-wlm and munge are installed;
@@ -91,6 +93,9 @@ class Example:
     # Runs on this many emulated GPUs a host (`make emu`; NVML answering for them, tests/stubs/emu_nvml):
     # the GPU path's output as it reads, its figures the host's and meaningless.
     emulated_gpus: int = 0
+    # What it prints is the same on every run and host (refusals, a catalog, figures of a fixture):
+    # --check runs it and compares the page's block with it.
+    deterministic: bool = False
 
 
 def sh(line: str, **kw) -> Step:
@@ -123,7 +128,7 @@ EXAMPLES: dict[str, Example] = {
                               "--budget-ms 20 --no-fit -o both.json")]),
     "straggler": Example([sh("commbench allreduce --np 3 --impl mpi,ring --delay 1:2000 --sizes 1K,64K --budget-ms 50 "
                              "--no-fit -o delay.json")]),
-    "bad-input": Example([
+    "bad-input": Example(deterministic=True, steps=[
         err("commbench allreduce --np 0"),
         # One exit status shown is enough: every refusal is exit status 2.
         Step("commbench allreduce --sizes 1-1T:+1", stderr=True, rc=(2,)),
@@ -136,8 +141,10 @@ EXAMPLES: dict[str, Example] = {
     "p2p": Example([sh("commbench p2p --sizes 8,1K,64K,1M --budget-ms 20 -o p2p.json")]),
 
     # docs/commands/copy.md, docs/gpus.md
-    "copy-no-gpu": Example([err("commbench copy --sizes 4K-1M:x16"), err("commbench p2p --device cuda")], no_gpu=True),
-    "gpu-no-gpu": Example([err("commbench allreduce --device cuda"), err("commbench p2p --impl nccl")], no_gpu=True),
+    "copy-no-gpu": Example([err("commbench copy --sizes 4K-1M:x16"), err("commbench p2p --device cuda")], no_gpu=True,
+                           deterministic=True),
+    "gpu-no-gpu": Example([err("commbench allreduce --device cuda"), err("commbench p2p --impl nccl")], no_gpu=True,
+                          deterministic=True),
     "gpu-version": Example([sh("commbench version -v")]),
 
     # docs/commands/links.md: 4 hosts, host 2 shaped to a third of the others' rate. Latency on 2
@@ -233,7 +240,7 @@ EXAMPLES: dict[str, Example] = {
                                 "--fabric shm -o run.json")]),
     "fit": Example([sh("commbench p2p --sizes 1-16M:x4 --budget-ms 20 --no-fit --fabric shm -o p2p-shm.json | tail -n 1"),
                     sh("commbench fit p2p-shm.json --fabric shm")]),
-    "fabrics": Example([sh("commbench fabrics")]),
+    "fabrics": Example([sh("commbench fabrics")], deterministic=True),
     "compare": Example([
         sh("commbench baseline save run.json --name today --dir baselines"),
         sh("commbench compare results/baselines/vm-2core-allreduce-shm.json run.json", rc=(0, 1), show_rc=True),
@@ -284,7 +291,7 @@ EXAMPLES: dict[str, Example] = {
     # docs/commands/node.md
     "topo": Example([sh("commbench topo"), sh("commbench doctor", show_rc=True)]),
     "doctor-degraded": Example([sh("commbench doctor --from tests/fixtures/topo/hgx_h100_degraded.json", rc=(1,),
-                                   show_rc=True)]),
+                                   show_rc=True)], deterministic=True),
     "version": Example([sh("commbench version"), sh("commbench version -v")]),
 
     # docs/launching.md
@@ -356,6 +363,30 @@ def problems() -> list[str]:
         for target in ex.files.values():
             if not os.path.exists(os.path.join(ROOT, target)):
                 found.append(f"EXAMPLES: {name} writes {target}, which is missing")
+    return found
+
+
+def stale_blocks() -> list[str]:
+    """The deterministic examples whose block in a page is not what they print now (run here)."""
+    shown = {}
+    for page in pages():
+        with open(page, encoding="utf-8") as f:
+            for m in BLOCK.finditer(f.read()):
+                lines = m.group("body").rstrip("\n").split("\n")
+                shown[m.group("name")] = ("\n".join(lines[1:-1]), os.path.relpath(page, ROOT))
+    found = []
+    with tempfile.TemporaryDirectory(prefix="commbench-docs-") as tmp:
+        runner = Runner(tmp)
+        for name, ex in EXAMPLES.items():
+            if not ex.deterministic or name not in shown or runner.skip_reason(ex):
+                continue
+            try:
+                now = runner.run(name)
+            except ExampleFailed as e:
+                found.append(f"{shown[name][1]}: block {name} no longer runs: {e}")
+                continue
+            if now != shown[name][0]:
+                found.append(f"{shown[name][1]}: block {name} is not what it prints now (tools/make_docs.py --only {name})")
     return found
 
 
@@ -609,6 +640,7 @@ def main() -> int:
 
     found = problems()
     if args.check:
+        found += stale_blocks()
         for line in found:
             print(line)
         print(f"make_docs: {len(EXAMPLES)} examples, {'OK' if not found else f'{len(found)} problem(s)'}")
