@@ -583,18 +583,24 @@ def test_a_host_level_file_whose_rows_do_not_match_its_section_is_one_line(workd
                                                   "--judge)\n"), r.stderr
 
 
-def test_a_host_level_file_whose_figures_were_edited_is_not_judged_again(workdir):
-    """The section keeps a digest of what its rows say of the flows: `links --from` and fleet judged an
-    edited figure again without complaint; they refuse it now, and judge the file as written."""
+def _four_host_section() -> tuple[dict, list]:
+    """A host-level section of 4 modelled hosts, 3 rounds, and its first round's 4 bandwidth rows."""
     layout = sim.cluster(4, 1, None)
     from commbench.analysis.host.report import report, round_rows
     first = host_level.first_rounds(layout, 3, 0)
     settings = {"level": "host", "latency_size": 8, "bandwidth_size": 1 << 20, "threshold_pct": 75.0,
                 "judged": ["bandwidth_gbps"], "seed": 0, "rounds_asked": 3, "topology": None, "intra": False}
-    from docs import record, result_doc
+    from docs import record
     rows = [record("bandwidth", "mpi", "uint8", "none", 4, 1 << 20, 1 << 20, [1e-3] * 3, 0, pair=list(pair),
                    window=2, schedule="inter", round=0) for pair in ((0, 1), (1, 0), (2, 3), (3, 2))]
-    section = report("mpi", layout, settings, measure(layout, {}, first), round_rows(first), rows=rows)
+    return report("mpi", layout, settings, measure(layout, {}, first), round_rows(first), rows=rows), rows
+
+
+def test_a_host_level_file_whose_figures_were_edited_is_not_judged_again(workdir):
+    """The section keeps a digest of what its rows say of the flows: `links --from` and fleet judged an
+    edited figure again without complaint; they refuse it now, and judge the file as written."""
+    from docs import result_doc
+    section, rows = _four_host_section()
     path = os.path.join(workdir, "run.json")
     for figure in (None, 2 * rows[0]["algbw_gbps"]):
         if figure is not None:
@@ -618,15 +624,8 @@ def test_a_finding_of_no_kind_is_refused_by_every_reader(workdir):
     from commbench.results.document import schema
     from commbench.results.findings import ORDER
     assert schema()["$defs"]["links_host"]["properties"]["findings"]["items"]["properties"]["kind"]["enum"] == ORDER
-    layout = sim.cluster(4, 1, None)
-    from commbench.analysis.host.report import report, round_rows
-    first = host_level.first_rounds(layout, 3, 0)
-    settings = {"level": "host", "latency_size": 8, "bandwidth_size": 1 << 20, "threshold_pct": 75.0,
-                "judged": ["bandwidth_gbps"], "seed": 0, "rounds_asked": 3, "topology": None, "intra": False}
-    from docs import record, result_doc
-    rows = [record("bandwidth", "mpi", "uint8", "none", 4, 1 << 20, 1 << 20, [1e-3] * 3, 0, pair=list(pair),
-                   window=2, schedule="inter", round=0) for pair in ((0, 1), (1, 0), (2, 3), (3, 2))]
-    section = report("mpi", layout, settings, measure(layout, {}, first), round_rows(first), rows=rows)
+    from docs import result_doc
+    section, rows = _four_host_section()
     section["findings"] = [{"kind": "bogus", "subject": "node0001", "hosts": ["node0001"]}]
     path = os.path.join(workdir, "run.json")
     with open(path, "w") as f:
