@@ -30,8 +30,7 @@ def mpi_env() -> dict:
     ranks), allowed to run mpirun as root."""
     env = launcher_free_env()
     # Ranks waiting in MPI yield the core: the tests start up to 4 ranks on 2 cores, where ranks that
-    # spin starve the rank they wait for (the correctness matrix at 4 ranks: 93 s spinning, 54 s
-    # yielding).
+    # spin starve the rank they wait for (the correctness matrix at 4 ranks took far longer spinning).
     env.setdefault("OMPI_MCA_mpi_yield_when_idle", "1")
     # As commbench's own launch: no test has a fabric for libfabric; shared memory and TCP carry
     # every test's traffic.
@@ -81,8 +80,8 @@ if signal.getsignal(signal.SIGHUP) is signal.SIG_IGN:
     signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 # How long a command of a test may take before it counts as hung: 2.5 times the longest one the
-# tests run (gpu-check on 8 emulated GPUs, 46 s on a busy VM), well before the 300 s of commbench's
-# own --timeout and of a plan's step, so that a hang fails its test in 2 minutes, not 5.
+# tests run (gpu-check on 8 emulated GPUs on a busy VM), well before the 300 s of commbench's own
+# --timeout and of a plan's step, so that a hang fails its test in 2 minutes, not 5.
 HUNG_S = 120
 
 
@@ -367,7 +366,7 @@ def pytest_runtest_protocol(item, nextitem):
     test's run, its fixtures' set-up and tear-down included: a module's fixture that starts ranks or a
     test cluster does so inside the lock of the test that first asks for it. A quiet test followed by
     another on its worker keeps the hold for it: each new hold first waits for the other worker's
-    test to end (7 s on average in the first pass, whose long tests weigh most), so the quiet tests
+    test to end (seconds, as the first pass's long tests weigh most), so the quiet tests
     run one after another (pytest_collection_modifyitems) under one hold."""
     if "PYTEST_XDIST_WORKER" not in os.environ:
         yield
@@ -397,14 +396,12 @@ def pytest_collection_modifyitems(items):
     `--no-loadscope-reorder`), so that one worker runs them one after another under one exclusive
     hold (pytest_runtest_protocol). Spread over the workers as they came, they took three holds and
     more in a first pass: each new hold waits for the tests the other workers are in, and a test that
-    took the turnstile between two holds ran alone too (180 s with one test running, of which the
-    quiet tests' own 136 s).
+    took the turnstile between two holds ran alone too.
 
     The other test-cluster tests are one group too, first: one worker runs them one after another.
     Their ranks (up to 16, ahead of the rest at nice -10) poll while they wait for a shaped link, so
-    that two or three of these tests at once slow each other to a crawl: host_links' three longest
-    took 111-135 s each side by side on three workers, 6-20 s each one after another (the whole
-    first pass 12 min 55 s).
+    that two or three of these tests at once slow each other to a crawl (several times as long each,
+    and shaped-link judgements failed).
 
     The rest is spread (_spread), so that tests that wait do so beside tests that compute."""
     for item in items:
@@ -430,8 +427,8 @@ def _spread(items) -> dict:
     """Each test's place in the pass, between 0 and 1: a module's tests evenly over the whole pass,
     or, where they share a fixture, together at the module's own place in the collection. In
     collection order a module's tests ran side by side on every worker: test_faults.py's, which
-    mostly wait (a `--timeout` run out, a stopped rank, an interrupt), left the two cores 5 to 20 %
-    busy for 30 s of a 7-minute first pass."""
+    mostly wait (a `--timeout` run out, a stopped rank, an interrupt), left the two cores mostly idle
+    for long stretches of the pass."""
     modules: dict = {}
     for item in items:
         modules.setdefault(item.path, []).append(item)
