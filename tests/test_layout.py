@@ -268,6 +268,52 @@ def test_a_throwaway_collective_needs_its_module_and_its_native_case_alone(tmp_p
                                     "impls": {"cpu": ["mpi"], "cuda": ["mpi", "nccl"]}, "not_native": ["throwaway"]}
 
 
+# In a process of its own: one more Knob, before anything reads the registry (series fields, the options).
+_WITH_THROWAWAY_KNOB = '''
+import json
+from commbench.results import nccl_knobs
+nccl_knobs.KNOBS = (*nccl_knobs.KNOBS, nccl_knobs.Knob("nccl_throwaway", "NCCL_THROWAWAY", ("Alpha", "Beta")))
+from click.testing import CliRunner
+from commbench.analysis import nccl_default
+from commbench.cli import cli
+from commbench.results.document import schema
+from commbench.results.series import SERIES_FIELDS, variant
+from commbench.transports import nccl_variants
+refused = lambda *a: str(CliRunner().invoke(cli, ["allreduce", "--device", "cpu", "--impl", "mpi", *a]).exception)
+base = {"op": "allreduce", "impl": "nccl", "ranks": 2, "dtype": "float32", "redop": "sum", "in_place": False}
+records = [{**base, "size_bytes": 8, "time_us": {"median": 2.0}},
+           {**base, "nccl_throwaway": "beta", "size_bytes": 8, "time_us": {"median": 1.0}}]
+doc = schema()
+print(json.dumps({
+    "help": "--nccl-throwaway" in CliRunner().invoke(cli, ["allreduce", "--help"]).output,
+    "bad": refused("--nccl-throwaway", "gamma"), "no_nccl": refused("--nccl-throwaway", "alpha"),
+    "series": "nccl_throwaway" in SERIES_FIELDS, "name": variant({"impl": "nccl", "nccl_throwaway": "beta"}),
+    "variants": nccl_knobs.variants({"nccl_algo": ["ring"], "nccl_throwaway": ["alpha", "beta"]}),
+    "environment": nccl_knobs.environment({"nccl_throwaway": "beta"}),
+    "impl": nccl_variants([{"nccl_throwaway": "beta"}])[0].description,
+    "record": doc["$defs"]["record"]["properties"]["nccl_throwaway"]["enum"],
+    "config": doc["properties"]["config"]["properties"]["nccl_variants"]["items"]["properties"]["nccl_throwaway"]["enum"],
+    "summary": nccl_default.summary_lines({"results": records})}))
+'''
+
+
+def test_a_throwaway_nccl_knob_needs_its_registry_line_alone():
+    """docs/architecture.md's recipe, tried: one Knob line gives the option and the check of its values,
+    the variants' product, the forced communicator's environment, the series field and name, the forced
+    impl's description, the schema's fields and the default-against-best summary."""
+    r = subprocess.run([sys.executable, "-c", _WITH_THROWAWAY_KNOB], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    assert got.pop("bad") == "--nccl-throwaway 'gamma': gamma is not one of NCCL's names: Alpha, Beta (a comma list, any case)"
+    assert got.pop("no_nccl").startswith("--nccl-throwaway forces the choice of NCCL's own call, impl nccl,")
+    assert got.pop("summary")[:2] == ["NCCL's default against the best forced choice: allreduce nccl (2 ranks)",
+                                      "  8: default 2.00 us, best throwaway=beta 1.00 us: default slower by 100 %"]
+    assert got == {"help": True, "series": True, "name": "nccl throwaway=beta",
+                   "variants": [{"nccl_algo": "ring", "nccl_throwaway": "alpha"}, {"nccl_algo": "ring", "nccl_throwaway": "beta"}],
+                   "environment": {"NCCL_ALGO": None, "NCCL_PROTO": None, "NCCL_THROWAWAY": "beta"},
+                   "impl": "NCCL's call with NCCL_THROWAWAY=beta", "record": ["alpha", "beta"], "config": ["alpha", "beta"]}
+
+
 def test_every_step_kind_names_a_command_and_its_limits():
     """accept's step kinds (commbench/accept/kinds.py) are looked up by command: each must name a command
     of the CLI, limits the plan knows, and a judge only where there is a kept output to judge."""

@@ -17,6 +17,7 @@ import json
 import os
 import re
 
+from ..results.nccl_knobs import forced_text
 from ..results.series import by_series, label, series_head
 from ..sizes import format_size
 
@@ -71,7 +72,7 @@ def _matches(envelope: dict, h: dict, facts: dict) -> bool:
     whole = "gpus" not in envelope["node"] and "ib_gbps" not in envelope["node"] or \
         facts["gpus_per_host"] is not None and h.get("ranks") == facts["gpus_per_host"] * facts["hosts"]
     return h["op"] == envelope["op"] and h["impl"] == envelope["impl"] and whole and \
-        h.get("mode") == envelope.get("mode") and not h.get("nccl_algo") and not h.get("nccl_proto")
+        h.get("mode") == envelope.get("mode") and not forced_text(h)
 
 
 def placements(doc: dict) -> list[dict]:

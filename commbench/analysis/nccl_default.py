@@ -1,26 +1,21 @@
-"""NCCL's own choice against the variants that force it (--nccl-algo, --nccl-proto): per size, the
+"""NCCL's own choice against the variants that force it (results/nccl_knobs.py): per size, the
 best forced combination beside the default, and how much slower the default is where it loses by more
 than SLOWER. What NCCL chose comes from its own report (the records' nccl_choice)."""
 
 from __future__ import annotations
 
+from ..results.nccl_knobs import fields, forced_text
 from ..results.series import SERIES_FIELDS, by_series, label, series_head
 from ..sizes import format_size
 
 SLOWER = 0.10  # the default is marked where it takes more than this much longer than the best forced
 
-FORCED = [SERIES_FIELDS.index(f) for f in ("nccl_algo", "nccl_proto")]
+FORCED = [SERIES_FIELDS.index(f) for f in fields()]
 
 
 def _choice(rec: dict) -> str:
     c = rec.get("nccl_choice")
     return f" ({c['algo']}/{c['proto']})" if c else ""
-
-
-def _forced(key: tuple) -> str:
-    """'algo=ring proto=simple'; '' for NCCL's own choice."""
-    h = series_head(key)
-    return " ".join(f"{f[len('nccl_'):]}={h[f]}" for f in ("nccl_algo", "nccl_proto") if h.get(f))
 
 
 def summary_lines(doc: dict) -> list[str]:
@@ -31,7 +26,7 @@ def summary_lines(doc: dict) -> list[str]:
         if series_head(key)["impl"] != "nccl":
             continue
         plain = tuple(None if i in FORCED else v for i, v in enumerate(key))
-        groups.setdefault(plain, {})[_forced(key)] = {r["size_bytes"]: r for r in recs}
+        groups.setdefault(plain, {})[forced_text(series_head(key))] = {r["size_bytes"]: r for r in recs}
     lines = []
     for plain, by_variant in groups.items():
         default = by_variant.pop("", None)

@@ -12,6 +12,8 @@ from ..collectives.impls import COPY_IMPL
 from ..errors import CommbenchError
 from ..launch import watchdog
 from ..launch.world import detect_launcher
+from ..results import nccl_knobs
+from ..results.nccl_knobs import KNOBS
 from ..run import preflight
 from ..run.config import PLACES
 from ..run.copies import ACCESS
@@ -58,22 +60,21 @@ def _impl_help(coll) -> str:
 DEFAULT_SIZES = "1K-1G"
 
 
-def nccl_variants_of(nccl_algo, nccl_proto, impls) -> list[dict]:
-    """--nccl-algo and --nccl-proto as the variants of NCCL's call they ask for, refused in one line
-    where NCCL's call is not among the impls or the environment forces NCCL's choice already (then
-    the impl nccl would not be NCCL's own choice)."""
-    variants = nccl_choices.forced_variants(nccl_choices.forced_names(nccl_algo, "nccl_algo"),
-                                            nccl_choices.forced_names(nccl_proto, "nccl_proto"))
+def nccl_variants_of(knobs: dict, impls) -> list[dict]:
+    """The --nccl-* options (field -> text, results/nccl_knobs.py) as the variants of NCCL's call they
+    ask for, refused in one line where NCCL's call is not among the impls or the environment forces
+    NCCL's choice already (then the impl nccl would not be NCCL's own choice)."""
+    variants = nccl_knobs.variants({k.field: k.parse(knobs.get(k.field)) for k in KNOBS})
     if not variants:
         return []
-    option = "--nccl-algo" if nccl_algo is not None else "--nccl-proto"
+    option = next(k.option for k in KNOBS if knobs.get(k.field) is not None)
     if not any(i.transport is NCCL and i.algorithm is None for i in impls):
         raise CommbenchError(f"{option} forces the choice of NCCL's own call, impl nccl, which this run does not "
                              f"measure (impls: {', '.join(i.name for i in impls)}); add nccl to --impl, on GPUs")
-    for _, env, _ in nccl_choices.FORCED.values():
-        if os.environ.get(env):
-            raise CommbenchError(f"{env}={os.environ[env]} is set: impl nccl would not be NCCL's own choice beside the "
-                                 f"forced ones of {option}; unset {env}")
+    for k in KNOBS:
+        if os.environ.get(k.env):
+            raise CommbenchError(f"{k.env}={os.environ[k.env]} is set: impl nccl would not be NCCL's own choice beside the "
+                                 f"forced ones of {option}; unset {k.env}")
     return variants
 
 
@@ -99,8 +100,8 @@ def collective_command(coll) -> click.Command:
     where one of our algorithms pipelines)."""
 
     def run(sizes, min_bytes, max_bytes, step_factor, check, impl_text, device, graph, dtype, agg, buffers, delay,
-            nccl_algo, nccl_proto, nranks, timeout_s, output, policy, no_fit, judge, redop="none", root=0, place="out",
-            chunk="1M") -> None:
+            nranks, timeout_s, output, policy, no_fit, judge, redop="none", root=0, place="out", chunk="1M",
+            **knobs) -> None:
         from ..analysis.stragglers import delay_text, parse_delay
         from ..run.config import RunConfig
         from ..transports import default_impls, gpu_only, nccl_variants, parse_impls
@@ -118,7 +119,7 @@ def collective_command(coll) -> click.Command:
         if graph and device != "cuda":
             raise CommbenchError("--graph replays CUDA graphs: it needs --device cuda")
         impls = parse_impls(",".join(default_impls(coll, device, detect_launcher())) if impl_text is None else impl_text, coll, device)
-        variants = nccl_variants_of(nccl_algo, nccl_proto, impls)
+        variants = nccl_variants_of(knobs, impls)
         uncaptured = [i.name for i in impls if graph and not i.transport.captures_graphs]
         if uncaptured:
             raise CommbenchError(f"--graph captures NCCL's calls and commbench's algorithms over NCCL; --impl "
@@ -194,12 +195,8 @@ def collective_command(coll) -> click.Command:
         click.option("--delay", default=None, metavar="RANK:US",
                      help="Rank RANK busy-waits US microseconds before each timed iteration (not the check), "
                           "to show what one slow rank costs the others: their time grows by about US."),
-        click.option("--nccl-algo", default=None, metavar="LIST",
-                     help="Impl nccl: also measure it with NCCL_ALGO forced to each of these (NCCL's names, any "
-                          f"case: {', '.join(nccl_choices.NCCL_ALGOS)}), beside NCCL's own choice."),
-        click.option("--nccl-proto", default=None, metavar="LIST",
-                     help="Impl nccl: also measure it with NCCL_PROTO forced to each of these "
-                          f"({', '.join(nccl_choices.NCCL_PROTOS)}); with --nccl-algo, every combination."),
+        # --nccl-algo, --nccl-proto, ...: the run's knobs (nccl_knobs.Knob.parse), taken by run(**knobs)
+        *(click.option(k.option, k.field, default=None, metavar="LIST", help=k.help) for k in KNOBS),
     ]
     if coll.reduces:
         options.append(click.option("--op", "redop", default="sum", show_default=True,

@@ -27,6 +27,7 @@ from ..errors import CommbenchError
 from ..redact import scrub, scrub_all
 from .findings import ORDER
 from .legacy import upgrade
+from .nccl_knobs import schema_properties
 from .series import series_key
 
 if TYPE_CHECKING:
@@ -50,6 +51,10 @@ def schema() -> dict:
     doc = json.loads(resources.files("commbench").joinpath("schema/result.schema.json").read_text())
     doc["properties"]["config"]["properties"]["op"]["enum"] = [*names(), "p2p", "copy"]
     doc["$defs"]["links_host"]["properties"]["findings"]["items"]["properties"]["kind"]["enum"] = ORDER
+    doc["$defs"]["record"]["properties"].update(schema_properties())
+    doc["properties"]["config"]["properties"]["nccl_variants"] = {
+        "$comment": "the variants of NCCL's call the run forced (results/nccl_knobs.py), as their records carry them",
+        "type": "array", "items": {"type": "object", "properties": schema_properties(), "additionalProperties": False}}
     _bound_figures(doc, None)
     return doc
 

@@ -4,10 +4,12 @@ comparisons, plots and every format that shows series apart, and how a series is
 
 from __future__ import annotations
 
+from .nccl_knobs import fields, forced_text
+
 # A host-level links run measures a suspect host pair again in several rounds: each round's rows are
 # a series of their own.
 SERIES_FIELDS = ("op", "impl", "ranks", "dtype", "redop", "pair", "bidirectional", "in_place", "schedule", "round",
-                 "mode", "nccl_algo", "nccl_proto")
+                 "mode", *fields())
 
 
 def series_key(r: dict) -> tuple:
@@ -43,7 +45,7 @@ def variant(h: dict) -> str:
     return " ".join([h["impl"]] + (["in-place"] if h.get("in_place") else [])
                     + ([h["schedule"]] if h.get("schedule", "clean") != "clean" else [])
                     + ([h["mode"]] if h.get("mode") else [])
-                    + [f"{k[len('nccl_'):]}={h[k]}" for k in ("nccl_algo", "nccl_proto") if h.get(k)])
+                    + ([forced_text(h)] if forced_text(h) else []))
 
 
 def label(key: tuple) -> str:

@@ -34,7 +34,7 @@ class RunConfig:
     delay: Optional[tuple[int, float]] = None  # collectives: (rank, us) that rank waits before each timed iteration
     policy: Policy = Policy()
     # Collectives: variants of NCCL's call measured beside it (--nccl-algo, --nccl-proto), each as the
-    # fields its records carry (transports/nccl_choices.forced_variants).
+    # fields its records carry (results/nccl_knobs.variants).
     nccl_variants: tuple = ()
 
     def delay_for(self, rank: int) -> float:

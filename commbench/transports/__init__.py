@@ -12,8 +12,8 @@ import numpy as np
 
 from ..collectives.impls import impl_name, resolve, split_impl
 from ..errors import CommbenchError
+from ..results import nccl_knobs
 from ..results.series import variant
-from . import nccl_choices
 from .base import Transport
 from .gloo import GLOO
 from .mpi import MPI
@@ -53,7 +53,7 @@ class Impl:
     def __init__(self, transport: Transport, algorithm: Optional[str], description: str, fields: Optional[dict] = None):
         self.transport, self.algorithm, self.description = transport, algorithm, description
         self.name = impl_name(algorithm, transport.name)
-        # What its records carry beside the impl's name: a variant of NCCL's call (nccl_algo, nccl_proto).
+        # What its records carry beside the impl's name: a variant of NCCL's call (results/nccl_knobs.py).
         self.fields = fields or {}
         self.label = variant({"impl": self.name, **self.fields})
 
@@ -103,10 +103,10 @@ def default_impls(coll, device: str, launcher) -> list[str]:
 
 
 def nccl_variants(variants: list[dict]) -> list[Impl]:
-    """NCCL's call once per variant of nccl_choices.forced_variants, each on a communicator of its own."""
+    """NCCL's call once per variant of nccl_knobs.variants, each on a communicator of its own."""
     from .nccl import ForcedNccl
     return [Impl(ForcedNccl(v), None, "NCCL's call with " + ", ".join(
-        f"{env}={v[field]}" for field, (_, env, _) in nccl_choices.FORCED.items() if field in v), v) for v in variants]
+        f"{k.env}={v[k.field]}" for k in nccl_knobs.KNOBS if k.field in v), v) for v in variants]
 
 
 def _typed(text: str) -> list[str]:

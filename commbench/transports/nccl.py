@@ -14,6 +14,7 @@ import numpy as np
 from .. import trace
 from ..collectives.impls import ALGORITHM_TRANSPORT
 from ..launch import watchdog
+from ..results import nccl_knobs
 from . import nccl_choices
 from .base import Transport
 
@@ -160,15 +161,15 @@ def communicator(world, timeout_s: Optional[float] = None):
 
 def forced_communicator(world, variant: dict, timeout_s: Optional[float] = None):
     """A communicator over all ranks on which NCCL's choice is restricted as `variant` says
-    (nccl_choices.forced_variants): split from the world's (which keeps the communicator it splits from,
-    World.subsets), NCCL_ALGO and NCCL_PROTO set while the split is made, as NCCL reads them in each
+    (nccl_knobs.variants): split from the world's (which keeps the communicator it splits from,
+    World.subsets), each knob's variable set while the split is made, as NCCL reads them in each
     communicator's initialisation, and restored after it."""
     base = communicator(world, timeout_s)
 
     def make():
-        saved = {name: os.environ.get(name) for name in nccl_choices.forced_environment(variant)}
+        saved = {name: os.environ.get(name) for name in nccl_knobs.environment(variant)}
         try:
-            for name, value in nccl_choices.forced_environment(variant).items():
+            for name, value in nccl_knobs.environment(variant).items():
                 _set(name, value)
             return base.split(world.size)
         finally:

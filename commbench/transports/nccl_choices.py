@@ -17,14 +17,6 @@ import os
 from dataclasses import dataclass
 from typing import Optional
 
-from ..errors import CommbenchError
-
-# The names NCCL_ALGO and NCCL_PROTO take (NCCL's ncclAlgoStr and ncclProtoStr, init.cc), in NCCL's
-# order; NCCL reads them case-insensitively, and so do --nccl-algo and --nccl-proto.
-NCCL_ALGOS = ("Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT")
-NCCL_PROTOS = ("LL", "LL128", "Simple")
-FORCED = {"nccl_algo": ("--nccl-algo", "NCCL_ALGO", NCCL_ALGOS), "nccl_proto": ("--nccl-proto", "NCCL_PROTO", NCCL_PROTOS)}
-
 # NCCL's datatype names in its profiler events, and their sizes.
 NCCL_TYPE_BYTES = {"ncclInt8": 1, "ncclUint8": 1, "ncclInt32": 4, "ncclUint32": 4, "ncclInt64": 8, "ncclUint64": 8,
                    "ncclFloat16": 2, "ncclFloat32": 4, "ncclFloat64": 8, "ncclBfloat16": 2, "ncclFloat8e4m3": 1,
@@ -144,31 +136,3 @@ def choice_for(choices: list[Choice], coll, send_bytes: int, recv_bytes: int) ->
         return None
     c = max(found, key=lambda c: c.calls)
     return {"algo": c.algo, "proto": c.proto, "channels": c.channels}
-
-
-def forced_names(text: Optional[str], field: str) -> list[str]:
-    """--nccl-algo or --nccl-proto (`field` nccl_algo or nccl_proto) as NCCL's names in lower case, in
-    the order given; refused in one line where a name is not NCCL's."""
-    option, _, names = FORCED[field]
-    if text is None:
-        return []
-    typed = [t.strip() for t in text.split(",")]
-    known = {n.lower(): n for n in names}
-    for t in typed:
-        if t.lower() not in known:
-            raise CommbenchError(f"{option} '{text}': {t or 'an empty name'} is not one of NCCL's names: {', '.join(names)} "
-                                 f"(a comma list, any case)")
-    return list(dict.fromkeys(t.lower() for t in typed))
-
-
-def forced_variants(algos: list[str], protos: list[str]) -> list[dict]:
-    """Every combination of the algorithms and protocols given (a list left empty: NCCL's choice of
-    that one), each as the fields its records carry: {"nccl_algo": "ring", "nccl_proto": "simple"}."""
-    if not algos and not protos:
-        return []
-    return [{k: v for k, v in (("nccl_algo", a), ("nccl_proto", p)) if v} for a in algos or [None] for p in protos or [None]]
-
-
-def forced_environment(variant: dict) -> dict[str, Optional[str]]:
-    """NCCL_ALGO and NCCL_PROTO as a variant sets them while its communicator is made (None: unset)."""
-    return {env: variant.get(field) for field, (_, env, _) in FORCED.items()}
