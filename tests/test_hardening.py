@@ -825,27 +825,56 @@ def test_no_planted_credential_reaches_any_file_or_stream(tmp_path):
 # ---- a host that loses packets: what names it ----------------------------------------------------
 
 SS = """State    Recv-Q Send-Q Local Address:Port  Peer Address:Port Process
-ESTAB    0      0         10.77.64.3:49989 10.77.64.254:39833
+ESTAB    0      0         10.77.64.3:49989 10.77.64.254:39833 users:(("prted",pid=%(daemon)d,fd=19))
 \t bbr wscale:10,10 rto:208 retrans:0/7 bytes_retrans:954
-ESTAB    0      18         127.0.0.1:53131    127.0.0.1:42160
+ESTAB    0      18         127.0.0.1:53131    127.0.0.1:42160 users:(("python3",pid=%(rank)d,fd=7))
 \t bbr rto:3912 unacked:1 retrans:0/11
-ESTAB    0      0         10.77.64.3:50000 10.77.64.1:1024
+ESTAB    0      0         10.77.64.3:50000 10.77.64.1:1024 users:(("python3",pid=%(rank)d,fd=8))
 \t cubic rto:204 bytes_acked:10
-SYN-SENT 0      1         10.77.64.3:40000 10.77.64.2:1024
+SYN-SENT 0      1         10.77.64.3:40000 10.77.64.2:1024 users:(("python3",pid=%(rank)d,fd=9),("ssh",pid=%(other)d,fd=3))
 \t cubic retrans:1/2
+ESTAB    0      0         10.77.64.3:50001 10.99.0.5:1024 users:(("prterun",pid=%(other)d,fd=4))
+\t cubic retrans:0/30
+ESTAB    0      0         10.77.64.3:50002 10.99.0.6:1024
+\t cubic retrans:0/40
 """
 
 
-def test_start_up_names_the_peers_this_host_resent_packets_to(monkeypatch):
-    """`ss -ti`'s running totals, per peer: loopback and connections that resent nothing left out."""
+def test_start_up_names_the_peers_this_launch_resent_packets_to(monkeypatch):
+    """`ss -tinp`'s running totals, per peer, of the connections of the processes given and their
+    descendants: loopback, connections that resent nothing, and another job's connections (another
+    process's, or of no process: closed) left out."""
     from commbench.launch import startup
-    monkeypatch.setattr(startup.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0, SS, ""))
-    monkeypatch.setattr(startup, "_name", lambda addr: f"{addr} (h{addr[-1]})")
-    assert startup.resent_text() == (f"; host {socket.gethostname()} resent packets: 7 to 10.77.64.254 (h4), "
-                                     "2 to 10.77.64.2 (h2): a link between them loses packets")
-    quiet = "\n".join(SS.splitlines()[:1] + SS.splitlines()[3:7])  # loopback, and one that resent nothing
-    monkeypatch.setattr(startup.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0, quiet, ""))
-    assert startup.resent_text() == ""
+    pids = {"daemon": 100, "rank": 101, "other": 200}
+    parents = {100: 1, 101: 100, 200: 1}
+    monkeypatch.setattr(startup.os, "listdir", lambda path: [str(p) for p in parents])
+    monkeypatch.setattr(startup, "parent_of", parents.get)
+    table = SS % pids
+    monkeypatch.setattr(startup.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0, table, ""))
+    monkeypatch.setattr(startup, "_names", lambda addrs: {a: f"{a} (h{a[-1]})" for a in addrs})
+    assert startup.resent_text([100]) == (f"; host {socket.gethostname()} resent packets: 7 to 10.77.64.254 (h4), "
+                                          "2 to 10.77.64.2 (h2): a link between them loses packets")
+    assert startup.resent_text([101]) == (f"; host {socket.gethostname()} resent packets: 2 to 10.77.64.2 (h2): a link "
+                                          "between them loses packets")
+    assert startup.resent_text([300]) == ""
+    table = "\n".join(SS.splitlines()[:1] + SS.splitlines()[3:7]) % pids  # loopback, and one that resent nothing
+    assert startup.resent_text([100]) == ""
+
+
+def test_the_resent_peers_names_are_looked_up_within_the_look_time(monkeypatch):
+    """A reverse lookup has no timeout, and an address DNS does not know took seconds each: the lines
+    that named the hosts came a minute late. What is not named within LOOK_S is shown as the address."""
+    from commbench.launch import startup
+
+    def lookup(addr):
+        if addr.endswith(".9"):
+            time.sleep(30)
+        return (f"h{addr[-1]}", [], [addr])
+    monkeypatch.setattr(startup.socket, "gethostbyaddr", lookup)
+    monkeypatch.setattr(startup, "LOOK_S", 0.5)
+    t = time.monotonic()
+    assert startup._names(["10.0.0.3", "10.0.0.9"]) == {"10.0.0.3": "10.0.0.3 (h3)", "10.0.0.9": "10.0.0.9"}
+    assert time.monotonic() - t < 2
 
 
 def test_a_start_up_past_its_deadline_ends_the_rank_in_one_line(tmp_path):
@@ -907,7 +936,7 @@ def test_rank_1_speaking_for_rank_0_names_the_peers_its_host_resent_to(monkeypat
     host's kernel resent, and to whom."""
     from commbench.launch import watchdog
     said = []
-    monkeypatch.setattr(watchdog, "resent_text", lambda: "; host h1 resent packets: 9 to 10.0.0.3 (h2): a link between "
+    monkeypatch.setattr(watchdog, "resent_text", lambda roots: "; host h1 resent packets: 9 to 10.0.0.3 (h2): a link between "
                                                          "them loses packets")
     monkeypatch.setattr(watchdog, "speak_for_rank_0", lambda status, text: said.append((status, text)))
     monkeypatch.setattr(watchdog, "GRACE_S", 0.0)

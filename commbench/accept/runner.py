@@ -123,7 +123,7 @@ def _run(argv, log_file, stdout, timeout_s: float, env: dict, cwd, t0: float, lo
         relay.join(OUTLIVED_STOP_S if why else STOP_GRACE_S)
     if why == _NOT_STARTED:  # the step's error line, as its ranks would have said one
         _say(log_file, f"commbench: error: the ranks had not started {starts_within_s:g} s after the launch (MPI's "
-                       f"start-up is bounded by --timeout, the launcher's start of its hosts is not){resent_text()}\n")
+                       f"start-up is bounded by --timeout, the launcher's start of its hosts is not){heard.resent}\n")
     _say(log_file, "\nstopped by an interrupt\n" if interrupted else
          f"\nstopped {OUTLIVES_ITS_LINE_S:g} s after its error line: the launch waited on when its ranks had ended "
          f"(mpirun waits for ever for a host's daemon that no longer answers)\n" if why == _OUTLIVED else
@@ -140,9 +140,11 @@ def _say(log_file, text: str) -> None:
 
 @dataclass
 class _Heard:
-    """What the relays heard, when: the ranks' first error line, the step's first line on stdout."""
+    """What the relays heard, when: the ranks' first error line, the step's first line on stdout; and
+    where the ranks never started, what the launch's connections had resent by then."""
     said: Optional[float] = None
     started: Optional[float] = None
+    resent: str = ""
 
 
 def _relay(pipe, log_file, lock: threading.Lock, heard: _Heard, stdout: bool) -> None:
@@ -175,6 +177,7 @@ def _wait(proc: subprocess.Popen, timeout_s: float, heard: _Heard, start_by: Opt
                 stop(proc, OUTLIVED_STOP_S)
                 return None, _OUTLIVED
             if start_by is not None and now >= start_by and heard.started is None and heard.said is None:
+                heard.resent = resent_text([proc.pid])  # while the launch's connections are still open
                 stop(proc, OUTLIVED_STOP_S)
                 return None, _NOT_STARTED
             if now >= until:

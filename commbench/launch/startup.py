@@ -9,6 +9,7 @@ the hosts that its host had to resend packets to, as the kernel counts them (`ss
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import select
@@ -16,7 +17,9 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterable
 from typing import Callable, Optional
 
 # The least start-up a deadline allows, whatever --timeout is: ranks that import torch meet in MPI_Init
@@ -30,6 +33,8 @@ LOOK_S = 2.0
 # `ss -ti`: a socket's line (state, queues, local and peer address), then its indented TCP facts, of
 # which retrans:N/TOTAL counts the segments resent since the connection opened.
 _TOTAL_RESENT = re.compile(r"\bretrans:\d+/(\d+)")
+# `ss -p`: the processes that hold a socket, users:(("prted",pid=12,fd=5),...).
+_OWNER = re.compile(r"\bpid=(\d+)")
 
 
 def deadline_s(timeout_s: float) -> float:
@@ -69,8 +74,10 @@ def _watch(r: int, limit: float, rank_pid: int, rank: Optional[int], local: str)
     if select.select([r], [], [], limit)[0]:
         return
     # Rank 0 says the run's line; a host's first other rank speaks too where its host resent packets:
-    # at start-up only a host's own kernel knows that its link loses them.
-    resent = resent_text()
+    # at start-up only a host's own kernel knows that its link loses them. The rank's launch on this
+    # host: its parent (the host's daemon, or mpirun) and what that started.
+    parent = parent_of(rank_pid)
+    resent = resent_text([rank_pid] if parent is None else [parent])
     if rank == 0:
         os.write(2, f"commbench: error: the ranks did not all start within {limit:g} s (MPI's start-up, bounded "
                     f"by --timeout){resent}\n".encode())
@@ -85,32 +92,76 @@ def _watch(r: int, limit: float, rank_pid: int, rank: Optional[int], local: str)
         pass
 
 
-def resent_text() -> str:
+def resent_text(roots: Iterable[int]) -> str:
     """'; host h2 resent packets: 14 to 10.0.0.3 (h3): a link between them loses packets', naming the
-    peers this host's TCP connections resent segments to; '' where none did or `ss` cannot tell."""
+    peers that the TCP connections of the processes `roots` and their descendants (a launch: its
+    daemons, ranks, ssh) resent segments to; '' where none did or `ss` cannot tell. Only theirs: on a
+    shared host another job's lossy connections say nothing of this one's links."""
     try:
-        out = subprocess.run(["ss", "-tin"], capture_output=True, text=True, timeout=LOOK_S).stdout
+        out = subprocess.run(["ss", "-tinp"], capture_output=True, text=True, timeout=LOOK_S).stdout
     except (OSError, subprocess.SubprocessError):
         return ""
+    ours = _tree(roots)
     resent: dict[str, int] = {}
     lines = out.splitlines()
     for head, facts in zip(lines, lines[1:]):
         fields, count = head.split(), _TOTAL_RESENT.search(facts)
         if count is None or not facts[:1].isspace() or len(fields) < 5 or not fields[1].isdigit():
             continue
+        if not ours & {int(pid) for pid in _OWNER.findall(head)}:
+            continue
         addr = fields[4].rsplit(":", 1)[0].strip("[]")
         if int(count.group(1)) and not addr.startswith("127.") and addr != "::1":
             resent[addr] = resent.get(addr, 0) + int(count.group(1))
     if not resent:
         return ""
-    named = ", ".join(f"{n} to {_name(a)}" for a, n in sorted(resent.items(), key=lambda x: -x[1]))
+    order = sorted(resent, key=lambda a: -resent[a])
+    names = _names(order)
+    named = ", ".join(f"{resent[a]} to {names[a]}" for a in order)
     return f"; host {socket.gethostname()} resent packets: {named}: a link between them loses packets"
 
 
-def _name(addr: str) -> str:
-    """'10.0.0.3 (h3)' where the address has a name in the hosts file, else the address."""
+def parent_of(pid: int) -> Optional[int]:
     try:
-        socket.setdefaulttimeout(LOOK_S)
-        return f"{addr} ({socket.gethostbyaddr(addr)[0]})"
-    except OSError:
-        return addr
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])  # the name in parentheses may hold spaces
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _tree(roots: Iterable[int]) -> set[int]:
+    """The processes `roots` and every descendant of theirs alive now."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            parent = parent_of(int(entry))
+            if parent is not None:
+                children.setdefault(parent, []).append(int(entry))
+    found: set[int] = set()
+    todo = list(roots)
+    while todo:
+        pid = todo.pop()
+        if pid not in found:
+            found.add(pid)
+            todo.extend(children.get(pid, ()))
+    return found
+
+
+def _names(addrs: list[str]) -> dict[str, str]:
+    """'10.0.0.3 (h3)' for each address that has a name (the hosts file, DNS), else the address; all
+    within LOOK_S. A reverse lookup takes no timeout, and an address DNS does not know cost seconds each
+    (the lines that said them came a minute late), so each asks in a thread of its own."""
+    found: dict[str, str] = {}
+
+    def ask(addr: str) -> None:
+        with contextlib.suppress(OSError):
+            found[addr] = f"{addr} ({socket.gethostbyaddr(addr)[0]})"
+    asking = [threading.Thread(target=ask, args=(a,), daemon=True) for a in addrs]
+    until = time.monotonic() + LOOK_S
+    for t in asking:
+        t.start()
+    for t in asking:
+        t.join(max(0.0, until - time.monotonic()))
+    return {a: found.get(a, a) for a in addrs}
+
+

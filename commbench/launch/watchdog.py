@@ -692,7 +692,8 @@ class Watchdog:
         if not self.reported and self.rank == 1:  # rank 0 is stopped or gone: one rank speaks for it
             # With what this host's kernel resent, and to whom: a lossy link kept rank 0 from taking
             # its ranks' channels in (their connections still being retried), and no line named it.
-            text += resent_text()
+            # This launch's connections on this host: those of this rank's parent (its daemon) and below.
+            text += resent_text([os.getppid()])
             speak_for_rank_0(status, one_line(text))
             click.echo(one_line(f"commbench: error on rank 1: {text}"), err=True)
 
