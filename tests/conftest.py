@@ -403,12 +403,18 @@ def pytest_collection_modifyitems(items):
     that two or three of these tests at once slow each other to a crawl (several times as long each,
     and shaped-link judgements failed).
 
+    The tests of a module that share a fixture (a batched launch: _shares_a_fixture) are one group
+    each, so that one worker sets the fixture up: each worker a test came to set it up again (one
+    batch of 3-rank runs three times, a minute each).
+
     The rest is spread (_spread), so that tests that wait do so beside tests that compute."""
     for item in items:
         if item.get_closest_marker("quiet"):
             item.add_marker(pytest.mark.xdist_group("quiet"))
         elif item.get_closest_marker("cluster"):
             item.add_marker(pytest.mark.xdist_group("cluster"))
+        elif _shares_a_fixture(item):
+            item.add_marker(pytest.mark.xdist_group(item.path.stem))
     position = _spread(items)
     items.sort(key=lambda item: (item.get_closest_marker("quiet") is not None,
                                  not any(item.get_closest_marker(m) for m in ("wheel", "cluster", "long")),

@@ -1,20 +1,20 @@
-"""Every collective command as a user types it, under mpirun (3 and 4 ranks, in place, another root,
+"""Every collective command as a user types it, under mpirun (3 ranks, in place, another root,
 another reduction) and under torchrun with gloo; exact results, result files that validate,
-nccl-tests' size and count, and its bus-bandwidth factors. The commands of one rank count run in one
-launch (conftest.batch); the standalone launch itself is test_cli's."""
+nccl-tests' size and count, and its bus-bandwidth factors. The commands run in one launch
+(conftest.batch); the standalone launch itself is test_cli's, and every impl's exact results at 1 to 4
+ranks mpi_correctness.py's."""
 
 import os
 import subprocess
 
 import pytest
-from conftest import BIN, COMMBENCH, batch, commbench, in_process, mpi_env
+from conftest import BIN, COMMBENCH, batch, in_process, mpi_env
 
 from commbench import collectives
 from commbench.collectives.dtypes import DTYPES, REDOPS
 from commbench.collectives.impls import impl_name, split_impl
 from commbench.results import document as results
 from commbench.transports import gpu_only, impls_for, parse_impls
-from commbench.transports.gloo import GLOO
 
 COLLECTIVES = collectives.names()
 # nccl-tests' spellings are accepted too; the result files use the registry's names.
@@ -39,16 +39,10 @@ def _variant(coll, ranks) -> list:
     return args
 
 
-def _variant_impls(coll, ranks: int) -> list:
-    """Every CPU impl on 3 ranks; on 4 every impl but gloo's calls, which the correctness matrix checks
-    on 2 and 3 ranks (test_mpi_collectives.GLOO_RANKS): a gloo rank loads torch, seconds of its start."""
-    return [n for n, impl in impls_for(coll, "cpu").items() if ranks == 3 or impl.transport is not GLOO]
-
-
-def _variant_case(name: str, ranks: int) -> list:
+def _variant_case(name: str) -> list:
     coll = collectives.get(name)
-    return [name, "--device", "cpu", "--impl", ",".join(_variant_impls(coll, ranks)), "--sizes", "6,1004,65538",
-            "--iters", "3", "--warmup", "1", *_variant(coll, ranks), "-o", f"{name}-variant.json"]
+    return [name, "--device", "cpu", "--impl", ",".join(impls_for(coll, "cpu")), "--sizes", "6,1004,65538",
+            "--iters", "3", "--warmup", "1", *_variant(coll, 3), "-o", f"{name}-variant.json"]
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +51,7 @@ def three(tmp_path_factory):
     folder = str(tmp_path_factory.mktemp("three"))
     cases = {f"{name}-layout": [TYPED.get(name, name), "--device", "cpu", "--np", "3", "--sizes", SIZES, "--budget-ms",
                                 "5", "--warmup", "1", "-o", f"{name}.json"] for name in COLLECTIVES}
-    cases.update({f"{name}-variant": _variant_case(name, 3) for name in COLLECTIVES})
+    cases.update({f"{name}-variant": _variant_case(name) for name in COLLECTIVES})
     cases["all"] = ["reducescatter", "--device", "cpu", "--impl", "mpi,ring", "--dtype", "all", "--op", "all",
                     "--sizes", "1K,12K", "--iters", "2", "--warmup", "1", "--no-fit", "-o", "all.json"]
     cases["agg"] = ["allgather", "--device", "cpu", "--impl", "mpi,ring", "--agg", "4", "--sizes", "64K",
@@ -65,12 +59,6 @@ def three(tmp_path_factory):
     cases["a2a"] = ["alltoall", "--device", "cpu", "--impl", "mpi,pairwise", "--sizes", "4K-256K:x4",
                     "--iters", "5", "--warmup", "1", "-o", "a2a.json"]
     return folder, batch(3, cases, folder)
-
-
-@pytest.fixture(scope="module")
-def four(tmp_path_factory):
-    folder = str(tmp_path_factory.mktemp("four"))
-    return folder, batch(4, {f"{name}-variant": _variant_case(name, 4) for name in COLLECTIVES}, folder)
 
 
 @pytest.mark.parametrize("name", COLLECTIVES)
@@ -94,18 +82,18 @@ def test_three_ranks_exact_in_nccl_tests_layout(name, three):
     assert {(int(row[0]), int(row[1])) for row in _table_rows(r.stdout)} == set(zip(df["size_bytes"], df["count"]))
 
 
-@pytest.mark.parametrize("ranks", [3, 4])
 @pytest.mark.parametrize("name", COLLECTIVES)
-def test_mpirun_variant_exact_in_nccl_tests_layout(name, ranks, request):
+def test_mpirun_variant_exact_in_nccl_tests_layout(name, three):
     coll = collectives.get(name)
-    folder, ran = request.getfixturevalue({3: "three", 4: "four"}[ranks])
+    folder, ran = three
+    ranks = 3
     out = os.path.join(folder, f"{name}-variant.json")
     r = ran[f"{name}-variant"]
     assert r.returncode == 0, r.stderr
     assert "wrong elements in total: 0 OK" in r.stdout
     df = results.load(out)
     assert (df["wrong"] == 0).all() and (df["ranks"] == ranks).all() and (df["iterations"] == 3).all()
-    assert set(df["impl"]) == set(_variant_impls(coll, ranks))
+    assert set(df["impl"]) == set(impls_for(coll, "cpu"))
     if coll.rooted:
         assert (df["root"] == ranks - 1).all()
     assert df.attrs["meta"]["config"]["place"] == ("in" if coll.in_place else "out") and set(df["in_place"]) == {coll.in_place}
@@ -176,18 +164,17 @@ def test_aggregated_calls_per_iteration(three):
     assert df.attrs["meta"]["config"]["agg"] == 4
 
 
-def test_analysis_commands_take_any_collective(three, workdir):
+def test_analysis_commands_take_any_collective(three, workdir, monkeypatch, capsys):
     """fit, compare, plot and report read an all-to-all result file as they read an all-reduce one,
     with the all-to-all's own cost model."""
     folder, ran = three
     out, r = os.path.join(folder, "a2a.json"), ran["a2a"]
     assert r.returncode == 0, r.stderr
     assert "pairwise: t = 2*alpha + 0.667*n/BW" in r.stdout
-    fit = commbench(["fit", out], cwd=workdir)
-    assert fit.returncode == 0 and "alltoall pairwise@mpi (3 ranks)" in fit.stdout, fit.stderr
-    same = commbench(["compare", out, out], cwd=workdir)
-    assert same.returncode == 0, same.stderr
-    plot = commbench(["plot", out, "-o", os.path.join(workdir, "a2a.png")], cwd=workdir)
-    assert plot.returncode == 0 and os.path.getsize(os.path.join(workdir, "a2a.png")) > 0, plot.stderr
-    report = commbench(["report", out, "-o", os.path.join(workdir, "report")], cwd=workdir)
-    assert report.returncode == 0, report.stderr
+    code, fit, err = in_process(["fit", out], monkeypatch, capsys)
+    assert code == 0 and "alltoall pairwise@mpi (3 ranks)" in fit, err
+    assert in_process(["compare", out, out], monkeypatch, capsys)[0] == 0
+    code, _, err = in_process(["plot", out, "-o", os.path.join(workdir, "a2a.png")], monkeypatch, capsys)
+    assert code == 0 and os.path.getsize(os.path.join(workdir, "a2a.png")) > 0, err
+    code, _, err = in_process(["report", out, "-o", os.path.join(workdir, "report")], monkeypatch, capsys)
+    assert code == 0, err

@@ -142,6 +142,25 @@ def test_a_command_s_module_alone_registers_it_whole():
     assert not {"commbench.cli.analyze", "commbench.cli.accept"} & set(found["measure"]["modules"])
 
 
+def test_a_step_runs_the_measuring_commands_and_the_node_kinds_alone():
+    """What an accept step may run follows from the group (MEASURING: the modules whose commands write
+    a result file, each taking -o) and accept's step kinds; every other command is refused by name."""
+    from commbench.accept.kinds import KINDS
+    from commbench.cli import group
+    from commbench.cli.accept import check_argv
+    from commbench.errors import CommbenchError
+    group.cli.list_commands(None)
+    for name, command in group.cli.commands.items():
+        runs = name in KINDS or group.module_of(name) in group.MEASURING
+        assert not runs or name in KINDS or "output" in {p.name for p in command.params}, name
+        try:
+            check_argv([name])
+            refused = ""
+        except CommbenchError as e:
+            refused = str(e)
+        assert runs != refused.startswith(f"'{name}' is no command a step can run"), (name, refused)
+
+
 def test_every_collective_module_is_registered_and_reaches_the_cli_schema_and_transports():
     """A collective is its module: the registry finds it, and the command, the result schema and the
     transports take it from there, with no list to extend."""

@@ -13,11 +13,11 @@ import sys
 
 import click
 
-from ..accept.kinds import kind_of
+from ..accept.kinds import KINDS, kind_of
 from ..errors import CommbenchError, NodeError, UnknownCommand, UnknownOption
 from ..launch.world import on_hang_up
 from .analyze import baseline
-from .group import cli
+from .group import MEASURING, cli, module_of
 
 # Files accept names itself: a plan's options may not.
 OWN_OPTIONS = ("output", "o", "json")
@@ -28,8 +28,9 @@ def check_argv(argv: list) -> None:
     option, wrong type or value out of range is refused before the first step."""
     ctx = click.Context(cli, info_name="commbench")
     command = cli.get_command(ctx, argv[0])
-    if command is None or argv[0] in ("accept", "fleet", "baseline", "compare", "fit", "report", "export", "plot", "import"):
-        raise UnknownCommand(f"'{argv[0]}' is no command a step can run (a measuring command, doctor, topo or version)")
+    if command is None or not (argv[0] in KINDS or module_of(argv[0]) in MEASURING):
+        others = ", ".join(name for name, k in KINDS.items() if not k.measuring)
+        raise UnknownCommand(f"'{argv[0]}' is no command a step can run (a measuring command, {others})")
     owned = [a for a in argv[1:] if a.lstrip("-") in OWN_OPTIONS and a.startswith("-")]
     if owned and not kind_of(argv[0]).keeps_stdout:
         raise CommbenchError(f"{owned[0]}: accept names each step's files itself")

@@ -22,6 +22,9 @@ OTHER_COMMANDS = {
     "scale": ("scale",),
 }
 MODULES = ("measure", *OTHER_COMMANDS)
+# The modules whose commands launch ranks and write a result file (-o): what an accept step runs,
+# beside the node commands of accept/kinds.py. tests/test_layout.py holds them to their -o.
+MEASURING = ("measure", "links", "numerics", "scale")
 
 
 def module_of(name: str) -> str:
