@@ -436,6 +436,24 @@ def test_one_slow_measurement_of_a_host_pair_is_no_link():
     assert judged(once) == [("transient", "b-d:0", 2, 6)]
 
 
+def test_a_host_whose_slow_flows_went_to_a_bad_receiver_is_not_failed_on_them():
+    """f receives at a quarter of the rate; e sent to f and, once, to c in a round that collided, and
+    no healthy partner was left to measure e again: the first rounds' flows that judge e are the two
+    slow ones, one of which f's fault explains. Judged on them e read 'tx: 2 of 2 measurements slow
+    with 2 partners' and was failed beside f (8 hosts, a fifth of the rate on one host's rail, under a
+    loaded CI run). A flow whose other end is itself a suspect is evidence against neither."""
+    met = [[("a", "b"), ("c", "d"), ("e", "f")], [("a", "f"), ("c", "e"), ("b", "d")], [("a", "c"), ("b", "f")]]
+    slow = {("e", "f"), ("a", "f"), ("b", "f"), ("e", "c")}
+    flows = [host_verdicts.Flow("inter", x, y, 0, 0, 2.5 if (x, y) in slow else 10.0, None, k)
+             for k, pairs in enumerate(met) for a, b in pairs for x, y in ((a, b), (b, a))]
+    # f measured again by three healthy partners, still slow; e by none.
+    flows += [host_verdicts.Flow("confirm", x, "f", 0, 0, 2.5, None, 3 + k) for k, x in enumerate("abc")]
+    flows += [host_verdicts.Flow("confirm", "f", x, 0, 0, 10.0, None, 3 + k) for k, x in enumerate("abc")]
+    ratio, _ = host_verdicts.ratios(flows, ("bandwidth_gbps",))
+    found = host_verdicts.attribute(flows, ratio, list("abcdef"), 0.75)
+    assert [(f["kind"], f["subject"]) for f in found if f["kind"] != "transient"] == [("host", "f")], found
+
+
 def test_a_slow_pair_of_the_first_rounds_is_measured_again():
     layout = sim.cluster(16, 2, None)
     a, b = measured_pair(16, 2, None)

@@ -482,8 +482,9 @@ class _Judgement:
         if len(again) >= 2:
             return ev.bad_median(again), again
         # Too few healthy partners were left to measure it again (a small cluster): the first rounds'
-        # flows, which must agree and stay below the threshold by the same margin.
-        first = self._first(s, self.suspects)
+        # flows, which must agree and stay below the threshold by the same margin; only those whose
+        # other end is no suspect, as a suspect receiver (or sender) explains a slow flow as well as s.
+        first = [i for i in self._first(s, None) if ev.counterpart(ev.flows[i], s) not in self.suspects]
         agrees = s in self.suspects and len(first) >= 2 and ev.bad_median(first)
         return agrees and all(ev.slow[i] for i in again), first + again
 
