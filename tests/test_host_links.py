@@ -726,11 +726,11 @@ def test_a_topology_that_misses_the_hosts_is_one_line_before_measuring(make_clus
 
 
 # The cluster of rails and leaves: 8 hosts of 2 ranks, local rank i on rail i (its own interface),
-# leaves of 3, 3 and 2 hosts under a spine. A fault is a fifth of the healthy 200 Mbit/s and a flow
+# leaves of 3, 3 and 2 hosts under a spine. A fault is 15 % of the healthy 200 Mbit/s and a flow
 # slow below half of the typical one: on 2 cores shared by 16 ranks, scheduling moves a healthy flow
-# by up to a third, and with the bonded uplinks' collisions the run's noise reads 20-35 %, under which
-# a suspect measured twice again must stay below 0.28 of the typical flow (MARGIN_Z; a quarter was
-# missed once). The rank pairs inside a host are shared memory, the cores' and not the links'
+# by up to a third, and with the bonded uplinks' collisions the run's noise reads 20-40 %, under which
+# a suspect measured twice again must stay below 0.25 of the typical flow (MARGIN_Z; a fault of a fifth
+# read 0.27 at 39 % and was missed). The rank pairs inside a host are shared memory, the cores' and not the links'
 # (--no-intra): with every flow link-bound, a host's, a rail's and a pair's fault are named beside
 # other tests' load too (beside three busy loops, and two other workers), so they run with the other
 # worker, not alone. Each leaf's uplink is a bond of two members of MEMBER Mbit/s hashing TCP
@@ -740,7 +740,7 @@ def test_a_topology_that_misses_the_hosts_is_one_line_before_measuring(make_clus
 # the healthy rate) keeps the 13 runs of these tests near 200 s (330 s with two).
 RAILS = ["links", "--level", "host", "--judge", "bandwidth", "--bandwidth-size", "1M", "--window", "1",
          "--budget-ms", "50", "--min-iters", "3", "--warmup", "1", "--threshold-pct", "50", "--no-intra"]
-HEALTHY, FAULT, UPLINK, MEMBER, DEGRADED = 200, 40, 200, 400, 80
+HEALTHY, FAULT, UPLINK, MEMBER, DEGRADED = 200, 30, 200, 400, 80
 
 
 @pytest.fixture(scope="module")
