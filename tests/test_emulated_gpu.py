@@ -463,14 +463,15 @@ _GATED_COPIES = textwrap.dedent("""
     m = cuda_module()
     for bidi in (False, True):
         rig = m.PeerCopy(1, 0, 1 << 16, "sm", bidi)
-        print(max(rig.times(3)) * 1e3, rig.wrong())
+        print(sorted(rig.times(5))[2] * 1e3, rig.wrong())  # the median: a loaded host's thread stalls one
 """)
 
 
 def test_peer_copies_leave_the_hosts_launches_out():
     """Each kernel launch costs the host 20 ms here: a peer copy's samples, held behind the gate while
     its copy kernels (one per direction) are launched, are the device's time alone (they read 20 and
-    40 ms before), and every byte arrives."""
+    40 ms before, every one), and every byte arrives. On a loaded machine one sample of the emulated
+    device read 33 ms: the median of five is judged."""
     r = subprocess.run([sys.executable, "-c", _GATED_COPIES], capture_output=True, text=True, timeout=120,
                        env=emu_env(2, COMMBENCH_EMU_LAUNCH_DELAY_US="20000"))
     assert r.returncode == 0, r.stderr

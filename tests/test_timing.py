@@ -65,7 +65,9 @@ def test_loop_timing_is_reported_as_nccl_tests_reports_it(workdir):
                                                      "run loop (--timing)") and len(r.stderr.splitlines()) == 1
     r = commbench(["compare", step_file, loop_file, "--force", "--tolerance-bw", "99%", "--tolerance-lat", "10000%"],
                   cwd=workdir)
-    assert r.returncode == 0 and "# warning: timing differs: baseline per-iteration, run loop" in r.stdout, r.stderr
+    # Compared, not refused; the verdict is the machine's: on a loaded one a latency-bound size of one
+    # run moved past 100 times the other's (a scheduler tick against microseconds): REGRESSION, exit 1.
+    assert r.returncode in (0, 1) and "# warning: timing differs: baseline per-iteration, run loop" in r.stdout, r.stderr
 
     # fit and report read a loop's file; where it has no per-iteration samples, they say so.
     r = commbench(["fit", loop_file], cwd=workdir)
