@@ -2,6 +2,7 @@
 content, and `commbench export` as a user types it (refusals included: exit 2, one line, no file)."""
 
 import csv
+import importlib
 import io
 import json
 import os
@@ -73,7 +74,11 @@ def _refused(code, out, err, workdir, before):
 # ---- the registry and the statistics it shows -------------------------------------------------------
 
 def test_every_registered_format_is_complete():
-    assert formats.names() == ["console", "json", "csv", "markdown", "html", "png"]
+    # Every module of the package that renders (SUMMARY, render) is a registered format.
+    folder = os.path.dirname(formats.__file__)
+    renders = {m for m in (f[:-3] for f in os.listdir(folder) if f.endswith(".py") and f != "__init__.py")
+               if hasattr(importlib.import_module(f"commbench.formats.{m}"), "SUMMARY")}
+    assert renders == set(formats.FORMATS.values()) and len(set(formats.names())) == len(formats.names())
     for name in formats.names():
         fmt = formats.get(name)
         assert isinstance(fmt.SUMMARY, str) and fmt.SUMMARY and callable(fmt.render)

@@ -144,8 +144,8 @@ def test_a_real_nccl_tests_row_has_the_size_and_count_commbench_gives():
     assert (shape.size, shape.count) == (0, 0)
 
 
-@pytest.mark.parametrize("placements", [(False,), (True,), (False, True)])
-@pytest.mark.parametrize("name", ["allreduce", "allgather", "reducescatter", "broadcast"])
+@pytest.mark.parametrize("name,placements", [(c.name, p) for c in collectives.all_collectives()
+                                             for p in ([(False,), (True,), (False, True)] if c.in_place else [(False,)])])
 def test_the_memory_check_counts_the_buffers_each_placement_allocates(name, placements):
     coll = collectives.get(name)
     shape = coll.shape(3 << 20, 4, 3)
