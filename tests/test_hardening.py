@@ -908,6 +908,11 @@ def test_a_timeout_with_every_rank_alive_names_the_host_whose_channel_resent(mon
     monkeypatch.setattr(watchdog, "_resent", lambda conn: 0)
     dog.resent = {}
     assert dog._resent_text() == ""
+    # Nothing resent on the beats' connections: what this rank's own connections resent.
+    dog.rank, dog.label, dog.timeout_s, dog.paused_s, dog.lost, dog.failures = 0, "allreduce 1K", 5.0, 0.0, [], {}
+    dog.heard, dog.finished = {r: time.monotonic() for r in range(1, 5)}, set()
+    monkeypatch.setattr(watchdog, "resent_text", lambda roots: f"; host h0 resent packets: 3 to {roots == [os.getpid()]}")
+    assert dog._absent_text("did not arrive").endswith("every rank was alive in it; host h0 resent packets: 3 to True")
 
 
 def test_under_the_users_mpirun_a_silent_host_s_line_says_to_end_mpirun(monkeypatch):
