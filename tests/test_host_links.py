@@ -17,6 +17,7 @@ import sys
 import time
 
 import pytest
+from cluster import FLOW_WAITS
 from conftest import COMMBENCH, commbench, rank_pids, wait_for_rows
 
 from commbench.analysis import fabrics
@@ -678,7 +679,7 @@ INTER = [*CLUSTER, "--no-intra"]
 def test_host_level_names_the_host_shaped_to_a_third_and_judges_again(make_cluster, workdir):
     c = make_cluster(4, rates=[300, 300, 100, 300])
     out = os.path.join(workdir, "links.json")
-    r = c.mpirun([COMMBENCH, *INTER, "-o", out], ranks_per_host=2, timeout=240, cwd=workdir)
+    r = c.mpirun([COMMBENCH, *INTER, "-o", out], ranks_per_host=2, timeout=240, cwd=workdir, export=FLOW_WAITS)
     assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-3000:]
     slow = c.hosts[2].name
     verdicts = [line for line in r.stdout.splitlines() if VERDICT.match(line)]
@@ -802,7 +803,7 @@ def test_rails_and_leaves_name_each_fault_as_its_kind_and_no_other_host(fault, r
     out = os.path.join(workdir, "links.json")
     start = time.monotonic()
     r = c.mpirun([COMMBENCH, *RAILS, "--topology", _topology(c, workdir), "-o", out], ranks_per_host=2, timeout=300,
-                 cwd=workdir)
+                 cwd=workdir, export=FLOW_WAITS)
     assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-3000:]
     verdicts = results.load_document(out)["links"]["verdicts"]
     failed = {name: v for name, v in verdicts.items() if v != "PASS"}
@@ -826,7 +827,7 @@ def test_a_contended_healthy_cluster_fails_no_host(seed, rails_cluster, workdir)
     before = c.member_bytes(0)
     out = os.path.join(workdir, "links.json")
     r = c.mpirun([COMMBENCH, *RAILS, "--seed", str(seed), "--topology", _topology(c, workdir), "-o", out],
-                 ranks_per_host=2, timeout=300, cwd=workdir)
+                 ranks_per_host=2, timeout=300, cwd=workdir, export=FLOW_WAITS)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert set(results.load_document(out)["links"]["verdicts"].values()) == {"PASS"}
     # Both members carried the leaf's flows: the bond hashes them.
@@ -845,7 +846,7 @@ def test_one_degraded_member_of_a_bonded_uplink_is_named_as_the_leafs_uplink(rai
     c.shape_member(0, 1, DEGRADED)
     out = os.path.join(workdir, "links.json")
     r = c.mpirun([COMMBENCH, *RAILS, "--rounds", "all", "--topology", _topology(c, workdir), "-o", out],
-                 ranks_per_host=2, timeout=300, cwd=workdir)
+                 ranks_per_host=2, timeout=300, cwd=workdir, export=FLOW_WAITS)
     assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-3000:]
     verdicts = results.load_document(out)["links"]["verdicts"]
     failed = {name: v for name, v in verdicts.items() if v != "PASS"}
@@ -864,7 +865,7 @@ def test_a_host_that_stops_or_dies_midway_reads_fail_lost(fault, rails_cluster, 
     out = os.path.join(workdir, f"{fault}.json")
     timeout = 10
     # Rank 0's address for the watchdogs' side channel: the namespaces' host names do not resolve.
-    p = c.popen([*c.mpirun_prefix(2, export={"COMMBENCH_MASTER_ADDR": c.hosts[0].addr}), COMMBENCH, *RAILS,
+    p = c.popen([*c.mpirun_prefix(2, export={"COMMBENCH_MASTER_ADDR": c.hosts[0].addr, **FLOW_WAITS}), COMMBENCH, *RAILS,
                  "--timeout", str(timeout), "-o", out], cwd=workdir)
     wait_for_rows(out, p, 120)
     victims = [pid for rank, pid in rank_pids(out).items() if rank in (10, 11)]  # host 5's

@@ -19,7 +19,8 @@ def _dry_install(tmp_path, *variables) -> str:
 
 def test_torch_cuda_takes_torch_from_pytorchs_index_for_that_release(tmp_path):
     out = _dry_install(tmp_path, "TORCH_CUDA=cu128")
-    assert "pip install --index-url https://download.pytorch.org/whl/cu128 --extra-index-url https://pypi.org/simple torch" in out
+    assert ("pip install --no-compile --index-url https://download.pytorch.org/whl/cu128 "
+            "--extra-index-url https://pypi.org/simple torch") in out
     # A venv whose torch is built for another CUDA gets it replaced.
     assert 'print("cu" + (torch.version.cuda or "").replace(".", ""))' in out and '!= "cu128"' in out
     assert "--force-reinstall --index-url https://download.pytorch.org/whl/cu128" in out

@@ -10,6 +10,7 @@ import os
 import sys
 
 import pytest
+from cluster import FLOW_WAITS
 from conftest import COMMBENCH, commbench, in_process, mpirun
 
 from commbench.analysis import links
@@ -196,7 +197,7 @@ CLUSTER = ["links", "--judge", "bandwidth", "--bandwidth-size", "1M", "--window"
 def test_mpi_names_the_host_shaped_to_a_third(make_cluster, workdir):
     c = make_cluster(4, rates=[300, 300, 100, 300])
     out = os.path.join(workdir, "links.json")
-    r = c.mpirun([COMMBENCH, *CLUSTER, "-o", out], timeout=180, cwd=workdir)
+    r = c.mpirun([COMMBENCH, *CLUSTER, "-o", out], timeout=180, cwd=workdir, export=FLOW_WAITS)
     assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-3000:]
     found = results.load_document(out)["links"]["findings"]
     assert {(f["kind"], f["subject"], tuple(f["ranks"])) for f in found} == {("host", c.hosts[2].name, (2,))}
@@ -210,7 +211,7 @@ def test_mpi_uniform_cluster_names_nothing(make_cluster, workdir):
     # the uniform links read 73 % (the slow host of the test above, at a third, stays far below).
     c = make_cluster(4, 300)
     r = c.mpirun([COMMBENCH, *CLUSTER, "--threshold-pct", "50", "-o", os.path.join(workdir, "links.json")], timeout=180,
-                 cwd=workdir)
+                 cwd=workdir, export=FLOW_WAITS)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "no slow link, rank or host found" in r.stdout
 
