@@ -25,6 +25,10 @@ Conventions set side by side (docs/commands/collectives.md, "Timing: per-iterati
 - osu_latency is half a round trip, as commbench's ping-pong; osu_bw's MB/s (1e6 B/s) becomes a time
   per message, beside commbench's windowed bandwidth (window 64 in both).
 Ratios are commbench / OSU of times: above 1, commbench reads slower.
+- OSU's non-blocking collectives (osu_iallreduce, osu_iallgather, osu_ialltoall) beside `commbench
+  overlap`: both start the call, compute for as long as the call alone took, then wait; without tests
+  in between (OSU's -t 0, commbench's --probes 0), and with 8 spread through the computation; their
+  overlap percentages side by side and the difference in points (docs/method.md, "Overlap").
 """
 
 import argparse
@@ -55,6 +59,16 @@ COLLECTIVES = {
     "osu_reduce": ("reduce", False, ["-T", "mpi_float"], []),
     "osu_alltoall": ("alltoall", True, [], []),
 }
+
+# OSU's non-blocking collective -> (commbench's collective, whether OSU's size is per rank, OSU's
+# extra options): `commbench overlap` of the same call; each with these many tests during the
+# computation (OSU's -t, commbench's --probes).
+NONBLOCKING = {
+    "osu_iallreduce": ("allreduce", False, ["-T", "mpi_float"]),
+    "osu_iallgather": ("allgather", True, []),
+    "osu_ialltoall": ("alltoall", True, []),
+}
+PROBES = (0, 8)
 
 
 def env() -> dict:
@@ -91,12 +105,14 @@ def build_osu(tar: str, build_dir: str) -> str:
 
 
 def osu_exe(src: str, name: str) -> str:
-    folder = ("pt2pt", "standard") if name in ("osu_latency", "osu_bw") else ("collective", "blocking")
+    folder = ("pt2pt", "standard") if name in ("osu_latency", "osu_bw") else \
+        ("collective", "non_blocking") if name in NONBLOCKING else ("collective", "blocking")
     return os.path.join(src, "c", "mpi", *folder, name)
 
 
-def osu_figures(src: str, name: str, sizes: list, np_: int, extra: list) -> dict:
-    """{size: time per call or per message (us)} from one OSU run over the sizes' range."""
+def osu_figures(src: str, name: str, sizes: list, np_: int, extra: list, column: int = 1) -> dict:
+    """{size: time per call or per message (us)} from one OSU run over the sizes' range; `column`: the
+    figure's column (-1: a non-blocking benchmark's overlap, its last)."""
     lo, hi = min(sizes), max(sizes)
     out = run([os.path.join(BIN, "mpirun"), "--np", str(np_ if name not in ("osu_latency", "osu_bw") else 2),
                osu_exe(src, name), "-m", f"{lo}:{hi}", *extra])
@@ -105,7 +121,7 @@ def osu_figures(src: str, name: str, sizes: list, np_: int, extra: list) -> dict
         cells = line.split()
         if not cells or not cells[0].isdigit():
             continue
-        size, value = int(cells[0]), float(cells[1])
+        size, value = int(cells[0]), float(cells[column])
         if size in sizes:
             # osu_bw prints MB/s: the time per message is size / rate.
             got[size] = size / value if name == "osu_bw" else value
@@ -151,6 +167,41 @@ def p2p_figures(sizes: list, tmp: str) -> dict:
     return got
 
 
+def overlap_figures(cmd: str, sizes: list, np_: int, tmp: str, probes: int) -> dict:
+    """{size: overlap %} of `commbench overlap` of the MPI library's non-blocking call."""
+    doc = commbench_runs(["overlap", cmd, "--impl", "mpi", "--device", "cpu", "--np", str(np_), "--sizes",
+                          ",".join(str(s) for s in sizes), "--dtype", "float32", "--probes", str(probes)], tmp,
+                         f"overlap-{cmd}-{probes}")
+    return {rec["size_bytes"]: rec["overlap_pct"] for rec in doc["results"]}
+
+
+def overlap_half(args, src: str, sizes: list, tmp: str) -> list[str]:
+    """OSU's and commbench's overlap percentages, each the median of the rounds, and commbench's minus
+    OSU's in points: the table's lines."""
+    from commbench.sizes import format_size
+    got: dict = {}
+    for _ in range(args.rounds):
+        for name, (cmd, per_rank, osu_extra) in NONBLOCKING.items():
+            for probes in PROBES:
+                osu = osu_figures(src, name, sizes, args.np_, [*osu_extra, "-t", str(probes)], column=-1)
+                scale = args.np_ if per_rank else 1
+                ours = overlap_figures(cmd, [s * scale for s in sizes], args.np_, tmp, probes)
+                for s in sizes:
+                    got.setdefault((name, probes, "OSU", s), []).append(osu[s])
+                    got.setdefault((name, probes, "commbench", s), []).append(ours[s * scale])
+    lines = [f"\noverlap (%) of OSU 7.4's non-blocking collectives and of commbench overlap, median of {args.rounds} "
+             f"round(s), {args.np_} ranks, with 0 and {PROBES[-1]} tests during the computation; diff: commbench - "
+             f"OSU, in points",
+             f"{'benchmark':<26} {'tests':>5} {'figure':<10} " + " ".join(f"{format_size(s):>7}" for s in sizes)]
+    for name in NONBLOCKING:
+        for probes in PROBES:
+            rows = {who: [statistics.median(got[(name, probes, who, s)]) for s in sizes] for who in ("OSU", "commbench")}
+            rows["diff"] = [c - o for c, o in zip(rows["commbench"], rows["OSU"])]
+            lines += [f"{name:<26} {probes:>5} {who:<10} " + " ".join(f"{v:7.1f}" for v in values)
+                      for who, values in rows.items()]
+    return lines
+
+
 def osu_half(args, sizes: list, tmp: str) -> list[str]:
     """commbench / OSU: the table's lines."""
     from commbench.sizes import format_size
@@ -177,7 +228,7 @@ def osu_half(args, sizes: list, tmp: str) -> list[str]:
     for (name, conv) in dict.fromkeys((n, c) for n, c, _ in ratios):
         cells = " ".join(f"{statistics.median(ratios[(name, conv, s)]):7.2f}" for s in sizes)
         lines.append(f"{name:<26} {conv:<10} {cells}")
-    return lines
+    return lines + overlap_half(args, src, sizes, tmp)
 
 
 def main() -> None:

@@ -14,7 +14,7 @@ from commbench.collectives.base import PIPELINED, REDUCED, UNTOUCHED
 from commbench.collectives.dtypes import DTYPES, REDOPS, itemsize_of, numpy_dtype
 from commbench.launch.world import init_world
 from commbench.run.buffers import _STALE, Buffers, allocator
-from commbench.run.collective import _MOVE_ONLY, _count_wrong, _fill
+from commbench.run.collective import MOVE_ONLY, count_wrong, fill_inputs
 from commbench.run.config import RunConfig
 from commbench.run.testdata import HostData
 from commbench.transports import gloo, impls_for
@@ -87,7 +87,7 @@ for coll in collectives.all_collectives():
     for dname in CHECKED_DTYPES:
         itemsize = itemsize_of(dname)
         for op in ops:
-            code = REDOPS[op] if op else _MOVE_ONLY
+            code = REDOPS[op] if op else MOVE_ONLY
             for i, count in enumerate(COUNTS):
                 shape = coll.shape(count * itemsize, itemsize, size, align=1)  # odd blocks too
                 root = i % size
@@ -98,7 +98,7 @@ for coll in collectives.all_collectives():
                     for impl in impls:
                         for chunk in chunks(impl.algorithm, count):
                             send, recv = Buffers(coll, shape, dname, (in_place,), HOST).views(shape, rank, in_place)
-                            _fill(data, send, coll.inputs(rank, size, root, shape), code)
+                            fill_inputs(data, send, coll.inputs(rank, size, root, shape), code)
                             if not np.array_equal(mine, send.astype(np.float64)):
                                 failures.append(f"{coll.name}: rank {rank}'s input differs from its rebuilt copy")
                             cfg = RunConfig(op=coll.name, impls=(impl.name,), sizes=(shape.size,), root=root,
@@ -106,7 +106,7 @@ for coll in collectives.all_collectives():
                             # One call through the transport, as a sweep's check makes it; no times gathered.
                             impl.transport.times(world, coll, impl.algorithm, send, recv, code, 1, cfg, 1, 0.0)
                             bad = int(np.count_nonzero(recv.astype(np.float64) != want))
-                            claimed = _count_wrong(data, recv, coll.expected(rank, size, root, shape), code, in_place)
+                            claimed = count_wrong(data, recv, coll.expected(rank, size, root, shape), code, in_place)
                             if bad or claimed:
                                 failures.append(f"{coll.name} {impl.name} {dname} {op} count={count} root={root} "
                                                 f"in_place={in_place} chunk={chunk}: {bad} differ from the reference, "
@@ -115,14 +115,14 @@ for coll in collectives.all_collectives():
     # The checker must see corruption: flip one element of a correct result.
     shape = coll.shape(100 * 4 * size, 4, size)
     send, recv = Buffers(coll, shape, "float32", (False,), HOST).views(shape, rank, False)
-    code = REDOPS["sum"] if coll.reduces else _MOVE_ONLY
-    _fill(data, send, coll.inputs(rank, size, 0, shape), code)
+    code = REDOPS["sum"] if coll.reduces else MOVE_ONLY
+    fill_inputs(data, send, coll.inputs(rank, size, 0, shape), code)
     _host.collective_times(*native_call(_host, coll, None), send, recv, op=code, root=0, iters=1, comm=comm.py2f(),
                            chunk_bytes=8)
     expected = [seg for seg in coll.expected(rank, size, 0, shape) if seg.count]
     if expected:
         recv[expected[-1].offset] += 1
-        if _count_wrong(data, recv, expected, code, False) != 1:
+        if count_wrong(data, recv, expected, code, False) != 1:
             failures.append(f"{coll.name}: the checker missed a corrupted element")
 all_failures = comm.gather(failures)
 if rank == 0:

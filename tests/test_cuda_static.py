@@ -108,7 +108,7 @@ def test_mpi_recipes_never_copy_gpu_memory_on_the_host():
     text = _without_comments(open(os.path.join(CSRC, "include", "commbench", "library_calls.h")).read())
     helper = text[text.index("void local_copy("):]
     helper = helper[:helper.index("\n}\n")]
-    recipes = text[text.index("std::function<void()> mpi_call("):text.index("#endif", text.index("mpi_call("))]
+    recipes = text[text.index("MpiCall mpi_call("):text.index("#endif", text.index("MpiCall mpi_call("))]
     assert "if (!device)" in helper and "MPI_COMM_SELF" in helper
     assert not re.search(r"\bstd::mem(cpy|move)\(", recipes)
     assert recipes.count("local_copy(") == 2

@@ -11,9 +11,9 @@ from conftest import COMMBENCH, commbench, mpirun, torchrun_style
 
 from commbench import collectives
 from commbench.analysis.fabrics import Expectation
-from commbench.analysis.scaling import Workload, analyse
+from commbench.analysis.scaling import Workload, analyse, measured_overlap
 from commbench.results import document as results
-from docs import record
+from docs import record, result_doc
 
 SIZES = [1 << k for k in range(12, 25, 2)]  # 4K .. 16M
 ALPHA, BW = 5e-6, 2e9
@@ -64,6 +64,46 @@ def test_strong_scaling_and_overlap_enter_the_step():
     comm = ring_time(2, 1 << 20) * 1e3
     assert two["step_ms"] == pytest.approx(8.0 / 2 + 0.5 * comm, rel=1e-9)
     assert two["speedup"] == pytest.approx(8.0 / two["step_ms"], rel=1e-9) and one["speedup"] == 1.0
+
+
+def test_the_hidden_share_never_outlasts_the_compute_and_each_step_names_its_regime():
+    """A step of 10 ms of compute: the collective's hidden share runs beside it, at most 10 ms of it;
+    while they run together the compute is slowed by compute_slowdown."""
+    work = Workload(compute_ms=10.0, grad_bytes=1 << 20, overlap=0.8, compute_slowdown=1.5)
+    assert work.parts(1, 0.5) == pytest.approx((10.25, 0.1))  # 0.4 ms hidden, compute slowed for 0.5 ms
+    assert work.parts(1, 40.0) == pytest.approx((15.0, 30.0))  # 32 ms would hide: the compute's 10 ms do
+    assert [work.regime(1, c) for c in (0.5, 4.0, 40.0)] == \
+        ["compute-bound", "hidden communication", "exposed communication"]
+    # A guessed --overlap: no slowdown, the same step as before while the hidden share fits the compute.
+    assert Workload(10.0, 1 << 20, overlap=0.5).step_ms(1, 4.0) == pytest.approx(12.0)
+
+
+def test_scale_takes_the_overlap_measured_at_the_size_nearest_the_gradients(workdir, monkeypatch, capsys):
+    """--overlap-from: an overlap result file's record of the collective nearest the gradients (log
+    scale) gives overlap and the compute's slowdown; judged again --from a scale run as a user types it."""
+    from conftest import in_process
+    overlap = [record("allreduce", "mpi", "float32", "sum", 2, n, n // 4, [1e-4] * 5, 0) for n in (1 << 16, 1 << 22)]
+    for rec, pct, slow in zip(overlap, (20.0, 70.0), (1.1, 1.3)):
+        rec.update(overlap_pct=pct, slowdown_comm=1.2, slowdown_compute=slow)
+    doc = {"results": overlap}
+    got = measured_overlap(doc, ALLREDUCE, 3 << 20, "o.json")
+    assert got == {"overlap": 0.7, "compute_slowdown": 1.3, "overlap_source": "o.json, allreduce mpi at 4M"}
+    with pytest.raises(Exception, match="holds no overlap records of broadcast"):
+        measured_overlap(doc, collectives.get("broadcast"), 1 << 20, "o.json")
+    monkeypatch.chdir(workdir)
+    runs = {"scale.json": [r for p in (1, 2) for r in sweep(p, lambda n, p=p: ring_time(p, n) if p > 1 else 1e-7)],
+            "overlap.json": overlap}
+    for name, recs in runs.items():
+        with open(name, "w") as f:
+            json.dump(result_doc(recs), f)
+    code, out, err = in_process(["scale", "--from", "scale.json", "--overlap-from", "overlap.json", "--grad-bytes", "4M",
+                                 "--compute-ms", "1", "--extrapolate", "4"], monkeypatch, capsys)
+    assert code == 0, err
+    assert "overlap 70% (measured: overlap.json, allreduce mpi at 4M; compute x1.30 beside it)" in out
+    assert any(line.split()[:1] == ["2"] and "exposed communication" in line for line in out.splitlines()), out
+    code, out, err = in_process(["scale", "--from", "scale.json", "--overlap-from", "overlap.json", "--overlap", "0.5"],
+                                monkeypatch, capsys)
+    assert code == 2 and "give --overlap (a guess) or --overlap-from" in err
 
 
 @pytest.mark.parametrize("bw_by_ranks,verdict,bend", [

@@ -137,6 +137,18 @@ EXAMPLES: dict[str, Example] = {
         Step("commbench p2p --pairs 0:5", stderr=True, rc=(2,)),
     ]),
 
+    # docs/commands/overlap.md: MPI's non-blocking all-reduce beside the loop, untested and with 8 tests
+    # during the computation; then a scale run judged with the overlap measured.
+    "overlap": Example([sh("commbench overlap allreduce --np 2 --sizes 64K-4M:x4 --budget-ms 50 -o overlap.json"),
+                        sh("commbench overlap allreduce --np 2 --sizes 64K-4M:x4 --budget-ms 50 --probes 8 "
+                           "-o probes.json")]),
+    "overlap-scale": Example([
+        sh("commbench overlap allreduce --np 2 --sizes 4M --budget-ms 50 --probes 8 -o overlap.json > /dev/null"),
+        sh("commbench scale --ranks 1,2 --impl mpi --sizes 256K-4M:x4 --budget-ms 20 -o scale.json > /dev/null"),
+        sh("commbench scale --from scale.json --grad-bytes 4M --compute-ms 2 --overlap-from overlap.json "
+           "--extrapolate 4,8"),
+    ]),
+
     # docs/commands/p2p.md
     "p2p": Example([sh("commbench p2p --sizes 8,1K,64K,1M --budget-ms 20 -o p2p.json")]),
 

@@ -26,16 +26,41 @@ EFFICIENT = 0.80
 EXTRAPOLATE = (16, 32, 64, 128, 256, 512, 1024)
 
 
+# A step's regime (Workload.regime): the collective is small beside the compute at or below this share
+# of it (compute-bound), and hidden while what it adds to the step stays at or below this share of it.
+REGIME_SHARE = 0.10
+
+
 @dataclass(frozen=True)
 class Workload:
     compute_ms: float  # one step's compute on one rank
     grad_bytes: int  # the gradients all-reduced each step
     overlap: float = 0.0  # share of the communication hidden behind compute
     strong: bool = False  # a fixed global batch: compute shrinks as 1/p (else each rank keeps its batch)
+    # Measured by `overlap` (--overlap-from): the compute's time beside the collective over alone, and
+    # where overlap and it come from; 1.0 and None for a guessed --overlap.
+    compute_slowdown: float = 1.0
+    overlap_source: Optional[str] = None
+
+    def parts(self, ranks: int, comm_ms: float) -> tuple[float, float]:
+        """(compute, exposed communication) of a step. The hidden share of the collective runs beside
+        the compute, and never hides more than the compute lasts; while the two run together the
+        compute takes compute_slowdown times as long."""
+        compute = self.compute_ms / ranks if self.strong else self.compute_ms
+        hidden = min(self.overlap * comm_ms, compute)
+        compute += (self.compute_slowdown - 1.0) * min(comm_ms, compute)
+        return compute, comm_ms - hidden
 
     def step_ms(self, ranks: int, comm_ms: float) -> float:
-        compute = self.compute_ms / ranks if self.strong else self.compute_ms
-        return compute + (1.0 - self.overlap) * comm_ms
+        return sum(self.parts(ranks, comm_ms))
+
+    def regime(self, ranks: int, comm_ms: float) -> str:
+        """compute-bound (the collective small beside the compute), hidden communication (large, but
+        what it adds to the step small), or exposed communication."""
+        compute, exposed = self.parts(ranks, comm_ms)
+        if comm_ms <= REGIME_SHARE * compute:
+            return "compute-bound"
+        return "hidden communication" if exposed <= REGIME_SHARE * (compute + exposed) else "exposed communication"
 
     def speedup(self, ranks: int, step_ms: float, step1_ms: float) -> float:
         """Throughput against one rank: with a fixed global batch, step time alone; otherwise p
@@ -43,9 +68,24 @@ class Workload:
         return step1_ms / step_ms if self.strong else ranks * step1_ms / step_ms
 
     def describe(self) -> str:
+        measured = (f" (measured: {self.overlap_source}; compute x{self.compute_slowdown:.2f} beside it)"
+                    if self.overlap_source else "")
         return (f"compute {self.compute_ms:g} ms per step, gradients {format_size(self.grad_bytes)}, "
-                f"overlap {self.overlap:.0%}, {'strong' if self.strong else 'weak'} scaling "
+                f"overlap {self.overlap:.0%}{measured}, {'strong' if self.strong else 'weak'} scaling "
                 f"({'fixed global batch' if self.strong else 'fixed batch per rank'})")
+
+
+def measured_overlap(doc: dict, coll, grad_bytes: int, path: str) -> dict:
+    """The overlap and the compute's slowdown that `overlap` measured for `coll` at the size nearest
+    the gradients (on a log scale), as Workload's fields: what `scale --overlap-from` takes instead of
+    a guessed --overlap."""
+    rows = [r for r in doc.get("results", []) if r.get("op") == coll.name and "overlap_pct" in r]
+    if not rows:
+        raise CommbenchError(f"{path} holds no overlap records of {coll.name}: give a result file of "
+                             f"'commbench overlap {coll.name}'")
+    near = min(rows, key=lambda r: abs(math.log(max(r["size_bytes"], 1) / grad_bytes)))
+    return {"overlap": near["overlap_pct"] / 100.0, "compute_slowdown": near["slowdown_compute"] or 1.0,
+            "overlap_source": f"{path}, {coll.name} {near['impl']} at {format_size(near['size_bytes'])}"}
 
 
 @dataclass(frozen=True)
@@ -130,6 +170,7 @@ def _judge(row: dict, workload: Workload, step1: float) -> dict:
     comm = row["comm_ms"] if row["comm_ms"] is not None else row["predicted_comm_ms"]
     for key, value in (("", comm), ("predicted_", row["predicted_comm_ms"])):
         step = workload.step_ms(row["ranks"], value) if value is not None else None
+        row[f"{key}regime"] = workload.regime(row["ranks"], value) if value is not None else None
         row[f"{key}step_ms"] = step
         row[f"{key}speedup"] = workload.speedup(row["ranks"], step, step1) if step else None
         row[f"{key}efficiency"] = row[f"{key}speedup"] / row["ranks"] if step else None
@@ -179,7 +220,7 @@ def lines(result: dict) -> list[str]:
         return format("-" if v is None else format(v, fmt.lstrip("0123456789")), f">{fmt.split('.')[0]}")
     out = [f"# scale: {result['op']} {result['impl']}: {result['workload_text']}",
            f"# {'ranks':>5} {'alpha':>9} {'BW':>8} {'lat.term':>9} {'bw.term':>9} {'comm':>9} {'pred.comm':>9} "
-           f"{'step':>9} {'speedup':>8} {'effic.':>7}  basis",
+           f"{'step':>9} {'speedup':>8} {'effic.':>7} {'regime':<21}  basis",
            f"# {'':>5} {'(us)':>9} {'(GB/s)':>8} {'(ms)':>9} {'(ms)':>9} {'(ms)':>9} {'(ms)':>9} {'(ms)':>9} "
            f"{'(x)':>8} {'(%)':>7}"]
     for r in result["rows"]:
@@ -190,7 +231,7 @@ def lines(result: dict) -> list[str]:
         out.append(f"  {r['ranks']:>5} {num(r['alpha_us'], '9.2f')} {num(r['bandwidth_gbps'], '8.3f')} "
                    f"{num(r['latency_term_ms'], '9.3f')} {num(r['bandwidth_term_ms'], '9.3f')} "
                    f"{num(r['comm_ms'], '9.3f')} {num(r['predicted_comm_ms'], '9.3f')} {num(r['step_ms'], '9.3f')} "
-                   f"{num(r['speedup'], '8.2f')} {num(eff, '7.1f')}  {basis}")
+                   f"{num(r['speedup'], '8.2f')} {num(eff, '7.1f')} {r['regime'] or '-':<21}  {basis}")
     out.append(f"# verdict: {result['verdict']}")
     return out
 

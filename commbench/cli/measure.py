@@ -94,17 +94,21 @@ def sweep_sizes(sizes, min_bytes, max_bytes, step_factor, check) -> str:
     return f"{min_bytes}-{max_bytes}:x{step_factor or 2}"
 
 
-def collective_command(coll) -> click.Command:
+def collective_command(coll, overlap: bool = False) -> click.Command:
     """The command that times `coll`: its options follow from the registry entry (--op for
     reductions, --root for rooted collectives, --place where it has an in-place form, --chunk
-    where one of our algorithms pipelines)."""
+    where one of our algorithms pipelines). `overlap`: `overlap <collective>`, the library's
+    non-blocking call beside a computation (run/overlap.py), with --compute and --probes and without
+    what times several calls as one (--graph, --agg, --timing loop) or holds a rank back (--delay)."""
 
-    def run(sizes, min_bytes, max_bytes, step_factor, check, impl_text, device, graph, dtype, agg, buffers, delay,
-            nranks, timeout_s, output, policy, no_fit, judge, redop="none", root=0, place="out", chunk="1M",
-            **knobs) -> None:
+    def run(sizes, min_bytes, max_bytes, step_factor, check, impl_text, device, dtype, nranks, timeout_s, output,
+            policy, no_fit, judge, graph=False, agg=1, buffers="commbench", delay=None, redop="none", root=0,
+            place="out", chunk="1M", compute=None, probes=0, **knobs) -> None:
         from ..analysis.stragglers import delay_text, parse_delay
         from ..run.config import RunConfig
         from ..transports import default_impls, gpu_only, nccl_variants, parse_impls
+        if overlap and policy.timing == "loop":
+            raise CommbenchError("overlap times one call at a time, beside the computation: it needs --timing per-iteration")
         if policy.timing == "loop" and delay is not None:
             raise CommbenchError("--delay holds a rank back before each timed iteration: it needs --timing per-iteration")
         dtypes = names_or_all(dtype, DTYPES, itemsize_of)
@@ -118,7 +122,13 @@ def collective_command(coll) -> click.Command:
         device, gpus = resolve_device(device, impl_text, impl_text is not None and gpu_only(impl_text, coll))
         if graph and device != "cuda":
             raise CommbenchError("--graph replays CUDA graphs: it needs --device cuda")
-        impls = parse_impls(",".join(default_impls(coll, device, detect_launcher())) if impl_text is None else impl_text, coll, device)
+        if overlap:
+            from ..run.overlap import Compute, default_compute
+            work = Compute.parse(default_compute(device) if compute is None else compute, device)
+            impls = _overlapping(coll, device, impl_text)
+        else:
+            impls = parse_impls(",".join(default_impls(coll, device, detect_launcher())) if impl_text is None else impl_text,
+                                coll, device)
         variants = nccl_variants_of(knobs, impls)
         uncaptured = [i.name for i in impls if graph and not i.transport.captures_graphs]
         if uncaptured:
@@ -142,14 +152,22 @@ def collective_command(coll) -> click.Command:
             from ..run.collective import run_collective  # torch: on the ranks alone
             # Each forced variant's communicator splits from the world's, which stays for them.
             world.subsets = world.subsets or bool(variants)
-            reporter = open_output(world, cfg, output, steps, judge, fit=not no_fit)
-            measure_fabric(world, reporter, judge)
+            config = {"overlap": {**work.describe(), "probes": probes}} if overlap else None
+            # overlap's times are no collective's alone: no fit through its cost model, nothing judged.
+            reporter = open_output(world, cfg, output, steps, None if overlap else judge, config=config,
+                                   fit=not (no_fit or overlap))
+            measure_fabric(world, reporter, None if overlap else judge)
             watchdog.start(world, cfg.timeout_s, reporter)
             if reporter:
                 for n in notes:
                     reporter.note(n)
 
             def run():
+                if overlap:
+                    from ..run.overlap import run_overlap
+                    for impl in impls:
+                        impl.prepare(world, cfg)
+                    return run_overlap(world, cfg, coll, impls, work, probes, reporter)
                 # Inside the sweep: a NCCL initialisation that a dead peer stops fails like any size.
                 if any(i.transport is NCCL for i in impls):
                     log_connections()
@@ -180,24 +198,40 @@ def collective_command(coll) -> click.Command:
                      help="nccl-tests' spelling of the sweep: the factor between sizes (default 2)."),
         click.option("--check", "-c", type=click.IntRange(0, 1), default=None,
                      help="nccl-tests' -c: 1 (every size is checked, always); 0 is refused."),
-        click.option("--impl", "impl_text", default=None, help=_impl_help(coll)),
+        click.option("--impl", "impl_text", default=None,
+                     help=_overlap_impl_help(coll) if overlap else _impl_help(coll)),
         click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,
                      help="Where the buffers live; auto = cuda when a GPU is visible."),
-        click.option("--graph", is_flag=True, help="GPU: replay each iteration from a CUDA graph (small messages)."),
         click.option("--dtype", "-d", default="float32", show_default=True,
                      help=f"One of {', '.join(DTYPES)}, a comma list, or all."),
-        click.option("--buffers", type=click.Choice(["commbench", "cupy"]), default="commbench", show_default=True,
-                     help="Who allocates the GPU buffers of --impl mpi: commbench itself, or CuPy (as Python HPC "
-                          "codes hand them to CUDA-aware MPI)."),
-        click.option("--agg", "-m", type=click.IntRange(min=1, max=MAX_AGG), default=1, show_default=True,
-                     help="Calls per timed iteration (nccl-tests' -m): NCCL's calls in one group, the others one "
-                          "after another; times are per call."),
-        click.option("--delay", default=None, metavar="RANK:US",
-                     help="Rank RANK busy-waits US microseconds before each timed iteration (not the check), "
-                          "to show what one slow rank costs the others: their time grows by about US."),
-        # --nccl-algo, --nccl-proto, ...: the run's knobs (nccl_knobs.Knob.parse), taken by run(**knobs)
-        *(click.option(k.option, k.field, default=None, metavar="LIST", help=k.help) for k in KNOBS),
     ]
+    if overlap:
+        from ..run.overlap import COMPUTE
+        options += [
+            click.option("--compute", default=None, metavar="KIND[:SIZE]",
+                         help="The computation beside the collective: " + "; ".join(
+                             f"{kind} ({where}): {what}" for kind, (where, what) in COMPUTE.items()) +
+                         ". Default: the device's first."),
+            click.option("--probes", type=click.IntRange(min=0, max=MAX_PROBES), default=0, show_default=True,
+                         help="Tests of the collective (MPI_Testall) spread through the computation, as OSU's "
+                              "--num_probes: 0 tests nothing until the wait, where a library without a progress "
+                              "thread may move no data."),
+        ]
+    else:
+        options += [
+            click.option("--graph", is_flag=True, help="GPU: replay each iteration from a CUDA graph (small messages)."),
+            click.option("--buffers", type=click.Choice(["commbench", "cupy"]), default="commbench", show_default=True,
+                         help="Who allocates the GPU buffers of --impl mpi: commbench itself, or CuPy (as Python HPC "
+                              "codes hand them to CUDA-aware MPI)."),
+            click.option("--agg", "-m", type=click.IntRange(min=1, max=MAX_AGG), default=1, show_default=True,
+                         help="Calls per timed iteration (nccl-tests' -m): NCCL's calls in one group, the others one "
+                              "after another; times are per call."),
+            click.option("--delay", default=None, metavar="RANK:US",
+                         help="Rank RANK busy-waits US microseconds before each timed iteration (not the check), "
+                              "to show what one slow rank costs the others: their time grows by about US."),
+            # --nccl-algo, --nccl-proto, ...: the run's knobs (nccl_knobs.Knob.parse), taken by run(**knobs)
+            *(click.option(k.option, k.field, default=None, metavar="LIST", help=k.help) for k in KNOBS),
+        ]
     if coll.reduces:
         options.append(click.option("--op", "redop", default="sum", show_default=True,
                                     help=f"Reduction: {', '.join(REDOPS)}, a comma list, or all."))
@@ -209,20 +243,60 @@ def collective_command(coll) -> click.Command:
                                     help="Where the result goes: out of place (its own buffer), in place (one "
                                          "buffer, as nccl-tests places it), or both: each size out of place and "
                                          "in place, side by side in one row as nccl-tests prints them."))
-    if coll.pipelined:
+    if coll.pipelined and not overlap:
         options.append(click.option("--chunk", default="1M", show_default=True, help="Tree pipeline chunk size in bytes."))
     no_fit = click.option("--no-fit", is_flag=True, help="Do not print the latency/bandwidth fit after the table.")
     command = run
     for decorate in (verdict_options, no_fit, timeout_option, ranks_option, timing_options, policy_options,
                      *reversed(options)):
         command = decorate(command)
-    return click.command(coll.name, help=coll.summary)(command)
+    summary = (f"{coll.title} beside a computation: the library's non-blocking call and the computation, each "
+               f"alone and both at once; how much of the collective the computation hid (OSU's overlap) and "
+               f"how much each slowed the other.") if overlap else coll.summary
+    return click.command(coll.name, help=summary)(command)
+
+
+# OSU's --num_probes has no bound; a test costs about a microsecond, and a million of them in one
+# computation would be the computation.
+MAX_PROBES = 100_000
+
+
+def _overlapping(coll, device: str, impl_text):
+    """The impls `overlap` measures: the library calls that have a non-blocking form (Transport.overlaps),
+    all of them by default; one typed that has none is refused in one line."""
+    from ..transports import impls_for, parse_impls
+    known = [n for n, i in impls_for(coll, device).items() if i.algorithm is None and i.transport.overlaps]
+    if not known:
+        raise CommbenchError(f"overlap {coll.name} --device {device}: no library call with a non-blocking form "
+                             f"is measured there yet; --device cpu measures MPI's")
+    impls = parse_impls(",".join(known) if impl_text is None else impl_text, coll, device)
+    for impl in impls:
+        if impl.name not in known:
+            raise CommbenchError(f"overlap measures a library's non-blocking call beside the computation: --impl "
+                                 f"{impl.name} has none; choose from {', '.join(known)}")
+    return impls
+
+
+def _overlap_impl_help(coll) -> str:
+    from ..transports import impls_for
+    return "Comma list of the library calls with a non-blocking form: " + "; ".join(
+        f"{'CPU' if device == 'cpu' else 'GPU'}: {', '.join(known) or 'none yet'}" for device in ("cpu", "cuda")
+        for known in [[n for n, i in impls_for(coll, device).items() if i.algorithm is None and i.transport.overlaps]]) + \
+        " (default: all)."
 
 
 def _register_collectives() -> None:
     from ..collectives import all_collectives
+
+    @cli.group(cls=type(cli))  # the collectives' other spellings too (all_gather, ...)
+    def overlap():
+        """A collective beside a computation, on every rank: each timed alone and both at once, both
+        results checked; per size the overlap OSU's non-blocking collectives report and each side's
+        slowdown (docs/commands/overlap.md)."""
+
     for coll in all_collectives():
         cli.add_command(collective_command(coll))
+        overlap.add_command(collective_command(coll, overlap=True))
 
 
 _register_collectives()

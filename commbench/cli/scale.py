@@ -58,8 +58,10 @@ def _collective_names() -> list[str]:
 MAX_GRAD_BYTES = 1 << 50
 
 
-def _workload(compute_ms, grad_bytes, params, dtype, overlap, strong, largest: int):
-    from ..analysis.scaling import Workload
+def _workload(compute_ms, grad_bytes, params, dtype, overlap, overlap_from, strong, largest: int, coll):
+    """The step that scale judges; --overlap-from takes overlap and the compute's slowdown from an
+    `overlap` result file, at the size nearest the gradients."""
+    from ..analysis.scaling import Workload, measured_overlap
     if grad_bytes is not None and params is not None:
         raise CommbenchError("give --grad-bytes or --params, not both")
     size = params * itemsize_of(dtype) if params is not None else \
@@ -67,7 +69,12 @@ def _workload(compute_ms, grad_bytes, params, dtype, overlap, strong, largest: i
     if not 0 < size <= MAX_GRAD_BYTES:
         raise CommbenchError(f"the gradients must be 1 byte to {format_size(MAX_GRAD_BYTES)} (--grad-bytes, --params), "
                              f"not {size:,} bytes")
-    return Workload(compute_ms, size, overlap, strong)
+    if overlap_from is None:
+        return Workload(compute_ms, size, overlap or 0.0, strong)
+    if overlap is not None:
+        raise CommbenchError("give --overlap (a guess) or --overlap-from (measured by 'commbench overlap'), not both")
+    from ..results.document import load_document
+    return Workload(compute_ms, size, strong=strong, **measured_overlap(load_document(overlap_from), coll, size, overlap_from))
 
 
 @cli.command()
@@ -83,8 +90,11 @@ def _workload(compute_ms, grad_bytes, params, dtype, overlap, strong, largest: i
               help="One step's compute time on one rank.")
 @click.option("--grad-bytes", default=None, help="Gradient bytes reduced each step (default: the largest size).")
 @click.option("--params", type=click.IntRange(min=1), default=None, help="Or: parameters, in --dtype elements.")
-@click.option("--overlap", type=Finite(0, 1), default=0.0, show_default=True,
-              help="Share of the communication hidden behind compute (0-1).")
+@click.option("--overlap", type=Finite(0, 1), default=None,
+              help="Share of the communication hidden behind compute (0-1), a guess; default 0.")
+@click.option("--overlap-from", type=click.Path(dir_okay=False), default=None,
+              help="Or: the share measured by 'commbench overlap' of this collective (its result file), at the size "
+                   "nearest the gradients, with the compute's slowdown beside it.")
 @click.option("--strong", is_flag=True, help="Fixed global batch: compute shrinks as 1/ranks (default: each rank keeps "
                                              "its batch, so throughput is ranks x batch per step).")
 @click.option("--extrapolate", "extra_text", default="16,32,64,128,256,512,1024", show_default=True,
@@ -101,8 +111,8 @@ def _workload(compute_ms, grad_bytes, params, dtype, overlap, strong, largest: i
 @ranks_option
 @timeout_option
 @verdict_options
-def scale(op, counts_text, sizes, impl_text, device, dtype, compute_ms, grad_bytes, params, overlap, strong,
-          extra_text, ranks_per_host, plot_path, source, as_json, nranks, timeout_s, output, policy, judge) -> None:
+def scale(op, counts_text, sizes, impl_text, device, dtype, compute_ms, grad_bytes, params, overlap, overlap_from,
+          strong, extra_text, ranks_per_host, plot_path, source, as_json, nranks, timeout_s, output, policy, judge) -> None:
     """Does adding ranks pay? A collective at several rank counts (default 1, 2, 4, 8), its fit per
     count, and a data-parallel step (compute + the collective over the gradients) measured and
     predicted at each count and beyond."""
@@ -123,7 +133,8 @@ def scale(op, counts_text, sizes, impl_text, device, dtype, compute_ms, grad_byt
         doc = load_document(source)
         if doc["config"]["op"] != coll.name:
             raise CommbenchError(f"{source} measured {doc['config']['op']}, not {coll.name}: give --op {doc['config']['op']}")
-        workload = _workload(compute_ms, grad_bytes, params, dtype, overlap, strong, max(doc["config"]["sizes"]))
+        workload = _workload(compute_ms, grad_bytes, params, dtype, overlap, overlap_from, strong,
+                             max(doc["config"]["sizes"]), coll)
         per_host = ranks_per_host or max(doc["machine"]["ranks"] // max(len(set(doc["machine"]["hosts"])), 1), 1)
         _show(_analyses(doc["results"], coll, doc["config"]["impls"], workload, extra,
                         expectation(judge, doc, source), per_host, doc["config"]), plot_path, as_json)
@@ -132,7 +143,7 @@ def scale(op, counts_text, sizes, impl_text, device, dtype, compute_ms, grad_byt
     from ..run.config import RunConfig
     size_list = parse_sizes(sizes)
     round_to_itemsize(size_list, itemsize_of(dtype), dtype)  # refuses a size below one element
-    workload = _workload(compute_ms, grad_bytes, params, dtype, overlap, strong, max(size_list))
+    workload = _workload(compute_ms, grad_bytes, params, dtype, overlap, overlap_from, strong, max(size_list), coll)
     device, gpus = resolve_device(device, impl_text)
     impls = parse_impls(",".join(default_impls(coll, device, detect_launcher())) if impl_text is None else impl_text,
                         coll, device)

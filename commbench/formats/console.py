@@ -50,6 +50,26 @@ BOTH_WIDTHS = both(DEFAULT_WIDTHS, DEFAULT_WIDTHS)
 CHOICE, CHOICE_WIDTH = "algo/proto", 12
 
 
+# overlap's records end their rows with both sides' figures (run/overlap.py): the collective alone,
+# the computation alone (means, us), OSU's overlap, and each side's time beside the other over alone;
+# under --place both, each placement's.
+OVERLAP = ("alone", "compute", "overlap", "comm x", "compute x")
+OVERLAP_UNITS = ("(us)", "(us)", "(%)", "", "")
+OVERLAP_WIDTHS = (11, 11, 7, 7, 9)
+
+
+def shows_overlap(meta: dict) -> bool:
+    return "overlap" in meta["config"]
+
+
+def overlap_cells(rec: Optional[dict]) -> tuple:
+    if rec is None:
+        return ("n/a",) * len(OVERLAP)
+    o = rec["overlap"]
+    return (_num(o["comm_us"]), _num(o["compute_us"]), _num(rec["overlap_pct"], 1), _num(rec["slowdown_comm"]),
+            _num(rec["slowdown_compute"]))
+
+
 def shows_choice(meta: dict, impl: str) -> bool:
     """Whether a block of `impl` has the algo/proto column: NCCL's call of a collective (impl nccl, the
     transport's own call) measured by commbench, not imported."""
@@ -160,7 +180,7 @@ def _groups(widths) -> str:
 
 
 def block_header(impl: str, description: str, widths=None, loop: bool = False, paired: bool = False,
-                 choice: bool = False) -> list[str]:
+                 choice: bool = False, overlap: bool = False) -> list[str]:
     # The column names' first character gives way to '#', as nccl-tests marks its header lines.
     columns = LOOP_COLUMNS if loop else COLUMNS
     lines = ["#", f"# impl {impl}: {description}"]
@@ -172,6 +192,10 @@ def block_header(impl: str, description: str, widths=None, loop: bool = False, p
         units, widths = UNITS, widths or DEFAULT_WIDTHS
     if choice:
         columns, units, widths = (*columns, CHOICE), (*units, ""), (*widths, CHOICE_WIDTH)
+    if overlap:
+        halves = 2 if paired else 1
+        columns, units, widths = (*columns, *OVERLAP * halves), (*units, *OVERLAP_UNITS * halves), \
+            (*widths, *OVERLAP_WIDTHS * halves)
     return lines + ["#" + _line(columns, widths)[1:].rstrip(), "#" + _line(units, widths)[1:].rstrip()]
 
 
@@ -204,16 +228,21 @@ def paired_cells(out: Optional[dict], inp: Optional[dict]) -> tuple:
 
 
 def row(rec: dict, widths=DEFAULT_WIDTHS, choice: bool = False) -> str:
+    line, widths = cells(rec), tuple(widths)
     if choice:
-        return _line((*cells(rec), choice_cell(rec)), (*widths, CHOICE_WIDTH))
-    return _line(cells(rec), widths)
+        line, widths = (*line, choice_cell(rec)), (*widths, CHOICE_WIDTH)
+    if "overlap_pct" in rec:
+        line, widths = (*line, *overlap_cells(rec)), (*widths, *OVERLAP_WIDTHS)
+    return _line(line, widths)
 
 
 def paired_row(out: Optional[dict], inp: Optional[dict], widths=None, choice: bool = False) -> str:
-    widths = widths or BOTH_WIDTHS
+    line, widths = paired_cells(out, inp), tuple(widths or BOTH_WIDTHS)
     if choice:
-        return _line((*paired_cells(out, inp), choice_cell(out or inp)), (*widths, CHOICE_WIDTH))
-    return _line(paired_cells(out, inp), widths)
+        line, widths = (*line, choice_cell(out or inp)), (*widths, CHOICE_WIDTH)
+    if "overlap_pct" in (out or inp):
+        line, widths = (*line, *overlap_cells(out), *overlap_cells(inp)), (*widths, *OVERLAP_WIDTHS * 2)
+    return _line(line, widths)
 
 
 def _widths(rows: list[tuple], defaults: tuple) -> tuple:
@@ -260,12 +289,12 @@ def render(doc: dict, options) -> str:
     for key, recs, paired in blocks:
         h, loop = series_head(key), any("rank_max_us" in r for r in recs)
         name = f"{h['op']} ({where(key)})"
-        choice = shows_choice(doc, h["impl"])
+        choice, overlap = shows_choice(doc, h["impl"]), shows_overlap(doc)
         if paired:
-            lines += block_header(variant(h), name, paired_widths, loop=loop, paired=True, choice=choice)
+            lines += block_header(variant(h), name, paired_widths, loop=loop, paired=True, choice=choice, overlap=overlap)
             lines += [paired_row(*p, widths=paired_widths, choice=choice) for p in paired]
         else:
-            lines += block_header(variant(h), name, widths, loop=loop, choice=choice)
+            lines += block_header(variant(h), name, widths, loop=loop, choice=choice, overlap=overlap)
             lines += [row(r, widths, choice) for r in recs]
     return "\n".join(lines) + "\n"
 

@@ -47,15 +47,15 @@ class LoopTimings(Timings):
 
 
 # The pattern's op for collectives that do not reduce: any rank's values are exact in every dtype.
-_MOVE_ONLY = redop_code("max")
+MOVE_ONLY = redop_code("max")
 
 
-def _fill(data, tensor, segments, code: int) -> None:
+def fill_inputs(data, tensor, segments, code: int) -> None:
     for seg in segments:
         data.fill(tensor[seg.offset:seg.offset + seg.count], code, seg.first)
 
 
-def _count_wrong(data, tensor, segments, code: int, in_place: bool) -> int:
+def count_wrong(data, tensor, segments, code: int, in_place: bool) -> int:
     """Wrong elements of `tensor` by the segments; an UNTOUCHED one in place holds this rank's input,
     a STALE one the stale value either way (the native checks' kUntouched)."""
     own = data.world.rank if in_place else UNTOUCHED
@@ -94,7 +94,7 @@ def run_collective(world, cfg: RunConfig, coll, impls: list, reporter, where: st
         pool = None
         pool = Buffers(coll, coll.shape(max(cfg.sizes), itemsize, world.size), dname, cfg.placements, allocate)
         for redop in redops:
-            code = redop_code(redop) if coll.reduces else _MOVE_ONLY
+            code = redop_code(redop) if coll.reduces else MOVE_ONLY
             for impl in impls:
                 if impl.label in refused:
                     continue
@@ -130,7 +130,7 @@ def _measure(world, cfg: RunConfig, coll, impl, reporter, data, pool: Buffers, d
     if reporter:
         reporter.step(step)
     send, recv = pool.views(shape, world.rank, in_place)
-    _fill(data, send, coll.inputs(world.rank, world.size, cfg.root, shape), code)
+    fill_inputs(data, send, coll.inputs(world.rank, world.size, cfg.root, shape), code)
     # One call, checked: in place, a second one would start from the first one's result. Without the
     # graph, whose making runs the call twice more on the same buffers; not gated, as the first call of
     # a size connects NCCL's peers on the host. NCCL's report of its choice: for this call alone, not
@@ -139,14 +139,14 @@ def _measure(world, cfg: RunConfig, coll, impl, reporter, data, pool: Buffers, d
         checked = Timings(functools.partial(impl.rank_times, world, coll, send, recv, code,
                                             cfg=replace(cfg, graph=False), gated=False))(1)
     expected = coll.expected(world.rank, world.size, cfg.root, shape)
-    wrong = world.sum(_count_wrong(data, recv, expected, code, in_place))
+    wrong = world.sum(count_wrong(data, recv, expected, code, in_place))
     if cfg.graph:
         # What the graph computes, checked as well (nccl-tests' -G checks a launch of its graph): on
         # buffers filled again, the call captured and launched once (no iterations: nothing timed).
         send, recv = pool.views(shape, world.rank, in_place)  # the receive buffer stale again
-        _fill(data, send, coll.inputs(world.rank, world.size, cfg.root, shape), code)
+        fill_inputs(data, send, coll.inputs(world.rank, world.size, cfg.root, shape), code)
         impl.rank_times(world, coll, send, recv, code, 0, cfg=cfg, gated=False)
-        wrong += world.sum(_count_wrong(data, recv, expected, code, in_place))
+        wrong += world.sum(count_wrong(data, recv, expected, code, in_place))
     rank_times = functools.partial(impl.rank_times, world, coll, send, recv, code, cfg=cfg, agg=cfg.agg, delayed=True)
     grouped = None
     if cfg.agg > 1:

@@ -68,7 +68,8 @@ class Reporter(FileOutput):
         cfg = self.meta["config"]
         loop = cfg["policy"].get("timing") == "loop" and cfg["op"] not in ("p2p", "copy")
         self.choice = impl is not None and table.shows_choice(self.meta, impl)
-        for line in table.block_header(label, description, loop=loop, paired=self.paired, choice=self.choice):
+        for line in table.block_header(label, description, loop=loop, paired=self.paired, choice=self.choice,
+                                       overlap=table.shows_overlap(self.meta)):
             click.echo(line)
 
     def step(self, label: str) -> None:

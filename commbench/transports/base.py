@@ -33,6 +33,8 @@ class Transport(Protocol):
     p2p_device: str
     p2p_summary: str
     captures_graphs: bool
+    # Whether `overlap` can start its library's call and compute before waiting for it (overlap_times).
+    overlaps: bool = False
 
     def impls(self, coll, device: str) -> dict[Optional[str], str]:
         """Our algorithm (None: the library's call) -> what it is, for `coll` on `device`."""
@@ -44,6 +46,10 @@ class Transport(Protocol):
     def times(self, world, coll, algorithm: Optional[str], send, recv, op: int, iters: int, cfg, agg: int,
               delay_s: float, loop: int = 1, gated: bool = True) -> np.ndarray:
         """This rank's own seconds per call (Impl.rank_times says the arguments)."""
+
+    def overlap_times(self, world, coll, send, recv, op: int, iters: int, cfg, sweeps: int, probes: int):
+        """Where `overlaps`: this rank's per-iteration times of the library's non-blocking call beside
+        `sweeps` of the computation, `probes` tests of it among them (commbench._host.OverlapTimes)."""
 
     def open_pairs(self, world, pairs, window: int) -> Optional[Pair]:
         """This rank's side of its pair among `pairs`, or None."""

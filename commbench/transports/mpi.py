@@ -18,6 +18,7 @@ class MpiTransport(Transport):
     p2p_device = "cpu"
     p2p_summary = "the default; host buffers, native loops"
     captures_graphs = False  # --graph: no stream of its own to capture
+    overlaps = True  # the library's non-blocking calls (MPI_Iallreduce, ...): `overlap`
 
     def impls(self, coll, device: str) -> dict[Optional[str], str]:
         """Our algorithm (None: the library's call) -> what it is."""
@@ -46,6 +47,15 @@ class MpiTransport(Transport):
         return np.asarray(_host.collective_times(*native_call(_host, coll, algorithm), send, recv, op=op, root=cfg.root,
                                                  iters=iters, comm=world.comm.py2f(), chunk_bytes=cfg.chunk_bytes, agg=agg,
                                                  delay_s=delay_s, loop=loop))
+
+    def overlap_times(self, world, coll, send, recv, op: int, iters: int, cfg, sweeps: int, probes: int):
+        """This rank's OverlapTimes of the library's non-blocking call beside `sweeps` of the computation
+        (run/overlap.py; commbench._host's overlap_times says what each list holds)."""
+        from .. import _host
+        from .native import native_call
+        collective, _ = native_call(_host, coll, None)
+        return _host.overlap_times(collective, send, recv, op=op, root=cfg.root, iters=iters, comm=world.comm.py2f(),
+                                   sweeps=sweeps, probes=probes)
 
     def open_pairs(self, world, pairs, window: int) -> Optional[MpiPair]:
         """This rank's side of its pair among `pairs` (disjoint), on the world communicator: the native

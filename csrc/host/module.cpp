@@ -18,9 +18,11 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "commbench/collective_times.h"
+#include "commbench/compute.h"
 #include "commbench/library_calls.h"
 #include "commbench/own_algorithms.h"
 #include "commbench/pattern.h"
@@ -145,7 +147,7 @@ class MpiBackend {
   std::function<void()> library_call(Collective coll, const CallBuffers<T>& b, RedOp op) {
     auto mop = std::make_shared<MpiOp<T, Op>>(op);
     op_ = mop;  // a user-defined MPI_Op must outlive the calls that use it
-    return mpi_call(coll, b, *mop, comm_);
+    return mpi_call(coll, b, *mop, comm_).blocking;
   }
   NoGroup library_group() const { return {}; }
 
@@ -165,6 +167,89 @@ std::vector<double> mpi_collective_times(Collective coll, Algorithm algo, const 
                                          double delay_s, int64_t loop) {
   MpiBackend backend(comm_from(comm_handle));
   return collective_times(backend, coll, algo, send, recv, op_code, root, iters, chunk_bytes, agg, delay_s, loop);
+}
+
+// One size of `overlap` on host buffers: the MPI library's non-blocking call for `coll`, and beside
+// it, on this rank's core, `sweeps` sweeps of the computation (compute.h), in `probes` parts with an
+// MPI_Testall after each (OSU's num_probes: 0, its default, tests nothing until the wait). Per
+// iteration, after an untimed barrier: `total` from the call's start to its wait's end, `compute` the
+// computation's own time (the tests' not counted, as OSU subtracts them), `tests` the tests' time and
+// `done` from the start to the test or wait that found the call complete. With sweeps 0 it is the call
+// alone, started and waited for (OSU's pure communication time). `compute_wrong` counts the elements
+// the computation left wrong over every iteration; the collective's result is checked by the caller.
+struct OverlapTimes {
+  std::vector<double> total, compute, tests, done;
+  int64_t compute_wrong = 0;
+};
+
+OverlapTimes mpi_overlap_times(Collective coll, const Buffer& send, const Buffer& recv, int64_t op_code, int64_t root,
+                               int64_t iters, int64_t comm_handle, int64_t sweeps, int64_t probes) {
+  if (iters < 0 || sweeps < 0 || probes < 0) throw std::invalid_argument("iters, sweeps and probes must not be negative");
+  require_host(send, "send buffer");
+  require_host(recv, "recv buffer");
+  if (send.dtype != recv.dtype) throw std::invalid_argument("send and recv buffers differ in dtype");
+  MPI_Comm comm = comm_from(comm_handle);
+  MpiBackend backend(comm);
+  if (root < 0 || root >= backend.size()) throw std::invalid_argument("root must be a rank of the communicator");
+  const RedOp op = redop_from(op_code);
+  return dispatch_dtype_op(recv.dtype, op, [&](auto tag, auto functor) {
+    using T = typename decltype(tag)::type;
+    using Op = decltype(functor);
+    const CallBuffers<T> b{static_cast<const T*>(send.data), static_cast<T*>(recv.data), send.count, recv.count,
+                           overlap(send, recv), backend.rank(), backend.size(), static_cast<int>(root)};
+    const MpiOp<T, Op> mop(op);
+    const MpiCall call = mpi_call(coll, b, mop, comm);
+    HostCompute work;
+    const int64_t parts = std::max<int64_t>(probes, 1);
+    OverlapTimes out;
+    std::vector<MPI_Request> reqs;
+    for (int64_t i = 0; i < iters; ++i) {
+      work.reset();
+      mpi_check(MPI_Barrier(comm), "MPI_Barrier");
+      const auto t0 = Clock::now();
+      reqs.clear();
+      call.start(reqs);
+      double tests = 0, done = -1;
+      const auto c0 = Clock::now();
+      for (int64_t p = 0; p < parts; ++p) {
+        work.sweeps(sweeps / parts + (p < sweeps % parts));
+        if (probes == 0) continue;
+        const auto p0 = Clock::now();
+        int flag = 0;
+        mpi_check(MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &flag, MPI_STATUSES_IGNORE), "MPI_Testall");
+        const auto p1 = Clock::now();
+        tests += std::chrono::duration<double>(p1 - p0).count();
+        if (flag && done < 0) done = std::chrono::duration<double>(p1 - t0).count();
+      }
+      const double compute = std::chrono::duration<double>(Clock::now() - c0).count() - tests;
+      mpi_check(MPI_Waitall(static_cast<int>(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
+      call.finish();
+      const double total = std::chrono::duration<double>(Clock::now() - t0).count();
+      out.total.push_back(total);
+      out.compute.push_back(compute);
+      out.tests.push_back(tests);
+      out.done.push_back(done < 0 ? total : done);
+      out.compute_wrong += work.wrong(sweeps);
+    }
+    return out;
+  });
+}
+
+// The computation alone: `iters` samples of `sweeps` sweeps, each checked (the wrong elements over
+// every sample are the last figure).
+std::pair<std::vector<double>, int64_t> compute_times(int64_t sweeps, int64_t iters) {
+  if (iters < 0 || sweeps < 0) throw std::invalid_argument("iters and sweeps must not be negative");
+  HostCompute work;
+  std::vector<double> t;
+  int64_t wrong = 0;
+  for (int64_t i = 0; i < iters; ++i) {
+    work.reset();
+    const auto t0 = Clock::now();
+    work.sweeps(sweeps);
+    t.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+    wrong += work.wrong(sweeps);
+  }
+  return {t, wrong};
 }
 
 // One side of a point-to-point test: the pair's communicator and this rank's peer in it, and separate
@@ -364,6 +449,17 @@ PYBIND11_MODULE(_host, m) {
         py::arg("collective"), py::arg("algorithm"), py::arg("send"), py::arg("recv"), py::kw_only(), py::arg("op"), py::arg("root"),
         py::arg("iters"), py::arg("comm"), py::arg("chunk_bytes"), py::arg("agg") = 1, py::arg("delay_s") = 0.0,
         py::arg("loop") = 1, py::call_guard<py::gil_scoped_release>());
+  py::class_<OverlapTimes>(m, "OverlapTimes", "overlap_times' per-iteration seconds and the computation's wrong elements")
+      .def_readonly("total", &OverlapTimes::total)
+      .def_readonly("compute", &OverlapTimes::compute)
+      .def_readonly("tests", &OverlapTimes::tests)
+      .def_readonly("done", &OverlapTimes::done)
+      .def_readonly("compute_wrong", &OverlapTimes::compute_wrong);
+  m.def("overlap_times", &mpi_overlap_times, "this rank's per-iteration times of a non-blocking collective beside a computation",
+        py::arg("collective"), py::arg("send"), py::arg("recv"), py::kw_only(), py::arg("op"), py::arg("root"), py::arg("iters"),
+        py::arg("comm"), py::arg("sweeps"), py::arg("probes") = 0, py::call_guard<py::gil_scoped_release>());
+  m.def("compute_times", &compute_times, "the computation's per-iteration times alone, and its wrong elements",
+        py::kw_only(), py::arg("sweeps"), py::arg("iters"), py::call_guard<py::gil_scoped_release>());
   m.def("pingpong_times", &pingpong_times, py::arg("send"), py::arg("recv"), py::kw_only(), py::arg("bytes"), py::arg("iters"),
         py::arg("comm"), py::arg("loop") = 1, py::arg("peer") = -1, py::arg("first") = false,
         py::call_guard<py::gil_scoped_release>());

@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <functional>
 #include <stdexcept>
+#include <vector>
 
 #include "commbench/reduce.h"
 #include "commbench/schedule.h"
@@ -78,9 +79,22 @@ void local_copy(T* dst, const T* src, std::size_t n, bool device, MPI_Datatype t
             "MPI_Sendrecv (local copy)");
 }
 
-// The MPI library's call for `coll`, its arguments fixed once, outside the timed loop.
+// The MPI library's call for `coll`, its arguments fixed once, outside the timed loop, in both forms
+// the library has: the blocking call (MPI_Allreduce, ...), which the sweeps time, and the non-blocking
+// one (MPI_Iallreduce, ...), which `overlap` starts beside a computation. `start` begins it and adds
+// its requests; once they complete, `finish` does what the blocking recipe does after its call.
+struct MpiCall {
+  std::function<void()> blocking;
+  std::function<void(std::vector<MPI_Request>&)> start;
+  std::function<void()> finish = [] {};
+};
+
+// One request of a non-blocking call, added to `reqs`.
+inline MPI_Request& added(std::vector<MPI_Request>& reqs) { return reqs.emplace_back(MPI_REQUEST_NULL); }
+
 template <typename T, typename Op>
-std::function<void()> mpi_call(Collective coll, const CallBuffers<T>& b, const MpiOp<T, Op>& op, MPI_Comm comm) {
+MpiCall mpi_call(Collective coll, const CallBuffers<T>& b, const MpiOp<T, Op>& op, MPI_Comm comm) {
+  using Reqs = std::vector<MPI_Request>;
   const MPI_Datatype type = mpi_type<T>();
   const MPI_Op mop = op.get();
   T* out = b.recv;
@@ -89,52 +103,79 @@ std::function<void()> mpi_call(Collective coll, const CallBuffers<T>& b, const M
   switch (coll) {
     case Collective::AllReduce: {
       const int n = mpi_count(b.recv_count);
-      return [=] { mpi_check(MPI_Allreduce(sbuf, out, n, type, mop, comm), "MPI_Allreduce"); };
+      return {[=] { mpi_check(MPI_Allreduce(sbuf, out, n, type, mop, comm), "MPI_Allreduce"); },
+              [=](Reqs& r) { mpi_check(MPI_Iallreduce(sbuf, out, n, type, mop, comm, &added(r)), "MPI_Iallreduce"); }};
     }
     case Collective::AllGather: {
       const int c = mpi_count(b.send_count);
       mpi_count(b.recv_count);
-      return [=] { mpi_check(MPI_Allgather(sbuf, c, type, out, c, type, comm), "MPI_Allgather"); };
+      return {[=] { mpi_check(MPI_Allgather(sbuf, c, type, out, c, type, comm), "MPI_Allgather"); },
+              [=](Reqs& r) { mpi_check(MPI_Iallgather(sbuf, c, type, out, c, type, comm, &added(r)), "MPI_Iallgather"); }};
     }
     case Collective::ReduceScatter: {
       const int c = mpi_count(b.recv_count);
       mpi_count(b.send_count);
       if (!b.in_place)
-        return [=] { mpi_check(MPI_Reduce_scatter_block(in, out, c, type, mop, comm), "MPI_Reduce_scatter_block"); };
+        return {[=] { mpi_check(MPI_Reduce_scatter_block(in, out, c, type, mop, comm), "MPI_Reduce_scatter_block"); },
+                [=](Reqs& r) {
+                  mpi_check(MPI_Ireduce_scatter_block(in, out, c, type, mop, comm, &added(r)), "MPI_Ireduce_scatter_block");
+                }};
       // MPI leaves an in-place result at the start of the buffer; nccl-tests expects it at r*c.
       T* base = const_cast<T*>(in);
       const std::size_t shift = static_cast<std::size_t>(b.rank) * b.recv_count;
       const bool device = b.device;
-      return [=] {
-        mpi_check(MPI_Reduce_scatter_block(MPI_IN_PLACE, base, c, type, mop, comm), "MPI_Reduce_scatter_block");
+      const std::function<void()> to_place = [=] {
         if (shift) local_copy(base + shift, base, b.recv_count, device, type);
       };
+      return {[=] {
+                mpi_check(MPI_Reduce_scatter_block(MPI_IN_PLACE, base, c, type, mop, comm), "MPI_Reduce_scatter_block");
+                to_place();
+              },
+              [=](Reqs& r) {
+                mpi_check(MPI_Ireduce_scatter_block(MPI_IN_PLACE, base, c, type, mop, comm, &added(r)),
+                          "MPI_Ireduce_scatter_block");
+              },
+              to_place};
     }
     case Collective::Broadcast: {
       const int n = mpi_count(b.recv_count);
       const bool copy = !b.in_place && b.rank == b.root;
       const bool device = b.device;
-      return [=] {
+      const std::function<void()> own_first = [=] {
         if (copy) local_copy(out, in, b.recv_count, device, type);  // MPI_Bcast has one buffer
-        mpi_check(MPI_Bcast(out, n, type, b.root, comm), "MPI_Bcast");
       };
+      return {[=] {
+                own_first();
+                mpi_check(MPI_Bcast(out, n, type, b.root, comm), "MPI_Bcast");
+              },
+              [=](Reqs& r) {
+                own_first();
+                mpi_check(MPI_Ibcast(out, n, type, b.root, comm, &added(r)), "MPI_Ibcast");
+              }};
     }
     case Collective::Reduce: {
       const int n = mpi_count(b.recv_count);
       // Only the root may pass MPI_IN_PLACE; the others' data is their send buffer.
       const void* s = b.in_place && b.rank != b.root ? static_cast<const void*>(out) : sbuf;
-      return [=] { mpi_check(MPI_Reduce(s, out, n, type, mop, b.root, comm), "MPI_Reduce"); };
+      return {[=] { mpi_check(MPI_Reduce(s, out, n, type, mop, b.root, comm), "MPI_Reduce"); },
+              [=](Reqs& r) { mpi_check(MPI_Ireduce(s, out, n, type, mop, b.root, comm, &added(r)), "MPI_Ireduce"); }};
     }
     case Collective::AllToAll: {
       const int c = mpi_count(b.send_count / static_cast<std::size_t>(b.size));
-      return [=] { mpi_check(MPI_Alltoall(in, c, type, out, c, type, comm), "MPI_Alltoall"); };
+      return {[=] { mpi_check(MPI_Alltoall(in, c, type, out, c, type, comm), "MPI_Alltoall"); },
+              [=](Reqs& r) { mpi_check(MPI_Ialltoall(in, c, type, out, c, type, comm, &added(r)), "MPI_Ialltoall"); }};
     }
     case Collective::SendRecv: {
       const int n = mpi_count(b.recv_count);
       const int right = wrap(b.rank + 1, b.size), left = wrap(b.rank - 1, b.size);
-      return [=] {
-        mpi_check(MPI_Sendrecv(in, n, type, right, 11, out, n, type, left, 11, comm, MPI_STATUS_IGNORE), "MPI_Sendrecv");
-      };
+      return {[=] {
+                mpi_check(MPI_Sendrecv(in, n, type, right, 11, out, n, type, left, 11, comm, MPI_STATUS_IGNORE),
+                          "MPI_Sendrecv");
+              },
+              [=](Reqs& r) {
+                mpi_check(MPI_Irecv(out, n, type, left, 11, comm, &added(r)), "MPI_Irecv");
+                mpi_check(MPI_Isend(in, n, type, right, 11, comm, &added(r)), "MPI_Isend");
+              }};
     }
     case Collective::Gather: {
       const int c = mpi_count(b.send_count);
@@ -142,15 +183,17 @@ std::function<void()> mpi_call(Collective coll, const CallBuffers<T>& b, const M
       // In place only the root passes MPI_IN_PLACE (its block lies at root*c already); the others
       // send their block from where it lies.
       const void* s = b.in_place && b.rank != b.root ? static_cast<const void*>(in) : sbuf;
-      return [=] { mpi_check(MPI_Gather(s, c, type, out, c, type, b.root, comm), "MPI_Gather"); };
+      return {[=] { mpi_check(MPI_Gather(s, c, type, out, c, type, b.root, comm), "MPI_Gather"); },
+              [=](Reqs& r) { mpi_check(MPI_Igather(s, c, type, out, c, type, b.root, comm, &added(r)), "MPI_Igather"); }};
     }
     case Collective::Scatter: {
       const int c = mpi_count(b.recv_count);
       mpi_count(b.send_count);
       // In place the root receives MPI_IN_PLACE: its block stays at root*c of its input, where
       // nccl-tests places its receive buffer.
-      void* r = b.in_place && b.rank == b.root ? MPI_IN_PLACE : static_cast<void*>(out);
-      return [=] { mpi_check(MPI_Scatter(in, c, type, r, c, type, b.root, comm), "MPI_Scatter"); };
+      void* rb = b.in_place && b.rank == b.root ? MPI_IN_PLACE : static_cast<void*>(out);
+      return {[=] { mpi_check(MPI_Scatter(in, c, type, rb, c, type, b.root, comm), "MPI_Scatter"); },
+              [=](Reqs& r) { mpi_check(MPI_Iscatter(in, c, type, rb, c, type, b.root, comm, &added(r)), "MPI_Iscatter"); }};
     }
   }
   throw std::invalid_argument("no MPI call for this collective");  // reached only by a value outside the enum

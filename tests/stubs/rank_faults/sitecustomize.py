@@ -55,13 +55,13 @@ def _stop(module) -> None:
 
 
 def _wrong(module) -> None:
-    real = module._count_wrong
+    real = module.count_wrong
     wrong_here = os.environ.get("OMPI_COMM_WORLD_RANK") == os.environ["COMMBENCH_STUB_WRONG_RANK"]
 
     def count_wrong(*args, **kwargs):
         return real(*args, **kwargs) + int(wrong_here)
 
-    module._count_wrong = count_wrong
+    module.count_wrong = count_wrong
 
 
 def _killed_at_start(module) -> None:
