@@ -7,23 +7,14 @@ import signal
 import subprocess
 import time
 
-import numpy as np
 import pytest
 from conftest import COMMBENCH, batch, in_process, mpi_env, rank_pids, room, wait_for_rows
+from test_one_rank import overlapping
 
 from commbench import collectives
 from commbench.errors import CommbenchError
-from commbench.launch.world import World
 from commbench.results import document as results
-from commbench.run.config import RunConfig
-from commbench.run.overlap import COMPUTE, Compute, overlap_figures, run_overlap
-from commbench.run.policy import Policy
-from commbench.transports import impls_for
-
-
-def overlapping(coll) -> list:
-    """The impls overlap measures by default on the host: library calls with a non-blocking form."""
-    return [i for i in impls_for(coll, "cpu").values() if i.algorithm is None and i.transport.overlaps]
+from commbench.run.overlap import COMPUTE, Compute, overlap_figures
 
 
 def test_the_overlap_is_osus_and_the_slowdowns_are_each_sides_time_beside_over_alone():
@@ -44,69 +35,6 @@ def test_the_computation_is_named_by_kind_and_an_optional_size():
                        ("loop:x", "must be a whole number from 1"), ("loop", "runs with --device cpu, not --device cuda")):
         with pytest.raises(CommbenchError, match=said):
             Compute.parse(text, "cuda" if text == "loop" else "cpu")
-
-
-@pytest.fixture(scope="module")
-def world():
-    from mpi4py import MPI
-    return World(rank=0, size=1, hosts=["here"], launcher="local", comm=MPI.COMM_SELF)
-
-
-def test_the_native_loops_time_both_sides_and_check_the_computation(world):
-    from commbench import _host
-    times, wrong = _host.compute_times(sweeps=200, iters=4)
-    assert len(times) == 4 and min(times) > 0 and wrong == 0
-    send, recv = np.arange(1024, dtype=np.float32), np.zeros(1024, dtype=np.float32)
-    got = _host.overlap_times(_host.Collective.__members__["allreduce"], send, recv, op=0, root=0, iters=3,
-                              comm=world.comm.py2f(), sweeps=200, probes=4)
-    assert got.compute_wrong == 0 and np.array_equal(recv, send)  # one rank's sum is its own input
-    assert all(len(x) == 3 for x in (got.total, got.compute, got.tests, got.done))
-    assert all(0 < d <= t and c + s <= t for t, c, s, d in zip(got.total, got.compute, got.tests, got.done))
-    assert min(got.tests) > 0  # four tests each
-    alone = _host.overlap_times(_host.Collective.__members__["allreduce"], send, recv, op=0, root=0, iters=3,
-                                comm=world.comm.py2f(), sweeps=0)
-    assert max(alone.tests) == 0 and alone.done == alone.total
-    with pytest.raises(ValueError, match="must not be negative"):
-        _host.compute_times(sweeps=-1, iters=1)
-
-
-def _config(coll, **kwargs) -> RunConfig:
-    return RunConfig(op=coll.name, impls=tuple(i.name for i in overlapping(coll)), sizes=(4, 1000, 65536), device="cpu",
-                     policy=Policy(warmup=1, iters=3), **kwargs)
-
-
-@pytest.mark.parametrize("name", collectives.names())
-def test_every_collective_is_exact_beside_the_computation_on_one_rank(name, world):
-    coll = collectives.get(name)
-    impls = overlapping(coll)
-    assert impls, f"{name}: no library call with a non-blocking form on the host"
-    cfg = _config(coll, place="both" if coll.in_place else "out")
-    for impl in impls:
-        impl.prepare(world, cfg)
-    assert run_overlap(world, cfg, coll, impls, Compute("loop"), 2, None) == 0
-
-
-class OneWrong:
-    """The library's non-blocking call delivering one element wrong: the check must count it."""
-
-    def __init__(self, transport):
-        self.transport = transport
-
-    def __getattr__(self, name):
-        return getattr(self.transport, name)
-
-    def overlap_times(self, world, coll, send, recv, *args):
-        got = self.transport.overlap_times(world, coll, send, recv, *args)
-        if recv.size:
-            recv[0] = recv[0] + 1
-        return got
-
-
-def test_a_wrong_element_beside_the_computation_is_counted(world):
-    coll = collectives.get("allreduce")
-    [impl] = overlapping(coll)
-    impl.transport = OneWrong(impl.transport)
-    assert run_overlap(world, _config(coll), coll, [impl], Compute("loop", 10), 0, None) == 3  # once a size
 
 
 CASES = {name: ["overlap", name, "--device", "cpu", "--sizes", "1K,64K", "--iters", "5", "--warmup", "1", "-o",
