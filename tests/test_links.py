@@ -142,14 +142,20 @@ def _run(workdir, *args):
 def test_standalone_three_ranks_prints_the_matrices_and_keeps_them_judged_again(workdir):
     out = os.path.join(workdir, "links.json")
     # Three ranks on two shared cores: scheduling alone moves a pair's figures by 1.5x, so only
-    # tenfold outliers are flagged here; the rule itself is tested above.
+    # tenfold outliers are flagged here; the rule itself is tested above. Beside a loaded suite a
+    # loaded pair once read 4 % of the others (its rank descheduled for its whole budget): what the
+    # run says is checked against the rule applied to what it saved.
     r = _run(workdir, "--np", "3", "--threshold-pct", "10", "--judge", "bandwidth", "-o", out)
-    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert r.returncode in (0, 1), r.stdout[-2000:] + r.stderr[-2000:]
     for title in ("latency (us), one pair at a time", "bandwidth (GB/s), under load"):
         assert f"# {title}" in r.stdout
-    assert "no slow link, rank or host found" in r.stdout
     doc = results.load_document(out)
     s = doc["links"]
+    said = [f["text"] for f in s["findings"]]
+    assert s["findings"] == links.section("mpi", s["hosts"], 8, 256 << 10, 10, s["mad_z"], doc["results"],
+                                          s["judged"])["findings"]
+    assert r.returncode == (1 if said else 0)
+    assert r.stdout.splitlines()[-max(len(said), 1):] == (said or ["no slow link, rank or host found"]), r.stdout
     assert s["hosts"] == [doc["machine"]["hosts"][0]] * 3 and s["rounds"] == [[[0, 1]], [[1, 2]], [[0, 2]]]
     assert {(x["op"], x["impl"], x["schedule"], tuple(x["pair"])) for x in doc["results"]} == {
         (op, "mpi", schedule, pair) for op in ("pingpong", "bandwidth") for schedule in ("clean", "loaded")
