@@ -14,7 +14,7 @@ from test_one_rank import overlapping
 from commbench import collectives
 from commbench.errors import CommbenchError
 from commbench.results import document as results
-from commbench.run.overlap import COMPUTE, Compute, overlap_figures
+from commbench.run.overlap import COMPUTE, Compute, default_compute, overlap_figures
 
 
 def test_the_overlap_is_osus_and_the_slowdowns_are_each_sides_time_beside_over_alone():
@@ -26,6 +26,23 @@ def test_the_overlap_is_osus_and_the_slowdowns_are_each_sides_time_beside_over_a
     assert [pct(t) for t in (100, 150, 200, 260)] == [100, 50, 0, 0]  # hidden, half, none, worse than none
     figures = overlap_figures(comm_us=100, compute_us=80, total_us=150, compute_beside_us=100, comm_beside_us=150)
     assert figures == {"overlap_pct": 50, "slowdown_comm": 1.5, "slowdown_compute": 1.25}
+
+
+def test_a_device_without_a_computation_is_refused_in_one_line():
+    with pytest.raises(CommbenchError, match="overlap has no computation for --device cuda yet: choose from loop"):
+        default_compute("cuda")
+    assert default_compute("cpu") == "loop"
+
+
+@pytest.mark.gpu
+def test_gpus_are_refused_in_one_line_before_any_rank_starts(workdir):
+    """Where GPUs are visible (emulated here), --device cuda is refused, not a traceback."""
+    from test_emulated_gpu import emu_env
+    r = subprocess.run([COMMBENCH, "overlap", "allreduce", "--device", "cuda", "-o", "x.json"], env=emu_env(2),
+                       cwd=workdir, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and r.stderr.startswith("commbench: error: overlap allreduce --device cuda: no library "
+                                                     "call with a non-blocking form") and len(r.stderr.splitlines()) == 1, r.stderr
+    assert not os.listdir(workdir)
 
 
 def test_the_computation_is_named_by_kind_and_an_optional_size():

@@ -124,8 +124,8 @@ def collective_command(coll, overlap: bool = False) -> click.Command:
             raise CommbenchError("--graph replays CUDA graphs: it needs --device cuda")
         if overlap:
             from ..run.overlap import Compute, default_compute
+            impls = _overlapping(coll, device, impl_text)  # first: the device may have none yet
             work = Compute.parse(default_compute(device) if compute is None else compute, device)
-            impls = _overlapping(coll, device, impl_text)
         else:
             impls = parse_impls(",".join(default_impls(coll, device, detect_launcher())) if impl_text is None else impl_text,
                                 coll, device)
@@ -264,8 +264,8 @@ MAX_PROBES = 100_000
 def _overlapping(coll, device: str, impl_text):
     """The impls `overlap` measures: the library calls that have a non-blocking form (Transport.overlaps),
     all of them by default; one typed that has none is refused in one line."""
-    from ..transports import impls_for, parse_impls
-    known = [n for n, i in impls_for(coll, device).items() if i.algorithm is None and i.transport.overlaps]
+    from ..transports import parse_impls
+    known = _overlap_impls(coll, device)
     if not known:
         raise CommbenchError(f"overlap {coll.name} --device {device}: no library call with a non-blocking form "
                              f"is measured there yet; --device cpu measures MPI's")
@@ -277,12 +277,19 @@ def _overlapping(coll, device: str, impl_text):
     return impls
 
 
-def _overlap_impl_help(coll) -> str:
+def _overlap_impls(coll, device: str) -> list[str]:
+    """The library calls with a non-blocking form on `device`: host buffers alone so far (on GPUs the
+    computation beside NCCL's call is a GEMM or a triad on a stream of its own, not measured yet)."""
     from ..transports import impls_for
+    if device != "cpu":
+        return []
+    return [n for n, i in impls_for(coll, device).items() if i.algorithm is None and i.transport.overlaps]
+
+
+def _overlap_impl_help(coll) -> str:
     return "Comma list of the library calls with a non-blocking form: " + "; ".join(
-        f"{'CPU' if device == 'cpu' else 'GPU'}: {', '.join(known) or 'none yet'}" for device in ("cpu", "cuda")
-        for known in [[n for n, i in impls_for(coll, device).items() if i.algorithm is None and i.transport.overlaps]]) + \
-        " (default: all)."
+        f"{'CPU' if device == 'cpu' else 'GPU'}: {', '.join(_overlap_impls(coll, device)) or 'none yet'}"
+        for device in ("cpu", "cuda")) + " (default: all)."
 
 
 def _register_collectives() -> None:

@@ -59,7 +59,11 @@ class Compute:
 
 def default_compute(device: str) -> str:
     """--compute without a value: the first kind of the device."""
-    return next(kind for kind, (where, _) in COMPUTE.items() if where == device)
+    kind = next((kind for kind, (where, _) in COMPUTE.items() if where == device), None)
+    if kind is None:
+        raise CommbenchError(f"overlap has no computation for --device {device} yet: choose from "
+                             f"{', '.join(f'{k} (--device {w})' for k, (w, _) in COMPUTE.items())}")
+    return kind
 
 
 def _mean(ranks_s: np.ndarray) -> float:
